@@ -1,0 +1,67 @@
+#include "kernels/isa.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/cpu_features.h"
+
+namespace peng::kernels {
+namespace {
+
+Isa InitialIsa() {
+  if (const char* env = std::getenv("PENG_ISA")) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+      if (std::strcmp(env, IsaName(isa)) == 0 && IsaSupported(isa)) return isa;
+    }
+  }
+  return BestIsa();
+}
+
+Isa& ActiveIsaRef() {
+  static Isa isa = InitialIsa();
+  return isa;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+  }
+  return "?";
+}
+
+bool IsaSupported(Isa isa) {
+  const CpuFeatures& f = GetCpuFeatures();
+  switch (isa) {
+    case Isa::kScalar: return true;
+#if defined(__x86_64__)
+    case Isa::kAvx2: return f.avx2 && f.fma && f.f16c;
+    case Isa::kAvx512:
+      return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c;
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: return f.neon;
+#endif
+    default: return false;
+  }
+}
+
+Isa BestIsa() {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
+    if (IsaSupported(isa)) return isa;
+  return Isa::kScalar;
+}
+
+Isa ActiveIsa() { return ActiveIsaRef(); }
+
+void SetActiveIsa(Isa isa) {
+  PENG_CHECK_MSG(IsaSupported(isa), "ISA not supported on this CPU or not compiled in");
+  ActiveIsaRef() = isa;
+}
+
+}  // namespace peng::kernels

@@ -1,0 +1,123 @@
+// peng CPU compute kernels: pure functions over pointers and shapes, FP32 accumulation
+// everywhere. Each op dispatches on kernels::ActiveIsa() to a SIMD version or the scalar
+// reference in ref/ (the oracle the conformance tests compare against). Ops that take a
+// ThreadPool split their work across it; all others are single-threaded and re-entrant.
+//
+// Layout conventions: activations are row-major [n_tokens, n] float arrays. Weight matrices
+// are TensorViews of shape [rows, cols] (= [out, in]); each row is `cols` values in the
+// tensor's dtype (for block-quantized types, cols / block_size whole blocks, GGUF layout).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace peng::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Matrix multiplication (matmul.cc, quant formats in quant_blocks.h)
+
+// y[t * rows + r] = sum_c W[r, c] * x[t * cols + c]   for t < n_tokens, r < rows.
+// For block-quantized W the activations are first quantized per row to the companion format
+// (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants), as llama.cpp does, and
+// integer dot products are scaled and summed in FP32. F32/F16/BF16 W use FP32 activations.
+// Supported W types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
+void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
+
+// Same, restricted to rows [row_begin, row_end) of W, writing y[t * ldy + (r - row_begin)].
+// Used for partial/sliced weights (tensor parallel shards, fused QKV slices).
+void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool);
+
+// dst[0..n) = float values of the first n values at src (n a multiple of the block size).
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
+
+// True if MatMul/DequantizeRow support weights of this type.
+bool MatMulSupports(DType t);
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise and normalisation ops (elementwise.cc)
+
+// y = x / sqrt(mean(x^2) + eps) * (w + w_offset), over each of n_rows rows of length n.
+// w_offset is 1 for checkpoints that store (w - 1) (HF Gemma), else 0. x and y may alias.
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps);
+
+// In-place numerically stable softmax of x[0..n).
+void Softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i]  (SwiGLU).     silu(z) = z / (1 + exp(-z))
+void SiluMul(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = gelu_tanh(gate[i]) * up[i]  (GeGLU, PyTorch "gelu_pytorch_tanh").
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
+
+// y[i] += x[i]
+void AddInPlace(float* y, const float* x, int64_t n);
+// y[i] *= s
+void ScaleInPlace(float* y, float s, int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding (rope.cc)
+
+enum class RopeStyle {
+  kInterleaved,  // pairs (x[2i], x[2i+1]) -- llama.cpp "NORM", GPT-J, DeepSeek
+  kNeox,         // pairs (x[i], x[i + rot_dim/2]) -- HF rotate_half, llama.cpp "NEOX"
+};
+
+struct RopeConfig {
+  int rot_dim = 0;          // rotated dims per head (<= head_dim); the rest pass through
+  float theta = 10000.f;    // base
+  RopeStyle style = RopeStyle::kNeox;
+  // Linear / YaRN scaling. factor <= 1 means none.
+  enum class Scaling { kNone, kLinear, kYarn } scaling = Scaling::kNone;
+  float factor = 1.f;
+  int original_max_position = 0;  // YaRN
+  float beta_fast = 32.f, beta_slow = 1.f;
+  float attention_factor = 1.f;   // multiplies cos/sin (YaRN mscale ratio)
+};
+
+// inv_freq[i] for i < rot_dim/2, in float32 exactly as HF computes them (incl. YaRN ramps).
+void ComputeRopeInvFreq(const RopeConfig& cfg, float* inv_freq);
+
+// Rotates x = [n_heads, head_dim] (head stride head_dim) in place for absolute position pos.
+void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
+               const float* inv_freq);
+
+// ---------------------------------------------------------------------------------------------
+// Paged attention (attention.cc)
+
+// One layer's KV cache: K and V each [num_blocks][block_size][n_kv_heads][head_dim] in dtype
+// (F32 or F16). Block b holds the K/V of token positions b_idx*block_size ... of a sequence
+// whose block table maps logical block b_idx -> physical block b.
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF16;
+  int64_t num_blocks = 0;
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;     // of K
+  int v_head_dim = 0;   // of V (== head_dim for MHA/GQA)
+};
+
+// Writes k [n_kv_heads, head_dim] and v [n_kv_heads, v_head_dim] of the token at position pos.
+void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k,
+             const float* v);
+
+struct AttentionParams {
+  int n_heads = 0;          // query heads; GQA group = n_heads / n_kv_heads
+  float scale = 1.f;        // softmax scale (usually head_dim^-0.5)
+  int sliding_window = 0;   // >0: query at p sees keys (p - sliding_window, p]
+  float softcap = 0.f;      // >0: scores = softcap * tanh(scores / softcap)
+};
+
+// Causal attention for one sequence: n_q query tokens at positions pos0 .. pos0 + n_q - 1 whose
+// K/V (and all earlier positions') are already in the cache. q: [n_q, n_heads, head_dim],
+// out: [n_q, n_heads, v_head_dim]. Work is split over (token, head) pairs across the pool.
+void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
+                    const int32_t* block_table, const AttentionParams& p, float* out,
+                    ThreadPool* pool);
+
+}  // namespace peng::kernels
