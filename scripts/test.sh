@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up everything and runs the whole test suite (what CI runs through .ci/run):
+# Debian packages, Release build with tests, all three models, ctest, a short fuzz run.
+# Exits non-zero when any step fails; the last line is a one-line summary.
+# BUILD_DIR (default build) is passed on to scripts/build.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+start=$(date +%s)
+failed=()
+
+step() {  # step NAME COMMAND... : runs a step, records a failure, keeps going
+  local name=$1; shift
+  echo "=== test.sh: $name"
+  if ! "$@"; then
+    echo "=== test.sh: $name FAILED" >&2
+    failed+=("$name")
+    return 1
+  fi
+}
+
+summary() {
+  local secs=$(( $(date +%s) - start ))
+  if [[ ${#failed[@]} -eq 0 ]]; then
+    echo "test.sh: PASS (${secs}s)"
+    exit 0
+  fi
+  echo "test.sh: FAIL: ${failed[*]} (${secs}s)"
+  exit 1
+}
+
+# Without packages, a build or models nothing after them can run.
+step deps bash scripts/install_deps.sh || summary
+step build bash scripts/build.sh -DPENG_BUILD_TESTS=ON || summary
+step models bash scripts/fetch_models.sh || summary
+
+step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
+if [[ -f scripts/fuzz.sh ]]; then
+  step fuzz bash scripts/fuzz.sh 20
+fi
+summary

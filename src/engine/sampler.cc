@@ -1,0 +1,236 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace peng {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t ResolveSeed(int64_t seed) {
+  if (seed >= 0) return static_cast<uint64_t>(seed);
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+float MaxLogit(const float* logits, int64_t vocab) {
+  float m = kNegInf;
+  for (int64_t i = 0; i < vocab; ++i) m = std::max(m, logits[i]);
+  return m;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// TokenHistory
+
+TokenHistory::TokenHistory(std::span<const int32_t> prompt)
+    : prompt_(prompt.begin(), prompt.end()) {
+  for (int32_t id : prompt_) Find(id);
+}
+
+TokenHistory::Entry& TokenHistory::Find(int32_t id) {
+  auto [it, inserted] = index_.try_emplace(id, static_cast<int32_t>(distinct_.size()));
+  if (inserted) distinct_.push_back({id, 0});
+  return distinct_[it->second];
+}
+
+void TokenHistory::Append(int32_t id) {
+  output_.push_back(id);
+  ++Find(id).output_count;
+}
+
+int32_t TokenHistory::OutputCount(int32_t id) const {
+  auto it = index_.find(id);
+  return it == index_.end() ? 0 : distinct_[it->second].output_count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampler
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), seed_(ResolveSeed(params.seed)), rng_(seed_) {
+  PENG_CHECK_MSG(params.Validate().ok(), "Sampler needs validated SamplingParams");
+}
+
+void Sampler::ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& history) const {
+  const float rep = params_.repetition_penalty;
+  const float presence = params_.presence_penalty;
+  const float frequency = params_.frequency_penalty;
+  if (rep == 1.0f && presence == 0.0f && frequency == 0.0f) return;
+  for (const TokenHistory::Entry& e : history.distinct()) {
+    PENG_CHECK_MSG(e.id >= 0 && e.id < vocab, "token id in history outside the vocabulary");
+    float& l = logits[e.id];
+    if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
+    if (e.output_count > 0) l -= presence + frequency * static_cast<float>(e.output_count);
+  }
+}
+
+int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& history,
+                        float* raw_logprob) {
+  PENG_CHECK(vocab > 0 && vocab <= std::numeric_limits<int32_t>::max());
+  double raw_lse = 0.0;
+  if (raw_logprob != nullptr) {  // remember what the penalties are about to overwrite
+    raw_lse = LogSumExp(logits, vocab);
+    saved_.clear();
+    for (const TokenHistory::Entry& e : history.distinct()) saved_.push_back(logits[e.id]);
+  }
+
+  ApplyPenalties(logits, vocab, history);
+  const int32_t id = (params_.greedy() || params_.top_k == 1) ? Argmax(logits, vocab)
+                                                              : SampleRandom(logits, vocab);
+
+  if (raw_logprob != nullptr) {
+    float raw = logits[id];
+    const auto& distinct = history.distinct();
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      if (distinct[i].id == id) raw = saved_[i];
+    }
+    *raw_logprob = static_cast<float>(raw - raw_lse);
+  }
+  return id;
+}
+
+int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
+  const float m = MaxLogit(logits, vocab);
+  if (!(m > kNegInf)) return Argmax(logits, vocab);  // everything masked (or NaN)
+  const float inv_t = 1.0f / params_.temperature;
+  const float log_min_p = params_.min_p > 0.0f ? std::log(params_.min_p) : kNegInf;
+  const int64_t k = (params_.top_k > 0 && params_.top_k < vocab) ? params_.top_k : 0;
+  auto scaled = [&](float l) { return (l - m) * inv_t; };
+
+  // Fast path: plain temperature sampling over the whole vocabulary, in id order.
+  if (k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f) {
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) total += std::exp(scaled(logits[i]));
+    const double u = NextUniform() * total;
+    double acc = 0.0;
+    int32_t last = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double w = std::exp(scaled(logits[i]));
+      if (w == 0.0) continue;
+      acc += w;
+      last = static_cast<int32_t>(i);
+      if (u < acc) return last;
+    }
+    return last;  // u rounded up to total
+  }
+
+  // Candidate set after top-k, and the softmax denominator over it.
+  cand_.clear();
+  double denom = 0.0;
+  if (k > 0) {
+    cand_.resize(vocab);
+    for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+    auto better = [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    std::nth_element(cand_.begin(), cand_.begin() + (k - 1), cand_.end(), better);
+    cand_.resize(k);
+    for (const Candidate& c : cand_) denom += std::exp(scaled(c.logit));
+  } else {
+    // No top-k: min-p can be applied while filling (its survivors are a prefix of the
+    // sorted order, so it commutes with top-p), but the denominator spans the full vocab.
+    for (int64_t i = 0; i < vocab; ++i) {
+      const float s = scaled(logits[i]);
+      denom += std::exp(s);
+      if (s >= log_min_p) cand_.push_back({logits[i], static_cast<int32_t>(i)});
+    }
+  }
+
+  ApplyTopP(m, inv_t, denom);
+  if (k > 0 && params_.min_p > 0.0f) {
+    std::erase_if(cand_, [&](const Candidate& c) { return scaled(c.logit) < log_min_p; });
+  }
+  PENG_CHECK(!cand_.empty());  // the max token always survives every filter
+
+  double total = 0.0;
+  for (const Candidate& c : cand_) total += std::exp(scaled(c.logit));
+  const double u = NextUniform() * total;
+  double acc = 0.0;
+  for (const Candidate& c : cand_) {
+    acc += std::exp(scaled(c.logit));
+    if (u < acc) return c.id;
+  }
+  return cand_.back().id;
+}
+
+void Sampler::ApplyTopP(float max_logit, float inv_t, double denom) {
+  if (params_.top_p >= 1.0f) return;
+  auto better = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
+  const double target = static_cast<double>(params_.top_p) * denom;
+  const size_t n = cand_.size();
+  size_t sorted = 0;
+  size_t chunk = 256;
+  double cum = 0.0;
+  while (sorted < n) {
+    // Bring the next `chunk` best candidates into [sorted, end), in order.
+    const size_t end = std::min(n, sorted + chunk);
+    if (end < n) std::nth_element(cand_.begin() + sorted, cand_.begin() + end, cand_.end(), better);
+    std::sort(cand_.begin() + sorted, cand_.begin() + end, better);
+    for (size_t i = sorted; i < end; ++i) {
+      cum += std::exp((cand_[i].logit - max_logit) * inv_t);
+      if (cum >= target) {
+        cand_.resize(i + 1);
+        return;
+      }
+    }
+    sorted = end;
+    chunk *= 4;
+  }
+}
+
+double Sampler::NextUniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Static helpers on raw logits
+
+int32_t Sampler::Argmax(const float* logits, int64_t vocab) {
+  PENG_CHECK(vocab > 0);
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lowest id
+  }
+  return static_cast<int32_t>(best);
+}
+
+double Sampler::LogSumExp(const float* logits, int64_t vocab) {
+  const float m = MaxLogit(logits, vocab);
+  if (!(m > kNegInf)) return m;
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - m));
+  return static_cast<double>(m) + std::log(sum);
+}
+
+float Sampler::LogProb(const float* logits, int64_t vocab, int32_t id) {
+  PENG_CHECK(id >= 0 && id < vocab);
+  return static_cast<float>(logits[id] - LogSumExp(logits, vocab));
+}
+
+void Sampler::TopLogprobs(const float* logits, int64_t vocab, int n,
+                          std::vector<std::pair<int32_t, float>>* out) {
+  out->clear();
+  const size_t want = static_cast<size_t>(std::clamp<int64_t>(n, 0, vocab));
+  if (want == 0) return;
+  // `out` holds (id, logit) sorted best first while scanning; ids arrive in increasing order,
+  // so an equal logit never displaces an earlier id.
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float l = logits[i];
+    if (out->size() == want && !(l > out->back().second)) continue;
+    auto pos = std::find_if(out->begin(), out->end(), [&](const auto& e) { return l > e.second; });
+    out->insert(pos, {static_cast<int32_t>(i), l});
+    if (out->size() > want) out->pop_back();
+  }
+  const double lse = LogSumExp(logits, vocab);
+  for (auto& e : *out) e.second = static_cast<float>(e.second - lse);
+}
+
+}  // namespace peng

@@ -1,0 +1,116 @@
+// Sampler: turns one row of logits into the next token id for one request, following that
+// request's SamplingParams; TokenHistory: the token ids a request has seen so far, kept in the
+// form the penalties need.
+//
+// Algorithm of Sample(), for a row of `vocab` logits:
+//   1. Penalties, in place, touching only tokens in the history (O(distinct seen tokens)):
+//      repetition penalty over prompt + output, then presence/frequency over the output.
+//   2. temperature == 0 or top_k == 1: one argmax pass, ties -> lowest id. No randomness used.
+//   3. Otherwise, with m = max logit and s_i = (l_i - m) / temperature:
+//      top-k   keep the k largest (nth_element over (logit, id) pairs, ties -> lower id);
+//      softmax p_i = exp(s_i) / sum over the kept set (sums in double);
+//      top-p   keep the smallest prefix, in (logit desc, id asc) order, whose cumulative p is
+//              >= top_p (the prefix is sorted lazily in growing chunks, so a peaked
+//              distribution costs O(vocab), not O(vocab log vocab));
+//      min-p   keep p_i >= min_p * p_max, i.e. s_i >= log(min_p);
+//      draw    u = 53 random bits of the request's mt19937_64 as a double in [0, 1); walk the
+//              kept set accumulating exp(s_i) until it exceeds u * total.
+//   The draw uses only mt19937_64 (fully specified by the C++ standard), never a
+//   std::*_distribution, so a given seed yields the same tokens on every platform.
+//
+// Logprobs are of the raw logits: call TopLogprobs()/LogProb() before Sample() (which
+// modifies the logits), or pass `raw_logprob` to Sample().
+//
+// Cost: greedy is one pass; random sampling is O(vocab) plus O(k log k) for the sorted part.
+// Scratch buffers live in the Sampler and are reused, so steady-state sampling does not
+// allocate. Not thread-safe: one Sampler per request, used by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace peng {
+
+// Prompt ids, generated ids, and per-distinct-token counts of generated occurrences.
+// Append() is O(1) amortized.
+class TokenHistory {
+ public:
+  struct Entry {
+    int32_t id;
+    int32_t output_count;  // occurrences among generated tokens; 0 = seen in the prompt only
+  };
+
+  TokenHistory() = default;
+  explicit TokenHistory(std::span<const int32_t> prompt);
+
+  // Appends one generated token.
+  void Append(int32_t id);
+
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  const std::vector<int32_t>& output() const { return output_; }
+  // Every distinct id in prompt + output, in order of first appearance.
+  const std::vector<Entry>& distinct() const { return distinct_; }
+  // Number of times `id` was generated.
+  int32_t OutputCount(int32_t id) const;
+
+ private:
+  Entry& Find(int32_t id);  // inserts a zero-count entry if absent
+
+  std::vector<int32_t> prompt_;
+  std::vector<int32_t> output_;
+  std::vector<Entry> distinct_;
+  std::unordered_map<int32_t, int32_t> index_;  // id -> position in distinct_
+};
+
+class Sampler {
+ public:
+  // `params` must be valid (Validate() OK). Seed -1 draws a seed from std::random_device.
+  explicit Sampler(const SamplingParams& params);
+
+  // Applies penalties to `logits` in place and returns the chosen id in [0, vocab).
+  // Every id in `history` must be < vocab. If `raw_logprob` is non-null it receives the
+  // log-softmax of the chosen id under the logits as they were passed in.
+  int32_t Sample(float* logits, int64_t vocab, const TokenHistory& history,
+                 float* raw_logprob = nullptr);
+
+  // Applies the repetition, presence and frequency penalties in place (step 1 above).
+  void ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& history) const;
+
+  // The `n` most likely tokens as (id, log-softmax), most likely first, ties -> lower id.
+  static void TopLogprobs(const float* logits, int64_t vocab, int n,
+                          std::vector<std::pair<int32_t, float>>* out);
+  // log-softmax of `id`.
+  static float LogProb(const float* logits, int64_t vocab, int32_t id);
+  // log(sum(exp(logits))), computed stably in double.
+  static double LogSumExp(const float* logits, int64_t vocab);
+  // Index of the largest logit, ties -> lowest id.
+  static int32_t Argmax(const float* logits, int64_t vocab);
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Candidate {
+    float logit;
+    int32_t id;
+  };
+
+  int32_t SampleRandom(const float* logits, int64_t vocab);
+  // Truncates cand_ to the top-p nucleus; `denom` is sum(exp(s_i)) over cand_.
+  void ApplyTopP(float max_logit, float inv_t, double denom);
+  double NextUniform();  // [0, 1)
+
+  SamplingParams params_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> cand_;  // scratch, reused across calls
+  std::vector<float> saved_;     // scratch: raw logits of history tokens, for raw_logprob
+};
+
+}  // namespace peng

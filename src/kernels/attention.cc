@@ -1,0 +1,172 @@
+// Paged attention over a block-table KV cache. Each (query token, head) pair is one work item:
+// it walks the sequence's blocks in logical order, scores a block's keys at once (vectorised dot
+// products over head_dim), and folds the block into an online softmax (running max m, running
+// sum l, FP32 accumulator of V rows rescaled by exp(m_old - m_new) when the max grows). The
+// inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/check.h"
+#include "kernels/cpu/ops_simd.h"
+#include "kernels/isa.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace peng::kernels {
+namespace {
+
+constexpr int kMaxBlockSize = 256;
+constexpr int kMaxVHeadDim = 2048;
+
+struct AttnOps {
+  decltype(&ref::DotRowsF32) dot_f32;
+  decltype(&ref::DotRowsF16) dot_f16;
+  decltype(&ref::AxpyRowsF32) axpy_f32;
+  decltype(&ref::AxpyRowsF16) axpy_f16;
+  decltype(&ref::ExpShiftSum) exp_shift_sum;
+  decltype(&ref::ScaleInPlace) scale;
+  decltype(&ref::F32ToF16Row) to_f16;
+};
+
+#define PENG_ATTN_OPS_(ns)                                                                 \
+  AttnOps {                                                                                \
+    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
+        ns::ScaleInPlace, ns::F32ToF16Row                                                  \
+  }
+
+AttnOps SelectOps() {
+  switch (ActiveIsa()) {
+#if defined(__x86_64__)
+    case Isa::kAvx512: return PENG_ATTN_OPS_(avx512);
+    case Isa::kAvx2: return PENG_ATTN_OPS_(avx2);
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: return PENG_ATTN_OPS_(neon);
+#endif
+    default: return PENG_ATTN_OPS_(ref);
+  }
+}
+#undef PENG_ATTN_OPS_
+
+int VHeadDim(const KvLayerView& kv) { return kv.v_head_dim > 0 ? kv.v_head_dim : kv.head_dim; }
+
+// Offset in elements of (physical block, slot, kv head) in a cache of rows of `dim` values.
+int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t head, int dim) {
+  return ((block * kv.block_size + slot) * kv.n_kv_heads + head) * dim;
+}
+
+// out[0..v_head_dim) = attention of one query vector q (at position pos) over keys
+// [lo, pos] of kv head kvh.
+void AttendOne(const float* q, int64_t pos, int kvh, const KvLayerView& kv,
+               const int32_t* block_table, const AttentionParams& p, const AttnOps& ops,
+               float* out) {
+  const int bs = kv.block_size;
+  const int dk = kv.head_dim;
+  const int dv = VHeadDim(kv);
+  const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
+  const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
+  float scores[kMaxBlockSize];
+  float acc[kMaxVHeadDim];
+  std::fill(acc, acc + dv, 0.f);
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.f;
+  for (int64_t b = lo / bs; b <= pos / bs; ++b) {
+    const int64_t phys = block_table[b];
+    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+    const int64_t first = std::max(lo, b * bs) - b * bs;      // slots [first, last) of block b
+    const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
+    const int64_t n = last - first;
+    const int64_t k_off = CacheOffset(kv, phys, first, kvh, dk);
+    const int64_t v_off = CacheOffset(kv, phys, first, kvh, dv);
+    if (kv.dtype == DType::kF16) {
+      ops.dot_f16(q, static_cast<const uint16_t*>(kv.k) + k_off, k_stride, n, dk, scores);
+    } else {
+      ops.dot_f32(q, static_cast<const float*>(kv.k) + k_off, k_stride, n, dk, scores);
+    }
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      float s = scores[j] * p.scale;
+      if (p.softcap > 0.f) s = p.softcap * std::tanh(s / p.softcap);
+      scores[j] = s;
+      block_max = std::max(block_max, s);
+    }
+    if (block_max > m) {
+      if (l > 0.f) {
+        const float corr = std::exp(m - block_max);
+        ops.scale(acc, corr, dv);
+        l *= corr;
+      }
+      m = block_max;
+    }
+    l += ops.exp_shift_sum(scores, n, m);
+    if (kv.dtype == DType::kF16) {
+      ops.axpy_f16(scores, static_cast<const uint16_t*>(kv.v) + v_off, v_stride, n, dv, acc);
+    } else {
+      ops.axpy_f32(scores, static_cast<const float*>(kv.v) + v_off, v_stride, n, dv, acc);
+    }
+  }
+  const float inv = 1.0f / l;
+  for (int i = 0; i < dv; ++i) out[i] = acc[i] * inv;
+}
+
+void CheckLayout(const KvLayerView& kv) {
+  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
+  PENG_CHECK(kv.block_size > 0 && kv.block_size <= kMaxBlockSize);
+  PENG_CHECK(kv.n_kv_heads > 0 && kv.head_dim > 0 && VHeadDim(kv) <= kMaxVHeadDim);
+}
+
+}  // namespace
+
+void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k,
+             const float* v) {
+  CheckLayout(kv);
+  const int64_t phys = block_table[pos / kv.block_size];
+  PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
+  const int64_t slot = pos % kv.block_size;
+  const int dv = VHeadDim(kv);
+  // All kv heads of one token are contiguous: one row of n_kv_heads * dim values.
+  const int64_t nk = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  const int64_t nv = static_cast<int64_t>(kv.n_kv_heads) * dv;
+  const int64_t k_off = CacheOffset(kv, phys, slot, 0, kv.head_dim);
+  const int64_t v_off = CacheOffset(kv, phys, slot, 0, dv);
+  if (kv.dtype == DType::kF16) {
+    const AttnOps ops = SelectOps();
+    ops.to_f16(k, static_cast<uint16_t*>(kv.k) + k_off, nk);
+    ops.to_f16(v, static_cast<uint16_t*>(kv.v) + v_off, nv);
+  } else {
+    std::memcpy(static_cast<float*>(kv.k) + k_off, k, nk * sizeof(float));
+    std::memcpy(static_cast<float*>(kv.v) + v_off, v, nv * sizeof(float));
+  }
+}
+
+void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
+                    const int32_t* block_table, const AttentionParams& p, float* out,
+                    ThreadPool* pool) {
+  CheckLayout(kv);
+  PENG_CHECK(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
+  const AttnOps ops = SelectOps();
+  const int group = p.n_heads / kv.n_kv_heads;
+  const int dk = kv.head_dim;
+  const int dv = VHeadDim(kv);
+  const int64_t n_items = n_q * p.n_heads;
+  // Item i = (token i / n_heads, head i % n_heads). Items are dealt round-robin so that the
+  // long rows at the end of a causal prefill chunk spread over all workers.
+  auto run = [&](int64_t begin, int64_t step) {
+    for (int64_t i = begin; i < n_items; i += step) {
+      const int64_t t = i / p.n_heads;
+      const int h = static_cast<int>(i % p.n_heads);
+      AttendOne(q + (t * p.n_heads + h) * dk, pos0 + t, h / group, kv, block_table, p, ops,
+                out + (t * p.n_heads + h) * dv);
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || n_items == 1) {
+    run(0, 1);
+  } else {
+    pool->Run([&](int ti, int nt) { run(ti, nt); });
+  }
+}
+
+}  // namespace peng::kernels

@@ -1,0 +1,211 @@
+// PagedAttention and KvWrite against a naive double-precision attention over contiguous K/V,
+// with the cache scattered over physical blocks in shuffled order, on every ISA this CPU runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace peng::kernels {
+namespace {
+
+struct Case {
+  const char* name;
+  int n_heads, n_kv_heads, head_dim, v_head_dim;
+  int64_t n_q, pos0;
+  DType dtype;
+  int sliding_window = 0;
+  float softcap = 0.f;
+  int block_size = 16;
+};
+
+std::vector<Isa> AllIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
+    if (IsaSupported(isa)) out.push_back(isa);
+  return out;
+}
+
+// Contiguous K [T, n_kv, dk] / V [T, n_kv, dv] and queries [n_q, n_heads, dk]; the values are
+// rounded through fp16 when the cache is F16 so that the oracle sees what the cache holds.
+struct Data {
+  std::vector<float> q, k, v;
+};
+
+Data MakeData(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  const int64_t t = c.pos0 + c.n_q;
+  Data data;
+  data.q.resize(c.n_q * c.n_heads * c.head_dim);
+  data.k.resize(t * c.n_kv_heads * c.head_dim);
+  data.v.resize(t * c.n_kv_heads * c.v_head_dim);
+  for (float& x : data.q) x = 3.f * d(rng);
+  for (auto* vec : {&data.k, &data.v}) {
+    for (float& x : *vec) {
+      x = d(rng);
+      if (c.dtype == DType::kF16) x = F16ToF32(F32ToF16(x));
+    }
+  }
+  return data;
+}
+
+std::vector<double> NaiveAttention(const Case& c, const Data& d, float scale) {
+  const int group = c.n_heads / c.n_kv_heads;
+  std::vector<double> out(c.n_q * c.n_heads * c.v_head_dim, 0.0);
+  for (int64_t t = 0; t < c.n_q; ++t) {
+    const int64_t p = c.pos0 + t;
+    const int64_t lo = c.sliding_window > 0 ? std::max<int64_t>(0, p - c.sliding_window + 1) : 0;
+    for (int h = 0; h < c.n_heads; ++h) {
+      const int kvh = h / group;
+      std::vector<double> s;
+      for (int64_t j = lo; j <= p; ++j) {
+        double dot = 0;
+        for (int i = 0; i < c.head_dim; ++i) {
+          dot += double{d.q[(t * c.n_heads + h) * c.head_dim + i]} *
+                 d.k[(j * c.n_kv_heads + kvh) * c.head_dim + i];
+        }
+        dot *= scale;
+        if (c.softcap > 0) dot = c.softcap * std::tanh(dot / c.softcap);
+        s.push_back(dot);
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      double* o = &out[(t * c.n_heads + h) * c.v_head_dim];
+      for (int64_t j = lo; j <= p; ++j) {
+        for (int i = 0; i < c.v_head_dim; ++i)
+          o[i] += s[j - lo] / sum * d.v[(j * c.n_kv_heads + kvh) * c.v_head_dim + i];
+      }
+    }
+  }
+  return out;
+}
+
+// A paged cache whose logical blocks live in shuffled physical blocks (plus spare blocks), with
+// every slot first filled with NaN so that reading anything never written poisons the result.
+struct PagedCache {
+  std::vector<uint8_t> k_bytes, v_bytes;
+  std::vector<int32_t> block_table;
+  KvLayerView view;
+};
+
+PagedCache MakeCache(const Case& c, uint32_t seed) {
+  PagedCache pc;
+  const int64_t t = c.pos0 + c.n_q;
+  const int64_t n_logical = (t + c.block_size - 1) / c.block_size;
+  const int64_t num_blocks = n_logical + 3;
+  std::vector<int32_t> perm(num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+  pc.block_table.assign(perm.begin(), perm.begin() + n_logical);
+  const size_t elt = c.dtype == DType::kF16 ? 2 : 4;
+  const int64_t slots = num_blocks * c.block_size * c.n_kv_heads;
+  pc.k_bytes.resize(slots * c.head_dim * elt);
+  pc.v_bytes.resize(slots * c.v_head_dim * elt);
+  for (auto* bytes : {&pc.k_bytes, &pc.v_bytes}) {
+    if (c.dtype == DType::kF16) {
+      std::fill_n(reinterpret_cast<uint16_t*>(bytes->data()), bytes->size() / 2, 0x7e00);
+    } else {
+      std::fill_n(reinterpret_cast<float*>(bytes->data()), bytes->size() / 4,
+                  std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  pc.view = {pc.k_bytes.data(), pc.v_bytes.data(), c.dtype,      num_blocks,
+             c.block_size,      c.n_kv_heads,      c.head_dim,   c.v_head_dim};
+  return pc;
+}
+
+void RunCase(const Case& c) {
+  SCOPED_TRACE(c.name);
+  const Data data = MakeData(c, 7);
+  AttentionParams params;
+  params.n_heads = c.n_heads;
+  params.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  params.sliding_window = c.sliding_window;
+  params.softcap = c.softcap;
+  const std::vector<double> want = NaiveAttention(c, data, params.scale);
+  const Isa saved = ActiveIsa();
+  ThreadPool pool(3);
+  for (Isa isa : AllIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetActiveIsa(isa);
+    PagedCache pc = MakeCache(c, 11);
+    for (int64_t p = 0; p < c.pos0 + c.n_q; ++p) {
+      KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+              &data.v[p * c.n_kv_heads * c.v_head_dim]);
+    }
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> out(want.size(), -1.f);
+      PagedAttention(data.q.data(), c.n_q, c.pos0, pc.view, pc.block_table.data(), params,
+                     out.data(), tp);
+      for (size_t i = 0; i < out.size(); ++i)
+        ASSERT_NEAR(out[i], want[i], 2e-6) << "i=" << i << " pool=" << (tp != nullptr);
+    }
+  }
+  SetActiveIsa(saved);
+}
+
+TEST(PagedAttention, MhaDecode) { RunCase({"mha", 4, 4, 64, 64, 1, 200, DType::kF32}); }
+TEST(PagedAttention, MhaDecodeF16) { RunCase({"mha16", 4, 4, 64, 64, 1, 200, DType::kF16}); }
+TEST(PagedAttention, GqaDecodeLong) { RunCase({"gqa", 8, 2, 128, 128, 1, 1500, DType::kF16}); }
+TEST(PagedAttention, GqaPrefillFromZero) {
+  RunCase({"gqa_prefill", 8, 2, 64, 64, 40, 0, DType::kF32});
+}
+TEST(PagedAttention, ChunkedPrefillHeadDim256) {
+  RunCase({"chunk256", 8, 2, 256, 256, 37, 45, DType::kF16});
+  RunCase({"chunk256_f32", 8, 2, 256, 256, 37, 45, DType::kF32});
+}
+TEST(PagedAttention, SlidingWindow) {
+  RunCase({"swa", 8, 2, 64, 64, 20, 100, DType::kF32, /*sliding_window=*/50});
+  RunCase({"swa16", 8, 2, 64, 64, 1, 300, DType::kF16, /*sliding_window=*/33});
+}
+TEST(PagedAttention, Softcap) {
+  RunCase({"softcap", 8, 4, 256, 256, 5, 60, DType::kF16, 0, /*softcap=*/2.f});
+}
+TEST(PagedAttention, VHeadDimDiffers) {
+  RunCase({"mla_like", 4, 4, 192, 128, 6, 70, DType::kF32});
+  RunCase({"mla_like16", 4, 1, 192, 128, 1, 90, DType::kF16});
+}
+TEST(PagedAttention, OddDimsAndBlockSize) {
+  Case c{"odd", 6, 3, 20, 12, 9, 33, DType::kF16};
+  c.block_size = 5;
+  RunCase(c);
+  c.dtype = DType::kF32;
+  c.block_size = 32;
+  RunCase(c);
+}
+
+TEST(KvWrite, F16BitsMatchScalarConversion) {
+  const Isa saved = ActiveIsa();
+  const int n_kv = 2, dim = 19;
+  std::vector<float> k(n_kv * dim), v(n_kv * dim);
+  for (int i = 0; i < n_kv * dim; ++i) {
+    k[i] = std::ldexp(1.2345f + i, i - 24);  // spans fp16 subnormals to overflow
+    v[i] = -0.1f * i;
+  }
+  for (Isa isa : AllIsas()) {
+    SetActiveIsa(isa);
+    std::vector<uint16_t> kc(2 * 4 * n_kv * dim), vc(kc.size());
+    const KvLayerView view{kc.data(), vc.data(), DType::kF16, 2, 4, n_kv, dim, dim};
+    const int32_t table[2] = {1, 0};
+    KvWrite(view, table, 6, k.data(), v.data());  // logical block 1 -> physical 0, slot 2
+    for (int i = 0; i < n_kv * dim; ++i) {
+      EXPECT_EQ(kc[2 * n_kv * dim + i], F32ToF16(k[i])) << IsaName(isa) << " " << i;
+      EXPECT_EQ(vc[2 * n_kv * dim + i], F32ToF16(v[i])) << IsaName(isa) << " " << i;
+    }
+  }
+  SetActiveIsa(saved);
+}
+
+}  // namespace
+}  // namespace peng::kernels

@@ -1,0 +1,5 @@
+#include "kernels/quant_blocks.h"
+namespace peng::kernels {
+MatMulKernel NeonMatMulKernel(DType) { return nullptr; }
+QuantizeActFn NeonQuantizeAct() { return nullptr; }
+}  // namespace peng::kernels

@@ -1,0 +1,293 @@
+// AVX2 + FMA + F16C versions of the element-wise ops and attention inner loops (8 floats per
+// vector; tails use masked loads/stores so every element goes through the same formula).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/ops_simd.h"
+
+namespace peng::kernels::avx2 {
+namespace {
+
+constexpr int kW = 8;
+
+inline __m256i TailMask(int64_t rem) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rem)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp(x): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), exp(r) by its degree-7
+// Taylor polynomial (truncation < 6e-9 relative), times 2^n applied as two factors so that
+// results from 2^-150 (underflow to 0) to 2^128 (overflow to inf) are handled. ~1-2 ulp.
+inline __m256 Exp(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(89.f)), _mm256_set1_ps(-105.f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606820309417232e-6f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040.f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+inline __m256 Silu(__m256 z) {
+  const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), z));
+  return _mm256_div_ps(z, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+}
+
+// Same operation order as ref::GeluTanhMul (no FMA) so that u is bit-identical.
+inline __m256 GeluTanh(__m256 z) {
+  const __m256 z3 = _mm256_mul_ps(_mm256_mul_ps(z, z), z);
+  const __m256 inner = _mm256_add_ps(z, _mm256_mul_ps(_mm256_set1_ps(0.044715f), z3));
+  const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), inner);
+  const __m256 e = Exp(_mm256_mul_ps(_mm256_set1_ps(-2.f), u));
+  return _mm256_div_ps(z, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+}
+
+inline __m256 LoadF16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The last `rem` (< 8) halves at p, zero-padded.
+inline __m256 LoadF16Tail(const uint16_t* p, int64_t rem) {
+  alignas(16) uint16_t buf[kW] = {};
+  for (int64_t i = 0; i < rem; ++i) buf[i] = p[i];
+  return LoadF16(buf);
+}
+
+template <typename Op>
+inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW)
+    _mm256_storeu_ps(out + i, op(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    const __m256i m = TailMask(n - i);
+    _mm256_maskstore_ps(out + i, m, op(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
+  }
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps) {
+  const __m256 off = _mm256_set1_ps(w_offset);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 * kW <= n; i += 2 * kW) {
+      const __m256 v0 = _mm256_loadu_ps(xr + i), v1 = _mm256_loadu_ps(xr + i + kW);
+      a0 = _mm256_fmadd_ps(v0, v0, a0);
+      a1 = _mm256_fmadd_ps(v1, v1, a1);
+    }
+    for (; i + kW <= n; i += kW) {
+      const __m256 v = _mm256_loadu_ps(xr + i);
+      a0 = _mm256_fmadd_ps(v, v, a0);
+    }
+    if (i < n) {
+      const __m256 v = _mm256_maskload_ps(xr + i, TailMask(n - i));
+      a1 = _mm256_fmadd_ps(v, v, a1);
+    }
+    const float mean = HSum(_mm256_add_ps(a0, a1)) / static_cast<float>(n);
+    const float s = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps)));
+    const __m256 vs = _mm256_set1_ps(s);
+    Binary(xr, w, yr, n, [&](__m256 xv, __m256 wv) {
+      return _mm256_mul_ps(_mm256_mul_ps(xv, vs), _mm256_add_ps(wv, off));
+    });
+  }
+}
+
+float ExpShiftSum(float* x, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m256i mask = TailMask(n - i);
+    const __m256 e = _mm256_and_ps(Exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), vm)),
+                                   _mm256_castsi256_ps(mask));
+    _mm256_maskstore_ps(x + i, mask, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  return HSum(sum);
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m256 vmax = _mm256_set1_ps(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(x + i));
+  float m = HMax(vmax);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  ScaleInPlace(x, 1.0f / ExpShiftSum(x, n, m), n);
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n, [](__m256 g, __m256 u) { return _mm256_mul_ps(Silu(g), u); });
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n, [](__m256 g, __m256 u) { return _mm256_mul_ps(GeluTanh(g), u); });
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  Binary(y, x, y, n, [](__m256 a, __m256 b) { return _mm256_add_ps(a, b); });
+}
+
+void ScaleInPlace(float* y, float s, int64_t n) {
+  const __m256 vs = _mm256_set1_ps(s);
+  Binary(y, y, y, n, [&](__m256 a, __m256) { return _mm256_mul_ps(a, vs); });
+}
+
+namespace {
+
+// Dot products of q with 4 rows at once (independent FMA chains), or 1 row.
+template <int R, typename Load, typename LoadTail>
+inline void DotRowsN(const float* q, int64_t dim, float* out, Load load, LoadTail load_tail) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kW <= dim; i += kW) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(qv, load(r, i), acc[r]);
+  }
+  if (i < dim) {
+    const __m256 qv = _mm256_maskload_ps(q + i, TailMask(dim - i));
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(qv, load_tail(r, i), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+}  // namespace
+
+void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  int64_t r = 0;
+  const __m256i tail = TailMask(dim % kW);
+  for (; r + 4 <= n_rows; r += 4) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<4>(
+        q, dim, out + r, [&](int j, int64_t i) { return _mm256_loadu_ps(kr + j * k_stride + i); },
+        [&](int j, int64_t i) { return _mm256_maskload_ps(kr + j * k_stride + i, tail); });
+  }
+  for (; r < n_rows; ++r) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<1>(
+        q, dim, out + r, [&](int, int64_t i) { return _mm256_loadu_ps(kr + i); },
+        [&](int, int64_t i) { return _mm256_maskload_ps(kr + i, tail); });
+  }
+}
+
+void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  int64_t r = 0;
+  const int64_t rem = dim % kW;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<4>(
+        q, dim, out + r, [&](int j, int64_t i) { return LoadF16(kr + j * k_stride + i); },
+        [&](int j, int64_t i) { return LoadF16Tail(kr + j * k_stride + i, rem); });
+  }
+  for (; r < n_rows; ++r) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<1>(
+        q, dim, out + r, [&](int, int64_t i) { return LoadF16(kr + i); },
+        [&](int, int64_t i) { return LoadF16Tail(kr + i, rem); });
+  }
+}
+
+namespace {
+
+// acc[0..dim) += sum_r w[r] * row_r; 32 accumulator floats stay in registers across rows.
+template <typename Load, typename LoadTail>
+inline void AxpyRows(const float* w, int64_t n_rows, int64_t dim, float* acc, Load load,
+                     LoadTail load_tail) {
+  int64_t i = 0;
+  for (; i + 4 * kW <= dim; i += 4 * kW) {
+    __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + kW);
+    __m256 a2 = _mm256_loadu_ps(acc + i + 2 * kW), a3 = _mm256_loadu_ps(acc + i + 3 * kW);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const __m256 wr = _mm256_set1_ps(w[r]);
+      a0 = _mm256_fmadd_ps(wr, load(r, i), a0);
+      a1 = _mm256_fmadd_ps(wr, load(r, i + kW), a1);
+      a2 = _mm256_fmadd_ps(wr, load(r, i + 2 * kW), a2);
+      a3 = _mm256_fmadd_ps(wr, load(r, i + 3 * kW), a3);
+    }
+    _mm256_storeu_ps(acc + i, a0);
+    _mm256_storeu_ps(acc + i + kW, a1);
+    _mm256_storeu_ps(acc + i + 2 * kW, a2);
+    _mm256_storeu_ps(acc + i + 3 * kW, a3);
+  }
+  for (; i + kW <= dim; i += kW) {
+    __m256 a = _mm256_loadu_ps(acc + i);
+    for (int64_t r = 0; r < n_rows; ++r) a = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load(r, i), a);
+    _mm256_storeu_ps(acc + i, a);
+  }
+  if (i < dim) {
+    const __m256i m = TailMask(dim - i);
+    __m256 a = _mm256_maskload_ps(acc + i, m);
+    for (int64_t r = 0; r < n_rows; ++r)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), load_tail(r, i), a);
+    _mm256_maskstore_ps(acc + i, m, a);
+  }
+}
+
+}  // namespace
+
+void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  const __m256i tail = TailMask(dim % kW);
+  AxpyRows(
+      w, n_rows, dim, acc, [&](int64_t r, int64_t i) { return _mm256_loadu_ps(v + r * v_stride + i); },
+      [&](int64_t r, int64_t i) { return _mm256_maskload_ps(v + r * v_stride + i, tail); });
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  const int64_t rem = dim % kW;
+  AxpyRows(
+      w, n_rows, dim, acc, [&](int64_t r, int64_t i) { return LoadF16(v + r * v_stride + i); },
+      [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
+}
+
+void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+}  // namespace peng::kernels::avx2

@@ -1,0 +1,232 @@
+// AVX-512 (F/BW/VL/DQ) versions of the element-wise ops and attention inner loops (16 floats
+// per vector; tails use mask registers so every element goes through the same formula).
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* self-initialisation).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/ops_simd.h"
+
+namespace peng::kernels::avx512 {
+namespace {
+
+constexpr int kW = 16;
+
+inline __mmask16 TailMask(int64_t rem) {
+  return static_cast<__mmask16>(rem >= kW ? 0xffff : (1u << rem) - 1);
+}
+
+// exp(x), same scheme as the AVX2 version: Cody-Waite reduction, degree-7 Taylor polynomial,
+// 2^n applied as two factors. ~1-2 ulp for results in the normal range.
+inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(89.f)), _mm512_set1_ps(-105.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606820309417232e-6f), r);
+  __m512 p = _mm512_set1_ps(1.f / 5040.f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  const __m512i ni = _mm512_cvtps_epi32(n);
+  const __m512i n1 = _mm512_srai_epi32(ni, 1);
+  const __m512i n2 = _mm512_sub_epi32(ni, n1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+  return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+}
+
+inline __m512 Silu(__m512 z) {
+  const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), z));
+  return _mm512_div_ps(z, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+}
+
+// Same operation order as ref::GeluTanhMul (no FMA) so that u is bit-identical.
+inline __m512 GeluTanh(__m512 z) {
+  const __m512 z3 = _mm512_mul_ps(_mm512_mul_ps(z, z), z);
+  const __m512 inner = _mm512_add_ps(z, _mm512_mul_ps(_mm512_set1_ps(0.044715f), z3));
+  const __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), inner);
+  const __m512 e = Exp(_mm512_mul_ps(_mm512_set1_ps(-2.f), u));
+  return _mm512_div_ps(z, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+}
+
+inline __m512 LoadF32(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 LoadF16(const uint16_t* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+template <typename Op>
+inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op) {
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(out + i, m, op(LoadF32(a + i, m), LoadF32(b + i, m)));
+  }
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps) {
+  const __m512 off = _mm512_set1_ps(w_offset);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 * kW <= n; i += 2 * kW) {
+      const __m512 v0 = _mm512_loadu_ps(xr + i), v1 = _mm512_loadu_ps(xr + i + kW);
+      a0 = _mm512_fmadd_ps(v0, v0, a0);
+      a1 = _mm512_fmadd_ps(v1, v1, a1);
+    }
+    for (; i < n; i += kW) {
+      const __m512 v = LoadF32(xr + i, TailMask(n - i));
+      a0 = _mm512_fmadd_ps(v, v, a0);
+    }
+    const float mean = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) / static_cast<float>(n);
+    const float s = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(mean + eps)));
+    const __m512 vs = _mm512_set1_ps(s);
+    Binary(xr, w, yr, n, [&](__m512 xv, __m512 wv) {
+      return _mm512_mul_ps(_mm512_mul_ps(xv, vs), _mm512_add_ps(wv, off));
+    });
+  }
+}
+
+float ExpShiftSum(float* x, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 mask = TailMask(n - i);
+    const __m512 e = _mm512_maskz_mov_ps(mask, Exp(_mm512_sub_ps(LoadF32(x + i, mask), vm)));
+    _mm512_mask_storeu_ps(x + i, mask, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m512 vmax = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t i = 0; i < n; i += kW) {
+    vmax = _mm512_mask_max_ps(vmax, TailMask(n - i), vmax, _mm512_maskz_loadu_ps(TailMask(n - i), x + i));
+  }
+  ScaleInPlace(x, 1.0f / ExpShiftSum(x, n, _mm512_reduce_max_ps(vmax)), n);
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n, [](__m512 g, __m512 u) { return _mm512_mul_ps(Silu(g), u); });
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n, [](__m512 g, __m512 u) { return _mm512_mul_ps(GeluTanh(g), u); });
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  Binary(y, x, y, n, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); });
+}
+
+void ScaleInPlace(float* y, float s, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(s);
+  Binary(y, y, y, n, [&](__m512 a, __m512) { return _mm512_mul_ps(a, vs); });
+}
+
+namespace {
+
+// Dot products of q with R rows at once (independent FMA chains).
+template <int R, typename Load>
+inline void DotRowsN(const float* q, int64_t dim, float* out, Load load) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < dim; i += kW) {
+    const __mmask16 m = TailMask(dim - i);
+    const __m512 qv = LoadF32(q + i, m);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(qv, load(r, i, m), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// acc[0..dim) += sum_r w[r] * row_r; 64 accumulator floats stay in registers across rows.
+template <typename Load>
+inline void AxpyRows(const float* w, int64_t n_rows, int64_t dim, float* acc, Load load) {
+  int64_t i = 0;
+  for (; i + 4 * kW <= dim; i += 4 * kW) {
+    const __mmask16 all = 0xffff;
+    __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + kW);
+    __m512 a2 = _mm512_loadu_ps(acc + i + 2 * kW), a3 = _mm512_loadu_ps(acc + i + 3 * kW);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const __m512 wr = _mm512_set1_ps(w[r]);
+      a0 = _mm512_fmadd_ps(wr, load(r, i, all), a0);
+      a1 = _mm512_fmadd_ps(wr, load(r, i + kW, all), a1);
+      a2 = _mm512_fmadd_ps(wr, load(r, i + 2 * kW, all), a2);
+      a3 = _mm512_fmadd_ps(wr, load(r, i + 3 * kW, all), a3);
+    }
+    _mm512_storeu_ps(acc + i, a0);
+    _mm512_storeu_ps(acc + i + kW, a1);
+    _mm512_storeu_ps(acc + i + 2 * kW, a2);
+    _mm512_storeu_ps(acc + i + 3 * kW, a3);
+  }
+  for (; i < dim; i += kW) {
+    const __mmask16 m = TailMask(dim - i);
+    __m512 a = LoadF32(acc + i, m);
+    for (int64_t r = 0; r < n_rows; ++r) a = _mm512_fmadd_ps(_mm512_set1_ps(w[r]), load(r, i, m), a);
+    _mm512_mask_storeu_ps(acc + i, m, a);
+  }
+}
+
+}  // namespace
+
+void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<4>(q, dim, out + r,
+                [&](int j, int64_t i, __mmask16 m) { return LoadF32(kr + j * k_stride + i, m); });
+  }
+  for (; r < n_rows; ++r) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<1>(q, dim, out + r, [&](int, int64_t i, __mmask16 m) { return LoadF32(kr + i, m); });
+  }
+}
+
+void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<4>(q, dim, out + r,
+                [&](int j, int64_t i, __mmask16 m) { return LoadF16(kr + j * k_stride + i, m); });
+  }
+  for (; r < n_rows; ++r) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<1>(q, dim, out + r, [&](int, int64_t i, __mmask16 m) { return LoadF16(kr + i, m); });
+  }
+}
+
+void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  AxpyRows(w, n_rows, dim, acc,
+           [&](int64_t r, int64_t i, __mmask16 m) { return LoadF32(v + r * v_stride + i, m); });
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  AxpyRows(w, n_rows, dim, acc,
+           [&](int64_t r, int64_t i, __mmask16 m) { return LoadF16(v + r * v_stride + i, m); });
+}
+
+void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 m = TailMask(n - i);
+    _mm256_mask_storeu_epi16(y + i, m,
+                             _mm512_cvtps_ph(LoadF32(x + i, m), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+}  // namespace peng::kernels::avx512

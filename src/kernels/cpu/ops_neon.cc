@@ -1,0 +1,278 @@
+// ARM64 NEON versions of the element-wise ops and attention inner loops (4 floats per vector;
+// tails are padded into a small buffer so every element goes through the same formula).
+#if defined(__aarch64__)
+
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/ops_simd.h"
+
+namespace peng::kernels::neon {
+namespace {
+
+constexpr int kW = 4;
+
+// exp(x), same scheme as the x86 versions: Cody-Waite reduction, degree-7 Taylor polynomial,
+// 2^n applied as two factors.
+inline float32x4_t Exp(float32x4_t x) {
+  x = vmaxq_f32(vminq_f32(x, vdupq_n_f32(89.f)), vdupq_n_f32(-105.f));
+  const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(1.44269504088896341f)));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(0.693145751953125f));
+  r = vfmsq_f32(r, n, vdupq_n_f32(1.428606820309417232e-6f));
+  float32x4_t p = vdupq_n_f32(1.f / 5040.f);
+  p = vfmaq_f32(vdupq_n_f32(1.f / 720.f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.f / 120.f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.f / 24.f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.f / 6.f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.f), p, r);
+  const int32x4_t ni = vcvtq_s32_f32(n);
+  const int32x4_t n1 = vshrq_n_s32(ni, 1);
+  const int32x4_t n2 = vsubq_s32(ni, n1);
+  const int32x4_t bias = vdupq_n_s32(127);
+  const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+  const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+  return vmulq_f32(vmulq_f32(p, s1), s2);
+}
+
+inline float32x4_t Silu(float32x4_t z) {
+  const float32x4_t e = Exp(vnegq_f32(z));
+  return vdivq_f32(z, vaddq_f32(vdupq_n_f32(1.f), e));
+}
+
+inline float32x4_t GeluTanh(float32x4_t z) {
+  const float32x4_t z3 = vmulq_f32(vmulq_f32(z, z), z);
+  const float32x4_t inner = vaddq_f32(z, vmulq_f32(vdupq_n_f32(0.044715f), z3));
+  const float32x4_t u = vmulq_f32(vdupq_n_f32(0.7978845608028654f), inner);
+  const float32x4_t e = Exp(vmulq_f32(vdupq_n_f32(-2.f), u));
+  return vdivq_f32(z, vaddq_f32(vdupq_n_f32(1.f), e));
+}
+
+inline float32x4_t LoadF16(const uint16_t* p) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+
+// The first `rem` (< 4) values at p, zero-padded.
+inline float32x4_t LoadTail(const float* p, int64_t rem) {
+  float buf[kW] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t i = 0; i < rem; ++i) buf[i] = p[i];
+  return vld1q_f32(buf);
+}
+inline float32x4_t LoadF16Tail(const uint16_t* p, int64_t rem) {
+  uint16_t buf[kW] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < rem; ++i) buf[i] = p[i];
+  return LoadF16(buf);
+}
+inline void StoreTail(float* p, float32x4_t v, int64_t rem) {
+  float buf[kW];
+  vst1q_f32(buf, v);
+  for (int64_t i = 0; i < rem; ++i) p[i] = buf[i];
+}
+
+template <typename Op>
+inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vst1q_f32(out + i, op(vld1q_f32(a + i), vld1q_f32(b + i)));
+  if (i < n) StoreTail(out + i, op(LoadTail(a + i, n - i), LoadTail(b + i, n - i)), n - i);
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps) {
+  const float32x4_t off = vdupq_n_f32(w_offset);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    float32x4_t a0 = vdupq_n_f32(0.f), a1 = vdupq_n_f32(0.f);
+    int64_t i = 0;
+    for (; i + 2 * kW <= n; i += 2 * kW) {
+      const float32x4_t v0 = vld1q_f32(xr + i), v1 = vld1q_f32(xr + i + kW);
+      a0 = vfmaq_f32(a0, v0, v0);
+      a1 = vfmaq_f32(a1, v1, v1);
+    }
+    for (; i + kW <= n; i += kW) {
+      const float32x4_t v = vld1q_f32(xr + i);
+      a0 = vfmaq_f32(a0, v, v);
+    }
+    if (i < n) {
+      const float32x4_t v = LoadTail(xr + i, n - i);
+      a1 = vfmaq_f32(a1, v, v);
+    }
+    const float mean = vaddvq_f32(vaddq_f32(a0, a1)) / static_cast<float>(n);
+    const float s = 1.0f / vgetq_lane_f32(vsqrtq_f32(vdupq_n_f32(mean + eps)), 0);
+    const float32x4_t vs = vdupq_n_f32(s);
+    Binary(xr, w, yr, n, [&](float32x4_t xv, float32x4_t wv) {
+      return vmulq_f32(vmulq_f32(xv, vs), vaddq_f32(wv, off));
+    });
+  }
+}
+
+float ExpShiftSum(float* x, int64_t n, float m) {
+  const float32x4_t vm = vdupq_n_f32(m);
+  float32x4_t sum = vdupq_n_f32(0.f);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const float32x4_t e = Exp(vsubq_f32(vld1q_f32(x + i), vm));
+    vst1q_f32(x + i, e);
+    sum = vaddq_f32(sum, e);
+  }
+  float total = vaddvq_f32(sum);
+  if (i < n) {
+    float buf[kW];
+    vst1q_f32(buf, Exp(vsubq_f32(LoadTail(x + i, n - i), vm)));
+    for (int64_t j = 0; j < n - i; ++j) {
+      x[i + j] = buf[j];
+      total += buf[j];
+    }
+  }
+  return total;
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float32x4_t vmax = vdupq_n_f32(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vmax = vmaxq_f32(vmax, vld1q_f32(x + i));
+  float m = vmaxvq_f32(vmax);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  ScaleInPlace(x, 1.0f / ExpShiftSum(x, n, m), n);
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n,
+         [](float32x4_t g, float32x4_t u) { return vmulq_f32(Silu(g), u); });
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  Binary(gate, up, out, n,
+         [](float32x4_t g, float32x4_t u) { return vmulq_f32(GeluTanh(g), u); });
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  Binary(y, x, y, n, [](float32x4_t a, float32x4_t b) { return vaddq_f32(a, b); });
+}
+
+void ScaleInPlace(float* y, float s, int64_t n) {
+  const float32x4_t vs = vdupq_n_f32(s);
+  Binary(y, y, y, n, [&](float32x4_t a, float32x4_t) { return vmulq_f32(a, vs); });
+}
+
+namespace {
+
+template <int R, typename Load, typename LoadT>
+inline void DotRowsN(const float* q, int64_t dim, float* out, Load load, LoadT load_tail) {
+  float32x4_t acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.f);
+  int64_t i = 0;
+  for (; i + kW <= dim; i += kW) {
+    const float32x4_t qv = vld1q_f32(q + i);
+    for (int r = 0; r < R; ++r) acc[r] = vfmaq_f32(acc[r], qv, load(r, i));
+  }
+  if (i < dim) {
+    const float32x4_t qv = LoadTail(q + i, dim - i);
+    for (int r = 0; r < R; ++r) acc[r] = vfmaq_f32(acc[r], qv, load_tail(r, i));
+  }
+  for (int r = 0; r < R; ++r) out[r] = vaddvq_f32(acc[r]);
+}
+
+template <typename Load, typename LoadT>
+inline void AxpyRows(const float* w, int64_t n_rows, int64_t dim, float* acc, Load load,
+                     LoadT load_tail) {
+  int64_t i = 0;
+  for (; i + 4 * kW <= dim; i += 4 * kW) {
+    float32x4_t a0 = vld1q_f32(acc + i), a1 = vld1q_f32(acc + i + kW);
+    float32x4_t a2 = vld1q_f32(acc + i + 2 * kW), a3 = vld1q_f32(acc + i + 3 * kW);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float32x4_t wr = vdupq_n_f32(w[r]);
+      a0 = vfmaq_f32(a0, wr, load(r, i));
+      a1 = vfmaq_f32(a1, wr, load(r, i + kW));
+      a2 = vfmaq_f32(a2, wr, load(r, i + 2 * kW));
+      a3 = vfmaq_f32(a3, wr, load(r, i + 3 * kW));
+    }
+    vst1q_f32(acc + i, a0);
+    vst1q_f32(acc + i + kW, a1);
+    vst1q_f32(acc + i + 2 * kW, a2);
+    vst1q_f32(acc + i + 3 * kW, a3);
+  }
+  for (; i + kW <= dim; i += kW) {
+    float32x4_t a = vld1q_f32(acc + i);
+    for (int64_t r = 0; r < n_rows; ++r) a = vfmaq_f32(a, vdupq_n_f32(w[r]), load(r, i));
+    vst1q_f32(acc + i, a);
+  }
+  if (i < dim) {
+    float32x4_t a = LoadTail(acc + i, dim - i);
+    for (int64_t r = 0; r < n_rows; ++r) a = vfmaq_f32(a, vdupq_n_f32(w[r]), load_tail(r, i));
+    StoreTail(acc + i, a, dim - i);
+  }
+}
+
+}  // namespace
+
+void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  const int64_t rem = dim % kW;
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<4>(
+        q, dim, out + r, [&](int j, int64_t i) { return vld1q_f32(kr + j * k_stride + i); },
+        [&](int j, int64_t i) { return LoadTail(kr + j * k_stride + i, rem); });
+  }
+  for (; r < n_rows; ++r) {
+    const float* kr = k + r * k_stride;
+    DotRowsN<1>(
+        q, dim, out + r, [&](int, int64_t i) { return vld1q_f32(kr + i); },
+        [&](int, int64_t i) { return LoadTail(kr + i, rem); });
+  }
+}
+
+void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  const int64_t rem = dim % kW;
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<4>(
+        q, dim, out + r, [&](int j, int64_t i) { return LoadF16(kr + j * k_stride + i); },
+        [&](int j, int64_t i) { return LoadF16Tail(kr + j * k_stride + i, rem); });
+  }
+  for (; r < n_rows; ++r) {
+    const uint16_t* kr = k + r * k_stride;
+    DotRowsN<1>(
+        q, dim, out + r, [&](int, int64_t i) { return LoadF16(kr + i); },
+        [&](int, int64_t i) { return LoadF16Tail(kr + i, rem); });
+  }
+}
+
+void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  const int64_t rem = dim % kW;
+  AxpyRows(
+      w, n_rows, dim, acc, [&](int64_t r, int64_t i) { return vld1q_f32(v + r * v_stride + i); },
+      [&](int64_t r, int64_t i) { return LoadTail(v + r * v_stride + i, rem); });
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  const int64_t rem = dim % kW;
+  AxpyRows(
+      w, n_rows, dim, acc, [&](int64_t r, int64_t i) { return LoadF16(v + r * v_stride + i); },
+      [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
+}
+
+void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+  if (i < n) {
+    uint16_t buf[kW];
+    vst1_u16(buf, vreinterpret_u16_f16(vcvt_f16_f32(LoadTail(x + i, n - i))));
+    for (int64_t j = 0; j < n - i; ++j) y[i + j] = buf[j];
+  }
+}
+
+}  // namespace peng::kernels::neon
+
+#endif  // defined(__aarch64__)

@@ -1,0 +1,179 @@
+// MatMul / MatMulRows / DequantizeRow / MatMulSupports: ISA dispatch, activation quantization
+// into a reusable workspace and the split of weight rows across the thread pool. The compute
+// kernels live in ref/ (scalar oracle) and cpu/ (AVX2, AVX-512, NEON).
+//
+// Workspace: the quantized activations go into a grow-only thread_local buffer, so steady-state
+// calls allocate nothing. It is per calling thread (the engine thread), so concurrent MatMul
+// calls from different threads are safe; pool workers only read it during the call.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "core/check.h"
+#include "kernels/isa.h"
+#include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/ref/matmul_ref.h"
+
+namespace peng::kernels {
+namespace {
+
+// Tokens per pass over the weights: keeps one chunk of quantized activations in L2 while the
+// row tiles stream through it.
+constexpr int64_t kTokenChunk = 64;
+// Rows per thread are rounded to this so every thread runs whole register tiles.
+constexpr int64_t kRowAlign = 16;
+
+struct Workspace {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> buf;
+  size_t bytes = 0;
+
+  uint8_t* Get(size_t n) {
+    if (n > bytes) {
+      n = (n + 4095) & ~size_t{4095};
+      buf.reset(static_cast<uint8_t*>(std::aligned_alloc(64, n)));
+      PENG_CHECK(buf != nullptr);
+      bytes = n;
+    }
+    return buf.get();
+  }
+};
+
+Workspace& ThreadWorkspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+MatMulKernel ResolveKernel(DType t, Isa isa) {
+  MatMulKernel k = nullptr;
+  switch (isa) {
+#if defined(__x86_64__)
+    case Isa::kAvx2: k = Avx2MatMulKernel(t); break;
+    case Isa::kAvx512: k = Avx512MatMulKernel(t); break;
+#elif defined(__aarch64__)
+    case Isa::kNeon: k = NeonMatMulKernel(t); break;
+#endif
+    default: break;
+  }
+  return k ? k : RefMatMulKernel(t);
+}
+
+QuantizeActFn ResolveQuantize(Isa isa) {
+  QuantizeActFn f = nullptr;
+  switch (isa) {
+#if defined(__x86_64__)
+    case Isa::kAvx2: f = Avx2QuantizeAct(); break;
+    case Isa::kAvx512: f = Avx512QuantizeAct(); break;
+#elif defined(__aarch64__)
+    case Isa::kNeon: f = NeonQuantizeAct(); break;
+#endif
+    default: break;
+  }
+  return f ? f : &ref::QuantizeAct;
+}
+
+// Quantizes all token rows of x into the workspace; returns the view.
+ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t cols,
+                            QuantizeActFn quantize, ThreadPool* pool) {
+  const int ab = ActBlockSize(t);
+  PENG_CHECK_MSG(cols % ab == 0, "MatMul: cols must be a multiple of the block size");
+  ActRows a;
+  // Padding lets SIMD kernels over-read (masked) one block pair past the row end.
+  a.qs_stride = RoundUp(cols, 64) + 64;
+  a.d_stride = RoundUp(cols / ab + 2, 16);
+  a.sums_stride = RoundUp(cols / 16 + 2, 32);
+  const size_t qs_bytes = static_cast<size_t>(a.qs_stride) * n_tokens;
+  const size_t d_bytes = sizeof(float) * a.d_stride * n_tokens;
+  const size_t s_bytes = sizeof(int16_t) * a.sums_stride * n_tokens;
+  uint8_t* base = ThreadWorkspace().Get(qs_bytes + d_bytes + s_bytes);
+  int8_t* qs = reinterpret_cast<int8_t*>(base);
+  float* d = reinterpret_cast<float*>(base + qs_bytes);
+  int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
+  a.qs = qs;
+  a.d = d;
+  a.sums = sums;
+  auto run = [&](int64_t t0, int64_t t1) {
+    for (int64_t tk = t0; tk < t1; ++tk) {
+      int8_t* q = qs + tk * a.qs_stride;
+      float* dd = d + tk * a.d_stride;
+      int16_t* ss = sums + tk * a.sums_stride;
+      quantize(x + tk * cols, cols, ab, q, dd, ss);
+      std::fill(q + cols, q + a.qs_stride, int8_t{0});
+      std::fill(dd + cols / ab, dd + a.d_stride, 0.f);
+      std::fill(ss + cols / 16, ss + a.sums_stride, int16_t{0});
+    }
+  };
+  if (pool && pool->num_threads() > 1 && n_tokens >= 2 * pool->num_threads()) {
+    pool->ParallelFor(n_tokens, run);
+  } else {
+    run(0, n_tokens);
+  }
+  return a;
+}
+
+}  // namespace
+
+bool MatMulSupports(DType t) { return RefMatMulKernel(t) != nullptr; }
+
+void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
+  PENG_CHECK_MSG(MatMulSupports(t), "DequantizeRow: unsupported type");
+  ref::DequantizeRow(t, src, dst, n);
+}
+
+void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool) {
+  PENG_CHECK_MSG(MatMulSupports(w.dtype), "MatMul: unsupported weight type");
+  PENG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= w.rows());
+  const int64_t rows = row_end - row_begin;
+  if (rows == 0 || n_tokens <= 0) return;
+  PENG_CHECK(ldy >= rows);
+  const Isa isa = ActiveIsa();
+  MatMulArgs args;
+  args.type = w.dtype;
+  args.w = w.row(row_begin);
+  args.row_bytes = w.row_bytes();
+  args.cols = w.cols();
+  args.n_tokens = n_tokens;
+  args.x = x;
+  args.y = y;
+  args.ldy = ldy;
+  if (GetDTypeInfo(w.dtype).quantized)
+    args.a = QuantizeActivations(w.dtype, x, n_tokens, args.cols, ResolveQuantize(isa), pool);
+  const MatMulKernel kernel = ResolveKernel(w.dtype, isa);
+
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+      MatMulArgs c = args;
+      c.n_tokens = std::min(kTokenChunk, n_tokens - t0);
+      c.x = args.x + t0 * args.cols;
+      c.a.qs = args.a.qs + t0 * args.a.qs_stride;
+      c.a.d = args.a.d + t0 * args.a.d_stride;
+      c.a.sums = args.a.sums + t0 * args.a.sums_stride;
+      c.y = args.y + t0 * ldy;
+      kernel(c, r0, r1);
+    }
+  };
+  const int nt = pool ? pool->num_threads() : 1;
+  if (nt <= 1 || rows < 2 * kRowAlign) {
+    run_rows(0, rows);
+    return;
+  }
+  const int64_t per = RoundUp((rows + nt - 1) / nt, kRowAlign);
+  pool->Run([&](int ti, int) {
+    const int64_t r0 = std::min(rows, ti * per);
+    const int64_t r1 = std::min(rows, r0 + per);
+    if (r0 < r1) run_rows(r0, r1);
+  });
+}
+
+void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
+  MatMulRows(w, 0, w.rows(), x, n_tokens, y, w.rows(), pool);
+}
+
+}  // namespace peng::kernels

@@ -1,0 +1,282 @@
+// Tests of MatMul / MatMulRows / DequantizeRow: GGUF fixtures from the gguf python package
+// (exact), every SIMD ISA against the scalar reference (tight tolerance), the reference against
+// a double-precision dot of dequantized operands, odd shapes, row slices and thread pools.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/ops.h"
+#include "kernels/quant_blocks.h"
+#include "kernels/ref/matmul_ref.h"
+
+namespace peng::kernels {
+namespace {
+
+const DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                           DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::string SourceDir() {
+  if (const char* e = std::getenv("PENG_SOURCE_DIR")) return e;
+#ifdef PENG_SOURCE_DIR
+  return PENG_SOURCE_DIR;
+#else
+  return ".";
+#endif
+}
+
+std::vector<char> ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+void PutF16(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// A random weight matrix [rows, cols] of type t: random bytes with finite fp16 scale fields.
+std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<uint8_t> w(RowBytes(t, cols) * rows);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> scale(1e-3f, 0.05f);
+  if (t == DType::kF32) {
+    for (size_t i = 0; i < w.size() / 4; ++i) {
+      const float v = normal(rng);
+      std::memcpy(&w[4 * i], &v, 4);
+    }
+    return w;
+  }
+  if (t == DType::kF16 || t == DType::kBF16) {
+    for (size_t i = 0; i < w.size() / 2; ++i) {
+      const uint16_t h = t == DType::kF16 ? F32ToF16(normal(rng)) : F32ToBf16(normal(rng));
+      std::memcpy(&w[2 * i], &h, 2);
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(byte(rng));
+  const int bb = GetDTypeInfo(t).block_bytes;
+  for (size_t off = 0; off < w.size(); off += bb) {
+    uint8_t* b = &w[off];
+    const float sign = byte(rng) & 1 ? 1.f : -1.f;
+    switch (t) {
+      case DType::kQ4_1:
+      case DType::kQ5_1:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        PutF16(b, scale(rng));
+        PutF16(b + 2, sign * scale(rng));
+        break;
+      case DType::kQ6_K:
+        PutF16(b + 208, sign * scale(rng));
+        break;
+      default:
+        PutF16(b, sign * scale(rng));
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomActs(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = normal(rng);
+  x[n / 3] = 8.f;  // an outlier, as real activations have
+  return x;
+}
+
+TensorView View(DType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& w) {
+  TensorView v;
+  v.dtype = t;
+  v.shape = {rows, cols};
+  v.data = w.data();
+  v.size_bytes = w.size();
+  return v;
+}
+
+// y_ref[t * rows + r] from the scalar reference, and mag = sum |w| |x| (the error scale).
+void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+               const std::vector<float>& x, int64_t n_tokens, std::vector<float>* y,
+               std::vector<double>* mag) {
+  y->assign(rows * n_tokens, 0.f);
+  mag->assign(rows * n_tokens, 0.0);
+  const size_t rb = RowBytes(t, cols);
+  const bool quant = GetDTypeInfo(t).quantized;
+  const int ab = quant ? ActBlockSize(t) : 1;
+  std::vector<int8_t> qs(cols);
+  std::vector<float> d(cols / ab), wf(cols);
+  std::vector<int16_t> sums(cols / 16 + 1);
+  for (int64_t tk = 0; tk < n_tokens; ++tk) {
+    const float* xt = x.data() + tk * cols;
+    if (quant) ref::QuantizeAct(xt, cols, ab, qs.data(), d.data(), sums.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* wr = w.data() + r * rb;
+      (*y)[tk * rows + r] = quant ? ref::VecDotQ(t, cols, wr, qs.data(), d.data(), sums.data())
+                                  : ref::VecDotF(t, cols, wr, xt);
+      ref::DequantizeRow(t, wr, wf.data(), cols);
+      double m = 0;
+      for (int64_t c = 0; c < cols; ++c) m += std::fabs(double{wf[c]} * xt[c]);
+      (*mag)[tk * rows + r] = m;
+    }
+  }
+}
+
+int64_t ColsFor(DType t, int64_t blocks) {
+  return GetDTypeInfo(t).quantized ? blocks * GetDTypeInfo(t).block_size : blocks * 32;
+}
+
+class MatMulTypeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void TearDown() override { SetActiveIsa(BestIsa()); }
+};
+
+// DequantizeRow equals the values the gguf python package computes, bit for bit.
+TEST_P(MatMulTypeTest, DequantizeMatchesGgufFixture) {
+  const DType t = GetParam();
+  if (t == DType::kF32) GTEST_SKIP() << "F32 is a copy";
+  std::string name = DTypeName(t);
+  for (auto& c : name) c = static_cast<char>(std::tolower(c));
+  const std::string base = SourceDir() + "/tests/data/quant/" + name;
+  const std::vector<char> raw = ReadFile(base + ".raw");
+  const std::vector<char> want_bytes = ReadFile(base + ".f32");
+  ASSERT_FALSE(raw.empty()) << base << ".raw missing (run tools/gen_quant_fixtures.py)";
+  const int64_t n = static_cast<int64_t>(want_bytes.size() / 4);
+  ASSERT_EQ(RowBytes(t, n), raw.size());
+  std::vector<float> want(n), got(n);
+  std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+  DequantizeRow(t, raw.data(), got.data(), n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want[i]) << name << " value " << i;
+}
+
+// Every supported ISA agrees with the scalar reference; the integer parts are exact, so only
+// FP32 summation order differs: |err| <= 2e-6 * sum|w x|.
+TEST_P(MatMulTypeTest, EveryIsaMatchesReference) {
+  const DType t = GetParam();
+  std::mt19937 rng(7);
+  for (int64_t blocks : {1, 3, 8}) {
+    const int64_t cols = ColsFor(t, blocks), rows = 37;
+    const auto w = RandomWeights(t, rows, cols, rng);
+    for (int64_t n_tokens : {1, 2, 3, 5, 17, 70}) {
+      const auto x = RandomActs(cols * n_tokens, rng);
+      std::vector<float> y_ref;
+      std::vector<double> mag;
+      Reference(t, w, rows, cols, x, n_tokens, &y_ref, &mag);
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+        if (!IsaSupported(isa)) continue;
+        SetActiveIsa(isa);
+        std::vector<float> y(rows * n_tokens, -1.f);
+        MatMul(View(t, rows, cols, w), x.data(), n_tokens, y.data(), nullptr);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], y_ref[i], 2e-6 * mag[i] + 1e-30)
+              << DTypeName(t) << " " << IsaName(isa) << " cols " << cols << " tokens " << n_tokens
+              << " i " << i;
+      }
+    }
+  }
+}
+
+// The reference equals a double-precision dot of the dequantized weights with the dequantized
+// quantized activations, and stays close to the unquantized product.
+TEST_P(MatMulTypeTest, ReferenceMatchesDoubleDot) {
+  const DType t = GetParam();
+  std::mt19937 rng(11);
+  const int64_t cols = ColsFor(t, 4), rows = 9;
+  const auto w = RandomWeights(t, rows, cols, rng);
+  const auto x = RandomActs(cols, rng);
+  const bool quant = GetDTypeInfo(t).quantized;
+  const int ab = quant ? ActBlockSize(t) : 1;
+  std::vector<int8_t> qs(cols);
+  std::vector<float> d(cols / ab), xa(x), wf(cols);
+  std::vector<int16_t> sums(cols / 16);
+  if (quant) {
+    ref::QuantizeAct(x.data(), cols, ab, qs.data(), d.data(), sums.data());
+    for (int64_t c = 0; c < cols; ++c) xa[c] = static_cast<float>(qs[c]) * d[c / ab];
+    for (int64_t g = 0; g < cols / 16; ++g) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += qs[16 * g + i];
+      EXPECT_EQ(sums[g], s);
+    }
+  }
+  std::vector<float> y(rows);
+  MatMul(View(t, rows, cols, w), x.data(), 1, y.data(), nullptr);
+  const size_t rb = RowBytes(t, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    ref::DequantizeRow(t, w.data() + r * rb, wf.data(), cols);
+    double exact = 0, unquant = 0, mag = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      exact += double{wf[c]} * xa[c];
+      unquant += double{wf[c]} * x[c];
+      mag += std::fabs(double{wf[c]} * x[c]);
+    }
+    EXPECT_NEAR(y[r], exact, 2e-6 * mag) << DTypeName(t) << " row " << r;
+    EXPECT_NEAR(y[r], unquant, 0.02 * mag) << DTypeName(t) << " row " << r;
+  }
+}
+
+// Row slices write y[t * ldy + (r - row_begin)] and leave the rest of y alone; pools of 1 and
+// 2 threads give the same bits as no pool.
+TEST_P(MatMulTypeTest, RowsSlicesAndPools) {
+  const DType t = GetParam();
+  std::mt19937 rng(5);
+  const int64_t cols = ColsFor(t, 2), rows = 70, n_tokens = 3, ldy = 50;
+  const auto w = RandomWeights(t, rows, cols, rng);
+  const auto x = RandomActs(cols * n_tokens, rng);
+  const TensorView v = View(t, rows, cols, w);
+  std::vector<float> full(rows * n_tokens);
+  MatMul(v, x.data(), n_tokens, full.data(), nullptr);
+  ThreadPool pool1(1), pool2(2);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2}) {
+    std::vector<float> y2(rows * n_tokens);
+    MatMul(v, x.data(), n_tokens, y2.data(), pool);
+    EXPECT_EQ(y2, full);
+    std::vector<float> y(ldy * n_tokens, 42.f);
+    MatMulRows(v, 13, 56, x.data(), n_tokens, y.data(), ldy, pool);
+    for (int64_t tk = 0; tk < n_tokens; ++tk)
+      for (int64_t i = 0; i < ldy; ++i) {
+        const float want = i < 43 ? full[tk * rows + 13 + i] : 42.f;
+        ASSERT_EQ(y[tk * ldy + i], want) << DTypeName(t) << " t " << tk << " i " << i;
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTypeTest, ::testing::ValuesIn(kAllTypes),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(MatMulTest, Supports) {
+  for (DType t : kAllTypes) EXPECT_TRUE(MatMulSupports(t)) << DTypeName(t);
+  EXPECT_FALSE(MatMulSupports(DType::kQ2_K));
+  EXPECT_FALSE(MatMulSupports(DType::kI32));
+}
+
+TEST(MatMulTest, QuantizeActExactValues) {
+  float x[32] = {};
+  x[0] = 1.f;
+  x[1] = -0.5f;
+  x[2] = 2.54f;
+  x[31] = -2.54f;
+  int8_t qs[32];
+  float d;
+  int16_t sums[2];
+  ref::QuantizeAct(x, 32, 32, qs, &d, sums);
+  EXPECT_EQ(d, 2.54f / 127.f);
+  EXPECT_EQ(qs[0], 50);
+  EXPECT_EQ(qs[1], -25);
+  EXPECT_EQ(qs[2], 127);
+  EXPECT_EQ(qs[31], -127);
+  EXPECT_EQ(sums[0], 50 - 25 + 127);
+  EXPECT_EQ(sums[1], -127);
+}
+
+}  // namespace
+}  // namespace peng::kernels

@@ -1,0 +1,139 @@
+#include "kernels/ref/ops_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "core/half.h"
+
+namespace peng::kernels::ref {
+
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float s = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * (w[i] + w_offset);
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  const float inv = 1.0f / ExpShiftSum(x, n, m);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = gate[i];
+    out[i] = z / (1.0f + std::exp(-z)) * up[i];
+  }
+}
+
+// gelu_tanh(z) = 0.5 z (1 + tanh(u)) with u = sqrt(2/pi) (z + 0.044715 z^3), evaluated as the
+// equal z / (1 + exp(-2u)), which keeps full relative accuracy where tanh(u) is near -1.
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCubic = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = gate[i];
+    const float z3 = (z * z) * z;
+    const float u = kSqrt2OverPi * (z + kCubic * z3);
+    out[i] = z / (1.0f + std::exp(-2.0f * u)) * up[i];
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void ScaleInPlace(float* y, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+// Angles follow HF: theta_i = float32(float32(pos) * inv_freq[i]); cos and sin of that float32
+// angle are evaluated in double and rounded to float32 (a correctly rounded float32 cos/sin),
+// then multiplied by attention_factor in float32. The rotation itself is in float32.
+void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
+               const float* inv_freq) {
+  constexpr int kMaxHalf = 512;
+  const int half = cfg.rot_dim / 2;
+  PENG_CHECK(cfg.rot_dim % 2 == 0 && cfg.rot_dim <= head_dim && half <= kMaxHalf);
+  float cos_t[kMaxHalf];
+  float sin_t[kMaxHalf];
+  const float fpos = static_cast<float>(pos);
+  for (int i = 0; i < half; ++i) {
+    const float theta = fpos * inv_freq[i];
+    cos_t[i] = static_cast<float>(std::cos(static_cast<double>(theta))) * cfg.attention_factor;
+    sin_t[i] = static_cast<float>(std::sin(static_cast<double>(theta))) * cfg.attention_factor;
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      // (a, b) is the pair rotated by theta_i.
+      float* a = cfg.style == RopeStyle::kInterleaved ? &xh[2 * i] : &xh[i];
+      float* b = cfg.style == RopeStyle::kInterleaved ? &xh[2 * i + 1] : &xh[i + half];
+      const float x0 = *a;
+      const float x1 = *b;
+      *a = x0 * cos_t[i] - x1 * sin_t[i];
+      *b = x1 * cos_t[i] + x0 * sin_t[i];
+    }
+  }
+}
+
+void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* kr = k + r * k_stride;
+    float s = 0.f;
+    for (int64_t i = 0; i < dim; ++i) s += q[i] * kr[i];
+    out[r] = s;
+  }
+}
+
+void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint16_t* kr = k + r * k_stride;
+    float s = 0.f;
+    for (int64_t i = 0; i < dim; ++i) s += q[i] * F16ToF32(kr[i]);
+    out[r] = s;
+  }
+}
+
+void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* vr = v + r * v_stride;
+    for (int64_t i = 0; i < dim; ++i) acc[i] += w[r] * vr[i];
+  }
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint16_t* vr = v + r * v_stride;
+    for (int64_t i = 0; i < dim; ++i) acc[i] += w[r] * F16ToF32(vr[i]);
+  }
+}
+
+float ExpShiftSum(float* x, int64_t n, float m) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  return static_cast<float>(sum);
+}
+
+void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F32ToF16(x[i]);
+}
+
+}  // namespace peng::kernels::ref

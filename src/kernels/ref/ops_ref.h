@@ -1,0 +1,43 @@
+// Scalar reference versions of the element-wise, RoPE and attention ops in kernels/ops.h: the
+// oracle that every SIMD path is tested against, and the kernel used when no SIMD ISA is
+// active. Plain loops, float32 values with double accumulators where a sum is taken, libm exp.
+// Stateless and re-entrant.
+//
+// The attention primitives (DotRows*, AxpyRows*, ExpShiftSum, F32ToF16Row) are the inner loops
+// of PagedAttention (attention.cc); every ISA provides the same set (cpu/ops_simd.h), and
+// attention.cc drives whichever is active.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace peng::kernels::ref {
+
+// Same contracts as the ops of the same name in kernels/ops.h.
+void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows, int64_t n,
+             float eps);
+void Softmax(float* x, int64_t n);
+void SiluMul(const float* gate, const float* up, float* out, int64_t n);
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
+void AddInPlace(float* y, const float* x, int64_t n);
+void ScaleInPlace(float* y, float s, int64_t n);
+void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
+               const float* inv_freq);
+
+// out[r] = dot(q[0..dim), k[r * k_stride ..][0..dim)) for r < n_rows.
+void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out);
+void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                float* out);
+// acc[0..dim) += sum_r w[r] * v[r * v_stride ..][0..dim).
+void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc);
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                 float* acc);
+// x[i] = exp(x[i] - m) for i < n; returns the sum of the new x[i].
+float ExpShiftSum(float* x, int64_t n, float m);
+// y[i] = fp16(x[i]), round to nearest even.
+void F32ToF16Row(const float* x, uint16_t* y, int64_t n);
+
+}  // namespace peng::kernels::ref

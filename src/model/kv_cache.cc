@@ -1,0 +1,58 @@
+#include "model/kv_cache.h"
+
+#include <string>
+
+namespace peng {
+
+int64_t KvCacheSpec::BytesPerToken(DType dtype) const {
+  const int64_t elem = GetDTypeInfo(dtype).block_bytes;
+  int64_t total = 0;
+  for (const Layer& l : layers) total += int64_t{l.n_kv_heads} * (l.head_dim + l.v_head_dim) * elem;
+  return total;
+}
+
+int64_t KvCache::BlocksForBudget(const KvCacheSpec& spec, int block_size, DType dtype,
+                                 int64_t budget_bytes) {
+  const int64_t per_block = spec.BytesPerToken(dtype) * block_size;
+  return per_block > 0 ? budget_bytes / per_block : 0;
+}
+
+StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheSpec& spec, int64_t num_blocks,
+                                                   int block_size, DType dtype) {
+  if (dtype != DType::kF16 && dtype != DType::kF32)
+    return InvalidArgument(std::string("KV cache dtype must be F16 or F32, got ") +
+                           DTypeName(dtype));
+  if (num_blocks <= 0 || block_size <= 0)
+    return InvalidArgument("KV cache needs at least one block (num_blocks=" +
+                           std::to_string(num_blocks) +
+                           ", block_size=" + std::to_string(block_size) + ")");
+  auto kv = std::make_unique<KvCache>();
+  kv->num_blocks_ = num_blocks;
+  kv->block_size_ = block_size;
+  kv->dtype_ = dtype;
+  const int64_t elem = GetDTypeInfo(dtype).block_bytes;
+  const int64_t total = spec.BytesPerToken(dtype) * block_size * num_blocks;
+  try {
+    kv->storage_.assign(static_cast<size_t>(total), 0);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("cannot allocate " + std::to_string(total) + " bytes of KV cache");
+  }
+  uint8_t* p = kv->storage_.data();
+  for (const KvCacheSpec::Layer& l : spec.layers) {
+    kernels::KvLayerView v;
+    v.dtype = dtype;
+    v.num_blocks = num_blocks;
+    v.block_size = block_size;
+    v.n_kv_heads = l.n_kv_heads;
+    v.head_dim = l.head_dim;
+    v.v_head_dim = l.v_head_dim;
+    v.k = p;
+    p += num_blocks * block_size * l.n_kv_heads * l.head_dim * elem;
+    v.v = p;
+    p += num_blocks * block_size * l.n_kv_heads * l.v_head_dim * elem;
+    kv->layers_.push_back(v);
+  }
+  return kv;
+}
+
+}  // namespace peng

@@ -1,0 +1,286 @@
+#include "model/layers/decoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "kernels/ops.h"
+
+namespace peng {
+
+using kernels::AttentionParams;
+
+int64_t ForwardBatch::NumLogitRows() const {
+  int64_t n = 0;
+  for (const SeqBatchEntry& s : seqs)
+    if (s.want_logits) n += s.all_logits ? s.n_tokens : 1;
+  return n;
+}
+
+StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(std::unique_ptr<ModelFiles> files,
+                                                           const ModelConfig& config) {
+  std::unique_ptr<DecoderModel> m(new DecoderModel());
+  m->files_ = std::move(files);
+  m->cfg_ = config;
+  PENG_RETURN_IF_ERROR(m->Bind());
+  return m;
+}
+
+StatusOr<const TensorView*> DecoderModel::Matrix(const std::string& name, int64_t rows,
+                                                 int64_t cols) {
+  PENG_ASSIGN_OR_RETURN(const TensorView* t, files_->Require(name));
+  if (t->ndim() != 2 || t->dim(0) != rows || t->dim(1) != cols)
+    return DataLoss(files_->path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                    ", expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  if (!kernels::MatMulSupports(t->dtype))
+    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
+                         DTypeName(t->dtype));
+  return t;
+}
+
+StatusOr<const float*> DecoderModel::Vector(const std::string& name, int64_t n, bool optional) {
+  const TensorView* t = files_->Find(name);
+  if (!t) {
+    if (optional) return static_cast<const float*>(nullptr);
+    return NotFound(files_->path() + ": missing tensor '" + name + "'");
+  }
+  if (t->numel() != n)
+    return DataLoss(files_->path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                    ", expected " + std::to_string(n) + " values");
+  if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0)
+    return static_cast<const float*>(t->data);
+  std::vector<float> v(n);
+  if (t->dtype == DType::kF32) {
+    std::memcpy(v.data(), t->data, n * 4);
+  } else if (kernels::MatMulSupports(t->dtype)) {
+    kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
+  } else {
+    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
+                         DTypeName(t->dtype));
+  }
+  owned_.push_back(std::move(v));
+  return static_cast<const float*>(owned_.back().data());
+}
+
+Status DecoderModel::Bind() {
+  const ModelConfig& c = cfg_;
+  if (c.n_layers <= 0 || c.hidden_size <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
+      c.head_dim <= 0 || c.ffn_dim <= 0 || c.vocab_size <= 0 || c.n_heads % c.n_kv_heads != 0)
+    return InvalidArgument(files_->path() + ": inconsistent model dimensions: " + c.Summary());
+  if (c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 != 0)
+    return InvalidArgument(files_->path() + ": rope dimension " + std::to_string(c.rope.rot_dim) +
+                           " does not fit head_dim " + std::to_string(c.head_dim));
+  const int64_t D = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+  PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix("token_embd.weight", c.vocab_size, D));
+  PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
+  if (files_->Find("output.weight") && !c.tie_embeddings) {
+    PENG_ASSIGN_OR_RETURN(output_, Matrix("output.weight", c.vocab_size, D));
+  } else {
+    output_ = tok_embd_;
+  }
+  layers_.resize(c.n_layers);
+  for (int il = 0; il < c.n_layers; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    Layer& L = layers_[il];
+    PENG_ASSIGN_OR_RETURN(L.attn_norm, Vector(p + "attn_norm.weight", D));
+    PENG_ASSIGN_OR_RETURN(L.wq, Matrix(p + "attn_q.weight", qd, D));
+    PENG_ASSIGN_OR_RETURN(L.wk, Matrix(p + "attn_k.weight", kvd, D));
+    PENG_ASSIGN_OR_RETURN(L.wv, Matrix(p + "attn_v.weight", kvd, D));
+    PENG_ASSIGN_OR_RETURN(L.wo, Matrix(p + "attn_output.weight", D, qd));
+    PENG_ASSIGN_OR_RETURN(L.bq, Vector(p + "attn_q.bias", qd, !c.qkv_bias));
+    PENG_ASSIGN_OR_RETURN(L.bk, Vector(p + "attn_k.bias", kvd, !c.qkv_bias));
+    PENG_ASSIGN_OR_RETURN(L.bv, Vector(p + "attn_v.bias", kvd, !c.qkv_bias));
+    if (c.qk_norm) {
+      PENG_ASSIGN_OR_RETURN(L.q_norm, Vector(p + "attn_q_norm.weight", c.head_dim));
+      PENG_ASSIGN_OR_RETURN(L.k_norm, Vector(p + "attn_k_norm.weight", c.head_dim));
+    }
+    if (c.post_norms) {
+      PENG_ASSIGN_OR_RETURN(L.post_attn_norm, Vector(p + "post_attention_norm.weight", D));
+      PENG_ASSIGN_OR_RETURN(L.post_ffn_norm, Vector(p + "post_ffw_norm.weight", D));
+    }
+    PENG_ASSIGN_OR_RETURN(L.ffn_norm, Vector(p + "ffn_norm.weight", D));
+    PENG_ASSIGN_OR_RETURN(L.w_gate, Matrix(p + "ffn_gate.weight", c.ffn_dim, D));
+    PENG_ASSIGN_OR_RETURN(L.w_up, Matrix(p + "ffn_up.weight", c.ffn_dim, D));
+    PENG_ASSIGN_OR_RETURN(L.w_down, Matrix(p + "ffn_down.weight", D, c.ffn_dim));
+  }
+  if (!c.layer_sliding.empty() && static_cast<int64_t>(c.layer_sliding.size()) != c.n_layers)
+    return InvalidArgument("layer_sliding has the wrong length");
+  inv_freq_.resize(c.rope.rot_dim / 2);
+  kernels::ComputeRopeInvFreq(c.rope, inv_freq_.data());
+  if (c.sliding_window > 0) {
+    inv_freq_local_.resize(c.rope_local.rot_dim / 2);
+    kernels::ComputeRopeInvFreq(c.rope_local, inv_freq_local_.data());
+  }
+  return OkStatus();
+}
+
+KvCacheSpec DecoderModel::kv_spec() const {
+  KvCacheSpec spec;
+  for (int il = 0; il < cfg_.n_layers; ++il)
+    spec.layers.push_back({static_cast<int>(cfg_.n_kv_heads), static_cast<int>(cfg_.head_dim),
+                           static_cast<int>(cfg_.head_dim)});
+  return spec;
+}
+
+int64_t DecoderModel::WeightBytesPerToken() const {
+  int64_t bytes = output_->size_bytes + cfg_.hidden_size * 4;
+  for (const Layer& L : layers_) {
+    for (const TensorView* t : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
+      bytes += t->size_bytes;
+  }
+  return bytes;
+}
+
+std::string DecoderModel::WeightSummary() const {
+  std::map<std::string, int> counts;
+  for (const TensorView* t : files_->AllTensors()) counts[DTypeName(t->dtype)]++;
+  std::string s;
+  for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+  return s;
+}
+
+void DecoderModel::EnsureScratch(int64_t T) {
+  if (T <= scratch_tokens_) return;
+  const ModelConfig& c = cfg_;
+  scratch_tokens_ = T;
+  x_.resize(T * c.hidden_size);
+  h_.resize(T * c.hidden_size);
+  o_.resize(T * c.hidden_size);
+  q_.resize(T * c.n_heads * c.head_dim);
+  attn_.resize(T * c.n_heads * c.head_dim);
+  k_.resize(T * c.n_kv_heads * c.head_dim);
+  v_.resize(T * c.n_kv_heads * c.head_dim);
+  gate_.resize(T * c.ffn_dim);
+  up_.resize(T * c.ffn_dim);
+  pos_.resize(T);
+  seq_of_token_.resize(T);
+  sel_.resize(T * c.hidden_size);
+}
+
+static void AddBias(float* y, const float* b, int64_t T, int64_t n) {
+  if (!b) return;
+  for (int64_t t = 0; t < T; ++t) kernels::AddInPlace(y + t * n, b, n);
+}
+
+void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, ThreadPool* pool) {
+  const ModelConfig& c = cfg_;
+  const Layer& L = layers_[il];
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = c.hidden_size, hd = c.head_dim;
+  const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  const bool sliding = !c.layer_sliding.empty() && c.layer_sliding[il];
+  const kernels::RopeConfig& rope = sliding ? c.rope_local : c.rope;
+  const float* inv_freq = sliding ? inv_freq_local_.data() : inv_freq_.data();
+
+  // --- attention block
+  kernels::RmsNorm(x_.data(), L.attn_norm, c.norm_weight_offset, h_.data(), T, D, c.rms_eps);
+  kernels::MatMul(*L.wq, h_.data(), T, q_.data(), pool);  // [T, n_heads * hd]
+  kernels::MatMul(*L.wk, h_.data(), T, k_.data(), pool);  // [T, n_kv_heads * hd]
+  kernels::MatMul(*L.wv, h_.data(), T, v_.data(), pool);  // [T, n_kv_heads * hd]
+  AddBias(q_.data(), L.bq, T, qd);
+  AddBias(k_.data(), L.bk, T, kvd);
+  AddBias(v_.data(), L.bv, T, kvd);
+  if (c.qk_norm) {
+    kernels::RmsNorm(q_.data(), L.q_norm, c.norm_weight_offset, q_.data(), T * c.n_heads, hd,
+                     c.rms_eps);
+    kernels::RmsNorm(k_.data(), L.k_norm, c.norm_weight_offset, k_.data(), T * c.n_kv_heads, hd,
+                     c.rms_eps);
+  }
+  const kernels::KvLayerView& kvl = kv->layer(il);
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::ApplyRope(q_.data() + t * qd, c.n_heads, hd, pos_[t], rope, inv_freq);
+    kernels::ApplyRope(k_.data() + t * kvd, c.n_kv_heads, hd, pos_[t], rope, inv_freq);
+    const SeqBatchEntry& s = batch.seqs[seq_of_token_[t]];
+    kernels::KvWrite(kvl, s.block_table, pos_[t], k_.data() + t * kvd, v_.data() + t * kvd);
+  }
+  AttentionParams ap;
+  ap.n_heads = static_cast<int>(c.n_heads);
+  ap.scale = c.AttentionScale();
+  ap.sliding_window = sliding ? c.sliding_window : 0;
+  int64_t t0 = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    kernels::PagedAttention(q_.data() + t0 * qd, s.n_tokens, s.pos0, kvl, s.block_table, ap,
+                            attn_.data() + t0 * qd, pool);
+    t0 += s.n_tokens;
+  }
+  kernels::MatMul(*L.wo, attn_.data(), T, o_.data(), pool);  // [T, D]
+  if (L.post_attn_norm)
+    kernels::RmsNorm(o_.data(), L.post_attn_norm, c.norm_weight_offset, o_.data(), T, D,
+                     c.rms_eps);
+  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+
+  // --- feed-forward block
+  kernels::RmsNorm(x_.data(), L.ffn_norm, c.norm_weight_offset, h_.data(), T, D, c.rms_eps);
+  kernels::MatMul(*L.w_gate, h_.data(), T, gate_.data(), pool);  // [T, ffn]
+  kernels::MatMul(*L.w_up, h_.data(), T, up_.data(), pool);      // [T, ffn]
+  if (c.activation == Activation::kSilu) {
+    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
+  } else {
+    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
+  }
+  kernels::MatMul(*L.w_down, gate_.data(), T, o_.data(), pool);  // [T, D]
+  if (L.post_ffn_norm)
+    kernels::RmsNorm(o_.data(), L.post_ffn_norm, c.norm_weight_offset, o_.data(), T, D,
+                     c.rms_eps);
+  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+}
+
+Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
+                             ThreadPool* pool) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = c.hidden_size;
+  if (T == 0) return OkStatus();
+  EnsureScratch(T);
+  // Validate the batch before touching the cache.
+  int64_t t = 0;
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const SeqBatchEntry& s = batch.seqs[si];
+    const int64_t end = s.pos0 + s.n_tokens;
+    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * kv->block_size() < end)
+      return InvalidArgument("batch entry " + std::to_string(si) + " does not fit its block table");
+    for (int64_t b = 0; b < (end + kv->block_size() - 1) / kv->block_size(); ++b)
+      if (s.block_table[b] < 0 || s.block_table[b] >= kv->num_blocks())
+        return InvalidArgument("batch entry " + std::to_string(si) + " has invalid block id");
+    for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {
+      pos_[t] = s.pos0 + i;
+      seq_of_token_[t] = static_cast<int32_t>(si);
+    }
+  }
+  if (t != T) return InvalidArgument("batch token count does not match its sequences");
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t id = batch.tokens[i];
+    if (id < 0 || id >= c.vocab_size)
+      return InvalidArgument("token id " + std::to_string(id) + " out of range [0, " +
+                             std::to_string(c.vocab_size) + ")");
+    kernels::DequantizeRow(tok_embd_->dtype, tok_embd_->row(id), x_.data() + i * D, D);
+  }
+  if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
+
+  for (int il = 0; il < c.n_layers; ++il) RunLayer(il, batch, kv, pool);
+
+  // Gather the rows that need logits, normalise, project.
+  int64_t rows = 0;
+  t = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    if (s.want_logits) {
+      const int64_t first = s.all_logits ? t : t + s.n_tokens - 1;
+      for (int64_t i = first; i < t + s.n_tokens; ++i, ++rows)
+        std::memcpy(sel_.data() + rows * D, x_.data() + i * D, D * sizeof(float));
+    }
+    t += s.n_tokens;
+  }
+  if (rows == 0) return OkStatus();
+  kernels::RmsNorm(sel_.data(), output_norm_, c.norm_weight_offset, sel_.data(), rows, D,
+                   c.rms_eps);
+  kernels::MatMul(*output_, sel_.data(), rows, logits, pool);  // [rows, vocab]
+  if (c.final_logit_softcap > 0) {
+    const float cap = c.final_logit_softcap;
+    for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  }
+  return OkStatus();
+}
+
+}  // namespace peng

@@ -1,0 +1,79 @@
+// DecoderModel: the shared forward pass of dense decoder-only transformers (Llama, Qwen2,
+// Gemma 3, ...): embeddings -> N x [RMSNorm -> GQA attention with RoPE over the paged KV cache
+// -> (post-norm) -> residual -> RMSNorm -> gated MLP -> (post-norm) -> residual] -> final norm
+// -> LM head. Differences between families are flags in ModelConfig (qkv bias, q/k norm,
+// post norms, GeGLU, sliding-window layers, embedding scale); architecture folders only build
+// the config and bind tensor names. Weights stay in the memory-mapped file in their stored
+// type; small vectors (norms, biases) are converted to FP32 at load. Scratch buffers grow to
+// the largest batch seen and are reused (no allocation per step at steady state).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "model/model_files.h"
+
+namespace peng {
+
+class DecoderModel : public Model {
+ public:
+  // Binds and validates every tensor named in GGUF style. Takes ownership of `files`.
+  static StatusOr<std::unique_ptr<DecoderModel>> Load(std::unique_ptr<ModelFiles> files,
+                                                      const ModelConfig& config);
+
+  const ModelConfig& config() const override { return cfg_; }
+  KvCacheSpec kv_spec() const override;
+  Status Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
+                 ThreadPool* pool) override;
+  int64_t WeightBytesPerToken() const override;
+  std::string WeightSummary() const override;
+
+ private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const TensorView* wq = nullptr;
+    const TensorView* wk = nullptr;
+    const TensorView* wv = nullptr;
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+    const TensorView* wo = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* post_attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    const TensorView* w_gate = nullptr;
+    const TensorView* w_up = nullptr;
+    const TensorView* w_down = nullptr;
+    const float* post_ffn_norm = nullptr;
+  };
+
+  DecoderModel() = default;
+  Status Bind();
+  StatusOr<const TensorView*> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // FP32 view of a vector tensor of n values (converted into owned storage if needed);
+  // nullptr without error when optional and absent.
+  StatusOr<const float*> Vector(const std::string& name, int64_t n, bool optional = false);
+  void RunLayer(int il, const ForwardBatch& batch, KvCache* kv, ThreadPool* pool);
+  void EnsureScratch(int64_t n_tokens);
+
+  std::unique_ptr<ModelFiles> files_;
+  ModelConfig cfg_;
+  const TensorView* tok_embd_ = nullptr;
+  const TensorView* output_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<std::vector<float>> owned_;  // converted small tensors
+  std::vector<float> inv_freq_, inv_freq_local_;
+
+  // Scratch, sized for the largest batch so far.
+  int64_t scratch_tokens_ = 0;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
+  std::vector<int64_t> pos_;
+  std::vector<int32_t> seq_of_token_;
+  std::vector<float> sel_;
+};
+
+}  // namespace peng

@@ -1,0 +1,54 @@
+// Model: the forward pass of one loaded model over a batch of sequences, reading and writing
+// a paged KV cache. The batch is "flattened" vLLM-style: the tokens of all sequences lie
+// back-to-back, each sequence says how many tokens it contributes, where they start (its
+// position) and which cache blocks it owns (its block table). One step may mix prefill chunks
+// and single-token decodes. A Model is immutable after loading except for scratch buffers, so
+// Forward() must be called from one thread at a time (the engine thread); it parallelises
+// internally over the ThreadPool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+
+namespace peng {
+
+struct SeqBatchEntry {
+  int64_t n_tokens = 0;               // tokens of this sequence in the batch (contiguous)
+  int64_t pos0 = 0;                   // absolute position of its first token in the batch
+  const int32_t* block_table = nullptr;  // logical block -> physical block in the KvCache
+  int64_t n_blocks = 0;               // entries in block_table (must cover pos0 + n_tokens)
+  bool all_logits = false;            // logits for every token, else only for the last one
+  bool want_logits = true;            // false: no logits at all (a prefill chunk mid-prompt)
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> tokens;        // all sequences' tokens back-to-back
+  std::vector<SeqBatchEntry> seqs;
+
+  // Number of logit rows Forward() writes, in sequence order.
+  int64_t NumLogitRows() const;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Shapes of the KV cache this model needs (per layer).
+  virtual KvCacheSpec kv_spec() const = 0;
+  // Runs the batch; writes NumLogitRows() rows of vocab_size logits into `logits`.
+  virtual Status Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
+                         ThreadPool* pool) = 0;
+  // Bytes of weights read to produce one token (decode): everything but the embedding table.
+  virtual int64_t WeightBytesPerToken() const = 0;
+  // Short description of the weight types, e.g. "Q4_1 x210, Q8_0 x1, F32 x61".
+  virtual std::string WeightSummary() const = 0;
+};
+
+}  // namespace peng

@@ -1,0 +1,80 @@
+#include "model/model_files.h"
+
+#include <sys/stat.h>
+
+#include <regex>
+
+#include "formats/json_util.h"
+#include "formats/safetensors.h"
+
+namespace peng {
+
+ModelFiles::~ModelFiles() = default;
+
+namespace {
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) {
+  std::unique_ptr<ModelFiles> mf(new ModelFiles());
+  mf->path_ = path;
+  if (IsDirectory(path)) {
+    PENG_ASSIGN_OR_RETURN(mf->hf_config_, ParseJsonFile(path + "/config.json"));
+    if (!mf->hf_config_.is_object() || !mf->hf_config_.contains("model_type") ||
+        !mf->hf_config_["model_type"].is_string())
+      return InvalidArgument(path + "/config.json: missing string field 'model_type'");
+    mf->arch_ = mf->hf_config_["model_type"].get<std::string>();
+    PENG_ASSIGN_OR_RETURN(mf->st_, SafetensorsModel::Open(path));
+    return mf;
+  }
+  PENG_ASSIGN_OR_RETURN(mf->gguf_, GgufFile::Open(path));
+  auto arch = mf->gguf_->GetString("general.architecture");
+  if (!arch) return DataLoss(path + ": GGUF has no 'general.architecture' metadata");
+  mf->arch_ = *arch;
+  return mf;
+}
+
+void ModelFiles::SetHfNameMap(const std::map<std::string, std::string>& layer_suffixes,
+                              const std::map<std::string, std::string>& globals) {
+  if (!st_) return;
+  hf_by_gguf_name_.clear();
+  static const std::regex kLayer(R"(^model\.layers\.(\d+)\.(.+)$)");
+  for (const TensorView& tv : st_->tensors()) {
+    const TensorView* t = &tv;
+    std::smatch m;
+    auto g = globals.find(t->name);
+    if (g != globals.end()) {
+      hf_by_gguf_name_[g->second] = t;
+    } else if (std::regex_match(t->name, m, kLayer)) {
+      auto s = layer_suffixes.find(m[2].str());
+      if (s != layer_suffixes.end()) hf_by_gguf_name_["blk." + m[1].str() + "." + s->second] = t;
+    }
+  }
+}
+
+const TensorView* ModelFiles::Find(const std::string& gguf_name) const {
+  if (gguf_) return gguf_->FindTensor(gguf_name);
+  auto it = hf_by_gguf_name_.find(gguf_name);
+  return it == hf_by_gguf_name_.end() ? nullptr : it->second;
+}
+
+StatusOr<const TensorView*> ModelFiles::Require(const std::string& gguf_name) const {
+  const TensorView* t = Find(gguf_name);
+  if (!t) return NotFound(path_ + ": missing tensor '" + gguf_name + "'");
+  return t;
+}
+
+std::vector<const TensorView*> ModelFiles::AllTensors() const {
+  std::vector<const TensorView*> out;
+  if (gguf_) {
+    for (const TensorView& t : gguf_->tensors()) out.push_back(&t);
+  } else {
+    for (const TensorView& t : st_->tensors()) out.push_back(&t);
+  }
+  return out;
+}
+
+}  // namespace peng

@@ -1,0 +1,26 @@
+#include "model/registry.h"
+
+namespace peng {
+
+const std::vector<ArchEntry>& Architectures() {
+  static const std::vector<ArchEntry> kArchs = {
+      {"llama", &LoadLlama},
+      {"qwen2", &LoadQwen2},
+      {"gemma3", &LoadGemma3},
+      {"gemma3_text", &LoadGemma3},
+  };
+  return kArchs;
+}
+
+StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files, ModelFiles::Open(path));
+  std::string known;
+  for (const ArchEntry& a : Architectures()) {
+    if (files->arch() == a.name) return a.load(std::move(files));
+    known += (known.empty() ? "" : ", ") + std::string(a.name);
+  }
+  return Unimplemented(path + ": unknown model architecture '" + files->arch() +
+                       "' (supported: " + known + ")");
+}
+
+}  // namespace peng

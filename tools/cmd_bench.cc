@@ -1,0 +1,145 @@
+// peng bench: prompt-processing and generation speed, like llama-bench (pp N: one prefill of N
+// tokens; tg N: N single-token decode steps from an empty context), repeated --reps times,
+// plus the machine's measured memory read bandwidth and the bandwidth bound of decoding
+// (weight bytes read per token / bandwidth).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/llm.h"
+#include "kernels/isa.h"
+#include "tools/commands.h"
+
+namespace peng::tools {
+namespace {
+
+struct BenchArgs {
+  LlmOptions llm;
+  int pp = 512;
+  int tg = 128;
+  int reps = 5;
+  bool json = false;
+};
+
+// Read bandwidth in GB/s: every thread sums its share of a 1 GiB buffer; best of 3 passes.
+double MeasureReadBandwidth(ThreadPool& pool) {
+  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+  pool.ParallelFor(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i);
+  });
+  double best = 0;
+  std::vector<uint64_t> sink(pool.num_threads() * 8);
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.Run([&](int ti, int nt) {
+      const size_t chunk = (n + nt - 1) / nt;
+      const size_t b = ti * chunk, e = std::min(n, b + chunk);
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      for (size_t i = b; i + 4 <= e; i += 4) {
+        a0 += buf[i];
+        a1 += buf[i + 1];
+        a2 += buf[i + 2];
+        a3 += buf[i + 3];
+      }
+      sink[ti * 8] = a0 + a1 + a2 + a3;
+    });
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, n * sizeof(uint64_t) / s / 1e9);
+  }
+  return best;
+}
+
+struct Stats {
+  double median, min, max;
+};
+Stats Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  const double med = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  return {med, v.front(), v.back()};
+}
+
+int RunBench(const BenchArgs& a) {
+  LlmOptions o = a.llm;
+  o.max_context = std::max<int64_t>(o.max_context, a.pp + a.tg + 1);
+  o.prefill_chunk = std::max(o.prefill_chunk, a.pp);
+  auto llm = Llm::Load(o);
+  if (!llm.ok()) return Fail(llm.status().ToString());
+  Llm& m = **llm;
+  if (a.pp + 1 > m.max_context() || a.tg + 1 > m.max_context())
+    return Fail("--pp/--tg exceed the model's context length");
+  std::mt19937 rng(1234);
+  const int64_t V = m.model().config().vocab_size;
+  std::vector<int32_t> prompt(a.pp);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+  // Warm-up: touches all weights once.
+  if (auto w = m.BenchDecode(2); !w.ok()) return Fail(w.status().ToString());
+  std::vector<double> pp_tps, tg_tps;
+  for (int r = 0; r < a.reps; ++r) {
+    if (a.pp > 0) {
+      auto s = m.BenchPrefill(prompt);
+      if (!s.ok()) return Fail(s.status().ToString());
+      pp_tps.push_back(a.pp / *s);
+    }
+    if (a.tg > 0) {
+      auto s = m.BenchDecode(a.tg);
+      if (!s.ok()) return Fail(s.status().ToString());
+      tg_tps.push_back(a.tg / *s);
+    }
+  }
+  const double bw = MeasureReadBandwidth(m.pool());
+  const int64_t bytes = m.model().WeightBytesPerToken();
+  nlohmann::json j;
+  j["model"] = a.llm.model_path;
+  j["threads"] = m.pool().num_threads();
+  j["isa"] = kernels::IsaName(kernels::ActiveIsa());
+  j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
+  j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
+  j["weight_bytes_per_token"] = bytes;
+  j["mem_bandwidth_gbs"] = bw;
+  j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
+  if (a.json) {
+    std::puts(j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model: %s\nthreads: %d  isa: %s\n", a.llm.model_path.c_str(),
+              m.pool().num_threads(), kernels::IsaName(kernels::ActiveIsa()));
+  std::printf("%-8s %10s %10s %10s\n", "test", "median", "min", "max");
+  if (!pp_tps.empty()) {
+    Stats s = Summarize(pp_tps);
+    std::printf("pp%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.pp, s.median, s.min, s.max);
+  }
+  if (!tg_tps.empty()) {
+    Stats s = Summarize(tg_tps);
+    std::printf("tg%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.tg, s.median, s.min, s.max);
+  }
+  std::printf("weights read per token: %.1f MB; read bandwidth: %.1f GB/s; bound: %.1f tok/s\n",
+              bytes / 1e6, bw, bw * 1e9 / bytes);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBench(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand("bench", "Prompt-processing and generation speed");
+  c->add_option("-m,--model", a->llm.model_path, "GGUF file or Hugging Face model folder")
+      ->required();
+  c->add_option("--pp", a->pp, "Prompt tokens per prefill test (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  c->add_option("--tg", a->tg, "Generated tokens per decode test (0 = skip)")
+      ->check(CLI::Range(0, 1 << 20));
+  c->add_option("--reps", a->reps, "Repetitions")->check(CLI::Range(1, 1000));
+  c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
+      ->check(CLI::Range(0, 1024));
+  c->add_flag("--json", a->json, "Print JSON");
+  c->callback([a, exit_code] { *exit_code = RunBench(*a); });
+}
+
+}  // namespace peng::tools

@@ -1,0 +1,93 @@
+// peng generate: stream a completion of a prompt to stdout; timings to stderr.
+#include <cstdio>
+#include <string>
+
+#include "core/cpu_features.h"
+#include "engine/llm.h"
+#include "kernels/isa.h"
+#include "tools/commands.h"
+
+namespace peng::tools {
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "peng: error: %s\n", what.c_str());
+  return 1;
+}
+
+namespace {
+
+struct GenerateArgs {
+  LlmOptions llm;
+  SamplingParams sp;
+  std::string prompt;
+  bool verbose = false;
+  bool raw = false;
+};
+
+int RunGenerate(GenerateArgs& a) {
+  if (a.verbose) {
+    std::fprintf(stderr, "peng: cpu features: %s\n", GetCpuFeatures().ToString().c_str());
+    std::fprintf(stderr, "peng: kernels: %s\n", kernels::IsaName(kernels::ActiveIsa()));
+  }
+  auto llm = Llm::Load(a.llm);
+  if (!llm.ok()) return Fail(llm.status().ToString());
+  Llm& m = **llm;
+  if (a.verbose) {
+    std::fprintf(stderr, "peng: model: %s\n", m.model().config().Summary().c_str());
+    std::fprintf(stderr, "peng: weights: %s\n", m.model().WeightSummary().c_str());
+    std::fprintf(stderr, "peng: threads: %d\n", m.pool().num_threads());
+  }
+  std::vector<int32_t> prompt = m.Encode(a.prompt);
+  if (!a.raw) std::fputs(a.prompt.c_str(), stdout);
+  GenerateStats st;
+  Status s = m.Generate(prompt, a.sp, [](int32_t, const std::string& text) {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  }, &st);
+  std::fputs("\n", stdout);
+  if (!s.ok()) return Fail(s.ToString());
+  std::fprintf(stderr,
+               "peng: prompt: %lld tokens in %.3f s (%.1f tok/s); generation: %lld tokens in "
+               "%.3f s (%.1f tok/s); finish: %s\n",
+               static_cast<long long>(st.prompt_tokens), st.prompt_seconds,
+               st.prompt_tokens / std::max(st.prompt_seconds, 1e-9),
+               static_cast<long long>(st.generated_tokens), st.generate_seconds,
+               st.generated_tokens / std::max(st.generate_seconds, 1e-9),
+               st.finish_reason.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterGenerate(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<GenerateArgs>();
+  a->sp.max_tokens = 128;
+  a->sp.temperature = 0.8f;
+  CLI::App* c = app.add_subcommand("generate", "Generate text from a prompt");
+  c->add_option("-m,--model", a->llm.model_path, "GGUF file or Hugging Face model folder")
+      ->required();
+  c->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  c->add_option("-n,--max-tokens", a->sp.max_tokens, "Tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
+  c->add_option("--temp,--temperature", a->sp.temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0, 100.0));
+  c->add_option("--top-k", a->sp.top_k, "Top-k (0 = off)")->check(CLI::Range(-1, 1 << 30));
+  c->add_option("--top-p", a->sp.top_p, "Top-p (nucleus)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--min-p", a->sp.min_p, "Min-p")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--repeat-penalty", a->sp.repetition_penalty, "Repetition penalty (1 = off)");
+  c->add_option("--presence-penalty", a->sp.presence_penalty, "Presence penalty");
+  c->add_option("--frequency-penalty", a->sp.frequency_penalty, "Frequency penalty");
+  c->add_option("--seed", a->sp.seed, "RNG seed (-1 = random)");
+  c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
+  c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
+      ->check(CLI::Range(0, 1024));
+  c->add_option("-c,--ctx-size", a->llm.max_context, "Context length")
+      ->check(CLI::Range(1, 1 << 24));
+  c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence");
+  c->add_flag("--raw", a->raw, "Do not echo the prompt");
+  c->add_flag("-v,--verbose", a->verbose, "Print CPU features, kernel ISA and model info");
+  c->callback([a, exit_code] { *exit_code = RunGenerate(*a); });
+}
+
+}  // namespace peng::tools
