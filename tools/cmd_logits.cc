@@ -36,16 +36,15 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& s) {
 }
 
 int RunLogits(const LogitsArgs& a) {
-  auto llm = Llm::Load(a.llm);
-  if (!llm.ok()) return Fail(llm.status().ToString());
   std::vector<int32_t> ids;
   if (!a.tokens.empty()) {
     auto parsed = ParseIds(a.tokens);
     if (!parsed.ok()) return Fail(parsed.status().ToString());
     ids = *parsed;
-  } else {
-    ids = (*llm)->Encode(a.prompt);
   }
+  auto llm = Llm::Load(a.llm);
+  if (!llm.ok()) return Fail(llm.status().ToString());
+  if (ids.empty()) ids = (*llm)->Encode(a.prompt);
   auto logits = (*llm)->PromptLogits(ids);
   if (!logits.ok()) return Fail(logits.status().ToString());
   const int64_t V = (*llm)->model().config().vocab_size;

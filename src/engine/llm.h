@@ -17,6 +17,7 @@
 #include "engine/sampling_params.h"
 #include "kv/block_pool.h"
 #include "model/model.h"
+#include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace peng {

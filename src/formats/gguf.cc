@@ -5,7 +5,6 @@
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <set>
 
 #include "core/check.h"
 #include "formats/error_util.h"

@@ -182,7 +182,7 @@ Status GgufWriter::AddTensor(const std::string& name, DType dtype,
   return OkStatus();
 }
 
-std::vector<uint8_t> GgufWriter::Serialize() const {
+std::vector<uint8_t> GgufWriter::SerializeHeader() const {
   std::vector<uint8_t> out;
   Put<uint32_t>(&out, 0x46554747);  // "GGUF"
   Put<uint32_t>(&out, version_);
@@ -203,24 +203,33 @@ std::vector<uint8_t> GgufWriter::Serialize() const {
     Put<uint64_t>(&out, offset);
     offset = AlignUp(offset + t.bytes.size(), alignment_);
   }
-  if (!tensors_.empty()) {
-    out.resize(AlignUp(out.size(), alignment_), 0);
-    const size_t data_start = out.size();
-    for (const Tensor& t : tensors_) {
-      out.insert(out.end(), t.bytes.begin(), t.bytes.end());
-      out.resize(data_start + AlignUp(out.size() - data_start, alignment_), 0);
-    }
+  // The data section starts aligned; a file without tensors ends with its metadata.
+  if (!tensors_.empty()) out.resize(AlignUp(out.size(), alignment_), 0);
+  return out;
+}
+
+std::vector<uint8_t> GgufWriter::Serialize() const {
+  std::vector<uint8_t> out = SerializeHeader();
+  for (const Tensor& t : tensors_) {
+    out.insert(out.end(), t.bytes.begin(), t.bytes.end());
+    out.resize(out.size() + AlignUp(t.bytes.size(), alignment_) - t.bytes.size(), 0);
   }
   return out;
 }
 
 Status GgufWriter::WriteFile(const std::string& path) const {
-  const std::vector<uint8_t> bytes = Serialize();
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return IoError(path + ": cannot open for writing");
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size()) {
-    return IoError(path + ": write failed");
+  const std::vector<uint8_t> header = SerializeHeader();
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  bool ok = std::fwrite(header.data(), 1, header.size(), f.get()) == header.size();
+  for (const Tensor& t : tensors_) {
+    if (!ok) break;
+    const size_t pad = AlignUp(t.bytes.size(), alignment_) - t.bytes.size();
+    ok = std::fwrite(t.bytes.data(), 1, t.bytes.size(), f.get()) == t.bytes.size() &&
+         std::fwrite(zeros.data(), 1, pad, f.get()) == pad;
   }
+  if (!ok) return IoError(path + ": write failed");
   if (std::fclose(f.release()) != 0) return IoError(path + ": close failed");
   return OkStatus();
 }

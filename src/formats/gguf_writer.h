@@ -2,8 +2,9 @@
 // value type, then tensor infos, then the tensor data, each tensor padded to the alignment
 // (32 unless SetAlignment() is called, which also records `general.alignment`). Metadata and
 // tensors are written in the order they were added; adding a key again replaces its value in
-// place. Tensor bytes are copied, so the writer suits tests and tools that write small or
-// medium models. Not thread-safe; the writer may be reused after Serialize()/WriteFile().
+// place. Tensor bytes are copied (WriteFile then streams them out without a second copy), so
+// the writer suits tests and tools that write small or medium models. Not thread-safe; the
+// writer may be reused after Serialize()/WriteFile().
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,8 @@ class GgufWriter {
     std::vector<uint8_t> bytes;
   };
   void SetEncoded(const std::string& key, std::vector<uint8_t> encoded);
+  // Everything before the tensor data, padded to the alignment.
+  std::vector<uint8_t> SerializeHeader() const;
 
   uint32_t version_;
   size_t alignment_ = 32;

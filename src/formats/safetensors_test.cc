@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,11 +15,11 @@ namespace fs = std::filesystem;
 
 // A safetensors image: 8-byte header length, the header, then `data`.
 std::vector<uint8_t> Image(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> b(8);
   const uint64_t n = header.size();
+  std::vector<uint8_t> b(8 + header.size() + data.size());
   std::memcpy(b.data(), &n, 8);
-  b.insert(b.end(), header.begin(), header.end());
-  b.insert(b.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), b.begin() + 8);
+  std::copy(data.begin(), data.end(), b.begin() + 8 + header.size());
   return b;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -82,6 +83,19 @@ inline void UnpackScalesK(const uint8_t* s, uint8_t* sc, uint8_t* m) {
     sc[j + 4] = (s[j + 8] & 0xF) | ((s[j] >> 6) << 4);
     m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
   }
+}
+
+// Same as UnpackScalesK, as two little-endian 8-byte words (byte j = sc[j] / m[j]); no byte
+// stores, so SIMD code can move the result straight into a vector register.
+inline void UnpackScalesK64(const uint8_t* s, uint64_t* sc, uint64_t* m) {
+  uint32_t lo, hi, b;
+  std::memcpy(&lo, s, 4);
+  std::memcpy(&hi, s + 4, 4);
+  std::memcpy(&b, s + 8, 4);
+  const uint32_t sc_hi = (b & 0x0F0F0F0Fu) | ((lo >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((b >> 4) & 0x0F0F0F0Fu) | ((hi >> 2) & 0x30303030u);
+  *sc = (lo & 0x3F3F3F3Fu) | uint64_t{sc_hi} << 32;
+  *m = (hi & 0x3F3F3F3Fu) | uint64_t{m_hi} << 32;
 }
 
 // Activation block size of the companion format of weight type t (32 or 256).

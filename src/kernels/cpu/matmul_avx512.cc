@@ -166,10 +166,10 @@ inline __m512i ChunkScales32(const RowK& p, int c) {  // 8-value... [s_2c x8, s_
 struct KQ4_K {
   using B = BlockQ4_K;
   static void Prep(const B* b, RowK* p) {
-    uint8_t sc[8], m[8];
-    UnpackScalesK(b->scales, sc, m);
-    p->sc32 = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
-    const __m128i mm = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(m));
+    uint64_t sc, m;
+    UnpackScalesK64(b->scales, &sc, &m);
+    p->sc32 = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+    const __m128i mm = _mm_cvtsi64_si128(static_cast<int64_t>(m));
     p->m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mm, mm));
     p->d = Half(b->d);
     p->dmin = Half(b->dmin);

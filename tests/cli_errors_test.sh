@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Bad input to the `peng` CLI must give a clear message and a non-zero exit, never a crash:
+# missing/corrupt/truncated model files, unknown architectures, bad arguments, prompts longer
+# than the context. Usage: cli_errors_test.sh PENG_BINARY SOURCE_DIR
+set -u
+peng=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect NAME WANT_RC WANT_SUBSTRING -- command...
+expect() {
+  local name=$1 want_rc=$2 want=$3
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$want_rc" ] && [[ "$out" == *"$want"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name: rc=$rc (want $want_rc), output: $out (want substring: $want)"
+  fi
+}
+
+# Tiny hand-made GGUF files (format facts: magic, version, counts, typed key/values).
+python3 - "$tmp" <<'PY'
+import struct, sys, os
+d = sys.argv[1]
+def s(x):
+    b = x.encode(); return struct.pack('<Q', len(b)) + b
+def kv_str(k, v):
+    return s(k) + struct.pack('<I', 8) + s(v)
+hdr = b'GGUF' + struct.pack('<IQQ', 3, 0, 1) + kv_str('general.architecture', 'mamba9')
+open(os.path.join(d, 'unknown_arch.gguf'), 'wb').write(hdr)
+# claims one tensor and 2 key/values but ends early
+open(os.path.join(d, 'truncated.gguf'), 'wb').write(b'GGUF' + struct.pack('<IQQ', 3, 1, 2) + kv_str('general.architecture', 'llama')[:20])
+open(os.path.join(d, 'not_gguf.gguf'), 'wb').write(b'PK\x03\x04' + b'\0' * 60)
+# huge string length
+open(os.path.join(d, 'huge_string.gguf'), 'wb').write(b'GGUF' + struct.pack('<IQQ', 3, 0, 1) + struct.pack('<Q', 1 << 62) + b'abc')
+# HF folder with a corrupt safetensors header
+hf = os.path.join(d, 'hf_bad'); os.mkdir(hf)
+open(os.path.join(hf, 'config.json'), 'w').write('{"model_type": "llama", "hidden_size": 8}')
+open(os.path.join(hf, 'model.safetensors'), 'wb').write(struct.pack('<Q', 1 << 40) + b'{}')
+hf2 = os.path.join(d, 'hf_badjson'); os.mkdir(hf2)
+open(os.path.join(hf2, 'config.json'), 'w').write('{"model_type": "llama", ')
+PY
+
+expect "no subcommand" 2 "" "$peng"
+expect "missing model file" 1 "cannot open" "$peng" generate -m "$tmp/none.gguf" -p hi
+expect "not a gguf" 1 "not_gguf.gguf" "$peng" generate -m "$tmp/not_gguf.gguf" -p hi
+expect "truncated gguf" 1 "truncated.gguf" "$peng" generate -m "$tmp/truncated.gguf" -p hi
+expect "huge string" 1 "huge_string.gguf" "$peng" generate -m "$tmp/huge_string.gguf" -p hi
+expect "unknown architecture" 1 "unknown model architecture 'mamba9'" \
+  "$peng" generate -m "$tmp/unknown_arch.gguf" -p hi
+expect "corrupt safetensors" 1 "model.safetensors" "$peng" generate -m "$tmp/hf_bad" -p hi
+expect "corrupt config.json" 1 "config.json" "$peng" generate -m "$tmp/hf_badjson" -p hi
+expect "tokenize missing file" 1 "cannot open" "$peng" tokenize -m "$tmp/none.gguf" --text hi
+expect "negative temperature" 2 "temp" "$peng" generate -m x.gguf -p hi --temp -1
+expect "zero max tokens" 2 "max-tokens" "$peng" generate -m x.gguf -p hi -n 0
+expect "non-numeric threads" 2 "threads" "$peng" generate -m x.gguf -p hi -t abc
+expect "missing prompt" 2 "prompt" "$peng" generate -m x.gguf
+expect "bad token ids" 1 "is not a token id" "$peng" logits -m "$tmp/unknown_arch.gguf" --tokens 1,x --out "$tmp/o.npy"
+
+model="${PENG_MODELS_DIR:-$src/models}/smollm2-135m-instruct-q4_1.gguf"
+if [ -f "$model" ]; then
+  expect "prompt longer than context" 1 "exceeds the context length" \
+    "$peng" generate -m "$model" -c 16 -n 4 -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+  expect "token id out of range" 1 "out of range" "$peng" logits -m "$model" --tokens 1,999999 --out "$tmp/o.npy"
+else
+  echo "note: $model not found; skipping model-dependent cases"
+fi
+
+echo "cli_errors: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
