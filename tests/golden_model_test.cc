@@ -68,7 +68,7 @@ void CheckModel(const std::string& golden_name) {
     SCOPED_TRACE("prompt '" + name + "'");
     const std::vector<int32_t> tokens = p["tokens"].get<std::vector<int32_t>>();
     // The same text through our tokenizer gives the reference's ids.
-    EXPECT_EQ(m.Encode(p["text"].get<std::string>()), tokens);
+    EXPECT_EQ(*m.Encode(p["text"].get<std::string>()), tokens);
     auto logits = m.PromptLogits(tokens);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     double worst = 0;
@@ -91,7 +91,7 @@ void CheckModel(const std::string& golden_name) {
       }
     }
     EXPECT_LE(worst, kMaxLogitDelta);
-    RecordProperty(name + "_max_logit_delta", std::to_string(worst));
+    ::testing::Test::RecordProperty(name + "_max_logit_delta", std::to_string(worst));
     std::printf("[golden] %s/%s: %zu positions, max |dlogit| = %.4f\n", golden_name.c_str(),
                 name.c_str(), tokens.size(), worst);
 

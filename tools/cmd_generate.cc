@@ -37,7 +37,9 @@ int RunGenerate(GenerateArgs& a) {
     std::fprintf(stderr, "peng: weights: %s\n", m.model().WeightSummary().c_str());
     std::fprintf(stderr, "peng: threads: %d\n", m.pool().num_threads());
   }
-  std::vector<int32_t> prompt = m.Encode(a.prompt);
+  auto encoded = m.Encode(a.prompt);
+  if (!encoded.ok()) return Fail(encoded.status().ToString());
+  const std::vector<int32_t>& prompt = *encoded;
   if (!a.raw) std::fputs(a.prompt.c_str(), stdout);
   GenerateStats st;
   Status s = m.Generate(prompt, a.sp, [](int32_t, const std::string& text) {

@@ -44,7 +44,11 @@ int RunLogits(const LogitsArgs& a) {
   }
   auto llm = Llm::Load(a.llm);
   if (!llm.ok()) return Fail(llm.status().ToString());
-  if (ids.empty()) ids = (*llm)->Encode(a.prompt);
+  if (ids.empty()) {
+    auto encoded = (*llm)->Encode(a.prompt);
+    if (!encoded.ok()) return Fail(encoded.status().ToString());
+    ids = *encoded;
+  }
   auto logits = (*llm)->PromptLogits(ids);
   if (!logits.ok()) return Fail(logits.status().ToString());
   const int64_t V = (*llm)->model().config().vocab_size;

@@ -28,7 +28,12 @@ struct TensorView {
   int ndim() const { return static_cast<int>(shape.size()); }
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   // Rows of a 2-D (or flattened N-D) matrix: all dims but the last.
-  int64_t rows() const { return shape.empty() ? 0 : numel() / shape.back(); }
+  int64_t rows() const {
+    if (shape.empty()) return 0;
+    int64_t n = 1;
+    for (size_t i = 0; i + 1 < shape.size(); ++i) n *= shape[i];
+    return n;
+  }
   int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
   size_t row_bytes() const { return RowBytes(dtype, cols()); }
   const uint8_t* row(int64_t r) const {

@@ -22,8 +22,14 @@ bool IsDirectory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A HF folder without tokenizer.json has no tokenizer (token ids only); nullptr then.
 StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
-  if (IsDirectory(path)) return Tokenizer::FromHfFolder(path);
+  if (IsDirectory(path)) {
+    struct stat st;
+    if (::stat((path + "/tokenizer.json").c_str(), &st) != 0)
+      return std::unique_ptr<Tokenizer>();
+    return Tokenizer::FromHfFolder(path);
+  }
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
   return Tokenizer::FromGguf(*g);
 }
@@ -63,8 +69,13 @@ StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
   return llm;
 }
 
-std::vector<int32_t> Llm::Encode(const std::string& text) const {
+StatusOr<std::vector<int32_t>> Llm::Encode(const std::string& text) const {
+  if (!tokenizer_) return InvalidArgument("this model has no tokenizer; pass token ids instead");
   return tokenizer_->Encode(text, tokenizer_->add_bos_default());
+}
+
+bool Llm::IsEndOfGeneration(int32_t id) const {
+  return tokenizer_ ? tokenizer_->IsEndOfGeneration(id) : id == model_->config().eos_id;
 }
 
 Status Llm::Reset() {
@@ -132,7 +143,8 @@ Status Llm::Generate(const std::vector<int32_t>& prompt, const SamplingParams& p
 
   Sampler sampler(params);
   TokenHistory history(prompt);
-  StreamingDecoder decoder(*tokenizer_);
+  std::unique_ptr<StreamingDecoder> decoder;
+  if (tokenizer_) decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
   std::string pending;  // decoded text held back while a stop string may be forming
   st.finish_reason = "length";
   int64_t pos = n;
@@ -144,11 +156,11 @@ Status Llm::Generate(const std::vector<int32_t>& prompt, const SamplingParams& p
     const bool is_stop_id =
         std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), id) !=
         params.stop_token_ids.end();
-    if ((!params.ignore_eos && tokenizer_->IsEndOfGeneration(id)) || is_stop_id) {
+    if ((!params.ignore_eos && IsEndOfGeneration(id)) || is_stop_id) {
       st.finish_reason = "stop";
       break;
     }
-    pending += decoder.Push(id);
+    if (decoder) pending += decoder->Push(id);
     bool stopped = false;
     for (const std::string& s : params.stop) {
       const size_t at = pending.find(s);
@@ -173,7 +185,7 @@ Status Llm::Generate(const std::vector<int32_t>& prompt, const SamplingParams& p
     PENG_RETURN_IF_ERROR(Step(next, pos++, false, logits_.data()));
   }
   if (st.finish_reason == "length") {
-    pending += decoder.Flush();
+    if (decoder) pending += decoder->Flush();
     if (!pending.empty()) on_text(-1, pending);
   }
   st.generate_seconds = Now() - t1;

@@ -44,12 +44,15 @@ class Llm {
   static StatusOr<std::unique_ptr<Llm>> Load(const LlmOptions& options);
 
   Model& model() { return *model_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // nullptr for a model folder without a tokenizer (token ids only).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   ThreadPool& pool() { return pool_; }
   int64_t max_context() const { return max_context_; }
 
-  // Tokenizes with the model's default BOS handling.
-  std::vector<int32_t> Encode(const std::string& text) const;
+  // Tokenizes with the model's default BOS handling; an error if there is no tokenizer.
+  StatusOr<std::vector<int32_t>> Encode(const std::string& text) const;
+  // End-of-generation token (EOS, end-of-turn...) of the tokenizer, else the config's EOS.
+  bool IsEndOfGeneration(int32_t id) const;
 
   // Runs `tokens` as a fresh sequence; returns logits for every position, [n, vocab].
   StatusOr<std::vector<float>> PromptLogits(std::span<const int32_t> tokens);

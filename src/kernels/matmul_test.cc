@@ -269,13 +269,23 @@ TEST(MatMulTest, QuantizeActExactValues) {
   float d;
   int16_t sums[2];
   ref::QuantizeAct(x, 32, 32, qs, &d, sums);
-  EXPECT_EQ(d, 2.54f / 127.f);
+  EXPECT_EQ(d, F16ToF32(F32ToF16(2.54f / 127.f)));  // Q8_0 keeps an fp16 scale
   EXPECT_EQ(qs[0], 50);
   EXPECT_EQ(qs[1], -25);
   EXPECT_EQ(qs[2], 127);
   EXPECT_EQ(qs[31], -127);
   EXPECT_EQ(sums[0], 50 - 25 + 127);
   EXPECT_EQ(sums[1], -127);
+  // 256-value (Q8_K) blocks keep 1 / (127 / amax) in fp32.
+  float y[256] = {};
+  y[7] = -3.f;
+  y[100] = 1.f;
+  int8_t q2[256];
+  int16_t s2[16];
+  ref::QuantizeAct(y, 256, 256, q2, &d, s2);
+  EXPECT_EQ(d, 1.f / (127.f / 3.f));
+  EXPECT_EQ(q2[7], -127);
+  EXPECT_EQ(q2[100], 42);  // 1 * 127/3 = 42.33
 }
 
 }  // namespace

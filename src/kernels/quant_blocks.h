@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/half.h"
 
 namespace peng::kernels {
 
@@ -101,6 +102,18 @@ inline void UnpackScalesK64(const uint8_t* s, uint64_t* sc, uint64_t* m) {
 // Activation block size of the companion format of weight type t (32 or 256).
 inline int ActBlockSize(DType t) {
   return (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K) ? kQKK : kQK;
+}
+
+// Activation block scales, computed as llama.cpp does so that results agree with it: values
+// are quantized with iscale = 127 / amax (round to nearest even); 32-value blocks (Q8_0/Q8_1)
+// keep the scale amax / 127 rounded to fp16, 256-value blocks (Q8_K) keep 1 / iscale.
+inline void ActBlockScale(float amax, int ab, float* d, float* iscale) {
+  *iscale = amax != 0.f ? 127.f / amax : 0.f;
+  if (ab == kQKK) {
+    *d = amax != 0.f ? 1.f / *iscale : 0.f;
+  } else {
+    *d = F16ToF32(F32ToF16(amax / 127.f));
+  }
 }
 
 // Quantized activation rows (see the header comment). Row t starts at qs + t * qs_stride,

@@ -48,6 +48,7 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     int32_t right;
     int32_t left_id;
     int32_t right_id;
+    int32_t merged_id;
     bool operator>(const Candidate& o) const {
       return rank != o.rank ? rank > o.rank : left > o.left;
     }
@@ -58,7 +59,8 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     const int32_t a = syms[left].id, b = syms[right].id;
     if (a < 0 || b < 0) return;
     auto it = merges_.find(Key(a, b));
-    if (it != merges_.end()) heap.push({it->second.rank, left, right, a, b});
+    if (it == merges_.end()) return;
+    heap.push({it->second.rank, left, right, a, b, it->second.merged_id});
   };
   for (int i = 0; i + 1 < n; ++i) push(i, i + 1);
   while (!heap.empty()) {
@@ -68,7 +70,7 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     // Stale if either side has merged since: ids only ever grow into longer tokens.
     if (l.id != c.left_id || l.next != c.right || syms[c.right].id != c.right_id) continue;
     Symbol& r = syms[c.right];
-    l.id = merges_.at(Key(c.left_id, c.right_id)).merged_id;
+    l.id = c.merged_id;
     l.next = r.next;
     if (r.next >= 0) syms[r.next].prev = c.left;
     r.id = -2;  // dead

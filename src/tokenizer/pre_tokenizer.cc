@@ -59,7 +59,8 @@ bool RegexesForPreName(std::string_view pre, std::vector<std::string>* regexes) 
     *regexes = {
         R"(\p{N}{1,3})",
         "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
-        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+)"
+        R"(| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
     };
   } else if (pre == "default") {
     // llama.cpp's fallback for BPE vocabularies without a known pre-tokenizer.

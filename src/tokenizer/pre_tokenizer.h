@@ -40,8 +40,8 @@ class PreTokenizer {
 // The GPT-2 pre-tokenizer regex (also what a tokenizer.json ByteLevel(use_regex) means).
 extern const char kGpt2Regex[];
 
-// Regex sequence for a GGUF `tokenizer.ggml.pre` name ("gpt2", "llama-bpe", "qwen2",
-// "smollm", ...); nullopt-like empty vector with ok=false for names we do not know.
+// Sets *regexes to the sequence for a GGUF `tokenizer.ggml.pre` name ("gpt2", "llama-bpe",
+// "qwen2", "smollm", "deepseek-llm", "deepseek3-llm", "default", ...); false if unknown.
 bool RegexesForPreName(std::string_view pre, std::vector<std::string>* regexes);
 
 }  // namespace peng

@@ -73,7 +73,9 @@ Status FillSpec(const json& tj, const json& config, VocabSpec* spec) {
   }
   spec->model = TokenizerModel::kByteLevelBpe;
   int64_t max_id = -1;
-  for (const auto& [text, id] : model.at("vocab").items()) max_id = std::max(max_id, id.get<int64_t>());
+  for (const auto& [text, id] : model.at("vocab").items()) {
+    max_id = std::max(max_id, id.get<int64_t>());
+  }
   for (const json& t : tj.value("added_tokens", json::array())) {
     max_id = std::max(max_id, t.at("id").get<int64_t>());
   }

@@ -58,7 +58,8 @@ TEST(PreTokenizerTest, SmollmDigitsThenGpt2) {
 
 TEST(PreTokenizerTest, DeepseekRegexesCompile) {
   EXPECT_EQ(ForPre("deepseek-llm", "Hi 你好 12"), (Pieces{"Hi", " ", "你好", " ", "12"}));
-  EXPECT_EQ(ForPre("deepseek3-llm", "Hi 你好 1234"), (Pieces{"Hi", " ", "你好", " ", "123", "4"}));
+  EXPECT_EQ(ForPre("deepseek3-llm", "Hi 你好 1234"),
+            (Pieces{"Hi", " ", "你好", " ", "123", "4"}));
 }
 
 TEST(PreTokenizerTest, InvalidUtf8IsKept) {
@@ -69,12 +70,12 @@ TEST(PreTokenizerTest, InvalidUtf8IsKept) {
 VocabSpec TinyBpeSpec() {
   VocabSpec spec;
   spec.model = TokenizerModel::kByteLevelBpe;
-  spec.tokens = {"<unk>", "<|end|>", "a", "b", "c", "\xC4\xA0" /* Ġ */, "ab", "abc", "\xC4\xA0" "a",
-                 "\xC4\xA0" "ab"};
+  const std::string g = "\xC4\xA0";  // Ġ, the byte-level letter for a space
+  spec.tokens = {"<unk>", "<|end|>", "a", "b", "c", g, "ab", "abc", g + "a", g + "ab"};
   spec.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kNormal, TokenType::kNormal,
                 TokenType::kNormal,  TokenType::kNormal,  TokenType::kNormal, TokenType::kNormal,
                 TokenType::kNormal,  TokenType::kNormal};
-  spec.merges = {{"a", "b"}, {"ab", "c"}, {"\xC4\xA0", "a"}, {"\xC4\xA0" "a", "b"}};
+  spec.merges = {{"a", "b"}, {"ab", "c"}, {g, "a"}, {g + "a", "b"}};
   spec.pre_regexes = {kGpt2Regex};
   spec.unk_id = 0;
   spec.eos_id = 1;
@@ -246,7 +247,8 @@ TEST(StreamingDecoderTest, ChineseAndEmojiWithTinyBpe) {
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   const std::string text =
       "\xE4\xBB\x8A\xE5\xA4\xA9 \xF0\x9F\x98\x80 "
-      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7";  // 今天 😀 👨‍👩‍👧
+      "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7";
+  // = "今天 😀 👨‍👩‍👧" (ZWJ family)
   const Ids ids = (*tok)->Encode(text, false);
   StreamingDecoder dec(**tok);
   std::string streamed;

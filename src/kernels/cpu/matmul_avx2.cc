@@ -310,9 +310,8 @@ void QuantizeAct(const float* x, int64_t n, int ab, int8_t* qs, float* d, int16_
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float db = _mm_cvtss_f32(m4) / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
+    float id;
+    ActBlockScale(_mm_cvtss_f32(m4), ab, &d[b], &id);
     const __m256 vid = _mm256_set1_ps(id);
     const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
     for (int i = 0; i < ab; i += 16) {

@@ -364,9 +364,8 @@ void QuantizeAct(const float* x, int64_t n, int ab, int8_t* qs, float* d, int16_
     __m512 mx = _mm512_setzero_ps();
     for (int i = 0; i < ab; i += 16) mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + i)));
     const float amax = _mm512_reduce_max_ps(mx);
-    const float db = amax / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
+    float id;
+    ActBlockScale(amax, ab, &d[b], &id);
     const __m512 vid = _mm512_set1_ps(id);
     for (int i = 0; i < ab; i += 16) {
       __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + i), vid));

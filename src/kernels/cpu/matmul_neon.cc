@@ -274,9 +274,8 @@ void QuantizeAct(const float* x, int64_t n, int ab, int8_t* qs, float* d, int16_
     const float* xb = x + b * ab;
     float32x4_t mx = vdupq_n_f32(0.f);
     for (int i = 0; i < ab; i += 4) mx = vmaxq_f32(mx, vabsq_f32(vld1q_f32(xb + i)));
-    const float db = vmaxvq_f32(mx) / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
+    float id;
+    ActBlockScale(vmaxvq_f32(mx), ab, &d[b], &id);
     for (int i = 0; i < ab; i += 16) {
       int32x4_t v[4];
       for (int k = 0; k < 4; ++k) {

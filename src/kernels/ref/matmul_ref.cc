@@ -150,9 +150,8 @@ void QuantizeAct(const float* x, int64_t n, int ab, int8_t* qs, float* d, int16_
   for (int64_t b = 0; b < n / ab; ++b) {
     float amax = 0.f;
     for (int i = 0; i < ab; ++i) amax = std::fmax(amax, std::fabs(x[b * ab + i]));
-    const float db = amax / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
+    float id;
+    ActBlockScale(amax, ab, &d[b], &id);
     for (int i = 0; i < ab; ++i) {
       float v = std::nearbyint(x[b * ab + i] * id);
       v = std::fmin(127.f, std::fmax(-127.f, v));
