@@ -1,16 +1,19 @@
-// Golden tests of the real models: logits at every prompt position and greedy continuations
-// must agree with llama.cpp (the independent reference, via llama-cpp-python; data made by
-// tools/gen_golden_llamacpp.py and committed under tests/golden/). The model files come from
-// scripts/fetch_models.sh (models/ or $PENG_MODELS_DIR); a missing model skips its test.
+// Golden tests of the real models against two independent references, both committed under
+// tests/golden/ (the model files come from scripts/fetch_models.sh into models/ or
+// $PENG_MODELS_DIR; a missing model skips its test):
 //
-// Tolerances (peng and llama.cpp both quantize activations to 8 bits for quantized weights and
-// keep an F16 KV cache, so the remaining differences are summation order and rounding):
-//   * top-1 token identical at every prompt position, except where the reference's own top-2
-//     gap is below kTieGap (a near tie that either side may break);
-//   * |logit_peng - logit_ref| <= kMaxLogitDelta for the reference's top-32 tokens at every
-//     position, and the same bound for the log-normaliser (logsumexp);
-//   * the greedy continuation identical to the reference's, up to the first step whose
-//     reference top-2 gap is below kTieGap.
+// 1. HF transformers (tools/gen_golden_hf.py): the GGUF weights dequantized, float64 forward.
+//    peng runs in exact mode (FP32 activations and KV cache), so only summation order differs:
+//    |dlogit| <= 2e-3 for the reference's top-32 tokens and the log-normaliser at every prompt
+//    position, top-1 identical everywhere (reference gaps below 2e-3 excepted), greedy
+//    continuation of 32 tokens identical.
+// 2. llama.cpp via llama-cpp-python (tools/gen_golden_llamacpp.py): the production path (8-bit
+//    activations for quantized weights, F16 KV cache). llama.cpp quantizes activations too, but
+//    not bit-identically, and these small models amplify the difference: flipping the rounding
+//    of the activation scales alone moves SmolLM2's logits by ~0.2, and each engine is ~0.5
+//    from the exact float64 result. Bounds: mean |dlogit| over top-32 tokens and positions
+//    <= 0.5, max <= 3.0; top-1 identical wherever the reference's top-2 gap is >= 1.0; greedy
+//    continuation identical up to the first step whose reference gap is < 1.0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,12 +25,19 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/llm.h"
+#include "kernels/ops.h"
 
 namespace peng {
 namespace {
 
-constexpr double kMaxLogitDelta = 0.25;
-constexpr double kTieGap = 0.02;
+struct Bounds {
+  bool exact;           // peng's exact mode (FP32 activations and KV)
+  double max_delta;     // max |dlogit| over the reference's top-32 tokens and logsumexp
+  double mean_delta;    // mean of the per-position max |dlogit|
+  double tie_gap;       // reference top-2 gaps below this are near ties
+};
+constexpr Bounds kHf = {true, 2e-3, 2e-3, 2e-3};
+constexpr Bounds kLlamaCpp = {false, 3.0, 0.5, 1.0};
 
 std::string SourceDir() {
   const char* s = std::getenv("PENG_SOURCE_DIR");
@@ -52,7 +62,7 @@ double LogSumExp(const float* row, int64_t n) {
   return m + std::log(s);
 }
 
-void CheckModel(const std::string& golden_name) {
+void CheckModel(const std::string& golden_name, const Bounds& bounds) {
   const nlohmann::json g = LoadGolden(golden_name);
   const std::string path = ModelsDir() + "/" + g["model_file"].get<std::string>();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not fetched: " << path;
@@ -60,6 +70,8 @@ void CheckModel(const std::string& golden_name) {
   o.model_path = path;
   o.threads = 2;
   o.max_context = 512;
+  kernels::SetExactActivations(bounds.exact);
+  o.kv_dtype = bounds.exact ? DType::kF32 : DType::kF16;
   auto llm = Llm::Load(o);
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
   Llm& m = **llm;
@@ -71,29 +83,28 @@ void CheckModel(const std::string& golden_name) {
     EXPECT_EQ(*m.Encode(p["text"].get<std::string>()), tokens);
     auto logits = m.PromptLogits(tokens);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    double worst = 0;
-    int mismatches = 0;
+    double worst = 0, sum_pos = 0;
     for (size_t pos = 0; pos < tokens.size(); ++pos) {
       const float* row = logits->data() + pos * V;
       const auto& ref = p["positions"][pos];
       const auto& top = ref["top"];
-      for (const auto& pair : top) {
-        const double d = std::abs(row[pair[0].get<int>()] - pair[1].get<double>());
-        worst = std::max(worst, d);
-      }
-      worst = std::max(worst, std::abs(LogSumExp(row, V) - ref["logsumexp"].get<double>()));
+      double pos_worst = std::abs(LogSumExp(row, V) - ref["logsumexp"].get<double>());
+      for (const auto& pair : top)
+        pos_worst = std::max(pos_worst, std::abs(row[pair[0].get<int>()] - pair[1].get<double>()));
+      worst = std::max(worst, pos_worst);
+      sum_pos += pos_worst;
       const int ours = static_cast<int>(std::max_element(row, row + V) - row);
       const double gap = top[0][1].get<double>() - top[1][1].get<double>();
-      if (ours != top[0][0].get<int>() && gap >= kTieGap) {
-        ++mismatches;
+      if (ours != top[0][0].get<int>() && gap >= bounds.tie_gap) {
         ADD_FAILURE() << "position " << pos << ": top-1 " << ours << " vs reference "
                       << top[0][0] << " (reference gap " << gap << ")";
       }
     }
-    EXPECT_LE(worst, kMaxLogitDelta);
-    ::testing::Test::RecordProperty(name + "_max_logit_delta", std::to_string(worst));
-    std::printf("[golden] %s/%s: %zu positions, max |dlogit| = %.4f\n", golden_name.c_str(),
-                name.c_str(), tokens.size(), worst);
+    const double mean = sum_pos / tokens.size();
+    EXPECT_LE(worst, bounds.max_delta);
+    EXPECT_LE(mean, bounds.mean_delta);
+    std::printf("[golden] %s/%s: %zu positions, max |dlogit| = %.5f, mean = %.5f\n",
+                golden_name.c_str(), name.c_str(), tokens.size(), worst, mean);
 
     // Greedy continuation.
     const auto& greedy = p["greedy"];
@@ -109,15 +120,20 @@ void CheckModel(const std::string& golden_name) {
     ASSERT_EQ(ids.size(), ref_ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto& t2 = greedy["top2_logits"][i];
-      if (t2[0].get<double>() - t2[1].get<double>() < kTieGap) break;  // near tie: stop here
+      if (t2[0].get<double>() - t2[1].get<double>() < bounds.tie_gap) break;  // near tie
       ASSERT_EQ(ids[i], ref_ids[i]) << "greedy step " << i;
     }
   }
 }
 
-TEST(GoldenModelTest, SmolLM2) { CheckModel("smollm2-135m-instruct-q4_1.json"); }
-TEST(GoldenModelTest, Gemma3) { CheckModel("gemma-3-270m-q4_k_m.json"); }
-TEST(GoldenModelTest, Qwen25Coder) { CheckModel("qwen2.5-coder-0.5b-instruct-q4_k_m.json"); }
+TEST(GoldenHfTest, SmolLM2) { CheckModel("smollm2-135m-instruct-q4_1.hf.json", kHf); }
+TEST(GoldenHfTest, Gemma3) { CheckModel("gemma-3-270m-q4_k_m.hf.json", kHf); }
+TEST(GoldenHfTest, Qwen25Coder) { CheckModel("qwen2.5-coder-0.5b-instruct-q4_k_m.hf.json", kHf); }
+TEST(GoldenLlamaCppTest, SmolLM2) { CheckModel("smollm2-135m-instruct-q4_1.json", kLlamaCpp); }
+TEST(GoldenLlamaCppTest, Gemma3) { CheckModel("gemma-3-270m-q4_k_m.json", kLlamaCpp); }
+TEST(GoldenLlamaCppTest, Qwen25Coder) {
+  CheckModel("qwen2.5-coder-0.5b-instruct-q4_k_m.json", kLlamaCpp);
+}
 
 }  // namespace
 }  // namespace peng

@@ -3,7 +3,10 @@
 #include <cstdio>
 #include <sstream>
 
+#include <algorithm>
+
 #include "engine/llm.h"
+#include "kernels/ops.h"
 #include "formats/npy_writer.h"
 #include "tools/commands.h"
 
@@ -15,6 +18,7 @@ struct LogitsArgs {
   std::string prompt;
   std::string tokens;
   std::string out;
+  bool exact = false;
 };
 
 StatusOr<std::vector<int32_t>> ParseIds(const std::string& s) {
@@ -42,7 +46,13 @@ int RunLogits(const LogitsArgs& a) {
     if (!parsed.ok()) return Fail(parsed.status().ToString());
     ids = *parsed;
   }
-  auto llm = Llm::Load(a.llm);
+  LlmOptions o = a.llm;
+  if (a.exact) {
+    kernels::SetExactActivations(true);
+    o.kv_dtype = DType::kF32;
+  }
+  o.max_context = std::max<int64_t>(o.max_context, static_cast<int64_t>(ids.size()));
+  auto llm = Llm::Load(o);
   if (!llm.ok()) return Fail(llm.status().ToString());
   if (ids.empty()) {
     auto encoded = (*llm)->Encode(a.prompt);
@@ -70,6 +80,9 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
   auto* t = c->add_option("--tokens", a->tokens, "Comma-separated token ids, e.g. 5,17,33");
   p->excludes(t);
   c->add_option("--out", a->out, "Output .npy file")->required();
+  c->add_flag("--exact", a->exact,
+              "FP32 activations and KV cache (no 8-bit activation quantization): for comparing "
+              "with FP32 references");
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->callback([a, exit_code, p, t] {

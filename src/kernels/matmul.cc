@@ -6,6 +6,7 @@
 // calls allocate nothing. It is per calling thread (the engine thread), so concurrent MatMul
 // calls from different threads are safe; pool workers only read it during the call.
 #include <algorithm>
+#include <vector>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -119,6 +120,38 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
 
 }  // namespace
 
+namespace {
+
+bool g_exact_activations = false;
+
+// Exact mode: y = dequant(W) . x with double accumulation, rows [r0, r1) of args.
+void ExactRows(const MatMulArgs& args, int64_t r0, int64_t r1) {
+  thread_local std::vector<float> wrow;
+  wrow.resize(args.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    ref::DequantizeRow(args.type, args.w + r * args.row_bytes, wrow.data(), args.cols);
+    for (int64_t t = 0; t < args.n_tokens; ++t) {
+      const float* xt = args.x + t * args.cols;
+      // FP32 partial sums over 32 values (8 independent lanes, vectorisable), totals in double.
+      double acc = 0;
+      int64_t c = 0;
+      for (; c + 32 <= args.cols; c += 32) {
+        float lane[8] = {};
+        for (int i = 0; i < 32; ++i) lane[i & 7] += wrow[c + i] * xt[c + i];
+        acc += (static_cast<double>(lane[0]) + lane[1] + lane[2] + lane[3]) +
+               (static_cast<double>(lane[4]) + lane[5] + lane[6] + lane[7]);
+      }
+      for (; c < args.cols; ++c) acc += static_cast<double>(wrow[c]) * xt[c];
+      args.y[t * args.ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace
+
+void SetExactActivations(bool on) { g_exact_activations = on; }
+bool ExactActivations() { return g_exact_activations; }
+
 bool MatMulSupports(DType t) { return RefMatMulKernel(t) != nullptr; }
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
@@ -143,9 +176,10 @@ void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const f
   args.x = x;
   args.y = y;
   args.ldy = ldy;
-  if (GetDTypeInfo(w.dtype).quantized)
+  const bool exact = g_exact_activations;
+  if (GetDTypeInfo(w.dtype).quantized && !exact)
     args.a = QuantizeActivations(w.dtype, x, n_tokens, args.cols, ResolveQuantize(isa), pool);
-  const MatMulKernel kernel = ResolveKernel(w.dtype, isa);
+  const MatMulKernel kernel = exact ? &ExactRows : ResolveKernel(w.dtype, isa);
 
   auto run_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {

@@ -37,6 +37,15 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 // True if MatMul/DequantizeRow support weights of this type.
 bool MatMulSupports(DType t);
 
+// Reference precision for quantized weights. When on, MatMul dequantizes each weight row to
+// FP32 and takes dot products with the unquantized FP32 activations (FP32 partial sums of 32
+// products, totals in double):
+// slow, but free of activation-quantization noise, so the model logic can be compared with
+// FP32 references (HF transformers on the dequantized weights) to tight tolerances. Off by
+// default; set it before running kernels (not synchronized).
+void SetExactActivations(bool on);
+bool ExactActivations();
+
 // ---------------------------------------------------------------------------------------------
 // Element-wise and normalisation ops (elementwise.cc)
 
