@@ -6,6 +6,9 @@
 // calls allocate nothing. It is per calling thread (the engine thread), so concurrent MatMul
 // calls from different threads are safe; pool workers only read it during the call.
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 #include <cstdint>
 #include <cstdlib>
@@ -124,27 +127,25 @@ namespace {
 
 bool g_exact_activations = false;
 
-// Exact mode: y = dequant(W) . x with double accumulation, rows [r0, r1) of args.
-void ExactRows(const MatMulArgs& args, int64_t r0, int64_t r1) {
-  thread_local std::vector<float> wrow;
-  wrow.resize(args.cols);
-  for (int64_t r = r0; r < r1; ++r) {
-    ref::DequantizeRow(args.type, args.w + r * args.row_bytes, wrow.data(), args.cols);
-    for (int64_t t = 0; t < args.n_tokens; ++t) {
-      const float* xt = args.x + t * args.cols;
-      // FP32 partial sums over 32 values (8 independent lanes, vectorisable), totals in double.
-      double acc = 0;
-      int64_t c = 0;
-      for (; c + 32 <= args.cols; c += 32) {
-        float lane[8] = {};
-        for (int i = 0; i < 32; ++i) lane[i & 7] += wrow[c + i] * xt[c + i];
-        acc += (static_cast<double>(lane[0]) + lane[1] + lane[2] + lane[3]) +
-               (static_cast<double>(lane[4]) + lane[5] + lane[6] + lane[7]);
-      }
-      for (; c < args.cols; ++c) acc += static_cast<double>(wrow[c]) * xt[c];
-      args.y[t * args.ldy + r] = static_cast<float>(acc);
-    }
+// Exact mode: FP32 copies of quantized weights, made once per tensor and kept for the process
+// lifetime (keyed by the weight bytes' address; exact mode is for tests and tools, so the
+// memory -- 4 bytes per weight -- is acceptable there).
+const TensorView& DequantizedCopy(const TensorView& w) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, std::pair<TensorView, std::vector<float>>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(w.data);
+  if (it == cache.end()) {
+    std::vector<float> f(static_cast<size_t>(w.rows() * w.cols()));
+    for (int64_t r = 0; r < w.rows(); ++r)
+      ref::DequantizeRow(w.dtype, w.row(r), f.data() + r * w.cols(), w.cols());
+    TensorView v = w;
+    v.dtype = DType::kF32;
+    v.size_bytes = f.size() * sizeof(float);
+    it = cache.emplace(w.data, std::make_pair(v, std::move(f))).first;
+    it->second.first.data = it->second.second.data();
   }
+  return it->second.first;
 }
 
 }  // namespace
@@ -176,10 +177,13 @@ void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const f
   args.x = x;
   args.y = y;
   args.ldy = ldy;
-  const bool exact = g_exact_activations;
-  if (GetDTypeInfo(w.dtype).quantized && !exact)
+  if (g_exact_activations && GetDTypeInfo(w.dtype).quantized) {
+    MatMulRows(DequantizedCopy(w), row_begin, row_end, x, n_tokens, y, ldy, pool);
+    return;
+  }
+  if (GetDTypeInfo(w.dtype).quantized)
     args.a = QuantizeActivations(w.dtype, x, n_tokens, args.cols, ResolveQuantize(isa), pool);
-  const MatMulKernel kernel = exact ? &ExactRows : ResolveKernel(w.dtype, isa);
+  const MatMulKernel kernel = ResolveKernel(w.dtype, isa);
 
   auto run_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {

@@ -37,12 +37,12 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 // True if MatMul/DequantizeRow support weights of this type.
 bool MatMulSupports(DType t);
 
-// Reference precision for quantized weights. When on, MatMul dequantizes each weight row to
-// FP32 and takes dot products with the unquantized FP32 activations (FP32 partial sums of 32
-// products, totals in double):
-// slow, but free of activation-quantization noise, so the model logic can be compared with
-// FP32 references (HF transformers on the dequantized weights) to tight tolerances. Off by
-// default; set it before running kernels (not synchronized).
+// Reference precision for quantized weights. When on, MatMul multiplies an FP32 copy of the
+// dequantized weights (made once per tensor, kept for the process lifetime) with the
+// unquantized FP32 activations: no activation-quantization noise, so the model logic can be
+// compared with FP32 references (HF transformers on the dequantized weights) to tight
+// tolerances. Costs 4 bytes per weight; for tests and tools. Off by default; set it before
+// running kernels (not synchronized).
 void SetExactActivations(bool on);
 bool ExactActivations();
 

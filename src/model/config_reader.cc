@@ -103,10 +103,14 @@ Status ReadGguf(const ModelFiles& files, const ConfigReader& r, ModelConfig* c) 
 Status ReadHfRope(const ConfigReader& r, ModelConfig* c) {
   // transformers 5 writes rope_parameters {rope_type, rope_theta, factor, ...}; older versions
   // write rope_theta + rope_scaling {type | rope_type, factor, ...}.
+  // Models with per-layer-type rope (Gemma 3 in transformers 5) nest it by attention type;
+  // the global layers' settings are under "full_attention".
   const nlohmann::json* params = r.Json("rope_parameters");
   if (!params) params = r.Json("rope_scaling");
   c->rope.theta = static_cast<float>(r.FloatOr("rope_theta", 10000.0));
   if (!params || !params->is_object()) return OkStatus();
+  if (params->contains("full_attention") && (*params)["full_attention"].is_object())
+    params = &(*params)["full_attention"];
   if (params->contains("rope_theta") && (*params)["rope_theta"].is_number())
     c->rope.theta = (*params)["rope_theta"].get<float>();
   std::string type = params->value("rope_type", params->value("type", std::string("default")));

@@ -32,7 +32,14 @@ StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files) {
     cfg.attn_scale =
         1.0f / std::sqrt(static_cast<float>(r.IntOr("query_pre_attn_scalar", cfg.head_dim)));
     pattern = static_cast<int>(r.IntOr("sliding_window_pattern", 6));
+    // transformers 4: rope_local_base_freq; 5: rope_parameters.sliding_attention.rope_theta.
     cfg.rope_local.theta = static_cast<float>(r.FloatOr("rope_local_base_freq", 10000.0));
+    if (const nlohmann::json* rp = r.Json("rope_parameters")) {
+      if (rp->is_object() && rp->contains("sliding_attention") &&
+          (*rp)["sliding_attention"].is_object() &&
+          (*rp)["sliding_attention"].value("rope_theta", 0.0) > 0)
+        cfg.rope_local.theta = (*rp)["sliding_attention"]["rope_theta"].get<float>();
+    }
     std::map<std::string, std::string> layer, globals;
     LlamaFamilyHfNames(&layer, &globals);
     layer["post_attention_layernorm.weight"] = "post_attention_norm.weight";
