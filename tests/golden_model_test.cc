@@ -11,9 +11,11 @@
 //    activations for quantized weights, F16 KV cache). llama.cpp quantizes activations too, but
 //    not bit-identically, and these small models amplify the difference: flipping the rounding
 //    of the activation scales alone moves SmolLM2's logits by ~0.2, and each engine is ~0.5
-//    from the exact float64 result. Bounds: mean |dlogit| over top-32 tokens and positions
-//    <= 0.5, max <= 3.0; top-1 identical wherever the reference's top-2 gap is >= 1.0; greedy
-//    continuation identical up to the first step whose reference gap is < 1.0.
+//    from the exact float64 result. Bounds: mean over positions of the max |dlogit| over the
+//    top-32 tokens <= 0.8, max <= 3.0; top-1 identical wherever the reference's top-2 gap is
+//    >= 1.0; greedy continuation identical up to the first step whose reference gap is < 1.0.
+//    And the noise check that matters: on every prompt, peng's 8-bit path is no further from
+//    the float64 HF reference than llama.cpp's is (mean distance <= 1.25x llama.cpp's + 0.05).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +40,7 @@ struct Bounds {
   double tie_gap;       // reference top-2 gaps below this are near ties
 };
 constexpr Bounds kHf = {true, 2e-3, 2e-3, 2e-3};
-constexpr Bounds kLlamaCpp = {false, 3.0, 0.5, 1.0};
+constexpr Bounds kLlamaCpp = {false, 3.0, 0.8, 1.0};
 
 std::string SourceDir() {
   const char* s = std::getenv("PENG_SOURCE_DIR");
@@ -62,8 +65,43 @@ double LogSumExp(const float* row, int64_t n) {
   return m + std::log(s);
 }
 
+// Mean over positions of the max |a - b| over the tokens both top-32 lists hold.
+double MeanTopDistance(const nlohmann::json& a, const nlohmann::json& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::map<int, double> bm;
+    for (const auto& pair : b[i]["top"]) bm[pair[0].get<int>()] = pair[1].get<double>();
+    double worst = 0;
+    for (const auto& pair : a[i]["top"]) {
+      auto it = bm.find(pair[0].get<int>());
+      if (it != bm.end()) worst = std::max(worst, std::abs(pair[1].get<double>() - it->second));
+    }
+    sum += worst;
+  }
+  return sum / a.size();
+}
+
+// Same for peng's logits rows against a golden's top-32 lists.
+double MeanTopDistance(const std::vector<float>& logits, int64_t V, const nlohmann::json& b) {
+  double sum = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    double worst = 0;
+    for (const auto& pair : b[i]["top"])
+      worst = std::max(worst, std::abs(logits[i * V + pair[0].get<int>()] -
+                                       pair[1].get<double>()));
+    sum += worst;
+  }
+  return sum / b.size();
+}
+
 void CheckModel(const std::string& golden_name, const Bounds& bounds) {
   const nlohmann::json g = LoadGolden(golden_name);
+  nlohmann::json hf;  // the float64 reference, for the noise comparison of the 8-bit path
+  if (!bounds.exact) {
+    std::string hf_name = golden_name;
+    hf_name.replace(hf_name.size() - 5, 5, ".hf.json");
+    hf = LoadGolden(hf_name);
+  }
   const std::string path = ModelsDir() + "/" + g["model_file"].get<std::string>();
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not fetched: " << path;
   LlmOptions o;
@@ -103,6 +141,14 @@ void CheckModel(const std::string& golden_name, const Bounds& bounds) {
     const double mean = sum_pos / tokens.size();
     EXPECT_LE(worst, bounds.max_delta);
     EXPECT_LE(mean, bounds.mean_delta);
+    if (!bounds.exact) {
+      const auto& hf_pos = hf["prompts"][name]["positions"];
+      const double ref_noise = MeanTopDistance(p["positions"], hf_pos);
+      const double our_noise = MeanTopDistance(*logits, V, hf_pos);
+      std::printf("[golden] %s/%s: distance to float64 HF: peng %.3f, llama.cpp %.3f\n",
+                  golden_name.c_str(), name.c_str(), our_noise, ref_noise);
+      EXPECT_LE(our_noise, 1.25 * ref_noise + 0.05);
+    }
     std::printf("[golden] %s/%s: %zu positions, max |dlogit| = %.5f, mean = %.5f\n",
                 golden_name.c_str(), name.c_str(), tokens.size(), worst, mean);
 
