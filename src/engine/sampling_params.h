@@ -49,7 +49,8 @@ struct SamplingParams {
   // Whether a matched stop string stays in the returned text.
   bool include_stop_str_in_output = false;
   // Number of most likely tokens (with log-probabilities) to return per step; 0 = none.
-  int logprobs = 0;
+  int logprobs = 0;            // top-N alternatives per token (0..20)
+  bool want_logprobs = false;  // return the chosen tokens' logprobs (and the top-N)
 
   bool greedy() const { return temperature == 0.0f; }
 

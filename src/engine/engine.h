@@ -1,0 +1,114 @@
+// Engine: the continuous-batching serving engine. HTTP threads Submit() requests and read their
+// output from a RequestStream; one engine thread owns the model, the KV cache, the KV cache
+// manager and the scheduler, and runs steps (schedule -> one batched Forward() over all
+// scheduled tokens -> sample -> detokenize / stop checks -> publish) until stopped. Only the
+// submission queue and the streams are synchronized; everything else lives on the engine
+// thread without locks.
+//
+// Thread-safety: Submit, Abort, GetStats, Drain and Stop may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampling_params.h"
+#include "model/model_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peng {
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 0;                      // 0 = physical cores
+  int64_t max_model_len = 4096;         // prompt + output tokens per sequence (capped by model)
+  int max_num_seqs = 64;                // running sequences at most
+  int64_t max_num_batched_tokens = 512; // tokens per step (prefill chunks + decodes)
+  int block_size = 16;
+  int64_t kv_cache_bytes = 0;           // 0 = enough for max_num_seqs full-length sequences,
+                                        // capped at 25% of physical memory
+  bool enable_prefix_caching = true;
+  int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
+};
+
+// One generation request. `n` > 1 samples several completions of one prompt; they share the
+// prompt's KV blocks (copy-on-write).
+struct GenerateRequest {
+  std::string id;                       // unique; the engine does not invent ids
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  int n = 1;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // params.logprobs most likely, if asked
+};
+
+// What a request's stream yields. For n > 1 each event belongs to one completion (`index`).
+struct RequestOutput {
+  int index = 0;
+  std::vector<int32_t> token_ids;       // new tokens since the previous event
+  std::string text;                     // new text (never half a UTF-8 character; stop
+                                        // strings withheld until they cannot match)
+  std::vector<TokenLogprob> logprobs;   // one per new token when params.want_logprobs
+  std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" on the last event
+  // Set on every event:
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;        // so far, this completion
+};
+
+class RequestStream {
+ public:
+  virtual ~RequestStream() = default;
+  // Blocks until an event is ready, the request ended (returns false once every completion
+  // has delivered its final event), or `timeout` passed (returns true with *out unchanged and
+  // *timed_out = true).
+  virtual bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) = 0;
+};
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_preemptions_total = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  double kv_usage = 0;                  // used / total
+  int64_t prefix_cache_queries = 0;     // tokens looked up
+  int64_t prefix_cache_hits = 0;        // tokens found
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t requests_finished_total = 0;
+  int64_t steps_total = 0;
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Validates (params, prompt length vs max_model_len, token ids vs vocab) and queues the
+  // request. InvalidArgument / OutOfRange for bad input; ResourceExhausted when the waiting
+  // queue is full or the engine is draining.
+  virtual StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
+  // Stops a request (client gone): frees its KV blocks at the next step; its stream ends with
+  // finish_reason "abort". Unknown ids are ignored.
+  virtual void Abort(const std::string& id) = 0;
+  virtual EngineStats GetStats() const = 0;
+  // Immutable after Create(); safe from any thread. tokenizer() is nullptr for a model without
+  // one (requests must then carry token ids).
+  virtual const Tokenizer* tokenizer() const = 0;
+  virtual const ModelConfig& model_config() const = 0;
+  virtual int64_t max_model_len() const = 0;
+  // Stops accepting new requests and returns when every running or waiting request is done.
+  virtual void Drain() = 0;
+  // Aborts everything and stops the engine thread.
+  virtual void Stop() = 0;
+};
+
+}  // namespace peng
