@@ -129,8 +129,8 @@ int RunBench(const BenchArgs& a) {
 void RegisterBench(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Prompt-processing and generation speed");
-  c->add_option("-m,--model", a->llm.model_path, "GGUF file or Hugging Face model folder")
-      ->required();
+  // Required unless the `serve` subcommand is given (checked in the callback).
+  c->add_option("-m,--model", a->llm.model_path, "GGUF file or Hugging Face model folder");
   c->add_option("--pp", a->pp, "Prompt tokens per prefill test (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   c->add_option("--tg", a->tg, "Generated tokens per decode test (0 = skip)")
@@ -139,7 +139,17 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_flag("--json", a->json, "Print JSON");
-  c->callback([a, exit_code] { *exit_code = RunBench(*a); });
+  CLI::App* serve = RegisterBenchServe(*c, exit_code);
+  c->require_subcommand(0, 1);
+  c->callback([a, exit_code, serve] {
+    if (serve->parsed()) return;
+    if (a->llm.model_path.empty()) {
+      std::fprintf(stderr, "peng: error: bench: --model is required\n");
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = RunBench(*a);
+  });
 }
 
 }  // namespace peng::tools

@@ -1,9 +1,7 @@
 // peng tokenize: print the token ids of a text as a JSON array.
 #include <cstdio>
-#include <sys/stat.h>
 
 #include "engine/llm.h"
-#include "formats/gguf.h"
 #include "tools/commands.h"
 
 namespace peng::tools {
@@ -18,16 +16,9 @@ struct TokenizeArgs {
 };
 
 int RunTokenize(const TokenizeArgs& a) {
-  struct stat st;
-  StatusOr<std::unique_ptr<Tokenizer>> tok = Internal("unreachable");
-  if (::stat(a.model.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    tok = Tokenizer::FromHfFolder(a.model);
-  } else {
-    auto g = GgufFile::Open(a.model);
-    if (!g.ok()) return Fail(g.status().ToString());
-    tok = Tokenizer::FromGguf(**g);
-  }
+  auto tok = Tokenizer::ForModel(a.model);
   if (!tok.ok()) return Fail(tok.status().ToString());
+  if (!*tok) return Fail(a.model + ": this model folder has no tokenizer.json");
   const Tokenizer& t = **tok;
   const bool bos = !a.no_bos && t.add_bos_default();
   std::vector<int32_t> ids = t.Encode(a.text, bos, !a.no_special);

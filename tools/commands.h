@@ -11,7 +11,10 @@ void RegisterGenerate(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
+// `peng bench serve`, a subcommand of `bench` (tools/cmd_bench_serve.cc).
+CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code);
 void RegisterInfo(CLI::App& app, int* exit_code);
+void RegisterServe(CLI::App& app, int* exit_code);
 
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);

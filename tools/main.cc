@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   peng::tools::RegisterLogits(app, &exit_code);
   peng::tools::RegisterBench(app, &exit_code);
   peng::tools::RegisterInfo(app, &exit_code);
+  peng::tools::RegisterServe(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -30,6 +30,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+// True if `path` names an existing directory.
+bool IsDirectory(const std::string& path);
+// True if `path` names an existing file (of any kind).
+bool PathExists(const std::string& path);
+
 // Reads a whole (small) file into a string, e.g. config.json.
 StatusOr<std::string> ReadFileToString(const std::string& path);
 

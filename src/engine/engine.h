@@ -58,6 +58,8 @@ struct RequestOutput {
                                         // strings withheld until they cannot match)
   std::vector<TokenLogprob> logprobs;   // one per new token when params.want_logprobs
   std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" on the last event
+                                        // ("length" also when the sequence alone outgrows
+                                        // the whole KV pool)
   // Set on every event:
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;        // so far, this completion
@@ -94,11 +96,16 @@ class Engine {
 
   // Validates (params, prompt length vs max_model_len, token ids vs vocab) and queues the
   // request. InvalidArgument / OutOfRange for bad input; ResourceExhausted when the waiting
-  // queue is full or the engine is draining.
+  // queue is full or the engine is draining. Details: InvalidArgument for an empty prompt, n
+  // outside [1, 128], or an id still in flight (an id is free again once its stream has
+  // delivered its final event); OutOfRange when prompt length >= max_model_len or the prompt
+  // does not fit in the whole KV pool. Generation ends with "length" at max_model_len.
   virtual StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
   // Stops a request (client gone): frees its KV blocks at the next step; its stream ends with
   // finish_reason "abort". Unknown ids are ignored.
   virtual void Abort(const std::string& id) = 0;
+  // A snapshot published after every engine step (so it may lag a stream's final event by
+  // one step); after Drain() returns it is final.
   virtual EngineStats GetStats() const = 0;
   // Immutable after Create(); safe from any thread. tokenizer() is nullptr for a model without
   // one (requests must then carry token ids).

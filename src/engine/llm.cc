@@ -1,7 +1,5 @@
 #include "engine/llm.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -17,25 +15,8 @@ double Now() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
+}  // namespace
 
-// A HF folder without tokenizer.json has no tokenizer (token ids only); nullptr then.
-StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
-  if (IsDirectory(path)) {
-    struct stat st;
-    if (::stat((path + "/tokenizer.json").c_str(), &st) != 0)
-      return std::unique_ptr<Tokenizer>();
-    return Tokenizer::FromHfFolder(path);
-  }
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
-  return Tokenizer::FromGguf(*g);
-}
-
-// Longest suffix of `text` that is a proper prefix of some stop string: text that must be held
-// back because a stop string may be completing.
 size_t StopHoldback(const std::string& text, const std::vector<std::string>& stops) {
   size_t hold = 0;
   for (const std::string& s : stops) {
@@ -49,15 +30,13 @@ size_t StopHoldback(const std::string& text, const std::vector<std::string>& sto
   return hold;
 }
 
-}  // namespace
-
 StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
   if (o.threads < 0) return InvalidArgument("--threads must be >= 0");
   if (o.block_size <= 0 || o.prefill_chunk <= 0 || o.max_context <= 0)
     return InvalidArgument("block size, prefill chunk and context must be positive");
   std::unique_ptr<Llm> llm(new Llm(o.threads));
   PENG_ASSIGN_OR_RETURN(llm->model_, LoadModel(o.model_path));
-  PENG_ASSIGN_OR_RETURN(llm->tokenizer_, LoadTokenizer(o.model_path));
+  PENG_ASSIGN_OR_RETURN(llm->tokenizer_, Tokenizer::ForModel(o.model_path));
   const ModelConfig& cfg = llm->model_->config();
   llm->max_context_ = std::min<int64_t>(o.max_context, cfg.max_position > 0 ? cfg.max_position
                                                                             : o.max_context);

@@ -39,6 +39,10 @@ struct GenerateStats {
   std::string finish_reason;    // "stop" (EOS / stop string / stop token) or "length"
 };
 
+// Length of the longest suffix of `text` that is a proper prefix of one of `stops`: text to
+// hold back because a stop string may be completing.
+size_t StopHoldback(const std::string& text, const std::vector<std::string>& stops);
+
 class Llm {
  public:
   static StatusOr<std::unique_ptr<Llm>> Load(const LlmOptions& options);

@@ -1,5 +1,6 @@
 #include "model/kv_cache.h"
 
+#include <cstring>
 #include <string>
 
 namespace peng {
@@ -53,6 +54,19 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheSpec& spec, int6
     kv->layers_.push_back(v);
   }
   return kv;
+}
+
+void KvCache::CopyBlock(int32_t src, int32_t dst) {
+  if (src == dst) return;
+  const int64_t elem = GetDTypeInfo(dtype_).block_bytes;
+  for (const kernels::KvLayerView& l : layers_) {
+    const int64_t k_bytes = int64_t{block_size_} * l.n_kv_heads * l.head_dim * elem;
+    const int64_t v_bytes = int64_t{block_size_} * l.n_kv_heads * l.v_head_dim * elem;
+    auto* k = static_cast<uint8_t*>(l.k);
+    auto* v = static_cast<uint8_t*>(l.v);
+    std::memcpy(k + dst * k_bytes, k + src * k_bytes, k_bytes);
+    std::memcpy(v + dst * v_bytes, v + src * v_bytes, v_bytes);
+  }
 }
 
 }  // namespace peng

@@ -35,6 +35,9 @@ class KvCache {
                                  int64_t budget_bytes);
 
   const kernels::KvLayerView& layer(int i) const { return layers_[i]; }
+  // Copies the K and V of block `src` to block `dst` in every layer (copy-on-write of a block
+  // shared by several sequences before one of them writes into it).
+  void CopyBlock(int32_t src, int32_t dst);
   int64_t num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }

@@ -1,7 +1,5 @@
 #include "model/model_files.h"
 
-#include <sys/stat.h>
-
 #include <regex>
 
 #include "formats/json_util.h"
@@ -10,13 +8,6 @@
 namespace peng {
 
 ModelFiles::~ModelFiles() = default;
-
-namespace {
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-}  // namespace
 
 StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) {
   std::unique_ptr<ModelFiles> mf(new ModelFiles());

@@ -34,6 +34,9 @@ class Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& gguf);
   // `dir` holds tokenizer.json and optionally tokenizer_config.json.
   static StatusOr<std::unique_ptr<Tokenizer>> FromHfFolder(const std::string& dir);
+  // The tokenizer of a model path: a GGUF file's, or a HF folder's tokenizer.json. A HF folder
+  // without tokenizer.json has none: returns nullptr (token ids only).
+  static StatusOr<std::unique_ptr<Tokenizer>> ForModel(const std::string& model_path);
   ~Tokenizer();
 
   std::vector<int32_t> Encode(std::string_view text, bool add_bos,

@@ -1,0 +1,317 @@
+// Engine tests on the tiny random HF models (token ids only) and, when present, SmolLM2
+// (tokenizer, stop strings). Greedy outputs must not depend on what else runs in the batch.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "engine/llm.h"
+#include "model/registry.h"
+
+namespace peng {
+namespace {
+
+using Ids = std::vector<int32_t>;
+
+std::string SourceDir() {
+  const char* env = std::getenv("PENG_SOURCE_DIR");
+  return env ? env : PENG_SOURCE_DIR;
+}
+std::string TinyModel(const std::string& arch) { return SourceDir() + "/tests/data/hf_tiny/" + arch; }
+std::string SmolLm() {
+  const char* env = std::getenv("PENG_MODELS_DIR");
+  const std::string path = (env ? std::string(env) : SourceDir() + "/models") +
+                           "/smollm2-135m-instruct-q4_1.gguf";
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? path : "";
+}
+
+struct Result {
+  std::vector<Ids> tokens;  // per completion index
+  std::vector<std::string> text;
+  std::vector<std::string> finish;
+  std::vector<std::vector<TokenLogprob>> logprobs;
+};
+
+Result Collect(RequestStream* stream, int n) {
+  Result r;
+  r.tokens.resize(n);
+  r.text.resize(n);
+  r.finish.resize(n);
+  r.logprobs.resize(n);
+  RequestOutput ev;
+  bool timed_out = false;
+  while (stream->Next(&ev, std::chrono::milliseconds(60000), &timed_out)) {
+    EXPECT_FALSE(timed_out);
+    if (timed_out) break;
+    r.tokens[ev.index].insert(r.tokens[ev.index].end(), ev.token_ids.begin(), ev.token_ids.end());
+    r.text[ev.index] += ev.text;
+    r.logprobs[ev.index].insert(r.logprobs[ev.index].end(), ev.logprobs.begin(), ev.logprobs.end());
+    EXPECT_EQ(ev.completion_tokens, static_cast<int64_t>(r.tokens[ev.index].size()));
+    if (ev.finish_reason) r.finish[ev.index] = *ev.finish_reason;
+  }
+  return r;
+}
+
+// Submits every request at once, then reads all streams.
+std::vector<Result> RunBatch(Engine* e, const std::vector<GenerateRequest>& reqs) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const GenerateRequest& r : reqs) {
+    auto s = e->Submit(r);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    streams.push_back(*s);
+  }
+  std::vector<Result> out;
+  for (size_t i = 0; i < reqs.size(); ++i) out.push_back(Collect(streams[i].get(), reqs[i].n));
+  return out;
+}
+
+Result RunOne(Engine* e, const GenerateRequest& r) { return RunBatch(e, {r})[0]; }
+
+// `count` greedy requests with prompts of 1..max_prompt random tokens and 1..24 new tokens.
+std::vector<GenerateRequest> MixedRequests(int count, int max_prompt, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<GenerateRequest> reqs(count);
+  for (int i = 0; i < count; ++i) {
+    reqs[i].id = "r" + std::to_string(i);
+    const int len = 1 + static_cast<int>(rng() % max_prompt);
+    for (int t = 0; t < len; ++t) reqs[i].prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    reqs[i].params.temperature = 0;
+    reqs[i].params.ignore_eos = true;
+    reqs[i].params.max_tokens = 1 + static_cast<int>(rng() % 24);
+  }
+  return reqs;
+}
+
+std::unique_ptr<Engine> MakeEngine(EngineOptions o) {
+  if (o.threads == 0) o.threads = 2;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Bytes of a KV cache of `blocks` blocks of 16 tokens for `path`.
+int64_t KvBytes(const std::string& path, int64_t blocks) {
+  auto m = LoadModel(path);
+  EXPECT_TRUE(m.ok());
+  return (*m)->kv_spec().BytesPerToken(DType::kF16) * 16 * blocks;
+}
+
+void ExpectAllFreed(Engine* e) {
+  e->Drain();
+  EngineStats st = e->GetStats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.num_running, 0);
+  EXPECT_EQ(st.num_waiting, 0);
+}
+
+class TinyEngineTest : public ::testing::TestWithParam<std::string> {};
+
+// Alone vs a batch of 64 vs a pool too small (preemption) vs small chunks: same tokens.
+TEST_P(TinyEngineTest, GreedyOutputDoesNotDependOnTheBatch) {
+  const std::string path = TinyModel(GetParam());
+  auto reqs = MixedRequests(64, 60, 256, 7);
+  auto alone_engine = MakeEngine({.model_path = path, .max_model_len = 256});
+  ASSERT_TRUE(alone_engine);
+  std::vector<Result> alone;
+  for (const GenerateRequest& r : reqs) alone.push_back(RunOne(alone_engine.get(), r));
+  ExpectAllFreed(alone_engine.get());
+
+  auto batched = MakeEngine({.model_path = path, .max_model_len = 256});
+  std::vector<Result> got = RunBatch(batched.get(), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got[i].tokens[0], alone[i].tokens[0]) << "request " << i << " in a batch of 64";
+    EXPECT_EQ(got[i].finish[0], "length");
+    EXPECT_EQ(got[i].tokens[0].size(), static_cast<size_t>(reqs[i].params.max_tokens));
+  }
+  ExpectAllFreed(batched.get());
+  EngineStats st = batched->GetStats();
+  EXPECT_GT(st.steps_total, 0);
+  EXPECT_LT(st.steps_total, 200);  // batched: far fewer steps than tokens
+  EXPECT_EQ(st.requests_finished_total, 64);
+
+  // 24 blocks of 16 tokens for 64 requests of up to 84 tokens: preemption must kick in.
+  auto small = MakeEngine({.model_path = path, .max_model_len = 256,
+                           .kv_cache_bytes = KvBytes(path, 24)});
+  got = RunBatch(small.get(), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens[0], alone[i].tokens[0]) << "request " << i << " with preemption";
+  EXPECT_GT(small->GetStats().num_preemptions_total, 0);
+  EXPECT_EQ(small->GetStats().kv_blocks_total, 24);
+  ExpectAllFreed(small.get());
+
+  auto chunked = MakeEngine({.model_path = path, .max_model_len = 256,
+                             .max_num_batched_tokens = 7, .enable_prefix_caching = false});
+  got = RunBatch(chunked.get(), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens[0], alone[i].tokens[0]) << "request " << i << " in chunks of 7";
+  ExpectAllFreed(chunked.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TinyEngineTest, ::testing::Values("llama", "qwen2", "gemma3"));
+
+GenerateRequest Greedy(const std::string& id, Ids prompt, int max_tokens) {
+  GenerateRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.ignore_eos = true;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+Ids Prompt(int n, int32_t first) {
+  Ids p;
+  for (int i = 0; i < n; ++i) p.push_back((first + 37 * i) % 256);
+  return p;
+}
+
+TEST(EngineTest, PrefixCacheHitGivesTheSameOutput) {
+  auto e = MakeEngine({.model_path = TinyModel("llama")});
+  const Ids p = Prompt(40, 3);
+  Result a = RunOne(e.get(), Greedy("a", p, 8));
+  EXPECT_EQ(e->GetStats().prefix_cache_hits, 0);
+  Result b = RunOne(e.get(), Greedy("b", p, 8));
+  EXPECT_EQ(b.tokens[0], a.tokens[0]);
+  EngineStats st = e->GetStats();
+  EXPECT_EQ(st.prefix_cache_queries, 80);
+  EXPECT_EQ(st.prefix_cache_hits, 32);  // two full blocks of 16; the rest is recomputed
+  ExpectAllFreed(e.get());
+}
+
+TEST(EngineTest, NCompletionsShareThePromptAndUseSeedPlusIndex) {
+  auto e = MakeEngine({.model_path = TinyModel("qwen2")});
+  GenerateRequest r = Greedy("n2", Prompt(21, 5), 12);  // 21: the last prompt block is shared
+  r.params.temperature = 1.0f;
+  r.params.seed = 5;
+  r.n = 2;
+  Result two = RunOne(e.get(), r);
+  r.n = 1;
+  r.id = "s5";
+  Result s5 = RunOne(e.get(), r);
+  r.params.seed = 6;
+  r.id = "s6";
+  Result s6 = RunOne(e.get(), r);
+  EXPECT_EQ(two.tokens[0], s5.tokens[0]);
+  EXPECT_EQ(two.tokens[1], s6.tokens[0]);
+  EXPECT_NE(two.tokens[0], two.tokens[1]);
+  EXPECT_EQ(two.finish, (std::vector<std::string>{"length", "length"}));
+  ExpectAllFreed(e.get());
+}
+
+TEST(EngineTest, AbortMidGenerationFreesBlocks) {
+  auto e = MakeEngine({.model_path = TinyModel("llama")});
+  GenerateRequest r = Greedy("long", Prompt(30, 1), 200);
+  r.n = 3;
+  r.params.temperature = 0.8f;
+  auto s = e->Submit(r);
+  ASSERT_TRUE(s.ok());
+  auto other = e->Submit(Greedy("short", Prompt(5, 2), 4));
+  ASSERT_TRUE(other.ok());
+  while (e->GetStats().generation_tokens_total < 6) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GT(e->GetStats().kv_blocks_used, 0);
+  e->Abort("long");
+  e->Abort("unknown-id");
+  Result rest = Collect(s->get(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rest.finish[i], "abort");
+    EXPECT_LT(rest.tokens[i].size(), 200u);
+  }
+  EXPECT_EQ(Collect(other->get(), 1).finish[0], "length");
+  ExpectAllFreed(e.get());
+  EXPECT_EQ(e->GetStats().requests_finished_total, 2);
+}
+
+TEST(EngineTest, StopTokenIdsAndSubmitErrors) {
+  auto e = MakeEngine({.model_path = TinyModel("gemma3"), .max_model_len = 64});
+  Result full = RunOne(e.get(), Greedy("full", Prompt(9, 4), 10));
+  ASSERT_EQ(full.tokens[0].size(), 10u);
+  GenerateRequest r = Greedy("stop", Prompt(9, 4), 10);
+  const int32_t stop_id = full.tokens[0][4];
+  r.params.stop_token_ids = {stop_id};
+  Result stopped = RunOne(e.get(), r);
+  const size_t first = std::find(full.tokens[0].begin(), full.tokens[0].end(), stop_id) -
+                       full.tokens[0].begin();
+  EXPECT_EQ(stopped.tokens[0], Ids(full.tokens[0].begin(), full.tokens[0].begin() + first + 1));
+  EXPECT_EQ(stopped.finish[0], "stop");
+  // max_model_len ends generation with "length".
+  Result capped = RunOne(e.get(), Greedy("cap", Prompt(60, 4), 10));
+  EXPECT_EQ(capped.tokens[0].size(), 4u);
+  EXPECT_EQ(capped.finish[0], "length");
+
+  EXPECT_EQ(e->Submit(Greedy("x", {}, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Submit(Greedy("x", {1, 256}, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->Submit(Greedy("x", Prompt(64, 1), 4)).status().code(), StatusCode::kOutOfRange);
+  GenerateRequest bad = Greedy("x", {1}, 4);
+  bad.params.top_p = 2;
+  EXPECT_EQ(e->Submit(bad).status().code(), StatusCode::kInvalidArgument);
+  e->Drain();
+  EXPECT_EQ(e->Submit(Greedy("late", {1}, 4)).status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(EngineTest, LogprobsAreLogSoftmaxOfTheLogits) {
+  const std::string path = TinyModel("llama");
+  auto llm = Llm::Load({.model_path = path, .threads = 2});
+  ASSERT_TRUE(llm.ok());
+  const Ids p = Prompt(11, 9);
+  auto logits = (*llm)->PromptLogits(p);
+  ASSERT_TRUE(logits.ok());
+  const int64_t V = 256;
+  const float* last = logits->data() + (p.size() - 1) * V;
+  double lse = 0, mx = *std::max_element(last, last + V);
+  for (int64_t i = 0; i < V; ++i) lse += std::exp(double(last[i]) - mx);
+  lse = mx + std::log(lse);
+
+  auto e = MakeEngine({.model_path = path});
+  GenerateRequest r = Greedy("lp", p, 3);
+  r.params.want_logprobs = true;
+  r.params.logprobs = 5;
+  Result got = RunOne(e.get(), r);
+  ASSERT_EQ(got.logprobs[0].size(), 3u);
+  const TokenLogprob& lp = got.logprobs[0][0];
+  EXPECT_EQ(lp.id, got.tokens[0][0]);
+  EXPECT_NEAR(lp.logprob, last[lp.id] - lse, 1e-4);
+  ASSERT_EQ(lp.top.size(), 5u);
+  EXPECT_EQ(lp.top[0].first, lp.id);  // greedy picks the most likely
+  for (const auto& [id, v] : lp.top) EXPECT_NEAR(v, last[id] - lse, 1e-4);
+  for (size_t i = 1; i < 5; ++i) EXPECT_LE(lp.top[i].second, lp.top[i - 1].second);
+}
+
+TEST(EngineTest, SmolLmBatchOf16AndStopStrings) {
+  const std::string path = SmolLm();
+  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
+  auto e = MakeEngine({.model_path = path, .max_model_len = 512});
+  ASSERT_TRUE(e->tokenizer());
+  auto reqs = MixedRequests(16, 40, 49152, 11);
+  for (GenerateRequest& r : reqs) r.params.max_tokens = std::min(r.params.max_tokens, 12);
+  std::vector<Result> alone;
+  for (const GenerateRequest& r : reqs) alone.push_back(RunOne(e.get(), r));
+  std::vector<Result> got = RunBatch(e.get(), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    EXPECT_EQ(got[i].tokens[0], alone[i].tokens[0]) << "request " << i << " in a batch of 16";
+
+  auto prompt = e->tokenizer()->Encode("The capital of France is", true);
+  GenerateRequest r = Greedy("text", prompt, 24);
+  Result full = RunOne(e.get(), r);
+  const std::string& text = full.text[0];
+  ASSERT_GT(text.size(), 12u) << text;
+  const std::string stop = text.substr(6, 4);
+  const size_t at = text.find(stop);
+  r.id = "stop";
+  r.params.stop = {stop, "never-appears-zz"};
+  Result s = RunOne(e.get(), r);
+  EXPECT_EQ(s.text[0], text.substr(0, at));
+  EXPECT_EQ(s.finish[0], "stop");
+  r.id = "stop-incl";
+  r.params.include_stop_str_in_output = true;
+  EXPECT_EQ(RunOne(e.get(), r).text[0], text.substr(0, at + stop.size()));
+  ExpectAllFreed(e.get());
+}
+
+}  // namespace
+}  // namespace peng

@@ -1,0 +1,155 @@
+#include "server/metrics.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace peng::server {
+namespace {
+
+// Bucket bounds as vLLM uses them for the same metrics.
+std::vector<double> TtftBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> ItlBuckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> E2eBuckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
+
+void Header(const std::string& name, const char* type, const char* help, std::string* out) {
+  *out += "# HELP " + name + " " + help + "\n";
+  *out += "# TYPE " + name + " " + type + "\n";
+}
+
+void Sample(const std::string& name, const std::string& labels, double v, std::string* out) {
+  *out += name + "{" + labels + "} " + PromNumber(v) + "\n";
+}
+
+}  // namespace
+
+std::string PromNumber(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+std::string PromEscape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double value, int64_t count) {
+  size_t b = 0;
+  while (b < bounds_.size() && value > bounds_[b]) ++b;
+  counts_[b] += count;
+  sum_ += value * static_cast<double>(count);
+  count_ += count;
+}
+
+void Histogram::Render(const std::string& name, const std::string& labels,
+                       std::string* out) const {
+  const std::string sep = labels.empty() ? "" : ",";
+  int64_t cum = 0;
+  for (size_t b = 0; b <= bounds_.size(); ++b) {
+    cum += counts_[b];
+    const std::string le = b < bounds_.size() ? PromNumber(bounds_[b]) : "+Inf";
+    *out += name + "_bucket{" + labels + sep + "le=\"" + le + "\"} " + std::to_string(cum) +
+            "\n";
+  }
+  Sample(name + "_sum", labels, sum_, out);
+  Sample(name + "_count", labels, static_cast<double>(count_), out);
+}
+
+ServerMetrics::ServerMetrics(std::string model_name)
+    : model_label_("model_name=\"" + PromEscape(model_name) + "\""),
+      ttft_(TtftBuckets()),
+      itl_(ItlBuckets()),
+      e2e_(E2eBuckets()),
+      finished_{{"abort", 0}, {"length", 0}, {"stop", 0}} {}
+
+void ServerMetrics::ObserveTimeToFirstToken(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.Observe(seconds);
+}
+
+void ServerMetrics::ObserveInterToken(double seconds, int64_t tokens) {
+  if (tokens <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.Observe(seconds / static_cast<double>(tokens), tokens);
+}
+
+void ServerMetrics::ObserveE2eLatency(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  e2e_.Observe(seconds);
+}
+
+void ServerMetrics::RecordFinished(const std::string& finish_reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++finished_[finish_reason];
+}
+
+std::string ServerMetrics::Render(const EngineStats& s) const {
+  const std::string& l = model_label_;
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    Header(std::string("peng:") + name, "gauge", help, &out);
+    Sample(std::string("peng:") + name, l, v, &out);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    Header(std::string("peng:") + name, "counter", help, &out);
+    Sample(std::string("peng:") + name, l, v, &out);
+  };
+  gauge("num_requests_running", "Number of requests in model execution batches.",
+        static_cast<double>(s.num_running));
+  gauge("num_requests_waiting", "Number of requests waiting to be processed.",
+        static_cast<double>(s.num_waiting));
+  gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  gauge("kv_cache_used_blocks", "KV-cache blocks in use.",
+        static_cast<double>(s.kv_blocks_used));
+  gauge("kv_cache_capacity_blocks", "KV-cache blocks in the pool.",
+        static_cast<double>(s.kv_blocks_total));
+  counter("prefix_cache_queries_total", "Prefix cache queries, in number of queried tokens.",
+          static_cast<double>(s.prefix_cache_queries));
+  counter("prefix_cache_hits_total", "Prefix cache hits, in number of cached tokens.",
+          static_cast<double>(s.prefix_cache_hits));
+  counter("num_preemptions_total", "Cumulative number of preemptions from the engine.",
+          static_cast<double>(s.num_preemptions_total));
+  counter("prompt_tokens_total", "Number of prefill tokens processed.",
+          static_cast<double>(s.prompt_tokens_total));
+  counter("generation_tokens_total", "Number of generation tokens processed.",
+          static_cast<double>(s.generation_tokens_total));
+  std::lock_guard<std::mutex> lock(mu_);
+  Header("peng:request_success_total", "counter", "Count of successfully processed requests.",
+         &out);
+  for (const auto& [reason, n] : finished_) {
+    Sample("peng:request_success_total", l + ",finished_reason=\"" + PromEscape(reason) + "\"",
+           static_cast<double>(n), &out);
+  }
+  Header("peng:time_to_first_token_seconds", "histogram",
+         "Histogram of time to first token in seconds.", &out);
+  ttft_.Render("peng:time_to_first_token_seconds", l, &out);
+  Header("peng:inter_token_latency_seconds", "histogram",
+         "Histogram of inter-token latency in seconds.", &out);
+  itl_.Render("peng:inter_token_latency_seconds", l, &out);
+  Header("peng:e2e_request_latency_seconds", "histogram",
+         "Histogram of end to end request latency in seconds.", &out);
+  e2e_.Render("peng:e2e_request_latency_seconds", l, &out);
+  return out;
+}
+
+}  // namespace peng::server

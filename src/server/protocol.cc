@@ -1,0 +1,499 @@
+#include "server/protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "tokenizer/tokenizer.h"
+#if PENG_HAVE_CHAT_TEMPLATE
+#include "template/chat_template.h"
+#endif
+
+namespace peng::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxN = 128;
+constexpr int kMaxLogprobs = 20;
+
+const char* JsonTypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a decimal";
+    default: return "an unknown type";
+  }
+}
+
+ApiError InvalidType(const std::string& field, const char* expected, const json& got) {
+  return BadRequest("Invalid type for '" + field + "': expected " + expected + ", but got " +
+                        JsonTypeName(got) + " instead.",
+                    field, "invalid_type");
+}
+
+// Readers of optional fields: absent or null keeps *out; a wrong type is an error.
+class FieldReader {
+ public:
+  explicit FieldReader(const json& body) : body_(body) {}
+
+  const json* Get(const char* name) const {
+    auto it = body_.find(name);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  MaybeError Bool(const char* name, bool* out) const {
+    const json* v = Get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) return InvalidType(name, "a boolean", *v);
+    *out = v->get<bool>();
+    return std::nullopt;
+  }
+  MaybeError Float(const char* name, float* out) const {
+    const json* v = Get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) return InvalidType(name, "a number", *v);
+    *out = v->get<float>();
+    return std::nullopt;
+  }
+  // Integers; integral decimals (16.0) are accepted, like pydantic's lax mode.
+  MaybeError Int64(const char* name, int64_t* out) const {
+    const json* v = Get(name);
+    if (!v) return std::nullopt;
+    if (v->is_number_integer()) {
+      if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
+        return BadRequest("Invalid '" + std::string(name) + "': integer out of range.", name,
+                          "invalid_value");
+      }
+      *out = v->get<int64_t>();
+      return std::nullopt;
+    }
+    if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (std::nearbyint(d) == d && std::fabs(d) < 9e18) {
+        *out = static_cast<int64_t>(d);
+        return std::nullopt;
+      }
+    }
+    return InvalidType(name, "an integer", *v);
+  }
+  // An int field kept in an int: values outside int range are out of range.
+  MaybeError Int(const char* name, int* out) const {
+    int64_t v = *out;
+    if (auto e = Int64(name, &v)) return e;
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+      return BadRequest(std::string(name) + " = " + std::to_string(v) + ": out of range", name,
+                        "invalid_value");
+    }
+    *out = static_cast<int>(v);
+    return std::nullopt;
+  }
+
+ private:
+  const json& body_;
+};
+
+MaybeError ParseStop(const FieldReader& r, SamplingParams* p) {
+  const json* v = r.Get("stop");
+  if (v) {
+    if (v->is_string()) {
+      p->stop = {v->get<std::string>()};
+    } else if (v->is_array()) {
+      p->stop.clear();
+      for (const json& s : *v) {
+        if (!s.is_string()) return InvalidType("stop", "a string or an array of strings", s);
+        p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return InvalidType("stop", "a string or an array of strings", *v);
+    }
+  }
+  if (const json* ids = r.Get("stop_token_ids")) {
+    if (!ids->is_array()) return InvalidType("stop_token_ids", "an array of integers", *ids);
+    for (const json& id : *ids) {
+      if (!id.is_number_integer()) return InvalidType("stop_token_ids", "an integer", id);
+      const int64_t x = id.get<int64_t>();
+      if (x < 0 || x > std::numeric_limits<int32_t>::max()) {
+        return BadRequest("stop_token_ids = " + std::to_string(x) + ": token ids must be >= 0",
+                          "stop_token_ids", "invalid_value");
+      }
+      p->stop_token_ids.push_back(static_cast<int32_t>(x));
+    }
+  }
+  return std::nullopt;
+}
+
+// Fields both endpoints share.
+MaybeError ParseCommon(const FieldReader& r, ParsedRequest* out) {
+  SamplingParams& p = out->params;
+  if (const json* m = r.Get("model")) {
+    if (!m->is_string()) return InvalidType("model", "a string", *m);
+    out->model = m->get<std::string>();
+  }
+  if (auto e = r.Float("temperature", &p.temperature)) return e;
+  if (auto e = r.Float("top_p", &p.top_p)) return e;
+  if (auto e = r.Int("top_k", &p.top_k)) return e;
+  if (auto e = r.Float("min_p", &p.min_p)) return e;
+  if (auto e = r.Float("repetition_penalty", &p.repetition_penalty)) return e;
+  if (auto e = r.Float("presence_penalty", &p.presence_penalty)) return e;
+  if (auto e = r.Float("frequency_penalty", &p.frequency_penalty)) return e;
+  if (auto e = r.Int64("seed", &p.seed)) return e;
+  if (auto e = r.Int("min_tokens", &p.min_tokens)) return e;
+  if (auto e = r.Bool("ignore_eos", &p.ignore_eos)) return e;
+  if (auto e = r.Bool("include_stop_str_in_output", &p.include_stop_str_in_output)) return e;
+  bool skip_special = true;
+  if (auto e = r.Bool("skip_special_tokens", &skip_special)) return e;
+  if (auto e = ParseStop(r, &p)) return e;
+  if (auto e = r.Int("n", &out->n)) return e;
+  if (out->n < 1 || out->n > kMaxN) {
+    return BadRequest("n = " + std::to_string(out->n) + ": must be in [1, " +
+                          std::to_string(kMaxN) + "]",
+                      "n", "invalid_value");
+  }
+  int best_of = out->n;
+  if (auto e = r.Int("best_of", &best_of)) return e;
+  if (best_of != out->n) return BadRequest("best_of != n is not supported", "best_of");
+  if (auto e = r.Bool("stream", &out->stream)) return e;
+  if (const json* so = r.Get("stream_options")) {
+    if (!so->is_object()) return InvalidType("stream_options", "an object", *so);
+    FieldReader sr(*so);
+    if (auto e = sr.Bool("include_usage", &out->include_usage)) return e;
+    if (auto e = sr.Bool("continuous_usage_stats", &out->continuous_usage)) return e;
+    if (!out->stream) {
+      return BadRequest("stream_options is only allowed when stream is true", "stream_options");
+    }
+  }
+  if (const json* lb = r.Get("logit_bias")) {
+    if (!lb->is_object()) return InvalidType("logit_bias", "an object", *lb);
+    if (!lb->empty()) return BadRequest("logit_bias is not supported", "logit_bias");
+  }
+  if (const json* u = r.Get("user")) {
+    if (!u->is_string()) return InvalidType("user", "a string", *u);
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseMaxTokens(const FieldReader& r, const char* name, ParsedRequest* out) {
+  int64_t v = -1;
+  if (auto e = r.Int64(name, &v)) return e;
+  if (!r.Get(name)) return std::nullopt;
+  if (v < 1 || v > std::numeric_limits<int>::max()) {
+    return BadRequest(std::string(name) + " = " + std::to_string(v) + ": must be >= 1", name,
+                      "invalid_value");
+  }
+  out->params.max_tokens = static_cast<int>(v);
+  out->max_tokens_given = true;
+  return std::nullopt;
+}
+
+// One token-id prompt: an array of integers.
+MaybeError ParseIdArray(const json& a, std::vector<int32_t>* out) {
+  for (const json& t : a) {
+    if (!t.is_number_integer()) {
+      return InvalidType("prompt", "a string, an array of strings or token ids", t);
+    }
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      return BadRequest("Token id " + std::to_string(id) + " is out of vocabulary", "prompt",
+                        "invalid_value");
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+MaybeError ParsePrompt(const FieldReader& r, ParsedRequest* out) {
+  const json* p = r.Get("prompt");
+  if (!p) return BadRequest("'prompt' is a required property", "prompt", "missing_required");
+  const char* kWant = "a string, an array of strings or token ids";
+  if (p->is_string()) {
+    out->prompt_is_text = true;
+    out->prompt_texts.push_back(p->get<std::string>());
+    return std::nullopt;
+  }
+  if (!p->is_array()) return InvalidType("prompt", kWant, *p);
+  if (p->empty()) return BadRequest("Prompt cannot be empty", "prompt", "invalid_value");
+  const json& first = p->front();
+  if (first.is_number_integer()) {  // [1, 2, 3]
+    out->prompts.emplace_back();
+    return ParseIdArray(*p, &out->prompts.back());
+  }
+  for (const json& e : *p) {  // ["a", "b"] or [[1, 2], [3]]
+    if (first.is_string() && e.is_string()) {
+      out->prompt_is_text = true;
+      out->prompt_texts.push_back(e.get<std::string>());
+    } else if (first.is_array() && e.is_array()) {
+      out->prompts.emplace_back();
+      if (auto err = ParseIdArray(e, &out->prompts.back())) return err;
+    } else {
+      return InvalidType("prompt", kWant, e);
+    }
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseCompletionFields(const FieldReader& r, ParsedRequest* out) {
+  if (auto e = ParsePrompt(r, out)) return e;
+  if (auto e = ParseMaxTokens(r, "max_tokens", out)) return e;
+  if (auto e = r.Bool("echo", &out->echo)) return e;
+  if (const json* s = r.Get("suffix")) {
+    if (!s->is_string()) return InvalidType("suffix", "a string", *s);
+    if (!s->get<std::string>().empty()) return BadRequest("suffix is not supported", "suffix");
+  }
+  if (r.Get("logprobs")) {
+    int lp = 0;
+    if (auto e = r.Int("logprobs", &lp)) return e;
+    if (lp < 0 || lp > kMaxLogprobs) {
+      return BadRequest("logprobs = " + std::to_string(lp) + ": must be in [0, 20]", "logprobs",
+                        "invalid_value");
+    }
+    out->logprobs = true;
+    out->top_logprobs = lp;
+  }
+  if (out->echo && out->logprobs) {
+    return BadRequest("echo together with logprobs is not supported", "echo");
+  }
+  return std::nullopt;
+}
+
+// Flattens one message's content to a string: text parts joined by "\n".
+MaybeError NormalizeMessage(const json& m, size_t i, json* out) {
+  const std::string where = "messages[" + std::to_string(i) + "]";
+  if (!m.is_object()) return InvalidType(where, "an object", m);
+  auto role = m.find("role");
+  if (role == m.end() || !role->is_string()) {
+    return BadRequest(where + ": 'role' must be a string", "messages", "invalid_value");
+  }
+  *out = m;
+  auto content = m.find("content");
+  if (content == m.end() || content->is_null()) {
+    (*out)["content"] = "";
+    return std::nullopt;
+  }
+  if (content->is_string()) return std::nullopt;
+  if (!content->is_array()) {
+    return InvalidType(where + ".content", "a string or an array of content parts", *content);
+  }
+  std::string text;
+  for (size_t k = 0; k < content->size(); ++k) {
+    const json& part = (*content)[k];
+    auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || !type->is_string()) {
+      return BadRequest(where + ".content[" + std::to_string(k) + "]: expected a content part "
+                        "object with a 'type'", "messages", "invalid_value");
+    }
+    if (*type != "text") {
+      return BadRequest("content part type '" + type->get<std::string>() + "' is not supported",
+                        "messages", "invalid_value");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) {
+      return BadRequest(where + ".content[" + std::to_string(k) + "]: 'text' must be a string",
+                        "messages", "invalid_value");
+    }
+    if (k > 0) text += "\n";
+    text += t->get<std::string>();
+  }
+  (*out)["content"] = text;
+  return std::nullopt;
+}
+
+MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
+  const json* msgs = r.Get("messages");
+  if (!msgs) return BadRequest("'messages' is a required property", "messages",
+                               "missing_required");
+  if (!msgs->is_array()) return InvalidType("messages", "an array", *msgs);
+  if (msgs->empty()) return BadRequest("'messages' must not be empty", "messages",
+                                       "invalid_value");
+  out->messages = json::array();
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    json m;
+    if (auto e = NormalizeMessage((*msgs)[i], i, &m)) return e;
+    out->messages.push_back(std::move(m));
+  }
+  if (auto e = ParseMaxTokens(r, "max_tokens", out)) return e;
+  if (auto e = ParseMaxTokens(r, "max_completion_tokens", out)) return e;
+  if (auto e = r.Bool("logprobs", &out->logprobs)) return e;
+  if (r.Get("top_logprobs")) {
+    if (auto e = r.Int("top_logprobs", &out->top_logprobs)) return e;
+    if (out->top_logprobs < 0 || out->top_logprobs > kMaxLogprobs) {
+      return BadRequest("top_logprobs = " + std::to_string(out->top_logprobs) +
+                            ": must be in [0, 20]",
+                        "top_logprobs", "invalid_value");
+    }
+    if (!out->logprobs && out->top_logprobs > 0) {
+      return BadRequest("top_logprobs requires logprobs to be true", "top_logprobs");
+    }
+  }
+  if (auto e = r.Bool("add_generation_prompt", &out->add_generation_prompt)) return e;
+  bool continue_final = false;
+  if (auto e = r.Bool("continue_final_message", &continue_final)) return e;
+  if (continue_final) {
+    return BadRequest("continue_final_message is not supported", "continue_final_message");
+  }
+  if (const json* kw = r.Get("chat_template_kwargs")) {
+    if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);
+    out->chat_template_kwargs = *kw;
+  }
+  if (const json* tools = r.Get("tools")) {
+    if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
+    if (!tools->empty()) return BadRequest("tools are not supported", "tools");
+  }
+  if (const json* rf = r.Get("response_format")) {
+    if (!rf->is_object()) return InvalidType("response_format", "an object", *rf);
+    auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) {
+      return BadRequest("response_format.type must be a string", "response_format");
+    }
+    if (*type != "text") {
+      return BadRequest("response_format type '" + type->get<std::string>() +
+                            "' is not supported",
+                        "response_format");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+json ApiError::ToJson() const {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return json{{"error", std::move(e)}};
+}
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+MaybeError ParseRequest(const json& body, Endpoint endpoint, ParsedRequest* out) {
+  *out = ParsedRequest();
+  out->endpoint = endpoint;
+  if (!body.is_object()) return BadRequest("The request body must be a JSON object");
+  FieldReader r(body);
+  if (auto e = ParseCommon(r, out)) return e;
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = ParseCompletionFields(r, out)) return e;
+  } else {
+    if (auto e = ParseChatFields(r, out)) return e;
+  }
+  out->params.want_logprobs = out->logprobs;
+  out->params.logprobs = out->logprobs ? out->top_logprobs : 0;
+  // max_tokens is checked against the prompt later; validate the rest now.
+  SamplingParams check = out->params;
+  check.max_tokens = std::max(check.max_tokens, check.min_tokens);
+  if (Status s = check.Validate(); !s.ok()) return FromStatus(s);
+  if (out->params.min_tokens > out->params.max_tokens && out->max_tokens_given) {
+    return BadRequest("min_tokens = " + std::to_string(out->params.min_tokens) +
+                          ": must be in [0, max_tokens]",
+                      "min_tokens", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+MaybeError CheckPrompt(const std::vector<int32_t>& prompt, const PromptLimits& limits,
+                       ParsedRequest* req) {
+  const char* param = req->endpoint == Endpoint::kChat ? "messages" : "prompt";
+  if (prompt.empty()) return BadRequest("Prompt cannot be empty", param, "invalid_value");
+  for (int32_t id : prompt) {
+    if (limits.vocab_size > 0 && id >= limits.vocab_size) {
+      return BadRequest("Token id " + std::to_string(id) + " is out of vocabulary (vocab size " +
+                            std::to_string(limits.vocab_size) + ")",
+                        param, "invalid_value");
+    }
+  }
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  if (req->endpoint == Endpoint::kChat && !req->max_tokens_given) {
+    const int64_t room = limits.max_model_len - n_prompt;
+    req->params.max_tokens = static_cast<int>(std::clamp<int64_t>(
+        room, 1, std::numeric_limits<int>::max()));
+  }
+  const int64_t want = n_prompt + req->params.max_tokens;
+  if (want > limits.max_model_len) {
+    const char* what = req->endpoint == Endpoint::kChat ? "messages" : "prompt";
+    return BadRequest("This model's maximum context length is " +
+                          std::to_string(limits.max_model_len) +
+                          " tokens. However, you requested " + std::to_string(want) +
+                          " tokens (" + std::to_string(n_prompt) + " in the " + what + ", " +
+                          std::to_string(req->params.max_tokens) +
+                          " in the completion). Please reduce the length of the " + what +
+                          " or completion.",
+                      param, "context_length_exceeded");
+  }
+  if (req->params.min_tokens > req->params.max_tokens) {
+    return BadRequest("min_tokens = " + std::to_string(req->params.min_tokens) +
+                          ": must be in [0, max_tokens]",
+                      "min_tokens", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
+                          const PromptLimits& limits) {
+  if (req->endpoint == Endpoint::kChat) {
+    if (!tokenizer || tokenizer->chat_template().empty()) {
+      return BadRequest("model has no chat template", "messages");
+    }
+#if PENG_HAVE_CHAT_TEMPLATE
+    auto piece = [&](int32_t id) {
+      return id >= 0 && id < tokenizer->vocab_size() ? tokenizer->token_piece(id)
+                                                     : std::string();
+    };
+    StatusOr<std::string> text =
+        ApplyChatTemplate(tokenizer->chat_template(), req->messages, req->add_generation_prompt,
+                          piece(tokenizer->bos_id()), piece(tokenizer->eos_id()),
+                          req->chat_template_kwargs);
+    if (!text.ok()) {
+      return BadRequest("chat template failed: " + text.status().message(), "messages");
+    }
+    req->prompts = {tokenizer->Encode(*text, /*add_bos=*/false, /*parse_special=*/true)};
+#else
+    return BadRequest("model has no chat template", "messages");
+#endif
+  } else if (req->prompt_is_text) {
+    if (!tokenizer) {
+      return BadRequest("model has no tokenizer: send the prompt as token ids", "prompt");
+    }
+    req->prompts.clear();
+    for (const std::string& t : req->prompt_texts) {
+      if (t.empty()) return BadRequest("Prompt cannot be empty", "prompt", "invalid_value");
+      req->prompts.push_back(tokenizer->Encode(t, tokenizer->add_bos_default()));
+    }
+  }
+  for (const auto& p : req->prompts) {
+    if (auto e = CheckPrompt(p, limits, req)) return e;
+  }
+  return std::nullopt;
+}
+
+ApiError FromStatus(const Status& status) {
+  ApiError e = BadRequest(status.message());
+  const std::string& m = status.message();
+  const size_t eq = m.find(" = ");
+  if (eq != std::string::npos && eq < 40 && m.find(' ') == eq) {
+    e.param = m.substr(0, eq);
+    e.code = "invalid_value";
+  }
+  if (status.code() == StatusCode::kResourceExhausted) {
+    e.http_status = 429;
+    e.type = "rate_limit_error";
+    e.code = "";
+  } else if (status.code() == StatusCode::kInternal) {
+    e.http_status = 500;
+    e.type = "internal_error";
+  }
+  return e;
+}
+
+}  // namespace peng::server

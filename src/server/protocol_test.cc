@@ -1,0 +1,203 @@
+#include "server/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace peng::server {
+namespace {
+
+using nlohmann::json;
+
+std::string ParseError(const std::string& body, Endpoint ep = Endpoint::kCompletions) {
+  ParsedRequest req;
+  MaybeError e = ParseRequest(json::parse(body), ep, &req);
+  return e ? e->ToJson().dump() : "ok";
+}
+
+TEST(ProtocolTest, WrongTypeIsInvalidType) {
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "temperature": "hot"})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'temperature': )"
+            R"(expected a number, but got a string instead.","param":"temperature",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "max_tokens": 2.5})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'max_tokens': )"
+            R"(expected an integer, but got a decimal instead.","param":"max_tokens",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "stream": 1})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'stream': )"
+            R"(expected a boolean, but got an integer instead.","param":"stream",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": {"a": 1}})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'prompt': )"
+            R"(expected a string, an array of strings or token ids, but got an object )"
+            R"(instead.","param":"prompt","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, OutOfRangeUsesValidateMessage) {
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "top_p": 1.5})"),
+            R"({"error":{"code":"invalid_value","message":"top_p = 1.500000: must be in )"
+            R"((0, 1]","param":"top_p","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "n": 0})"),
+            R"({"error":{"code":"invalid_value","message":"n = 0: must be in [1, 128]",)"
+            R"("param":"n","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "max_tokens": 0})"),
+            R"({"error":{"code":"invalid_value","message":"max_tokens = 0: must be >= 1",)"
+            R"("param":"max_tokens","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logprobs": 21})"),
+            R"({"error":{"code":"invalid_value","message":"logprobs = 21: must be in [0, 20]",)"
+            R"("param":"logprobs","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, MissingAndEmptyPrompt) {
+  EXPECT_EQ(ParseError(R"({"model": "m"})"),
+            R"({"error":{"code":"missing_required","message":"'prompt' is a required )"
+            R"(property","param":"prompt","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": []})"),
+            R"({"error":{"code":"invalid_value","message":"Prompt cannot be empty",)"
+            R"("param":"prompt","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"([1, 2])"),
+            R"({"error":{"code":null,"message":"The request body must be a JSON object",)"
+            R"("param":null,"type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, CompletionFieldsMapOntoSamplingParams) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({
+      "model": "m", "prompt": [[1, 2], [3]], "max_tokens": 7, "temperature": 0,
+      "top_p": 0.5, "top_k": 4, "min_p": 0.1, "repetition_penalty": 1.1,
+      "presence_penalty": 0.5, "frequency_penalty": -0.5, "seed": 42, "n": 2,
+      "stop": "x", "stop_token_ids": [9], "ignore_eos": true, "logprobs": 3,
+      "stream": true, "stream_options": {"include_usage": true}, "unknown": {"a": 1}})"),
+                            Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{3}));
+  EXPECT_EQ(r.params.max_tokens, 7);
+  EXPECT_EQ(r.params.temperature, 0.0f);
+  EXPECT_EQ(r.params.top_p, 0.5f);
+  EXPECT_EQ(r.params.top_k, 4);
+  EXPECT_FLOAT_EQ(r.params.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_EQ(r.params.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.params.seed, 42);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.params.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.params.stop_token_ids, std::vector<int32_t>{9});
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_TRUE(r.params.want_logprobs);
+  EXPECT_EQ(r.params.logprobs, 3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(ProtocolTest, NullMeansDefault) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(
+      json::parse(R"({"prompt": "hi", "max_tokens": null, "stop": null, "seed": null})"),
+      Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.params.max_tokens, 16);
+  EXPECT_TRUE(r.params.stop.empty());
+  EXPECT_EQ(r.params.seed, -1);
+  EXPECT_TRUE(r.prompt_is_text);
+  EXPECT_EQ(r.prompt_texts, std::vector<std::string>{"hi"});
+}
+
+TEST(ProtocolTest, StreamOptionsNeedStream) {
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "stream_options": {"include_usage": true}})"),
+            R"({"error":{"code":null,"message":"stream_options is only allowed when stream )"
+            R"(is true","param":"stream_options","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, ChatMessagesAreFlattened) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({"messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null}],
+      "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 5})"),
+                            Endpoint::kChat, &r));
+  EXPECT_EQ(r.messages.dump(),
+            R"([{"content":"be brief","role":"system"},{"content":"a\nb","role":"user"},)"
+            R"({"content":"","role":"assistant"}])");
+  EXPECT_TRUE(r.params.want_logprobs);
+  EXPECT_EQ(r.params.logprobs, 2);
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_TRUE(r.max_tokens_given);
+}
+
+TEST(ProtocolTest, ChatErrors) {
+  EXPECT_EQ(ParseError(R"({"messages": []})", Endpoint::kChat),
+            R"({"error":{"code":"invalid_value","message":"'messages' must not be empty",)"
+            R"("param":"messages","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                       Endpoint::kChat),
+            R"({"error":{"code":"invalid_value","message":"content part type 'image_url' is )"
+            R"(not supported","param":"messages","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+                       Endpoint::kChat),
+            R"({"error":{"code":null,"message":"top_logprobs requires logprobs to be true",)"
+            R"("param":"top_logprobs","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, ChatWithoutTemplateIs400) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"),
+                            Endpoint::kChat, &r));
+  MaybeError e = PreparePrompts(&r, nullptr, PromptLimits{100, 1000});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->ToJson().dump(),
+            R"({"error":{"code":null,"message":"model has no chat template","param":"messages",)"
+            R"("type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, TextPromptWithoutTokenizerIs400) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({"prompt": "hello"})"), Endpoint::kCompletions, &r));
+  MaybeError e = PreparePrompts(&r, nullptr, PromptLimits{100, 1000});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "model has no tokenizer: send the prompt as token ids");
+}
+
+TEST(ProtocolTest, ContextLengthNamesBothNumbers) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 5})"),
+                            Endpoint::kCompletions, &r));
+  MaybeError e = PreparePrompts(&r, nullptr, PromptLimits{10, 1000});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->ToJson().dump(),
+            R"({"error":{"code":"context_length_exceeded","message":"This model's maximum )"
+            R"(context length is 10 tokens. However, you requested 13 tokens (8 in the )"
+            R"(prompt, 5 in the completion). Please reduce the length of the prompt or )"
+            R"(completion.","param":"prompt","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, TokenIdsOutOfVocabulary) {
+  ParsedRequest r;
+  ASSERT_FALSE(ParseRequest(json::parse(R"({"prompt": [1, 1000]})"), Endpoint::kCompletions,
+                            &r));
+  MaybeError e = PreparePrompts(&r, nullptr, PromptLimits{100, 1000});
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "Token id 1000 is out of vocabulary (vocab size 1000)");
+}
+
+TEST(ProtocolTest, ChatDefaultMaxTokensFillsTheContext) {
+  ParsedRequest r;
+  r.endpoint = Endpoint::kChat;
+  EXPECT_FALSE(CheckPrompt({1, 2, 3}, PromptLimits{10, 100}, &r));
+  EXPECT_EQ(r.params.max_tokens, 7);
+}
+
+TEST(ProtocolTest, FromStatusMapsCodes) {
+  ApiError e = FromStatus(ResourceExhausted("waiting queue is full (256)"));
+  EXPECT_EQ(e.http_status, 429);
+  EXPECT_EQ(e.ToJson().dump(),
+            R"x({"error":{"code":null,"message":"waiting queue is full (256)","param":null,)x"
+            R"("type":"rate_limit_error"}})");
+  e = FromStatus(InvalidArgument("seed = -5: must be >= -1 (-1 = random)"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "seed");
+}
+
+}  // namespace
+}  // namespace peng::server

@@ -1,0 +1,377 @@
+// HTTP behaviour of the server over a scripted fake engine: exact response shapes, error
+// statuses, client disconnects and the drain. The real-engine test is server_e2e_test.cc.
+#include "server/server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "server/test_http.h"
+
+namespace peng::server {
+namespace {
+
+using nlohmann::json;
+using testing::PostAndHangUp;
+using testing::RunningServer;
+using testing::WaitFor;
+
+class FakeStream : public RequestStream {
+ public:
+  explicit FakeStream(int n) : open_(n) {}
+  void Push(RequestOutput out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (out.finish_reason) --open_;
+    q_.push_back(std::move(out));
+    cv_.notify_all();
+  }
+  bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    *timed_out = false;
+    if (!cv_.wait_for(lock, timeout, [&] { return !q_.empty() || open_ == 0; })) {
+      *timed_out = true;
+      return true;
+    }
+    if (q_.empty()) return false;
+    *out = std::move(q_.front());
+    q_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> q_;
+  int open_;
+};
+
+// Every completion yields max_tokens tokens "x" (id 7), one per `delay_ms`, then "length".
+class FakeEngine : public Engine {
+ public:
+  FakeEngine() { config_.vocab_size = 100; }
+  ~FakeEngine() override { Stop(); }
+
+  StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return ResourceExhausted("the engine is shutting down");
+    if (queue_full) return ResourceExhausted("too many waiting requests");
+    if (Status s = r.params.Validate(); !s.ok()) return s;
+    auto stream = std::make_shared<FakeStream>(r.n);
+    ++running_;
+    last_params = r.params;
+    threads_.emplace_back([this, r, stream] { Run(r, stream); });
+    return std::shared_ptr<RequestStream>(stream);
+  }
+  void Abort(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_.insert(id);
+  }
+  EngineStats GetStats() const override {
+    EngineStats s;
+    s.num_running = running_;
+    s.kv_blocks_used = running_;
+    s.kv_blocks_total = 64;
+    return s;
+  }
+  const Tokenizer* tokenizer() const override { return nullptr; }
+  const ModelConfig& model_config() const override { return config_; }
+  int64_t max_model_len() const override { return 64; }
+  void Drain() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      draining_ = true;
+    }
+    WaitFor([&] { return running_ == 0; }, 60);
+  }
+  void Stop() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = draining_ = true;
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+  bool WasAborted(const std::string& prefix) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& id : aborted_) {
+      if (id.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  }
+  int running() const { return running_; }
+
+  std::atomic<int> delay_ms{0};
+  std::atomic<bool> queue_full{false};
+  SamplingParams last_params;
+
+ private:
+  void Run(const GenerateRequest& r, const std::shared_ptr<FakeStream>& stream) {
+    for (int t = 1; t <= r.params.max_tokens; ++t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
+      bool abort;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        abort = stop_ || aborted_.count(r.id) != 0;
+      }
+      for (int i = 0; i < r.n; ++i) {
+        RequestOutput o;
+        o.index = i;
+        o.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+        o.completion_tokens = abort ? t - 1 : t;
+        if (abort) {
+          o.finish_reason = "abort";
+        } else {
+          o.token_ids = {7};
+          o.text.push_back('x');  // (= "x" trips a GCC 12 -Wrestrict false positive)
+          if (r.params.want_logprobs) o.logprobs = {TokenLogprob{7, -0.25f, {{7, -0.25f}}}};
+          if (t == r.params.max_tokens) o.finish_reason = "length";
+        }
+        stream->Push(std::move(o));
+      }
+      if (abort) break;
+    }
+    --running_;
+  }
+
+  ModelConfig config_;
+  mutable std::mutex mu_;
+  std::vector<std::thread> threads_;
+  std::set<std::string> aborted_;
+  std::atomic<int> running_{0};
+  bool draining_ = false;
+  bool stop_ = false;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  ServerOptions Options() {
+    ServerOptions o;
+    o.served_model_name = "fake";
+    o.max_body_bytes = 4096;
+    return o;
+  }
+  FakeEngine engine_;
+};
+
+json Body(const httplib::Result& r) { return json::parse(r->body); }
+
+TEST_F(ServerTest, CompletionNonStreaming) {
+  RunningServer s(&engine_, Options());
+  auto r = s.Client()->Post("/v1/completions",
+                            R"({"model": "fake", "prompt": [1, 2, 3], "max_tokens": 3, "n": 2,
+                                "temperature": 0, "top_k": 5, "seed": 3})",
+                            "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = Body(r);
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "fake");
+  EXPECT_GT(j["created"].get<int64_t>(), 1600000000);
+  EXPECT_EQ(j["choices"].dump(),
+            R"([{"finish_reason":"length","index":0,"logprobs":null,"text":"xxx"},)"
+            R"({"finish_reason":"length","index":1,"logprobs":null,"text":"xxx"}])");
+  EXPECT_EQ(j["usage"].dump(), R"({"completion_tokens":6,"prompt_tokens":3,"total_tokens":9})");
+  EXPECT_EQ(engine_.last_params.top_k, 5);
+  EXPECT_EQ(engine_.last_params.seed, 3);
+  EXPECT_EQ(engine_.last_params.temperature, 0.0f);
+}
+
+TEST_F(ServerTest, BatchPromptsGetOneChoiceEach) {
+  RunningServer s(&engine_, Options());
+  auto r = s.Client()->Post("/v1/completions",
+                            R"({"prompt": [[1], [2, 3]], "max_tokens": 2, "logprobs": 1})",
+                            "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = Body(r);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][1]["logprobs"].dump(),
+            R"({"text_offset":[0,10],"token_logprobs":[-0.25,-0.25],)"
+            R"("tokens":["token_id:7","token_id:7"],)"
+            R"("top_logprobs":[{"token_id:7":-0.25},{"token_id:7":-0.25}]})");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+}
+
+TEST_F(ServerTest, CompletionStreaming) {
+  RunningServer s(&engine_, Options());
+  auto r = s.Client()->Post("/v1/completions",
+                            R"({"prompt": [1, 2], "max_tokens": 2, "stream": true,
+                                "stream_options": {"include_usage": true}})",
+                            "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<json> chunks;
+  size_t pos = 0;
+  const std::string& b = r->body;
+  while (pos < b.size()) {
+    ASSERT_EQ(b.compare(pos, 6, "data: "), 0) << b;
+    const size_t end = b.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string payload = b.substr(pos + 6, end - pos - 6);
+    pos = end + 2;
+    if (payload == "[DONE]") {
+      EXPECT_EQ(pos, b.size());
+      break;
+    }
+    chunks.push_back(json::parse(payload));
+  }
+  ASSERT_EQ(chunks.size(), 3u) << b;
+  const std::string id = chunks[0]["id"];
+  EXPECT_EQ(chunks[0]["choices"].dump(),
+            R"([{"finish_reason":null,"index":0,"logprobs":null,"text":"x"}])");
+  EXPECT_EQ(chunks[0]["usage"], nullptr);
+  EXPECT_EQ(chunks[1]["choices"].dump(),
+            R"([{"finish_reason":"length","index":0,"logprobs":null,"text":"x"}])");
+  EXPECT_EQ(chunks[2]["choices"].dump(), "[]");
+  EXPECT_EQ(chunks[2]["usage"].dump(),
+            R"({"completion_tokens":2,"prompt_tokens":2,"total_tokens":4})");
+  for (const json& c : chunks) {
+    EXPECT_EQ(c["id"], id);
+    EXPECT_EQ(c["object"], "text_completion");
+  }
+}
+
+TEST_F(ServerTest, ModelsHealthAndMetrics) {
+  RunningServer s(&engine_, Options());
+  auto c = s.Client();
+  auto models = c->Get("/v1/models");
+  ASSERT_TRUE(models);
+  json j = Body(models);
+  EXPECT_EQ(j["object"], "list");
+  EXPECT_EQ(j["data"][0]["id"], "fake");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok");
+  ASSERT_TRUE(c->Post("/v1/completions", R"({"prompt": [1], "max_tokens": 2})",
+                      "application/json"));
+  auto metrics = c->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find(
+                "peng:request_success_total{model_name=\"fake\",finished_reason=\"length\"} 1\n"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("peng:time_to_first_token_seconds_count{model_name=\"fake\"} 1\n"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, ErrorStatuses) {
+  ServerOptions o = Options();
+  o.api_key = "sekret";
+  RunningServer s(&engine_, o);
+  auto c = s.Client();
+  auto r = c->Post("/v1/completions", R"({"prompt": [1]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->body,
+            R"({"error":{"code":"invalid_api_key","message":"Incorrect API key provided.",)"
+            R"("param":null,"type":"invalid_request_error"}})");
+  EXPECT_EQ(c->Get("/health")->status, 200);  // health stays open
+
+  httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+  r = c->Post("/v1/completions", auth, "{not json", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->body,
+            R"({"error":{"code":"invalid_json","message":"Invalid JSON in the request body",)"
+            R"("param":null,"type":"invalid_request_error"}})");
+  r = c->Post("/v1/completions", auth, R"({"prompt": [1], "temperature": "hot"})",
+              "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Body(r)["error"]["param"], "temperature");
+  r = c->Post("/v1/completions", auth, R"({"prompt": [1], "max_tokens": 64})",
+              "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Body(r)["error"]["code"], "context_length_exceeded");
+  r = c->Post("/v1/completions", auth, R"({"model": "gpt-4", "prompt": [1]})",
+              "application/json");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(r->body,
+            R"({"error":{"code":"model_not_found","message":"The model `gpt-4` does not )"
+            R"(exist.","param":"model","type":"invalid_request_error"}})");
+  r = c->Get("/v1/nothing", auth);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(Body(r)["error"]["code"], "not_found");
+  r = c->Post("/v1/completions", auth, std::string(5000, ' '), "application/json");
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(Body(r)["error"]["code"], "request_too_large");
+  r = c->Post("/v1/chat/completions", auth, R"({"messages": [{"role": "user", "content": "hi"}]})",
+              "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Body(r)["error"]["message"], "model has no chat template");
+  engine_.queue_full = true;
+  r = c->Post("/v1/completions", auth, R"({"prompt": [1]})", "application/json");
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->body,
+            R"({"error":{"code":null,"message":"too many waiting requests","param":null,)"
+            R"("type":"rate_limit_error"}})");
+}
+
+TEST_F(ServerTest, StreamingClientDisconnectAborts) {
+  engine_.delay_ms = 20;
+  RunningServer s(&engine_, Options());
+  const std::string got =
+      PostAndHangUp(s.port(), "/v1/completions",
+                    R"({"prompt": [1], "max_tokens": 60, "stream": true})", "\"text\":\"x\"");
+  ASSERT_NE(got.find("data: "), std::string::npos) << got;
+  EXPECT_TRUE(WaitFor([&] { return engine_.WasAborted("cmpl-"); }, 5));
+  EXPECT_TRUE(WaitFor([&] { return engine_.running() == 0; }, 5));
+  EXPECT_NE(s.server().MetricsText().find("finished_reason=\"abort\"} 1\n"), std::string::npos);
+}
+
+TEST_F(ServerTest, NonStreamingClientDisconnectAborts) {
+  engine_.delay_ms = 20;
+  RunningServer s(&engine_, Options());
+  PostAndHangUp(s.port(), "/v1/completions", R"({"prompt": [1], "max_tokens": 60})", "");
+  EXPECT_TRUE(WaitFor([&] { return engine_.WasAborted("cmpl-"); }, 5));
+  EXPECT_TRUE(WaitFor([&] { return engine_.running() == 0; }, 5));
+}
+
+TEST_F(ServerTest, ShutdownDrainsRunningRequests) {
+  engine_.delay_ms = 20;
+  RunningServer s(&engine_, Options());
+  int status = 0;
+  std::string streamed;
+  std::thread client([&] {
+    auto r = s.Client()->Post("/v1/completions",
+                                R"({"prompt": [1], "max_tokens": 25, "stream": true})",
+                                "application/json");
+    if (r) {
+      status = r->status;
+      streamed = r->body;
+    }
+  });
+  ASSERT_TRUE(WaitFor([&] { return engine_.running() == 1; }));
+  std::thread stopper([&] { s.server().Shutdown(); });
+  ASSERT_TRUE(WaitFor([&] { return s.server().draining(); }));
+  auto c = s.Client();
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  auto rejected = c->Post("/v1/completions", R"({"prompt": [1]})", "application/json");
+  ASSERT_TRUE(rejected);
+  EXPECT_EQ(rejected->status, 503);
+  EXPECT_EQ(json::parse(rejected->body)["error"]["type"], "service_unavailable");
+  client.join();
+  stopper.join();
+  s.Join();
+  EXPECT_EQ(status, 200);
+  EXPECT_NE(streamed.find("\"finish_reason\":\"length\""), std::string::npos);
+  ASSERT_GE(streamed.size(), 14u);
+  EXPECT_EQ(streamed.substr(streamed.size() - 14), "data: [DONE]\n\n");
+  EXPECT_TRUE(s.served().ok());
+}
+
+}  // namespace
+}  // namespace peng::server

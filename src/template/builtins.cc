@@ -1,0 +1,431 @@
+// Helpers, tests and methods; filters live in filters.cc.
+#include "template/builtins.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+namespace peng::tmpl {
+namespace {
+
+Status UndefinedError(const Value& v) {
+  return InvalidArgument(v.as_string().empty() ? "value is undefined" : v.as_string());
+}
+
+bool IsPySpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::string Strip(const std::string& s, const Value* chars, bool left, bool right) {
+  auto strip_char = [&](char c) {
+    if (chars && chars->is_string()) return chars->as_string().find(c) != std::string::npos;
+    return IsPySpace(c);
+  };
+  size_t b = 0, e = s.size();
+  if (left) {
+    while (b < e && strip_char(s[b])) ++b;
+  }
+  if (right) {
+    while (e > b && strip_char(s[e - 1])) --e;
+  }
+  return s.substr(b, e - b);
+}
+
+Value SplitString(const std::string& s, const Value* sep, const Value* maxsplit_v) {
+  int64_t maxsplit = maxsplit_v && maxsplit_v->is_int() ? maxsplit_v->as_int() : -1;
+  ValueList parts;
+  if (sep && sep->is_string() && !sep->as_string().empty()) {
+    const std::string& d = sep->as_string();
+    size_t start = 0;
+    while (maxsplit != 0) {
+      const size_t p = s.find(d, start);
+      if (p == std::string::npos) break;
+      parts.push_back(Value::String(s.substr(start, p - start)));
+      start = p + d.size();
+      --maxsplit;
+    }
+    parts.push_back(Value::String(s.substr(start)));
+    return Value::List(std::move(parts));
+  }
+  size_t i = 0;
+  while (i < s.size()) {  // whitespace split drops empty parts
+    while (i < s.size() && IsPySpace(s[i])) ++i;
+    if (i >= s.size()) break;
+    if (maxsplit == 0) {
+      parts.push_back(Value::String(Strip(s.substr(i), nullptr, false, true)));
+      break;
+    }
+    size_t j = i;
+    while (j < s.size() && !IsPySpace(s[j])) ++j;
+    parts.push_back(Value::String(s.substr(i, j - i)));
+    --maxsplit;
+    i = j;
+  }
+  return Value::List(std::move(parts));
+}
+
+std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t start = 0;
+  while (count != 0) {
+    const size_t p = s.find(from, start);
+    if (p == std::string::npos) break;
+    out += s.substr(start, p - start) + to;
+    start = p + from.size();
+    --count;
+  }
+  return out + s.substr(start);
+}
+
+bool AffixMatch(const std::string& s, const Value& affix, bool prefix) {
+  auto one = [&](const std::string& a) {
+    if (a.size() > s.size()) return false;
+    return prefix ? s.compare(0, a.size(), a) == 0 : s.compare(s.size() - a.size(), a.size(), a) == 0;
+  };
+  if (affix.is_list()) {
+    for (const Value& a : affix.as_list()) {
+      if (a.is_string() && one(a.as_string())) return true;
+    }
+    return false;
+  }
+  return affix.is_string() && one(affix.as_string());
+}
+
+StatusOr<Value> StringMethod(const std::string& s, const std::string& name, const CallArgs& args) {
+  const Value* a0 = args.Get(0, "");
+  if (name == "strip") return Value::String(Strip(s, args.Get(0, "chars"), true, true));
+  if (name == "lstrip") return Value::String(Strip(s, args.Get(0, "chars"), true, false));
+  if (name == "rstrip") return Value::String(Strip(s, args.Get(0, "chars"), false, true));
+  if (name == "upper") return Value::String(MapCase(s, CaseMode::kUpper));
+  if (name == "lower") return Value::String(MapCase(s, CaseMode::kLower));
+  if (name == "title") return Value::String(MapCase(s, CaseMode::kTitle));
+  if (name == "capitalize") return Value::String(MapCase(s, CaseMode::kCapitalize));
+  if (name == "startswith" || name == "endswith") {
+    if (!a0) return InvalidArgument(name + "() takes one argument");
+    return Value::Bool(AffixMatch(s, *a0, name == "startswith"));
+  }
+  if (name == "split") return SplitString(s, args.Get(0, "sep"), args.Get(1, "maxsplit"));
+  if (name == "replace") {
+    const Value* from = args.Get(0, "old");
+    const Value* to = args.Get(1, "new");
+    const Value* count = args.Get(2, "count");
+    if (!from || !to || !from->is_string() || !to->is_string()) {
+      return InvalidArgument("replace() needs two strings");
+    }
+    return Value::String(Replace(s, from->as_string(), to->as_string(),
+                                 count && count->is_int() ? count->as_int() : -1));
+  }
+  if (name == "find") {
+    if (!a0 || !a0->is_string()) return InvalidArgument("find() needs a string");
+    const size_t p = s.find(a0->as_string());
+    return Value::Int(p == std::string::npos ? -1 : static_cast<int64_t>(Utf8Chars(s.substr(0, p)).size()));
+  }
+  if (name == "count") {
+    if (!a0 || !a0->is_string() || a0->as_string().empty()) return InvalidArgument("count() needs a string");
+    int64_t n = 0;
+    for (size_t p = s.find(a0->as_string()); p != std::string::npos;
+         p = s.find(a0->as_string(), p + a0->as_string().size())) {
+      ++n;
+    }
+    return Value::Int(n);
+  }
+  if (name == "join") {
+    if (!a0) return InvalidArgument("join() takes one argument");
+    PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a0));
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].is_string()) return InvalidArgument("join(): sequence item is not a string");
+      if (i) out += s;
+      out += items[i].as_string();
+    }
+    return Value::String(out);
+  }
+  return Value::Undefined("'str object' has no attribute '" + name + "'");
+}
+
+StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallArgs& args) {
+  if (name == "get") {
+    const Value* key = args.Get(0, "key");
+    if (!key) return InvalidArgument("get() takes a key");
+    const Value* def = args.Get(1, "default");
+    const Value* found = key->is_string() ? d.Find(key->as_string()) : nullptr;
+    return found ? *found : def ? *def : Value::None();
+  }
+  ValueList out;
+  for (const auto& [k, v] : d.as_dict()) {
+    if (name == "items") out.push_back(Value::List({Value::String(k), v}));
+    else if (name == "keys") out.push_back(Value::String(k));
+    else if (name == "values") out.push_back(v);
+    else return Value::Undefined("'dict object' has no attribute '" + name + "'");
+  }
+  if (name != "items" && name != "keys" && name != "values") {
+    return Value::Undefined("'dict object' has no attribute '" + name + "'");
+  }
+  return Value::List(std::move(out));
+}
+
+uint32_t DecodeUtf8(const std::string& c) {
+  const unsigned char b0 = static_cast<unsigned char>(c[0]);
+  if (c.size() == 1) return b0;
+  uint32_t cp = c.size() == 2 ? (b0 & 0x1F) : c.size() == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+  for (size_t i = 1; i < c.size(); ++i) cp = (cp << 6) | (static_cast<unsigned char>(c[i]) & 0x3F);
+  return cp;
+}
+
+std::string EncodeUtf8(uint32_t cp) {
+  std::string out;
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return out;
+}
+
+// Returns the code point's case partner in the direction asked, or cp itself. *is_letter
+// reports whether cp is a cased letter we know.
+uint32_t MapCodePoint(uint32_t cp, bool upper, bool* is_letter) {
+  auto range = [&](uint32_t lo_upper, uint32_t hi_upper, uint32_t delta) -> std::optional<uint32_t> {
+    if (cp >= lo_upper && cp <= hi_upper) return upper ? cp : cp + delta;
+    if (cp >= lo_upper + delta && cp <= hi_upper + delta) return upper ? cp - delta : cp;
+    return std::nullopt;
+  };
+  auto pairs = [&](uint32_t lo, uint32_t hi, bool even_upper) -> std::optional<uint32_t> {
+    if (cp < lo || cp > hi) return std::nullopt;
+    const bool is_upper = ((cp % 2) == 0) == even_upper;
+    if (upper) return is_upper ? cp : cp - 1;
+    return is_upper ? cp + 1 : cp;
+  };
+  std::optional<uint32_t> r;
+  if (!(r = range('A', 'Z', 0x20)) && cp != 0xD7 && cp != 0xF7) r = range(0xC0, 0xDE, 0x20);
+  if (!r) r = pairs(0x100, 0x137, true);
+  if (!r) r = pairs(0x139, 0x148, false);
+  if (!r) r = pairs(0x14A, 0x177, true);
+  if (!r) r = pairs(0x179, 0x17E, false);
+  if (!r && cp != 0x3A2) r = range(0x391, 0x3A9, 0x20);
+  if (!r) r = range(0x410, 0x42F, 0x20);
+  if (!r) r = range(0x400, 0x40F, 0x50);
+  *is_letter = r.has_value();
+  return r.value_or(cp);
+}
+
+}  // namespace
+
+std::string MapCase(const std::string& s, CaseMode mode) {
+  std::string out;
+  bool word_start = true;
+  bool first = true;
+  for (const std::string& c : Utf8Chars(s)) {
+    const uint32_t cp = DecodeUtf8(c);
+    bool upper = mode == CaseMode::kUpper;
+    if (mode == CaseMode::kTitle) upper = word_start;
+    if (mode == CaseMode::kCapitalize) upper = first;
+    bool is_letter = false;
+    const uint32_t mapped = MapCodePoint(cp, upper, &is_letter);
+    out += mapped == cp ? c : EncodeUtf8(mapped);
+    // Python's title() starts a word after any non-letter; unknown non-ASCII letters count as letters.
+    word_start = !(is_letter || cp >= 0x80);
+    first = false;
+  }
+  return out;
+}
+
+std::vector<std::string> Utf8Chars(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+StatusOr<std::vector<Value>> Iterate(const Value& v) {
+  std::vector<Value> out;
+  switch (v.kind()) {
+    case Value::Kind::kUndefined: return out;
+    case Value::Kind::kList: return v.as_list();
+    case Value::Kind::kDict:
+      for (const auto& [k, e] : v.as_dict()) out.push_back(Value::String(k));
+      return out;
+    case Value::Kind::kString:
+      for (auto& c : Utf8Chars(v.as_string())) out.push_back(Value::String(std::move(c)));
+      return out;
+    default: return InvalidArgument(std::string("'") + v.TypeName() + "' object is not iterable");
+  }
+}
+
+StatusOr<int64_t> Length(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kUndefined: return 0;
+    case Value::Kind::kString: return static_cast<int64_t>(Utf8Chars(v.as_string()).size());
+    case Value::Kind::kList: return static_cast<int64_t>(v.as_list().size());
+    case Value::Kind::kDict:
+    case Value::Kind::kNamespace: return static_cast<int64_t>(v.as_dict().size());
+    default: return InvalidArgument(std::string("object of type '") + v.TypeName() + "' has no len()");
+  }
+}
+
+StatusOr<Value> Slice(const Value& v, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  if (v.is_undefined()) return UndefinedError(v);
+  std::vector<Value> items;
+  if (v.is_string()) {
+    for (auto& c : Utf8Chars(v.as_string())) items.push_back(Value::String(std::move(c)));
+  } else if (v.is_list()) {
+    items = v.as_list();
+  } else {
+    return InvalidArgument(std::string("'") + v.TypeName() + "' object is not subscriptable");
+  }
+  for (const Value* p : {&start_v, &stop_v, &step_v}) {
+    if (!p->is_undefined() && !p->is_none() && !p->is_int()) {
+      return InvalidArgument("slice indices must be integers or None");
+    }
+  }
+  const int64_t n = static_cast<int64_t>(items.size());
+  const int64_t step = step_v.is_int() ? step_v.as_int() : 1;
+  if (step == 0) return InvalidArgument("slice step cannot be zero");
+  auto norm = [&](const Value& x, int64_t dflt) {
+    if (!x.is_int()) return dflt;
+    int64_t i = x.as_int();
+    if (i < 0) i += n;
+    return step > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
+  };
+  const int64_t start = norm(start_v, step > 0 ? 0 : n - 1);
+  const int64_t stop = norm(stop_v, step > 0 ? n : -1);
+  std::vector<Value> out;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(items[i]);
+  if (!v.is_string()) return Value::List(std::move(out));
+  std::string s;
+  for (const Value& c : out) s += c.as_string();
+  return Value::String(s);
+}
+
+StatusOr<Value> GetItem(const Value& v, const Value& key) {
+  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_dict() || v.is_namespace()) {
+    const Value* found = key.is_string() ? v.Find(key.as_string()) : nullptr;
+    if (found) return *found;
+    return Value::Undefined("'dict object' has no attribute '" + key.Str() + "'");
+  }
+  if (v.is_list() || v.is_string()) {
+    if (!key.is_int()) {
+      return Value::Undefined(std::string("'") + v.TypeName() + " object' has no attribute '" +
+                              key.Str() + "'");
+    }
+    std::vector<std::string> chars;
+    if (v.is_string()) chars = Utf8Chars(v.as_string());
+    const int64_t n = static_cast<int64_t>(v.is_list() ? v.as_list().size() : chars.size());
+    const int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
+    if (i < 0 || i >= n) return Value::Undefined(std::string(v.TypeName()) + " object has no element " + key.Str());
+    return v.is_list() ? v.as_list()[i] : Value::String(chars[i]);
+  }
+  return Value::Undefined(std::string("'") + v.TypeName() + " object' has no attribute '" + key.Str() + "'");
+}
+
+StatusOr<int> Compare(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.as_double(), y = b.as_double();
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.is_string() && b.is_string()) {
+    const int c = a.as_string().compare(b.as_string());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  if (a.is_list() && b.is_list()) {
+    const auto& x = a.as_list();
+    const auto& y = b.as_list();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      PENG_ASSIGN_OR_RETURN(int c, Compare(x[i], y[i]));
+      if (c) return c;
+    }
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  if (a.is_undefined()) return UndefinedError(a);
+  if (b.is_undefined()) return UndefinedError(b);
+  return InvalidArgument(std::string("'<' not supported between instances of '") + a.TypeName() +
+                         "' and '" + b.TypeName() + "'");
+}
+
+StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const CallArgs& args) {
+  const Value* a0 = args.Get(0, "");
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "mapping") return v.is_dict();
+  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string();
+  if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string();
+  if (name == "number") return v.is_number();
+  if (name == "integer") return v.kind() == Value::Kind::kInt;
+  if (name == "float") return v.kind() == Value::Kind::kFloat;
+  if (name == "boolean") return v.is_bool();
+  if (name == "true") return v.is_bool() && v.as_bool();
+  if (name == "false") return v.is_bool() && !v.as_bool();
+  if (name == "callable") return v.is_callable();
+  if (name == "lower" || name == "upper") {
+    if (!v.is_string()) return false;
+    const std::string& s = v.as_string();
+    return s == MapCase(s, name == "lower" ? CaseMode::kLower : CaseMode::kUpper);
+  }
+  if (name == "even" || name == "odd" || name == "divisibleby") {
+    if (!v.is_int()) return InvalidArgument("test '" + name + "' needs an integer");
+    const int64_t d = name == "divisibleby" ? (a0 && a0->is_int() ? a0->as_int() : 0) : 2;
+    if (d == 0) return InvalidArgument("divisibleby needs a nonzero integer");
+    const bool divisible = v.as_int() % d == 0;
+    return name == "odd" ? !divisible : divisible;
+  }
+  if (!a0) return InvalidArgument("unknown test '" + name + "' or missing argument");
+  if (name == "eq" || name == "equalto" || name == "==" || name == "sameas") return v.Equals(*a0);
+  if (name == "ne" || name == "!=") return !v.Equals(*a0);
+  if (name == "in") {
+    PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a0));
+    if (a0->is_string() && v.is_string()) return a0->as_string().find(v.as_string()) != std::string::npos;
+    for (const Value& x : items) {
+      if (x.Equals(v)) return true;
+    }
+    return false;
+  }
+  if (name == "lt" || name == "le" || name == "gt" || name == "ge" || name == "<" || name == "<=" ||
+      name == ">" || name == ">=") {
+    PENG_ASSIGN_OR_RETURN(int c, Compare(v, *a0));
+    if (name == "lt" || name == "<") return c < 0;
+    if (name == "le" || name == "<=") return c <= 0;
+    if (name == "gt" || name == ">") return c > 0;
+    return c >= 0;
+  }
+  return InvalidArgument("no test named '" + name + "'");
+}
+
+bool HasMethod(const Value& object, const std::string& name) {
+  static const char* kStr[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize",
+                               "startswith", "endswith", "split", "replace", "find", "count", "join"};
+  static const char* kDict[] = {"get", "items", "keys", "values"};
+  if (object.is_string()) {
+    return std::find_if(std::begin(kStr), std::end(kStr), [&](const char* m) { return name == m; }) !=
+           std::end(kStr);
+  }
+  if (object.is_dict()) {
+    return std::find_if(std::begin(kDict), std::end(kDict), [&](const char* m) { return name == m; }) !=
+           std::end(kDict);
+  }
+  return false;
+}
+
+StatusOr<Value> CallMethod(const Value& object, const std::string& name, const CallArgs& args) {
+  if (object.is_string()) return StringMethod(object.as_string(), name, args);
+  if (object.is_dict()) return DictMethod(object, name, args);
+  return Value::Undefined(std::string("'") + object.TypeName() + " object' has no attribute '" + name + "'");
+}
+
+}  // namespace peng::tmpl

@@ -1,0 +1,111 @@
+// peng serve: the OpenAI-compatible HTTP server over the continuous-batching engine.
+// SIGTERM / SIGINT drain: /health and new requests answer 503, running requests finish, then
+// the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+#include "server/byte_size.h"
+#include "server/server.h"
+#include "tools/commands.h"
+
+namespace peng::tools {
+namespace {
+
+struct ServeArgs {
+  EngineOptions engine;
+  server::ServerOptions server;
+  std::string kv_cache_memory;
+  bool no_prefix_caching = false;
+};
+
+int RunServe(ServeArgs& a) {
+  if (!a.kv_cache_memory.empty()) {
+    StatusOr<int64_t> bytes = server::ParseByteSize(a.kv_cache_memory);
+    if (!bytes.ok()) return Fail(bytes.status().message());
+    a.engine.kv_cache_bytes = *bytes;
+  }
+  a.engine.enable_prefix_caching = !a.no_prefix_caching;
+  if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model_path;
+  a.server.http_threads = a.engine.max_num_seqs + a.engine.max_waiting + 8;
+
+  // Every thread created from here on inherits the blocked signals; one thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
+  if (!engine.ok()) return Fail(engine.status().ToString());
+  server::Server srv(engine->get(), a.server);
+  if (Status s = srv.Bind(); !s.ok()) {
+    (*engine)->Stop();
+    return Fail(s.ToString());
+  }
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "peng: signal %d: draining\n", sig);
+    srv.Shutdown();
+  });
+  std::fprintf(stderr, "peng: serving %s as '%s' on http://%s:%d (max_model_len %lld)\n",
+               a.engine.model_path.c_str(), a.server.served_model_name.c_str(),
+               a.server.host.c_str(), srv.port(),
+               static_cast<long long>((*engine)->max_model_len()));
+  Status served = srv.Serve();
+  if (!served.ok()) pthread_kill(waiter.native_handle(), SIGTERM);  // let the waiter finish
+  waiter.join();
+  (*engine)->Stop();
+  if (!served.ok()) return Fail(served.ToString());
+  std::fprintf(stderr, "peng: drained, exiting\n");
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ServeArgs>();
+  a->server.served_model_name.clear();  // default: the model argument, as given
+  CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  c->add_option("model", a->engine.model_path, "GGUF file or Hugging Face model folder")
+      ->required();
+  c->add_option("--host", a->server.host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", a->server.port, "Port (0 = any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  c->add_option("--api-key", a->server.api_key,
+                "Require 'Authorization: Bearer KEY' on /v1/ routes");
+  c->add_option("--served-model-name", a->server.served_model_name,
+                "Model name in the API (default: the model argument)");
+  c->add_option("--max-num-seqs", a->engine.max_num_seqs, "Running sequences at most")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  c->add_option("--max-model-len", a->engine.max_model_len,
+                "Prompt + output tokens per sequence (capped by the model)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  c->add_option("--max-num-batched-tokens", a->engine.max_num_batched_tokens,
+                "Tokens per engine step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  c->add_option("--kv-cache-memory", a->kv_cache_memory,
+                "KV cache pool size, e.g. 512MiB, 2GB (default: derived from max-num-seqs)");
+  c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
+      ->check(CLI::Range(0, 1024));
+  c->add_option("--max-waiting", a->engine.max_waiting,
+                "Queued requests at most; beyond that requests get 429")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  c->add_option("--max-body-bytes", a->server.max_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable automatic prefix caching");
+  c->callback([a, exit_code] { *exit_code = RunServe(*a); });
+}
+
+}  // namespace peng::tools
