@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
   unzip ca-certificates
+  prometheus  # promtool, to check /metrics in the tests
 )
 
 missing=()

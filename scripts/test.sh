@@ -35,6 +35,7 @@ step build bash scripts/build.sh -DPENG_BUILD_TESTS=ON || summary
 step models bash scripts/fetch_models.sh || summary
 
 step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
+step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_test.sh
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi

@@ -64,8 +64,9 @@ int RunBenchServe(BenchServeArgs a) {
   }
   std::fprintf(stderr, "model %s; sending one test request...\n", cfg.client.model.c_str());
   const benchclient::RequestResult probe = (*client)->Stream("Hello, how are you?", 4);
-  if (!probe.ok) return Fail("test request to " + cfg.client.url + cfg.client.endpoint +
-                             " failed: " + probe.error);
+  if (!probe.ok)
+    return Fail("test request to " + cfg.client.url + cfg.client.endpoint +
+                " failed: " + probe.error);
   std::fprintf(stderr, "test request ok; starting %d requests\n", cfg.num_prompts);
   const bool tty = isatty(fileno(stderr));
   benchclient::BenchRun run = benchclient::RunBenchmark(cfg, [&](int done, int total) {
@@ -94,28 +95,34 @@ CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code) {
   CLI::App* s = bench.add_subcommand(
       "serve", "Serving benchmark against any OpenAI-compatible server (TTFT, TPOT, ITL)");
   s->add_option("--url", c.client.url, "Server base URL")->capture_default_str();
-  s->add_option("--endpoint", c.client.endpoint,
-                "/v1/completions or /v1/chat/completions")->capture_default_str();
+  s->add_option("--endpoint", c.client.endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
   s->add_option("--model", c.client.model, "Model name to send (default: first of /v1/models)");
   s->add_option("--api-key", c.client.api_key, "Bearer token")->envname("OPENAI_API_KEY");
   s->add_option("-n,--num-prompts", c.num_prompts, "Requests to send")
-      ->check(CLI::Range(1, 1000000))->capture_default_str();
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   s->add_option("--request-rate", a->request_rate,
                 "Poisson arrival rate in requests/s; inf sends all at once")
       ->capture_default_str();
   s->add_option("--max-concurrency", c.max_concurrency, "Most requests in flight (0 = no cap)")
-      ->check(CLI::Range(0, 1000000))->capture_default_str();
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
   s->add_option("--input-len", c.input_len, "Prompt length in words (about one token each)")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   s->add_option("--output-len", c.output_len, "max_tokens of every request")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   s->add_option("--seed", c.seed, "Seed of prompts and arrival times")->capture_default_str();
   s->add_option("--temperature", c.client.temperature, "Sampling temperature")
-      ->check(CLI::Range(0.0, 2.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 2.0))
+      ->capture_default_str();
   s->add_flag("--no-ignore-eos", a->no_ignore_eos,
               "Do not send ignore_eos: true (requests may end before --output-len)");
   s->add_option("--timeout", c.client.timeout_s, "Per-request timeout in seconds")
-      ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
   s->add_option("--out", a->out_path, "Write results as JSON to this file");
   s->add_option("--plot", a->plot_path, "Write an SVG plot to this file");
   s->callback([a, exit_code] { *exit_code = RunBenchServe(*a); });

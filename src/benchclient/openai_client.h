@@ -31,10 +31,10 @@ struct RequestResult {
   bool ok = false;
   std::string error;  // why !ok: transport error, HTTP status and body, or no text
   int http_status = 0;
-  double start_s = 0;  // when it was sent, seconds after the benchmark start
-  double ttft_s = 0;   // send -> first chunk with text
-  double e2e_s = 0;    // send -> end of the stream
-  std::vector<double> itl_s;  // gaps between successive chunks with text
+  double start_s = 0;          // when it was sent, seconds after the benchmark start
+  double ttft_s = 0;           // send -> first chunk with text
+  double e2e_s = 0;            // send -> end of the stream
+  std::vector<double> itl_s;   // gaps between successive chunks with text
   int64_t prompt_tokens = -1;  // from usage; -1 when the server did not report it
   int64_t output_tokens = 0;   // from usage, or the number of text chunks without it
   bool usage_reported = false;

@@ -61,19 +61,19 @@ Json BuildReport(const BenchConfig& config, const BenchRun& run) {
       tpot.push_back((r.e2e_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1));
   }
   const double dur = run.duration_s > 0 ? run.duration_s : 1e-9;
-  Json cfg = {{"url", config.client.url},
-              {"endpoint", config.client.endpoint},
-              {"model", config.client.model},
-              {"num_prompts", config.num_prompts},
-              {"request_rate", std::isinf(config.request_rate) ? Json("inf")
-                                                               : Json(config.request_rate)},
-              {"max_concurrency", config.max_concurrency},
-              {"input_len", config.input_len},
-              {"output_len", config.output_len},
-              {"temperature", config.client.temperature},
-              {"ignore_eos", config.client.ignore_eos},
-              {"seed", config.seed},
-              {"workers", run.num_workers}};
+  Json cfg = {
+      {"url", config.client.url},
+      {"endpoint", config.client.endpoint},
+      {"model", config.client.model},
+      {"num_prompts", config.num_prompts},
+      {"request_rate", std::isinf(config.request_rate) ? Json("inf") : Json(config.request_rate)},
+      {"max_concurrency", config.max_concurrency},
+      {"input_len", config.input_len},
+      {"output_len", config.output_len},
+      {"temperature", config.client.temperature},
+      {"ignore_eos", config.client.ignore_eos},
+      {"seed", config.seed},
+      {"workers", run.num_workers}};
   Json summary = {{"completed", completed},
                   {"failed", static_cast<int64_t>(run.results.size()) - completed},
                   {"duration_s", run.duration_s},
@@ -88,7 +88,8 @@ Json BuildReport(const BenchConfig& config, const BenchRun& run) {
                   {"itl_ms", ToJson(Summarize(itl))},
                   {"e2e_ms", ToJson(Summarize(e2e))},
                   {"errors", std::move(errors)}};
-  return {{"config", std::move(cfg)}, {"summary", std::move(summary)},
+  return {{"config", std::move(cfg)},
+          {"summary", std::move(summary)},
           {"requests", std::move(requests)}};
 }
 
@@ -106,9 +107,8 @@ void PrintReport(const Json& report, std::FILE* out) {
   std::fprintf(out, "============ Serving Benchmark Result ============\n");
   line("Model:", c["model"].get<std::string>());
   line("Endpoint:", c["url"].get<std::string>() + c["endpoint"].get<std::string>());
-  line("Request rate (req/s):", c["request_rate"].is_string()
-                                    ? c["request_rate"].get<std::string>()
-                                    : num(c["request_rate"], "%g"));
+  line("Request rate (req/s):", c["request_rate"].is_string() ? c["request_rate"].get<std::string>()
+                                                              : num(c["request_rate"], "%g"));
   line("Max concurrency:", c["max_concurrency"].get<int>() > 0
                                ? std::to_string(c["max_concurrency"].get<int>())
                                : std::string("unlimited"));
@@ -132,7 +132,8 @@ void PrintReport(const Json& report, std::FILE* out) {
                  d["p99"].get<double>(), d["max"].get<double>());
   }
   if (s["requests_without_usage"].get<int64_t>() > 0) {
-    std::fprintf(out, "note: %lld requests had no usage in the stream: their output tokens are "
+    std::fprintf(out,
+                 "note: %lld requests had no usage in the stream: their output tokens are "
                  "counted as text chunks and their input tokens as --input-len\n",
                  static_cast<long long>(s["requests_without_usage"]));
   }

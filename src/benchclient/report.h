@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "benchclient/runner.h"

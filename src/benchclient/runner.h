@@ -17,9 +17,9 @@ struct BenchConfig {
   ClientOptions client;
   int num_prompts = 100;
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s
-  int max_concurrency = 0;  // 0: unlimited
-  int input_len = 256;      // words per prompt, about one token each
-  int output_len = 128;     // max_tokens
+  int max_concurrency = 0;                                        // 0: unlimited
+  int input_len = 256;   // words per prompt, about one token each
+  int output_len = 128;  // max_tokens
   uint64_t seed = 0;
 };
 

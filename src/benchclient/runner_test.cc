@@ -67,27 +67,27 @@ class FakeServer {
     const int now = ++in_flight_;
     for (int m = max_in_flight_; now > m && !max_in_flight_.compare_exchange_weak(m, now);) {
     }
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, chat, max_tokens, prompt_words](size_t, httplib::DataSink& sink) {
-          for (int k = 0; k < max_tokens; ++k) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-            Json c = chat ? Json{{"choices", {{{"index", 0}, {"delta", {{"content", "w "}}}}}}}
-                          : Json{{"choices", {{{"index", 0}, {"text", "w "}}}}};
-            if (k + 1 == max_tokens) c["choices"][0]["finish_reason"] = "length";
-            const std::string ev = "data: " + c.dump() + "\n\n";
-            sink.write(ev.data(), ev.size());
-          }
-          const Json usage = {{"choices", Json::array()},
-                              {"usage",
-                               {{"prompt_tokens", prompt_words},
-                                {"completion_tokens", max_tokens},
-                                {"total_tokens", prompt_words + max_tokens}}}};
-          const std::string tail = "data: " + usage.dump() + "\n\ndata: [DONE]\n\n";
-          sink.write(tail.data(), tail.size());
-          --in_flight_;
-          sink.done();
-          return true;
-        });
+    res.set_chunked_content_provider("text/event-stream", [this, chat, max_tokens, prompt_words](
+                                                              size_t, httplib::DataSink& sink) {
+      for (int k = 0; k < max_tokens; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        Json c = chat ? Json{{"choices", {{{"index", 0}, {"delta", {{"content", "w "}}}}}}}
+                      : Json{{"choices", {{{"index", 0}, {"text", "w "}}}}};
+        if (k + 1 == max_tokens) c["choices"][0]["finish_reason"] = "length";
+        const std::string ev = "data: " + c.dump() + "\n\n";
+        sink.write(ev.data(), ev.size());
+      }
+      const Json usage = {{"choices", Json::array()},
+                          {"usage",
+                           {{"prompt_tokens", prompt_words},
+                            {"completion_tokens", max_tokens},
+                            {"total_tokens", prompt_words + max_tokens}}}};
+      const std::string tail = "data: " + usage.dump() + "\n\ndata: [DONE]\n\n";
+      sink.write(tail.data(), tail.size());
+      --in_flight_;
+      sink.done();
+      return true;
+    });
   }
 
   httplib::Server server_;

@@ -169,11 +169,16 @@ std::string TimelinePanel(const Json& requests) {
 std::string Escape(const std::string& in) {
   std::string out;
   for (char c : in) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -200,8 +205,7 @@ std::string RenderSvg(const Json& report) {
                       std::to_string(c["num_prompts"].get<int>()) + " requests, rate " +
                       (c["request_rate"].is_string() ? c["request_rate"].get<std::string>()
                                                      : Fmt("%g", c["request_rate"])) +
-                      " req/s, in " +
-                      std::to_string(c["input_len"].get<int>()) + " / out " +
+                      " req/s, in " + std::to_string(c["input_len"].get<int>()) + " / out " +
                       std::to_string(c["output_len"].get<int>()) + " tokens; " +
                       Fmt("%.1f", sum["output_throughput"].get<double>()) + " output tok/s";
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Fmt("%.0f", kWidth) +

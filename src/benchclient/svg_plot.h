@@ -4,9 +4,8 @@
 // (waiting + prefill) and on to its last token (decode). Failed requests are drawn in red.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace peng::benchclient {
 

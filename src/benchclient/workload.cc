@@ -7,20 +7,22 @@ namespace peng::benchclient {
 namespace {
 
 constexpr const char* kWords[] = {
-    "the",    "time",  "people", "way",   "day",    "man",    "thing", "woman", "life",
-    "child",  "world", "school", "state", "family", "student", "group", "country", "problem",
-    "hand",   "part",  "place",  "case",  "week",   "company", "system", "program", "question",
-    "work",   "night", "point",  "home",  "water",  "room",   "mother", "area",  "money",
-    "story",  "fact",  "month",  "lot",   "right",  "study",  "book",  "eye",   "job",
-    "word",   "issue", "side",   "kind",  "head",   "house",  "service", "friend", "father",
-    "power",  "hour",  "game",   "line",  "end",    "member", "law",   "car",   "city",
-    "name",   "team",  "minute", "idea",  "kid",    "body",   "back",  "parent", "face",
-    "others", "level", "office", "door",  "health", "person", "art",   "war",   "history",
-    "party",  "result", "change", "morning", "reason", "research", "girl", "guy", "moment",
-    "air",    "teacher", "force", "education", "good", "new",  "first", "last",  "long",
-    "great",  "little", "own",   "other", "old",    "big",    "high",  "small", "large",
-    "next",   "early", "young",  "few",   "public", "bad",    "same",  "able",  "and",
-    "of",     "to",    "in",     "for",   "on",     "with",   "at",    "by",    "from",
+    "the",     "time",    "people",   "way",     "day",     "man",       "thing",    "woman",
+    "life",    "child",   "world",    "school",  "state",   "family",    "student",  "group",
+    "country", "problem", "hand",     "part",    "place",   "case",      "week",     "company",
+    "system",  "program", "question", "work",    "night",   "point",     "home",     "water",
+    "room",    "mother",  "area",     "money",   "story",   "fact",      "month",    "lot",
+    "right",   "study",   "book",     "eye",     "job",     "word",      "issue",    "side",
+    "kind",    "head",    "house",    "service", "friend",  "father",    "power",    "hour",
+    "game",    "line",    "end",      "member",  "law",     "car",       "city",     "name",
+    "team",    "minute",  "idea",     "kid",     "body",    "back",      "parent",   "face",
+    "others",  "level",   "office",   "door",    "health",  "person",    "art",      "war",
+    "history", "party",   "result",   "change",  "morning", "reason",    "research", "girl",
+    "guy",     "moment",  "air",      "teacher", "force",   "education", "good",     "new",
+    "first",   "last",    "long",     "great",   "little",  "own",       "other",    "old",
+    "big",     "high",    "small",    "large",   "next",    "early",     "young",    "few",
+    "public",  "bad",     "same",     "able",    "and",     "of",        "to",       "in",
+    "for",     "on",      "with",     "at",      "by",      "from",
 };
 constexpr size_t kNumWords = sizeof(kWords) / sizeof(kWords[0]);
 

@@ -81,6 +81,13 @@ struct EngineStats {
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;
   double kv_usage = 0;                  // used / total
+  // Internal fragmentation: token slots of used blocks that hold no token (the unfilled
+  // tail of each running sequence's last block), as a share of the whole pool -- now, and
+  // the mean and max over all steps that had running sequences.
+  int64_t kv_slots_unfilled = 0;
+  double kv_fragmentation = 0;
+  double kv_fragmentation_mean = 0;
+  double kv_fragmentation_max = 0;
   int64_t prefix_cache_queries = 0;     // tokens looked up
   int64_t prefix_cache_hits = 0;        // tokens found
   int64_t prompt_tokens_total = 0;

@@ -174,6 +174,8 @@ class EngineImpl : public Engine {
   bool draining_ = false, stop_ = false, stopped_ = false;
   bool idle_ = true;  // no request was active at the last stats publication
   EngineStats stats_;
+  double frag_sum_ = 0;    // sum of kv_fragmentation over steps with running sequences
+  int64_t frag_steps_ = 0;
   std::thread thread_;
 };
 
@@ -427,6 +429,20 @@ void EngineImpl::PublishStats() {
   stats_.kv_blocks_total = kvm_.num_blocks();
   stats_.kv_blocks_used = kvm_.num_used_blocks();
   stats_.kv_usage = kvm_.usage();
+  int64_t unfilled = 0;
+  for (const Sequence* seq : sched_.running()) {
+    const int64_t slots = static_cast<int64_t>(kvm_.block_table(seq->id).size()) * kvm_.block_size();
+    unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
+  }
+  const double pool_slots = static_cast<double>(kvm_.num_blocks()) * kvm_.block_size();
+  stats_.kv_slots_unfilled = unfilled;
+  stats_.kv_fragmentation = unfilled / pool_slots;
+  if (!sched_.running().empty()) {
+    frag_sum_ += stats_.kv_fragmentation;
+    ++frag_steps_;
+    stats_.kv_fragmentation_max = std::max(stats_.kv_fragmentation_max, stats_.kv_fragmentation);
+    stats_.kv_fragmentation_mean = frag_sum_ / frag_steps_;
+  }
   stats_.prefix_cache_queries = kvm_.prefix_cache_queries();
   stats_.prefix_cache_hits = kvm_.prefix_cache_hits();
   stats_.prompt_tokens_total = prompt_tokens_total_;

@@ -107,12 +107,12 @@ std::string ServerMetrics::Render(const EngineStats& s) const {
   const std::string& l = model_label_;
   std::string out;
   auto gauge = [&](const char* name, const char* help, double v) {
-    Header(std::string("peng:") + name, "gauge", help, &out);
-    Sample(std::string("peng:") + name, l, v, &out);
+    Header(std::string("peng_") + name, "gauge", help, &out);
+    Sample(std::string("peng_") + name, l, v, &out);
   };
   auto counter = [&](const char* name, const char* help, double v) {
-    Header(std::string("peng:") + name, "counter", help, &out);
-    Sample(std::string("peng:") + name, l, v, &out);
+    Header(std::string("peng_") + name, "counter", help, &out);
+    Sample(std::string("peng_") + name, l, v, &out);
   };
   gauge("num_requests_running", "Number of requests in model execution batches.",
         static_cast<double>(s.num_running));
@@ -123,6 +123,15 @@ std::string ServerMetrics::Render(const EngineStats& s) const {
         static_cast<double>(s.kv_blocks_used));
   gauge("kv_cache_capacity_blocks", "KV-cache blocks in the pool.",
         static_cast<double>(s.kv_blocks_total));
+  gauge("kv_cache_fragmentation_perc",
+        "Token slots of used KV blocks holding no token, as a share of the pool.",
+        s.kv_fragmentation);
+  gauge("kv_cache_fragmentation_mean_perc",
+        "Mean of kv_cache_fragmentation_perc over engine steps with running requests.",
+        s.kv_fragmentation_mean);
+  gauge("kv_cache_fragmentation_max_perc",
+        "Max of kv_cache_fragmentation_perc over engine steps with running requests.",
+        s.kv_fragmentation_max);
   counter("prefix_cache_queries_total", "Prefix cache queries, in number of queried tokens.",
           static_cast<double>(s.prefix_cache_queries));
   counter("prefix_cache_hits_total", "Prefix cache hits, in number of cached tokens.",
@@ -134,21 +143,21 @@ std::string ServerMetrics::Render(const EngineStats& s) const {
   counter("generation_tokens_total", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens_total));
   std::lock_guard<std::mutex> lock(mu_);
-  Header("peng:request_success_total", "counter", "Count of successfully processed requests.",
+  Header("peng_request_success_total", "counter", "Count of successfully processed requests.",
          &out);
   for (const auto& [reason, n] : finished_) {
-    Sample("peng:request_success_total", l + ",finished_reason=\"" + PromEscape(reason) + "\"",
+    Sample("peng_request_success_total", l + ",finished_reason=\"" + PromEscape(reason) + "\"",
            static_cast<double>(n), &out);
   }
-  Header("peng:time_to_first_token_seconds", "histogram",
+  Header("peng_time_to_first_token_seconds", "histogram",
          "Histogram of time to first token in seconds.", &out);
-  ttft_.Render("peng:time_to_first_token_seconds", l, &out);
-  Header("peng:inter_token_latency_seconds", "histogram",
+  ttft_.Render("peng_time_to_first_token_seconds", l, &out);
+  Header("peng_inter_token_latency_seconds", "histogram",
          "Histogram of inter-token latency in seconds.", &out);
-  itl_.Render("peng:inter_token_latency_seconds", l, &out);
-  Header("peng:e2e_request_latency_seconds", "histogram",
+  itl_.Render("peng_inter_token_latency_seconds", l, &out);
+  Header("peng_e2e_request_latency_seconds", "histogram",
          "Histogram of end to end request latency in seconds.", &out);
-  e2e_.Render("peng:e2e_request_latency_seconds", l, &out);
+  e2e_.Render("peng_e2e_request_latency_seconds", l, &out);
   return out;
 }
 

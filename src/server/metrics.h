@@ -1,5 +1,5 @@
 // Server metrics in the Prometheus text exposition format (version 0.0.4), with vLLM's metric
-// names under a "peng:" prefix: engine gauges and counters (taken from EngineStats when
+// names under a "peng_" prefix (promtool rejects ":"): engine gauges and counters (taken from EngineStats when
 // rendering) plus request latency histograms (time to first token, inter-token latency,
 // end-to-end latency) and finished-request counters observed by the HTTP threads.
 //

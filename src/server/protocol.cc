@@ -394,6 +394,12 @@ MaybeError ParseRequest(const json& body, Endpoint endpoint, ParsedRequest* out)
   SamplingParams check = out->params;
   check.max_tokens = std::max(check.max_tokens, check.min_tokens);
   if (Status s = check.Validate(); !s.ok()) return FromStatus(s);
+  // The OpenAI API's range (SamplingParams allows more for the CLI).
+  if (out->params.temperature > 2.0f) {
+    return BadRequest("temperature = " + std::to_string(out->params.temperature) +
+                          ": must be in [0, 2]",
+                      "temperature", "invalid_value");
+  }
   if (out->params.min_tokens > out->params.max_tokens && out->max_tokens_given) {
     return BadRequest("min_tokens = " + std::to_string(out->params.min_tokens) +
                           ": must be in [0, max_tokens]",

@@ -112,7 +112,7 @@ TEST_F(ServerE2eTest, DisconnectsFreeBlocksAndDrainFinishes) {
     EngineStats st = engine_->GetStats();
     return st.kv_blocks_used == 0 && st.num_running == 0 && st.num_waiting == 0;
   })) << s.server().MetricsText();
-  EXPECT_NE(s.server().MetricsText().find("peng:kv_cache_used_blocks{model_name=\"tiny\"} 0\n"),
+  EXPECT_NE(s.server().MetricsText().find("peng_kv_cache_used_blocks{model_name=\"tiny\"} 0\n"),
             std::string::npos);
 
   std::string body;

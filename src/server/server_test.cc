@@ -260,10 +260,10 @@ TEST_F(ServerTest, ModelsHealthAndMetrics) {
   auto metrics = c->Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find(
-                "peng:request_success_total{model_name=\"fake\",finished_reason=\"length\"} 1\n"),
+                "peng_request_success_total{model_name=\"fake\",finished_reason=\"length\"} 1\n"),
             std::string::npos)
       << metrics->body;
-  EXPECT_NE(metrics->body.find("peng:time_to_first_token_seconds_count{model_name=\"fake\"} 1\n"),
+  EXPECT_NE(metrics->body.find("peng_time_to_first_token_seconds_count{model_name=\"fake\"} 1\n"),
             std::string::npos);
 }
 
