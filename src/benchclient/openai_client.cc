@@ -79,7 +79,10 @@ OpenAiClient::OpenAiClient(const ClientOptions& options, ParsedUrl url)
   http_->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
   http_->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
   http_->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-  http_->set_keep_alive(true);
+  // A fresh connection per request: servers close kept-alive connections on their own
+  // schedule (llama-server, httplib's 5-request limit), and a request sent on a connection the
+  // server just closed fails with a read error. Loopback connects are cheap.
+  http_->set_keep_alive(false);
   if (!options_.api_key.empty()) http_->set_bearer_token_auth(options_.api_key.c_str());
 }
 
