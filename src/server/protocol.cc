@@ -5,9 +5,7 @@
 #include <limits>
 
 #include "tokenizer/tokenizer.h"
-#if PENG_HAVE_CHAT_TEMPLATE
 #include "template/chat_template.h"
-#endif
 
 namespace peng::server {
 namespace {
@@ -451,7 +449,6 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
     if (!tokenizer || tokenizer->chat_template().empty()) {
       return BadRequest("model has no chat template", "messages");
     }
-#if PENG_HAVE_CHAT_TEMPLATE
     auto piece = [&](int32_t id) {
       return id >= 0 && id < tokenizer->vocab_size() ? tokenizer->token_piece(id)
                                                      : std::string();
@@ -464,9 +461,6 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
       return BadRequest("chat template failed: " + text.status().message(), "messages");
     }
     req->prompts = {tokenizer->Encode(*text, /*add_bos=*/false, /*parse_special=*/true)};
-#else
-    return BadRequest("model has no chat template", "messages");
-#endif
   } else if (req->prompt_is_text) {
     if (!tokenizer) {
       return BadRequest("model has no tokenizer: send the prompt as token ids", "prompt");
