@@ -15,6 +15,7 @@ void RegisterBench(CLI::App& app, int* exit_code);
 CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code);
 void RegisterInfo(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
+void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc
 
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);

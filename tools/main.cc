@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   peng::tools::RegisterBench(app, &exit_code);
   peng::tools::RegisterInfo(app, &exit_code);
   peng::tools::RegisterServe(app, &exit_code);
+  peng::tools::RegisterEval(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,205 @@
+// peng eval ppl | compare: perplexity of a model over a text file (strided sliding windows),
+// and a comparison of a model against a reference model (or against itself in exact FP32
+// activation mode) over the same windows. The math and the window scheme are in
+// src/engine/eval.h. The text is tokenized once, whole, with the model's default BOS
+// handling (a BOS at the start for models whose tokenizer adds one, e.g. Gemma); only the
+// first window therefore starts with BOS, and token 0 is never scored.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/eval.h"
+#include "engine/llm.h"
+#include "kernels/ops.h"
+#include "tools/commands.h"
+
+namespace peng::tools {
+namespace {
+
+struct EvalArgs {
+  std::string model, reference, text;
+  int64_t ctx = 512, stride = 256, max_tokens = 0;
+  int threads = 0;
+  bool exact = false, exact_reference = false, json = false;
+  double max_deviation = 0.03;
+};
+
+StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound("cannot open text file " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (ss.str().empty()) return InvalidArgument("text file " + path + " is empty");
+  return ss.str();
+}
+
+StatusOr<std::unique_ptr<Llm>> LoadModel(const std::string& path, const EvalArgs& a,
+                                         bool exact) {
+  LlmOptions o;
+  o.model_path = path;
+  o.threads = a.threads;
+  o.max_context = a.ctx;
+  if (exact) o.kv_dtype = DType::kF32;
+  return Llm::Load(o);
+}
+
+// Logits of one window with exact activations on or off for the duration of the call.
+eval::LogitsFn Runner(Llm& llm, bool exact) {
+  return [&llm, exact](std::span<const int32_t> ids) {
+    kernels::SetExactActivations(exact);
+    auto out = llm.PromptLogits(ids);
+    kernels::SetExactActivations(false);
+    return out;
+  };
+}
+
+// Tokens of the text under `llm`, truncated to --max-tokens; also clamps a.ctx to the model.
+StatusOr<std::vector<int32_t>> Tokens(Llm& llm, EvalArgs& a) {
+  auto text = ReadText(a.text);
+  if (!text.ok()) return text.status();
+  auto ids = llm.Encode(*text);
+  if (!ids.ok()) return ids.status();
+  if (a.max_tokens > 0 && static_cast<int64_t>(ids->size()) > a.max_tokens) {
+    ids->resize(a.max_tokens);
+  }
+  if (ids->size() < 2) return InvalidArgument("text has fewer than 2 tokens");
+  if (a.ctx > llm.max_context()) {
+    std::fprintf(stderr, "peng: --ctx %lld capped to the model's %lld\n",
+                 static_cast<long long>(a.ctx), static_cast<long long>(llm.max_context()));
+    a.ctx = llm.max_context();
+  }
+  return ids;
+}
+
+int RunPpl(EvalArgs a) {
+  if (a.exact) kernels::SetExactActivations(true);  // before loading: any load-time choices
+  auto llm = LoadModel(a.model, a, a.exact);
+  kernels::SetExactActivations(false);
+  if (!llm.ok()) return Fail(llm.status().ToString());
+  auto ids = Tokens(**llm, a);
+  if (!ids.ok()) return Fail(ids.status().ToString());
+  const int64_t vocab = (*llm)->model().config().vocab_size;
+  auto r = eval::Perplexity(*ids, a.ctx, a.stride, vocab, Runner(**llm, a.exact));
+  if (!r.ok()) return Fail(r.status().ToString());
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},          {"text", a.text},
+                        {"tokens", ids->size()},      {"ctx", a.ctx},
+                        {"stride", a.stride},         {"exact", a.exact},
+                        {"tokens_scored", r->tokens_scored}, {"mean_nll", r->MeanNll()},
+                        {"ppl", r->Ppl()}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("tokens: %zu (ctx %lld, stride %lld%s)\n", ids->size(),
+                static_cast<long long>(a.ctx), static_cast<long long>(a.stride),
+                a.exact ? ", exact" : "");
+    std::printf("tokens scored: %lld\nmean NLL: %.6f\nPPL: %.4f\n",
+                static_cast<long long>(r->tokens_scored), r->MeanNll(), r->Ppl());
+  }
+  return 0;
+}
+
+int RunCompare(EvalArgs a) {
+  auto model = LoadModel(a.model, a, false);
+  if (!model.ok()) return Fail(model.status().ToString());
+  auto ref = LoadModel(a.reference, a, a.exact_reference);
+  if (!ref.ok()) return Fail(ref.status().ToString());
+  const int64_t vocab = (*model)->model().config().vocab_size;
+  if ((*ref)->model().config().vocab_size != vocab) {
+    return Fail("model and reference have different vocabularies (" + std::to_string(vocab) +
+                " vs " + std::to_string((*ref)->model().config().vocab_size) + " tokens)");
+  }
+  auto ids = Tokens(**model, a);
+  if (!ids.ok()) return Fail(ids.status().ToString());
+  auto ref_ids = Tokens(**ref, a);
+  if (!ref_ids.ok()) return Fail(ref_ids.status().ToString());
+  if (*ids != *ref_ids) return Fail("model and reference tokenize the text differently");
+  auto r = eval::Compare(*ids, a.ctx, a.stride, vocab, Runner(**model, false),
+                         Runner(**ref, a.exact_reference));
+  if (!r.ok()) return Fail(r.status().ToString());
+  const Tokenizer* tok = (*model)->tokenizer();
+  const std::string target = tok->TokenText(r->worst_target);
+  const std::string worst = tok->TokenText(r->worst_vocab);
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},
+                        {"reference", a.reference},
+                        {"exact_reference", a.exact_reference},
+                        {"tokens_scored", r->tokens_scored},
+                        {"mean_kl", r->MeanKl()},
+                        {"top1_agreement", r->Top1Agreement()},
+                        {"ppl_model", r->PplModel()},
+                        {"ppl_reference", r->PplRef()},
+                        {"ppl_ratio", r->PplRatio()},
+                        {"max_deviation", r->max_deviation},
+                        {"worst_position", r->worst_position},
+                        {"worst_target_id", r->worst_target},
+                        {"worst_vocab_id", r->worst_vocab}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("tokens scored: %lld (ctx %lld, stride %lld)\n",
+                static_cast<long long>(r->tokens_scored), static_cast<long long>(a.ctx),
+                static_cast<long long>(a.stride));
+    std::printf("mean KL(ref||model): %.6f nats/token\n", r->MeanKl());
+    std::printf("top-1 agreement: %.2f%%\n", 100 * r->Top1Agreement());
+    std::printf("PPL model: %.4f  reference: %.4f  ratio: %.5f\n", r->PplModel(), r->PplRef(),
+                r->PplRatio());
+    std::printf("max relative logit deviation: %.4f (position %lld, target %d '%s', at vocab "
+                "id %d '%s')\n",
+                r->max_deviation, static_cast<long long>(r->worst_position), r->worst_target,
+                target.c_str(), r->worst_vocab, worst.c_str());
+  }
+  if (r->max_deviation > a.max_deviation) {
+    std::fprintf(stderr,
+                 "peng: error: relative logit deviation %.4f exceeds --max-deviation %.4f at "
+                 "token position %lld (predicting id %d '%s'; largest difference at vocab id "
+                 "%d '%s')\n",
+                 r->max_deviation, a.max_deviation, static_cast<long long>(r->worst_position),
+                 r->worst_target, target.c_str(), r->worst_vocab, worst.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+void AddCommon(CLI::App* c, EvalArgs* a) {
+  c->add_option("-m,--model", a->model, "GGUF file or Hugging Face model folder")->required();
+  c->add_option("--text", a->text, "UTF-8 text file to evaluate on")->required();
+  c->add_option("--ctx", a->ctx, "Tokens per window")->check(CLI::Range(2, 1 << 20));
+  c->add_option("--stride", a->stride, "Tokens each window advances (clamped to ctx - 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  c->add_option("--max-tokens", a->max_tokens, "Use only the first N tokens (0 = all)")
+      ->check(CLI::Range(0, 1 << 30));
+  c->add_option("-t,--threads", a->threads, "Threads (0 = physical cores)")
+      ->check(CLI::Range(0, 1024));
+  c->add_flag("--json", a->json, "Print JSON");
+}
+
+}  // namespace
+
+void RegisterEval(CLI::App& app, int* exit_code) {
+  CLI::App* e = app.add_subcommand("eval", "Perplexity and model-vs-reference accuracy checks");
+  e->require_subcommand(1);
+
+  auto p = std::make_shared<EvalArgs>();
+  CLI::App* ppl = e->add_subcommand("ppl", "Perplexity over a text file (sliding windows)");
+  AddCommon(ppl, p.get());
+  ppl->add_flag("--exact", p->exact, "FP32 activations and KV cache (reference mode)");
+  ppl->callback([p, exit_code] { *exit_code = RunPpl(*p); });
+
+  auto c = std::make_shared<EvalArgs>();
+  CLI::App* cmp = e->add_subcommand(
+      "compare", "KL, top-1 agreement, PPL ratio and max relative logit deviation vs a "
+                 "reference; exits 1 when the deviation exceeds --max-deviation");
+  AddCommon(cmp, c.get());
+  cmp->add_option("--reference", c->reference, "Reference model (may equal --model)")
+      ->required();
+  cmp->add_option("--max-deviation", c->max_deviation,
+                  "Largest allowed max_i |l_m - l_r| / (max l_r - min l_r) at any position");
+  cmp->add_flag("--exact-reference", c->exact_reference,
+                "Run the reference with FP32 activations and KV cache");
+  cmp->callback([c, exit_code] { *exit_code = RunCompare(*c); });
+}
+
+}  // namespace peng::tools
