@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <ctime>
 #include <utility>
@@ -214,12 +215,19 @@ void Server::HandleGenerate(const httplib::Request& http_req, httplib::Response&
 std::string Server::MetricsText() const { return metrics_.Render(engine_->GetStats()); }
 
 Status Server::Bind() {
+  // httplib's default socket options include SO_REUSEPORT, which lets a second server bind the
+  // same port and silently take half of the connections; keep only SO_REUSEADDR (fast restart).
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+  });
   port_ = options_.port;
   if (port_ == 0) {
     port_ = http_->bind_to_any_port(options_.host);
     if (port_ < 0) return IoError("cannot bind " + options_.host + " to a free port");
   } else if (!http_->bind_to_port(options_.host, port_)) {
-    return IoError("cannot bind " + options_.host + ":" + std::to_string(port_));
+    return IoError("cannot bind " + options_.host + ":" + std::to_string(port_) +
+                   " (is another server using the port?)");
   }
   return OkStatus();
 }

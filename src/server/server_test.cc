@@ -267,6 +267,24 @@ TEST_F(ServerTest, ModelsHealthAndMetrics) {
             std::string::npos);
 }
 
+// A second server on a port in use must fail to bind (no SO_REUSEPORT sharing of connections).
+TEST_F(ServerTest, SecondServerOnTheSamePortFailsToBind) {
+  RunningServer first(&engine_, Options());
+  // Wait for the listener (stopping a server before its listen loop has started can hang).
+  auto health = first.Client()->Get("/health");
+  ASSERT_TRUE(health);
+  ASSERT_EQ(health->status, 200);
+  ServerOptions o = Options();
+  o.host = "127.0.0.1";
+  o.port = first.port();
+  Server second(&engine_, o);
+  const Status s = second.Bind();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot bind 127.0.0.1:" + std::to_string(first.port())),
+            std::string::npos)
+      << s.ToString();
+}
+
 TEST_F(ServerTest, ErrorStatuses) {
   ServerOptions o = Options();
   o.api_key = "sekret";
