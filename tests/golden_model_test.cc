@@ -18,6 +18,8 @@
 //    the float64 HF reference than llama.cpp's is (mean distance <= 1.25x llama.cpp's + 0.05).
 #include <gtest/gtest.h>
 
+#include "core/test_paths.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -42,10 +44,7 @@ struct Bounds {
 constexpr Bounds kHf = {true, 2e-3, 2e-3, 2e-3};
 constexpr Bounds kLlamaCpp = {false, 3.0, 0.8, 1.0};
 
-std::string SourceDir() {
-  const char* s = std::getenv("PENG_SOURCE_DIR");
-  return s ? s : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 
 std::string ModelsDir() {
   const char* m = std::getenv("PENG_MODELS_DIR");

@@ -15,6 +15,8 @@
 // The folders have no tokenizer, so everything runs on token ids.
 #include <gtest/gtest.h>
 
+#include "core/test_paths.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,10 +37,7 @@ namespace fs = std::filesystem;
 constexpr double kF32KvBound = 1e-4;
 constexpr double kF16KvBound = 2e-2;
 
-std::string SourceDir() {
-  const char* s = std::getenv("PENG_SOURCE_DIR");
-  return s ? s : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 
 std::string DataDir() { return SourceDir() + "/tests/data/hf_tiny"; }
 

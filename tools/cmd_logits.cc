@@ -87,8 +87,8 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1024));
   c->callback([a, exit_code, p, t] {
     if (p->count() == 0 && t->count() == 0) {
-      *exit_code = Fail("one of --prompt or --tokens is required");
-      *exit_code = 2;
+      Fail("one of --prompt or --tokens is required");
+      *exit_code = 2;  // a usage error
       return;
     }
     *exit_code = RunLogits(*a);

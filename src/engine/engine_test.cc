@@ -3,6 +3,8 @@
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
+
+#include "core/test_paths.h"
 #include <sys/stat.h>
 
 #include <cmath>
@@ -18,10 +20,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string SourceDir() {
-  const char* env = std::getenv("PENG_SOURCE_DIR");
-  return env ? env : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 std::string TinyModel(const std::string& arch) { return SourceDir() + "/tests/data/hf_tiny/" + arch; }
 std::string SmolLm() {
   const char* env = std::getenv("PENG_MODELS_DIR");

@@ -1,6 +1,8 @@
 #include "engine/eval.h"
 
 #include <gtest/gtest.h>
+
+#include "core/test_paths.h"
 #include <sys/stat.h>
 
 #include <cmath>
@@ -16,10 +18,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string SourceDir() {
-  const char* env = std::getenv("PENG_SOURCE_DIR");
-  return env ? env : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 
 std::string SmolLm() {
   const char* env = std::getenv("PENG_MODELS_DIR");

@@ -3,6 +3,8 @@
 // ($PENG_MODELS_DIR or $PENG_SOURCE_DIR/models) when it is there.
 #include <gtest/gtest.h>
 
+#include "core/test_paths.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -19,10 +21,7 @@ using testing::PostAndHangUp;
 using testing::RunningServer;
 using testing::WaitFor;
 
-std::string SourceDir() {
-  const char* env = std::getenv("PENG_SOURCE_DIR");
-  return env ? env : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 
 std::unique_ptr<Engine> MakeEngine(const std::string& path, int64_t max_model_len = 128) {
   EngineOptions o;

@@ -3,6 +3,8 @@
 // the GGUF files from /tmp/models or $PENG_MODELS_DIR; skipped when they are missing.
 #include <gtest/gtest.h>
 
+#include "core/test_paths.h"
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +19,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string SourceDir() {
-  const char* env = std::getenv("PENG_SOURCE_DIR");
-  return env ? env : PENG_SOURCE_DIR;
-}
+using ::peng::test_util::SourceDir;
 
 std::string ModelPath(const std::string& file) {
   const char* env = std::getenv("PENG_MODELS_DIR");
