@@ -6,12 +6,16 @@
 // first window therefore starts with BOS, and token 0 is never scored.
 #include <cstdio>
 #include <fstream>
+#include <algorithm>
 #include <memory>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/diagnose.h"
 #include "engine/eval.h"
 #include "engine/llm.h"
 #include "kernels/ops.h"
@@ -24,8 +28,8 @@ struct EvalArgs {
   std::string model, reference, text;
   int64_t ctx = 512, stride = 256, max_tokens = 0;
   int threads = 0;
-  bool exact = false, exact_reference = false, json = false;
-  double max_deviation = 0.03;
+  bool exact = false, exact_reference = false, json = false, diagnose = false;
+  double max_deviation = 0.03, max_weight_deviation = 0.10;
 };
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -123,6 +127,24 @@ int RunCompare(EvalArgs a) {
   const Tokenizer* tok = (*model)->tokenizer();
   const std::string target = tok->TokenText(r->worst_target);
   const std::string worst = tok->TokenText(r->worst_vocab);
+  // Same-named weight matrices of the two models, compared directly (a corrupted scale shows up
+  // here by an order of magnitude even when the outputs move only a few percent).
+  const std::vector<eval::TensorDeviation> weights =
+      eval::CompareWeights((*model)->model(), (*ref)->model(), &(*model)->pool());
+  const bool output_failed = r->MeanDeviation() > a.max_deviation;
+  const bool weight_failed = !weights.empty() && weights[0].rel > a.max_weight_deviation;
+  const bool failed = output_failed || weight_failed;
+  // Localise the disagreement on the window that ends at the worst position.
+  std::optional<eval::Diagnosis> diag;
+  if (failed || a.diagnose) {
+    const int64_t end = std::max<int64_t>(r->worst_position, 2);
+    const int64_t begin = std::max<int64_t>(0, end - a.ctx);
+    auto d = eval::DiagnoseLayers(**model, **ref, std::span(*ids).subspan(begin, end - begin),
+                                  a.exact_reference);
+    if (!d.ok()) return Fail(d.status().ToString());
+    diag = std::move(*d);
+  }
+  auto layer_name = [](int il) { return "blk." + std::to_string(il); };
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
                         {"reference", a.reference},
@@ -133,10 +155,22 @@ int RunCompare(EvalArgs a) {
                         {"ppl_model", r->PplModel()},
                         {"ppl_reference", r->PplRef()},
                         {"ppl_ratio", r->PplRatio()},
+                        {"mean_deviation", r->MeanDeviation()},
                         {"max_deviation", r->max_deviation},
+                        {"max_allowed_deviation", a.max_deviation},
+                        {"passed", !failed},
                         {"worst_position", r->worst_position},
                         {"worst_target_id", r->worst_target},
                         {"worst_vocab_id", r->worst_vocab}};
+    j["max_allowed_weight_deviation"] = a.max_weight_deviation;
+    nlohmann::json t = nlohmann::json::array();
+    for (size_t i = 0; i < weights.size() && i < 5; ++i)
+      t.push_back({{"name", weights[i].name}, {"relative_error", weights[i].rel}});
+    j["worst_tensors"] = t;
+    if (diag) {
+      j["layer_deviation"] = diag->layer_rel;
+      if (diag->worst_layer >= 0) j["worst_layer"] = layer_name(diag->worst_layer);
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("tokens scored: %lld (ctx %lld, stride %lld)\n",
@@ -146,18 +180,46 @@ int RunCompare(EvalArgs a) {
     std::printf("top-1 agreement: %.2f%%\n", 100 * r->Top1Agreement());
     std::printf("PPL model: %.4f  reference: %.4f  ratio: %.5f\n", r->PplModel(), r->PplRef(),
                 r->PplRatio());
-    std::printf("max relative logit deviation: %.4f (position %lld, target %d '%s', at vocab "
-                "id %d '%s')\n",
-                r->max_deviation, static_cast<long long>(r->worst_position), r->worst_target,
-                target.c_str(), r->worst_vocab, worst.c_str());
+    std::printf("relative logit deviation: mean %.4f (limit %.4f), max %.4f at position %lld "
+                "(target %d '%s', largest difference at vocab id %d '%s')\n",
+                r->MeanDeviation(), a.max_deviation, r->max_deviation,
+                static_cast<long long>(r->worst_position), r->worst_target, target.c_str(),
+                r->worst_vocab, worst.c_str());
+    if (diag) {
+      std::printf("residual-stream deviation by layer (window ending at position %lld):",
+                  static_cast<long long>(r->worst_position));
+      for (size_t l = 0; l < diag->layer_rel.size(); ++l)
+        std::printf("%s%s %.4f", l ? "," : "", l ? layer_name(int(l) - 1).c_str() : " embd",
+                    diag->layer_rel[l]);
+      std::printf("\n");
+    }
+    if (weights.empty()) {
+      std::printf("weights: no matrices with the same name and shape in both models\n");
+    } else {
+      std::printf("weights: %zu matrices compared, largest relative errors (limit %.4f):",
+                  weights.size(), a.max_weight_deviation);
+      for (size_t i = 0; i < weights.size() && i < 3; ++i)
+        std::printf("%s %s %.5f", i ? "," : "", weights[i].name.c_str(), weights[i].rel);
+      std::printf("\n");
+    }
   }
-  if (r->max_deviation > a.max_deviation) {
-    std::fprintf(stderr,
-                 "peng: error: relative logit deviation %.4f exceeds --max-deviation %.4f at "
-                 "token position %lld (predicting id %d '%s'; largest difference at vocab id "
-                 "%d '%s')\n",
-                 r->max_deviation, a.max_deviation, static_cast<long long>(r->worst_position),
-                 r->worst_target, target.c_str(), r->worst_vocab, worst.c_str());
+  if (failed) {
+    std::string what = output_failed
+        ? "mean relative logit deviation " + std::to_string(r->MeanDeviation()) +
+              " exceeds --max-deviation " + std::to_string(a.max_deviation) +
+              " (worst at token position " + std::to_string(r->worst_position) + ")"
+        : "outputs within --max-deviation (" + std::to_string(r->MeanDeviation()) + ")";
+    if (diag && diag->worst_layer >= 0)
+      what += "; the error grows most in layer " + layer_name(diag->worst_layer) + " (+" +
+              std::to_string(diag->worst_layer_growth) + " relative)";
+    if (!weights.empty())
+      what += std::string(weight_failed ? "; tensor " : "; largest weight error in ") +
+              weights[0].name + " (relative error " + std::to_string(weights[0].rel) +
+              (weight_failed ? " exceeds --max-weight-deviation " +
+                                   std::to_string(a.max_weight_deviation)
+                             : std::string()) +
+              ")";
+    std::fprintf(stderr, "peng: error: %s\n", what.c_str());
     return 1;
   }
   return 0;
@@ -196,7 +258,13 @@ void RegisterEval(CLI::App& app, int* exit_code) {
   cmp->add_option("--reference", c->reference, "Reference model (may equal --model)")
       ->required();
   cmp->add_option("--max-deviation", c->max_deviation,
-                  "Largest allowed max_i |l_m - l_r| / (max l_r - min l_r) at any position");
+                  "Largest allowed mean over positions of max_i |d_i - mean d| / (max l_r - "
+                  "min l_r), d = l_model - l_ref (largest relative logit error)");
+  cmp->add_option("--max-weight-deviation", c->max_weight_deviation,
+                  "Largest allowed ||W_m - W_r|| / ||W_r|| of any weight matrix both models "
+                  "have (same name and shape)");
+  cmp->add_flag("--diagnose", c->diagnose,
+                "Always print the per-layer and per-tensor deviation (else only on failure)");
   cmp->add_flag("--exact-reference", c->exact_reference,
                 "Run the reference with FP32 activations and KV cache");
   cmp->callback([c, exit_code] { *exit_code = RunCompare(*c); });

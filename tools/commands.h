@@ -16,6 +16,7 @@ CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code);
 void RegisterInfo(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc
+void RegisterQuantize(CLI::App& app, int* exit_code);  // tools/cmd_quantize.cc
 
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);

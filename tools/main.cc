@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   peng::tools::RegisterInfo(app, &exit_code);
   peng::tools::RegisterServe(app, &exit_code);
   peng::tools::RegisterEval(app, &exit_code);
+  peng::tools::RegisterQuantize(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -58,17 +58,22 @@ double KlDivergence(std::span<const float> ref, std::span<const float> model) {
 
 double RelativeLogitDeviation(std::span<const float> ref, std::span<const float> model,
                               int32_t* worst_id) {
-  float lo = ref[0], hi = ref[0], worst = -1;
-  int32_t arg = 0;
+  double mean_d = 0;
+  float lo = ref[0], hi = ref[0];
   for (size_t i = 0; i < ref.size(); ++i) {
+    mean_d += static_cast<double>(model[i]) - ref[i];
     lo = std::min(lo, ref[i]);
     hi = std::max(hi, ref[i]);
-    const float d = std::fabs(model[i] - ref[i]);
+  }
+  mean_d /= static_cast<double>(ref.size());
+  double worst = -1;
+  int32_t arg = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(model[i]) - ref[i] - mean_d);
     if (d > worst) worst = d, arg = static_cast<int32_t>(i);
   }
   if (worst_id) *worst_id = arg;
-  const float range = hi > lo ? hi - lo : 1.0f;
-  return static_cast<double>(worst) / range;
+  return worst / (hi > lo ? static_cast<double>(hi) - lo : 1.0);
 }
 
 int32_t ArgMax(std::span<const float> row) {
@@ -89,6 +94,9 @@ double CompareResult::PplRef() const {
   return std::exp(tokens_scored ? nll_ref / tokens_scored : 0);
 }
 double CompareResult::PplRatio() const { return PplModel() / PplRef(); }
+double CompareResult::MeanDeviation() const {
+  return tokens_scored ? dev_sum / tokens_scored : 0;
+}
 
 void CompareResult::Add(std::span<const float> ref, std::span<const float> model,
                         int64_t position, int32_t target) {
@@ -99,6 +107,7 @@ void CompareResult::Add(std::span<const float> ref, std::span<const float> model
   if (ArgMax(ref) == ArgMax(model)) ++top1_agree;
   int32_t vocab_id = -1;
   const double dev = RelativeLogitDeviation(ref, model, &vocab_id);
+  dev_sum += dev;
   if (worst_position < 0 || dev > max_deviation) {
     max_deviation = dev;
     worst_position = position;

@@ -83,9 +83,13 @@ TEST(Math, RelativeLogitDeviation) {
   std::vector<float> model = ref;
   int32_t worst = -1;
   EXPECT_EQ(RelativeLogitDeviation(ref, model, &worst), 0.0);
+  for (float& v : model) v += 3.f;  // a constant shift is no deviation
+  EXPECT_NEAR(RelativeLogitDeviation(ref, model, &worst), 0.0, 1e-7);
+  model = ref;
   model[2] += 0.2f;
   model[4] -= 0.1f;
-  EXPECT_NEAR(RelativeLogitDeviation(ref, model, &worst), 0.05, 1e-6);
+  // d - mean(d) = {-.02, -.02, .18, -.02, -.12}: 0.18 / 4.
+  EXPECT_NEAR(RelativeLogitDeviation(ref, model, &worst), 0.045, 1e-6);
   EXPECT_EQ(worst, 2);
 }
 
@@ -145,8 +149,9 @@ TEST(Compare, IdenticalAndPerturbed) {
   EXPECT_NEAR(diff->Top1Agreement(), 8.0 / 9, 1e-12);
   EXPECT_EQ(diff->worst_position, 6);
   EXPECT_EQ(diff->worst_target, tokens[6]);
-  // |ln .25 - ln .5| / (ln .5 - ln .25) = 1.
+  // d = ln2 {-1, 1, 0} (mean 0) against the range ln .5 - ln .25 = ln2: 1 at that position.
   EXPECT_NEAR(diff->max_deviation, 1.0, 1e-6);
+  EXPECT_NEAR(diff->MeanDeviation(), 1.0 / 9, 1e-6);
   // Token 6 is 0: the model gives it 1/4 instead of 1/2.
   EXPECT_NEAR(diff->nll_model - diff->nll_ref, std::log(2.0), 1e-6);
 }

@@ -62,7 +62,8 @@ Status Llm::Reset() {
   return OkStatus();
 }
 
-Status Llm::Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits) {
+Status Llm::Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits,
+                 std::vector<float>* capture_hidden) {
   const int64_t end = pos0 + static_cast<int64_t>(tokens.size());
   if (end > max_context_)
     return OutOfRange("sequence of " + std::to_string(end) + " tokens exceeds the context length " +
@@ -79,7 +80,25 @@ Status Llm::Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits,
   e.all_logits = all_logits;
   e.want_logits = logits != nullptr;
   batch.seqs.push_back(e);
+  batch.capture_hidden = capture_hidden;
   return model_->Forward(batch, kv_.get(), logits, &pool_);
+}
+
+StatusOr<std::vector<float>> Llm::PromptHiddenStates(std::span<const int32_t> tokens) {
+  PENG_RETURN_IF_ERROR(Reset());
+  const int64_t D = model_->config().hidden_size, L = model_->config().n_layers;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<float> out((L + 1) * n * D), chunk;
+  for (int64_t p = 0; p < n; p += prefill_chunk_) {
+    const int64_t m = std::min<int64_t>(prefill_chunk_, n - p);
+    PENG_RETURN_IF_ERROR(Step(tokens.subspan(p, m), p, false, nullptr, &chunk));
+    if (static_cast<int64_t>(chunk.size()) != (L + 1) * m * D)
+      return Internal("the model did not capture its hidden states");
+    for (int64_t l = 0; l <= L; ++l)
+      std::copy_n(chunk.data() + l * m * D, m * D, out.data() + (l * n + p) * D);
+  }
+  PENG_RETURN_IF_ERROR(Reset());
+  return out;
 }
 
 StatusOr<std::vector<float>> Llm::PromptLogits(std::span<const int32_t> tokens) {

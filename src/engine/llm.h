@@ -60,6 +60,9 @@ class Llm {
 
   // Runs `tokens` as a fresh sequence; returns logits for every position, [n, vocab].
   StatusOr<std::vector<float>> PromptLogits(std::span<const int32_t> tokens);
+  // Runs `tokens` as a fresh sequence; returns the residual stream after the embeddings and
+  // after every layer: [n_layers + 1][n][hidden] (diagnostics).
+  StatusOr<std::vector<float>> PromptHiddenStates(std::span<const int32_t> tokens);
 
   // Generates after `prompt`. on_text receives each new piece of text (never half a UTF-8
   // character) and the token id that completed it; returning false stops generation.
@@ -76,7 +79,8 @@ class Llm {
  private:
   explicit Llm(int threads) : pool_(threads) {}
   // Forward of tokens [pos0, pos0 + n) of the current sequence.
-  Status Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits);
+  Status Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits,
+              std::vector<float>* capture_hidden = nullptr);
   Status Reset();  // frees the current sequence's blocks
 
   ThreadPool pool_;

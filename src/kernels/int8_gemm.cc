@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "kernels/isa.h"
+#include "kernels/ops.h"
 #include "kernels/ref/int8_ref.h"
 
 namespace peng::kernels {
@@ -36,11 +37,10 @@ Int8Kernels ResolveKernels(Isa isa) {
   return k;
 }
 
-void CheckWeights(const Int8Weights& w, bool need_row_sums) {
+void CheckWeights(const Int8Weights& w) {
   PENG_CHECK_MSG(w.cols % kInt8ColAlign == 0, "Int8MatMul: cols must be a multiple of 32");
   PENG_CHECK_MSG(w.cols <= kInt8MaxCols, "Int8MatMul: cols too large for exact int32 dots");
   PENG_CHECK(w.q != nullptr && w.scales != nullptr);
-  PENG_CHECK_MSG(!need_row_sums || w.row_sums != nullptr, "Int8MatMul: row_sums missing");
 }
 
 void Run(Int8Kernel kernel, const Int8Args& args, int64_t n_tokens, ThreadPool* pool) {
@@ -65,16 +65,8 @@ void Run(Int8Kernel kernel, const Int8Args& args, int64_t n_tokens, ThreadPool* 
 
 }  // namespace
 
-void ComputeInt8RowSums(const int8_t* q, int64_t rows, int64_t cols, int32_t* row_sums) {
-  for (int64_t r = 0; r < rows; ++r) {
-    int32_t s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += q[r * cols + c];
-    row_sums[r] = s;
-  }
-}
-
 void QuantizeRowsPerToken(const float* x, int64_t n_tokens, int64_t cols, int8_t* q,
-                          float* scales, int32_t* sums) {
+                          float* scales) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xr = x + t * cols;
     int8_t* qr = q + t * cols;
@@ -82,7 +74,6 @@ void QuantizeRowsPerToken(const float* x, int64_t n_tokens, int64_t cols, int8_t
     for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(xr[c]));
     const float scale = amax / 127.f;
     scales[t] = scale;
-    int32_t s = 0;
     if (scale == 0.f) {
       std::fill(qr, qr + cols, int8_t{0});
     } else {
@@ -90,16 +81,30 @@ void QuantizeRowsPerToken(const float* x, int64_t n_tokens, int64_t cols, int8_t
         // nearbyint rounds half to even in the default rounding mode.
         const float v = std::clamp(std::nearbyint(xr[c] / scale), -127.f, 127.f);
         qr[c] = static_cast<int8_t>(v);
-        s += qr[c];
       }
     }
-    if (sums) sums[t] = s;
+  }
+}
+
+void QuantizeActivations(const float* x, int64_t n_tokens, int64_t cols, int8_t* q,
+                         float* scales) {
+  PENG_CHECK_MSG(cols % kInt8ActGroup == 0, "QuantizeActivations: cols must be a multiple of 32");
+  // Each group is quantized as a row of its own; groups are contiguous in memory.
+  QuantizeRowsPerToken(x, n_tokens * (cols / kInt8ActGroup), kInt8ActGroup, q, scales);
+}
+
+void RmsNormQuantize(const float* x, const float* w, float w_offset, float* y, int8_t* q,
+                     float* scales, int64_t n_rows, int64_t n, float eps) {
+  const int64_t groups = n / kInt8ActGroup;
+  for (int64_t t = 0; t < n_rows; ++t) {
+    RmsNorm(x + t * n, w, w_offset, y + t * n, 1, n, eps);
+    QuantizeActivations(y + t * n, 1, n, q + t * n, scales + t * groups);
   }
 }
 
 void Int8MatMul(const Int8Weights& w, const int8_t* xq, const float* x_scales, int64_t n_tokens,
                 float* y, ThreadPool* pool) {
-  CheckWeights(w, /*need_row_sums=*/true);
+  CheckWeights(w);
   Int8Args args;
   args.w = w;
   args.xq = xq;
@@ -110,7 +115,7 @@ void Int8MatMul(const Int8Weights& w, const int8_t* xq, const float* x_scales, i
 
 void Int8MatMulW8A16(const Int8Weights& w, const float* x, int64_t n_tokens, float* y,
                      ThreadPool* pool) {
-  CheckWeights(w, /*need_row_sums=*/false);
+  CheckWeights(w);
   Int8Args args;
   args.w = w;
   args.x = x;

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/kv_cache.h"
+#include "model/layers/linear.h"
 #include "model/model_config.h"
 
 namespace peng {
@@ -31,6 +32,9 @@ struct SeqBatchEntry {
 struct ForwardBatch {
   std::vector<int32_t> tokens;        // all sequences' tokens back-to-back
   std::vector<SeqBatchEntry> seqs;
+  // Diagnostics: when set, Forward() replaces its contents with the residual stream of every
+  // token after the embeddings and after each layer: (n_layers + 1) blocks of [T, hidden].
+  std::vector<float>* capture_hidden = nullptr;
 
   // Number of logit rows Forward() writes, in sequence order.
   int64_t NumLogitRows() const;
@@ -49,6 +53,8 @@ class Model {
   virtual int64_t WeightBytesPerToken() const = 0;
   // Short description of the weight types, e.g. "Q4_1 x210, Q8_0 x1, F32 x61".
   virtual std::string WeightSummary() const = 0;
+  // Every weight matrix under its GGUF-style name (diagnostics: per-tensor comparisons).
+  virtual std::vector<const Linear*> Linears() const = 0;
 };
 
 }  // namespace peng

@@ -46,4 +46,17 @@ struct ModelConfig {
   std::string Summary() const;  // one line for --verbose
 };
 
+// llama.cpp's converter stores the Q and K projections of llama-family GGUFs with the rows of
+// every head permuted so that interleaved ("normal") RoPE pairs (2i, 2i+1) reproduce HF's
+// rotate_half pairs (i, i + head_dim/2). Row r of the HF (NeoX-order) matrix is row
+// NeoxToInterleavedRow(r) of the GGUF matrix, and the inverse.
+inline int64_t NeoxToInterleavedRow(int64_t r, int64_t head_dim) {
+  const int64_t half = head_dim / 2, rem = r % head_dim;
+  return r - rem + 2 * (rem % half) + rem / half;
+}
+inline int64_t InterleavedToNeoxRow(int64_t r, int64_t head_dim) {
+  const int64_t half = head_dim / 2, rem = r % head_dim;
+  return r - rem + (rem % 2) * half + rem / 2;
+}
+
 }  // namespace peng

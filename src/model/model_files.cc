@@ -1,6 +1,9 @@
 #include "model/model_files.h"
 
+#include <cstring>
 #include <regex>
+
+#include "core/mapped_file.h"
 
 #include "formats/json_util.h"
 #include "formats/safetensors.h"
@@ -19,6 +22,13 @@ StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) 
       return InvalidArgument(path + "/config.json: missing string field 'model_type'");
     mf->arch_ = mf->hf_config_["model_type"].get<std::string>();
     PENG_ASSIGN_OR_RETURN(mf->st_, SafetensorsModel::Open(path));
+    const std::string qc_path = path + "/quant_config.json";
+    if (PathExists(qc_path)) {
+      PENG_ASSIGN_OR_RETURN(nlohmann::json qj, ParseJsonFile(qc_path));
+      PENG_ASSIGN_OR_RETURN(QuantConfig qc, QuantConfig::FromJson(qj, qc_path));
+      mf->quant_ = std::move(qc);
+    }
+    PENG_RETURN_IF_ERROR(ValidateQuantizedTensors(mf->quant(), mf->AllTensors(), path));
     return mf;
   }
   PENG_ASSIGN_OR_RETURN(mf->gguf_, GgufFile::Open(path));
@@ -33,15 +43,24 @@ void ModelFiles::SetHfNameMap(const std::map<std::string, std::string>& layer_su
   if (!st_) return;
   hf_by_gguf_name_.clear();
   static const std::regex kLayer(R"(^model\.layers\.(\d+)\.(.+)$)");
+  const size_t scale_len = std::strlen(kQuantScaleSuffix);
   for (const TensorView& tv : st_->tensors()) {
     const TensorView* t = &tv;
     std::smatch m;
-    auto g = globals.find(t->name);
+    // An INT8 scale is looked up through the name of its weight.
+    std::string name = t->name, suffix;
+    if (name.size() > scale_len &&
+        name.compare(name.size() - scale_len, scale_len, kQuantScaleSuffix) == 0) {
+      suffix = kQuantScaleSuffix;
+      name.resize(name.size() - scale_len);
+    }
+    auto g = globals.find(name);
     if (g != globals.end()) {
-      hf_by_gguf_name_[g->second] = t;
-    } else if (std::regex_match(t->name, m, kLayer)) {
+      hf_by_gguf_name_[g->second + suffix] = t;
+    } else if (std::regex_match(name, m, kLayer)) {
       auto s = layer_suffixes.find(m[2].str());
-      if (s != layer_suffixes.end()) hf_by_gguf_name_["blk." + m[1].str() + "." + s->second] = t;
+      if (s != layer_suffixes.end())
+        hf_by_gguf_name_["blk." + m[1].str() + "." + s->second + suffix] = t;
     }
   }
 }

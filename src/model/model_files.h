@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "formats/gguf.h"
+#include "model/quant_config.h"
 
 namespace peng {
 
@@ -33,9 +35,14 @@ class ModelFiles {
   // Architecture name: GGUF general.architecture or HF config model_type.
   const std::string& arch() const { return arch_; }
 
+  // The folder's quant_config.json (validated against its tensors at Open), or null.
+  const QuantConfig* quant() const { return quant_ ? &*quant_ : nullptr; }
+  QuantScheme quant_scheme() const { return quant_ ? quant_->scheme : QuantScheme::kNone; }
+
   // For HF folders: installs the HF -> GGUF name translation (per-layer suffixes such as
   // {"self_attn.q_proj.weight", "attn_q.weight"} and whole names such as
-  // {"model.embed_tokens.weight", "token_embd.weight"}). No-op for GGUF.
+  // {"model.embed_tokens.weight", "token_embd.weight"}). The INT8 scale of a mapped weight
+  // (HF name + "_scale") is found under the GGUF-style name + "_scale". No-op for GGUF.
   void SetHfNameMap(const std::map<std::string, std::string>& layer_suffixes,
                     const std::map<std::string, std::string>& globals);
 
@@ -51,6 +58,7 @@ class ModelFiles {
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsModel> st_;
   nlohmann::json hf_config_;
+  std::optional<QuantConfig> quant_;
   std::map<std::string, const TensorView*> hf_by_gguf_name_;
 };
 

@@ -1,7 +1,8 @@
 // AVX2 INT8 kernels. W8A8: vpmaddubsw multiplies unsigned by signed bytes with int16 saturation,
 // so each step feeds it |w| and sign(x, w) (x negated where w < 0): pair sums stay within
 // 2 * 127 * 127 < 2^15, exact; vpmaddwd then widens them to int32. No row-sum correction is
-// needed. W8A16: int8 weights widened to FP32 and FMA'd with the activations. Both compute
+// needed; each 32-byte step is one activation group, converted to FP32 and FMA'd with its scale.
+// W8A16: int8 weights widened to FP32 and FMA'd with the activations. Both compute
 // R x T register tiles (up to 4 rows x 2 tokens, within the 16 ymm registers).
 #include <immintrin.h>
 
@@ -13,13 +14,6 @@ namespace {
 
 using TileFn = void (*)(const Int8Args& a, int64_t r0, int64_t t0);
 
-inline int32_t HSum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
 inline float HSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -29,31 +23,36 @@ inline float HSum(__m256 v) {
 
 template <int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
-  const int64_t cols = a.w.cols;
+  const int64_t cols = a.w.cols, groups = cols / kInt8ActGroup;
   const int8_t* wq = a.w.q + r0 * cols;
   const int8_t* xq = a.xq + t0 * cols;
+  const float* xs = a.x_scales + t0 * groups;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc[R][T];
+  __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
-  for (int64_t c = 0; c < cols; c += 32) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 32) {  // one activation group per step
+    const int64_t g = c / kInt8ActGroup;
     __m256i x[T];
-    for (int t = 0; t < T; ++t)
+    __m256 sc[T];
+    for (int t = 0; t < T; ++t) {
       x[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * cols + c));
+      sc[t] = _mm256_broadcast_ss(xs + t * groups + g);
+    }
     for (int r = 0; r < R; ++r) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + r * cols + c));
       const __m256i w_abs = _mm256_abs_epi8(w);
       for (int t = 0; t < T; ++t) {
         const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x[t], w));
-        acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(p16, ones));
+        const __m256i d = _mm256_madd_epi16(p16, ones);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc[t], acc[r][t]);
       }
     }
   }
   const int64_t rows = a.w.rows;
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t)
-      a.y[(t0 + t) * rows + r0 + r] =
-          ref::ScaleI8Dot(HSum(acc[r][t]), a.x_scales[t0 + t], a.w.scales[r0 + r]);
+      a.y[(t0 + t) * rows + r0 + r] = HSum(acc[r][t]) * a.w.scales[r0 + r];
 }
 
 template <int R, int T>

@@ -1,6 +1,6 @@
-// AVX-512 VNNI INT8 kernels. W8A8: vpdpbusd multiplies unsigned by signed bytes, so the
-// activations are flipped to u8 (q + 128, an xor of the sign bit) and 128 * row_sums[r] is
-// removed from the exact int32 result. W8A16: int8 weights widened to FP32 and FMA'd with the
+// AVX-512 VNNI INT8 kernels. W8A8: vpdpbusd multiplies unsigned by signed bytes, so it is fed
+// |x| and w with the sign of x (exact int32 group sums), converted to FP32 and FMA'd with each
+// group's activation scale. W8A16: int8 weights widened to FP32 and FMA'd with the
 // activations. Both compute R x T register tiles (R weight rows x T tokens, up to 4 x 4): every
 // weight vector is loaded once per tile and reused for T tokens. The column tail (cols a
 // multiple of 32, not 64) uses masked loads.
@@ -22,42 +22,45 @@ using TileFn = void (*)(const Int8Args& a, int64_t r0, int64_t t0);
 
 template <int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
-  const int64_t cols = a.w.cols;
+  const int64_t cols = a.w.cols, groups = cols / kInt8ActGroup;
   const int8_t* wq = a.w.q + r0 * cols;
   const int8_t* xq = a.xq + t0 * cols;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i acc[R][T];
+  const float* xs = a.x_scales + t0 * groups;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_si512();
-  int64_t c = 0;
-  for (; c + 64 <= cols; c += 64) {
-    __m512i x[T];
-    for (int t = 0; t < T; ++t) x[t] = _mm512_xor_si512(_mm512_loadu_si512(xq + t * cols + c), flip);
-    for (int r = 0; r < R; ++r) {
-      const __m512i w = _mm512_loadu_si512(wq + r * cols + c);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], x[t], w);
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cols; c += 64) {
+    // 64 columns = two activation groups (lanes 0-7 and 8-15 of the int32 dot); the last step
+    // may hold one group (cols a multiple of 32): masked loads give zeros above it.
+    const int64_t g = c / kInt8ActGroup;
+    const bool two = c + 64 <= cols;
+    const __mmask64 m = two ? ~__mmask64{0} : _cvtu64_mask64((uint64_t{1} << 32) - 1);
+    __m512i x_abs[T];
+    __mmask64 x_neg[T];
+    __m512 sc[T];
+    for (int t = 0; t < T; ++t) {
+      const __m512i x = _mm512_maskz_loadu_epi8(m, xq + t * cols + c);
+      x_abs[t] = _mm512_abs_epi8(x);  // |x| <= 127 fits the unsigned operand
+      x_neg[t] = _mm512_movepi8_mask(x);
+      const float s0 = xs[t * groups + g], s1 = two ? xs[t * groups + g + 1] : 0.f;
+      sc[t] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(s0)), _mm256_set1_ps(s1),
+                                 1);
     }
-  }
-  if (c < cols) {  // 32 remaining columns; masked-off weights are 0, so the flipped 0x80 adds 0
-    const __mmask64 m = _cvtu64_mask64((uint64_t{1} << (cols - c)) - 1);
-    __m512i x[T];
-    for (int t = 0; t < T; ++t)
-      x[t] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, xq + t * cols + c), flip);
     for (int r = 0; r < R; ++r) {
       const __m512i w = _mm512_maskz_loadu_epi8(m, wq + r * cols + c);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], x[t], w);
+      for (int t = 0; t < T; ++t) {
+        // |x| * (w with the sign of x) == x * w, exact in int32.
+        const __m512i w_signed = _mm512_mask_sub_epi8(w, x_neg[t], zero, w);
+        const __m512i d = _mm512_dpbusd_epi32(zero, x_abs[t], w_signed);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc[t], acc[r][t]);
+      }
     }
   }
   const int64_t rows = a.w.rows;
-  for (int r = 0; r < R; ++r) {
-    // Wrapping uint32 arithmetic: the true result fits in int32 (kInt8MaxCols).
-    const uint32_t bias = 128u * static_cast<uint32_t>(a.w.row_sums[r0 + r]);
-    for (int t = 0; t < T; ++t) {
-      const uint32_t s = static_cast<uint32_t>(_mm512_reduce_add_epi32(acc[r][t])) - bias;
-      a.y[(t0 + t) * rows + r0 + r] =
-          ref::ScaleI8Dot(static_cast<int32_t>(s), a.x_scales[t0 + t], a.w.scales[r0 + r]);
-    }
-  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      a.y[(t0 + t) * rows + r0 + r] = _mm512_reduce_add_ps(acc[r][t]) * a.w.scales[r0 + r];
 }
 
 template <int R, int T>

@@ -1,6 +1,6 @@
 // NEON INT8 kernels (AArch64). W8A8: signed x signed int8 dot products with vdotq_s32 (the file
 // is built with +dotprod; without the extension a vmull/vpadal pair gives the same exact sums),
-// so no row-sum correction is needed. W8A16: int8 weights widened to FP32 and FMA'd with the
+// per 32-value activation group, converted to FP32 and FMA'd with the group's scale. W8A16: int8 weights widened to FP32 and FMA'd with the
 // activations. R x T register tiles up to 4 x 4. Compiled only on aarch64.
 #if defined(__aarch64__)
 
@@ -26,13 +26,15 @@ inline int32x4_t Dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
 
 template <int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
-  const int64_t cols = a.w.cols;
+  const int64_t cols = a.w.cols, groups = cols / kInt8ActGroup;
   const int8_t* wq = a.w.q + r0 * cols;
   const int8_t* xq = a.xq + t0 * cols;
-  int32x4_t acc[R][T];
+  const float* xs = a.x_scales + t0 * groups;
+  float32x4_t acc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_s32(0);
-  for (int64_t c = 0; c < cols; c += 32) {
+    for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_f32(0.f);
+  for (int64_t c = 0; c < cols; c += 32) {  // one activation group per step
+    const int64_t g = c / kInt8ActGroup;
     int8x16_t x0[T], x1[T];
     for (int t = 0; t < T; ++t) {
       x0[t] = vld1q_s8(xq + t * cols + c);
@@ -41,14 +43,16 @@ void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
     for (int r = 0; r < R; ++r) {
       const int8x16_t w0 = vld1q_s8(wq + r * cols + c);
       const int8x16_t w1 = vld1q_s8(wq + r * cols + c + 16);
-      for (int t = 0; t < T; ++t) acc[r][t] = Dot(Dot(acc[r][t], w0, x0[t]), w1, x1[t]);
+      for (int t = 0; t < T; ++t) {
+        const int32x4_t d = Dot(Dot(vdupq_n_s32(0), w0, x0[t]), w1, x1[t]);
+        acc[r][t] = vfmaq_n_f32(acc[r][t], vcvtq_f32_s32(d), xs[t * groups + g]);
+      }
     }
   }
   const int64_t rows = a.w.rows;
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t)
-      a.y[(t0 + t) * rows + r0 + r] =
-          ref::ScaleI8Dot(vaddvq_s32(acc[r][t]), a.x_scales[t0 + t], a.w.scales[r0 + r]);
+      a.y[(t0 + t) * rows + r0 + r] = vaddvq_f32(acc[r][t]) * a.w.scales[r0 + r];
 }
 
 template <int R, int T>

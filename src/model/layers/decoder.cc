@@ -28,16 +28,21 @@ StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(std::unique_ptr<Model
   return m;
 }
 
-StatusOr<const TensorView*> DecoderModel::Matrix(const std::string& name, int64_t rows,
-                                                 int64_t cols) {
-  PENG_ASSIGN_OR_RETURN(const TensorView* t, files_->Require(name));
-  if (t->ndim() != 2 || t->dim(0) != rows || t->dim(1) != cols)
-    return DataLoss(files_->path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
-                    ", expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
-  if (!kernels::MatMulSupports(t->dtype))
-    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
-                         DTypeName(t->dtype));
-  return t;
+StatusOr<Linear> DecoderModel::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  return Linear::Bind(*files_, name, rows, cols);
+}
+
+const Int8Acts* DecoderModel::Norm(const float* x, const float* w, float* h, int64_t T,
+                                   const Linear& consumer) {
+  const ModelConfig& c = cfg_;
+  if (!consumer.WantsInt8Acts()) {
+    kernels::RmsNorm(x, w, c.norm_weight_offset, h, T, c.hidden_size, c.rms_eps);
+    return nullptr;
+  }
+  acts_.Resize(T, c.hidden_size);
+  kernels::RmsNormQuantize(x, w, c.norm_weight_offset, h, acts_.q.data(), acts_.scales.data(),
+                           T, c.hidden_size, c.rms_eps);
+  return &acts_;
 }
 
 StatusOr<const float*> DecoderModel::Vector(const std::string& name, int64_t n, bool optional) {
@@ -125,10 +130,10 @@ KvCacheSpec DecoderModel::kv_spec() const {
 }
 
 int64_t DecoderModel::WeightBytesPerToken() const {
-  int64_t bytes = output_->size_bytes + cfg_.hidden_size * 4;
+  int64_t bytes = output_.bytes() + cfg_.hidden_size * 4;
   for (const Layer& L : layers_) {
-    for (const TensorView* t : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
-      bytes += t->size_bytes;
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      bytes += l->bytes();
   }
   return bytes;
 }
@@ -139,6 +144,15 @@ std::string DecoderModel::WeightSummary() const {
   std::string s;
   for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
   return s;
+}
+
+std::vector<const Linear*> DecoderModel::Linears() const {
+  std::vector<const Linear*> out = {&tok_embd_};
+  for (const Layer& L : layers_)
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      out.push_back(l);
+  if (&output_.tensor() != &tok_embd_.tensor()) out.push_back(&output_);
+  return out;
 }
 
 void DecoderModel::EnsureScratch(int64_t T) {
@@ -175,10 +189,10 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   const float* inv_freq = sliding ? inv_freq_local_.data() : inv_freq_.data();
 
   // --- attention block
-  kernels::RmsNorm(x_.data(), L.attn_norm, c.norm_weight_offset, h_.data(), T, D, c.rms_eps);
-  kernels::MatMul(*L.wq, h_.data(), T, q_.data(), pool);  // [T, n_heads * hd]
-  kernels::MatMul(*L.wk, h_.data(), T, k_.data(), pool);  // [T, n_kv_heads * hd]
-  kernels::MatMul(*L.wv, h_.data(), T, v_.data(), pool);  // [T, n_kv_heads * hd]
+  const Int8Acts* hq = Norm(x_.data(), L.attn_norm, h_.data(), T, L.wq);
+  L.wq.Forward(h_.data(), hq, T, q_.data(), pool, &acts_scratch_);  // [T, n_heads * hd]
+  L.wk.Forward(h_.data(), hq, T, k_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
+  L.wv.Forward(h_.data(), hq, T, v_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
   AddBias(q_.data(), L.bq, T, qd);
   AddBias(k_.data(), L.bk, T, kvd);
   AddBias(v_.data(), L.bv, T, kvd);
@@ -205,22 +219,22 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
                             attn_.data() + t0 * qd, pool);
     t0 += s.n_tokens;
   }
-  kernels::MatMul(*L.wo, attn_.data(), T, o_.data(), pool);  // [T, D]
+  L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
   if (L.post_attn_norm)
     kernels::RmsNorm(o_.data(), L.post_attn_norm, c.norm_weight_offset, o_.data(), T, D,
                      c.rms_eps);
   kernels::AddInPlace(x_.data(), o_.data(), T * D);
 
   // --- feed-forward block
-  kernels::RmsNorm(x_.data(), L.ffn_norm, c.norm_weight_offset, h_.data(), T, D, c.rms_eps);
-  kernels::MatMul(*L.w_gate, h_.data(), T, gate_.data(), pool);  // [T, ffn]
-  kernels::MatMul(*L.w_up, h_.data(), T, up_.data(), pool);      // [T, ffn]
+  hq = Norm(x_.data(), L.ffn_norm, h_.data(), T, L.w_gate);
+  L.w_gate.Forward(h_.data(), hq, T, gate_.data(), pool, &acts_scratch_);  // [T, ffn]
+  L.w_up.Forward(h_.data(), hq, T, up_.data(), pool, &acts_scratch_);      // [T, ffn]
   if (c.activation == Activation::kSilu) {
     kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
   } else {
     kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
   }
-  kernels::MatMul(*L.w_down, gate_.data(), T, o_.data(), pool);  // [T, D]
+  L.w_down.Forward(gate_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
   if (L.post_ffn_norm)
     kernels::RmsNorm(o_.data(), L.post_ffn_norm, c.norm_weight_offset, o_.data(), T, D,
                      c.rms_eps);
@@ -255,11 +269,16 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
     if (id < 0 || id >= c.vocab_size)
       return InvalidArgument("token id " + std::to_string(id) + " out of range [0, " +
                              std::to_string(c.vocab_size) + ")");
-    kernels::DequantizeRow(tok_embd_->dtype, tok_embd_->row(id), x_.data() + i * D, D);
+    tok_embd_.DequantizeRow(id, x_.data() + i * D);
   }
   if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
 
-  for (int il = 0; il < c.n_layers; ++il) RunLayer(il, batch, kv, pool);
+  std::vector<float>* cap = batch.capture_hidden;
+  if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
+  for (int il = 0; il < c.n_layers; ++il) {
+    RunLayer(il, batch, kv, pool);
+    if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
+  }
 
   // Gather the rows that need logits, normalise, project.
   int64_t rows = 0;
@@ -273,9 +292,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
     t += s.n_tokens;
   }
   if (rows == 0) return OkStatus();
-  kernels::RmsNorm(sel_.data(), output_norm_, c.norm_weight_offset, sel_.data(), rows, D,
-                   c.rms_eps);
-  kernels::MatMul(*output_, sel_.data(), rows, logits, pool);  // [rows, vocab]
+  const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
+  output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
   if (c.final_logit_softcap > 0) {
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

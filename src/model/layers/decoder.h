@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layers/linear.h"
 #include "model/model.h"
 #include "model/model_files.h"
 
@@ -29,30 +30,35 @@ class DecoderModel : public Model {
                  ThreadPool* pool) override;
   int64_t WeightBytesPerToken() const override;
   std::string WeightSummary() const override;
+  std::vector<const Linear*> Linears() const override;
 
  private:
   struct Layer {
     const float* attn_norm = nullptr;
-    const TensorView* wq = nullptr;
-    const TensorView* wk = nullptr;
-    const TensorView* wv = nullptr;
+    Linear wq;
+    Linear wk;
+    Linear wv;
     const float* bq = nullptr;
     const float* bk = nullptr;
     const float* bv = nullptr;
-    const TensorView* wo = nullptr;
+    Linear wo;
     const float* q_norm = nullptr;
     const float* k_norm = nullptr;
     const float* post_attn_norm = nullptr;
     const float* ffn_norm = nullptr;
-    const TensorView* w_gate = nullptr;
-    const TensorView* w_up = nullptr;
-    const TensorView* w_down = nullptr;
+    Linear w_gate;
+    Linear w_up;
+    Linear w_down;
     const float* post_ffn_norm = nullptr;
   };
 
   DecoderModel() = default;
   Status Bind();
-  StatusOr<const TensorView*> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  StatusOr<Linear> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // h = RmsNorm(x) over T rows; when `consumer` takes int8 activations (W8A8) also quantizes
+  // them per token into acts_ in the same pass. Returns the int8 input for the consumer.
+  const Int8Acts* Norm(const float* x, const float* w, float* h, int64_t T,
+                       const Linear& consumer);
   // FP32 view of a vector tensor of n values (converted into owned storage if needed);
   // nullptr without error when optional and absent.
   StatusOr<const float*> Vector(const std::string& name, int64_t n, bool optional = false);
@@ -61,8 +67,8 @@ class DecoderModel : public Model {
 
   std::unique_ptr<ModelFiles> files_;
   ModelConfig cfg_;
-  const TensorView* tok_embd_ = nullptr;
-  const TensorView* output_ = nullptr;
+  Linear tok_embd_;
+  Linear output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
   std::vector<std::vector<float>> owned_;  // converted small tensors
@@ -74,6 +80,7 @@ class DecoderModel : public Model {
   std::vector<int64_t> pos_;
   std::vector<int32_t> seq_of_token_;
   std::vector<float> sel_;
+  Int8Acts acts_, acts_scratch_;
 };
 
 }  // namespace peng

@@ -1,0 +1,94 @@
+#include "model/layers/linear.h"
+
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace peng {
+
+void Int8Acts::Resize(int64_t t, int64_t c) {
+  tokens = t;
+  cols = c;
+  if (static_cast<int64_t>(q.size()) < t * c) q.resize(t * c);
+  const int64_t n_scales = t * (c / kernels::kInt8ActGroup);
+  if (static_cast<int64_t>(scales.size()) < n_scales) scales.resize(n_scales);
+}
+
+StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, int64_t rows,
+                              int64_t cols) {
+  PENG_ASSIGN_OR_RETURN(const TensorView* t, files.Require(name));
+  if (t->ndim() != 2 || t->dim(0) != rows || t->dim(1) != cols)
+    return DataLoss(files.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                    ", expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  Linear l;
+  l.w_ = t;
+  l.name_ = name;
+  l.rows_ = rows;
+  l.cols_ = cols;
+  if (t->dtype != DType::kI8) {
+    if (!kernels::MatMulSupports(t->dtype))
+      return Unimplemented(files.path() + ": tensor '" + name + "' has unsupported type " +
+                           DTypeName(t->dtype));
+    return l;
+  }
+  // INT8: ModelFiles validated the scale's presence, dtype and shape against quant_config.json.
+  const TensorView* s = files.Find(name + kQuantScaleSuffix);
+  if (!s || s->numel() != rows || s->dtype != DType::kF32)
+    return DataLoss(files.path() + ": INT8 tensor '" + name + "' has no valid scale tensor");
+  if (cols % kernels::kInt8ColAlign != 0 || cols > kernels::kInt8MaxCols)
+    return Unimplemented(files.path() + ": INT8 tensor '" + name + "' has " +
+                         std::to_string(cols) + " columns; INT8 kernels need a multiple of " +
+                         std::to_string(kernels::kInt8ColAlign));
+  l.int8_ = true;
+  l.scheme_ = files.quant_scheme();
+  if (reinterpret_cast<uintptr_t>(s->data) % alignof(float) == 0) {
+    l.scales_ = static_cast<const float*>(s->data);
+  } else {
+    l.owned_scales_ = std::make_shared<std::vector<float>>(rows);
+    std::memcpy(l.owned_scales_->data(), s->data, rows * sizeof(float));
+    l.scales_ = l.owned_scales_->data();
+  }
+  return l;
+}
+
+bool Linear::WantsInt8Acts() const {
+  return int8_ && scheme_ == QuantScheme::kW8A8 && !kernels::ExactActivations();
+}
+
+int64_t Linear::bytes() const {
+  return static_cast<int64_t>(w_->size_bytes) + (int8_ ? rows_ * 4 : 0);
+}
+
+kernels::Int8Weights Linear::Int8View() const {
+  return {static_cast<const int8_t*>(w_->data), scales_, rows_, cols_};
+}
+
+void Linear::Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float* y,
+                     ThreadPool* pool, Int8Acts* scratch) const {
+  if (!int8_) {
+    kernels::MatMul(*w_, x, n_tokens, y, pool);
+    return;
+  }
+  if (!WantsInt8Acts()) {
+    kernels::Int8MatMulW8A16(Int8View(), x, n_tokens, y, pool);
+    return;
+  }
+  if (!xq || xq->tokens != n_tokens || xq->cols != cols_) {
+    scratch->Resize(n_tokens, cols_);
+    kernels::QuantizeActivations(x, n_tokens, cols_, scratch->q.data(), scratch->scales.data());
+    xq = scratch;
+  }
+  kernels::Int8MatMul(Int8View(), xq->q.data(), xq->scales.data(), n_tokens, y, pool);
+}
+
+void Linear::DequantizeRow(int64_t r, float* out) const {
+  if (!int8_) {
+    kernels::DequantizeRow(w_->dtype, w_->row(r), out, cols_);
+    return;
+  }
+  const int8_t* q = static_cast<const int8_t*>(w_->data) + r * cols_;
+  const float s = scales_[r];
+  for (int64_t c = 0; c < cols_; ++c) out[c] = s * static_cast<float>(q[c]);
+}
+
+}  // namespace peng

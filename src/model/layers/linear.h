@@ -1,0 +1,73 @@
+// Linear: one weight matrix W [rows, cols] of a model and how to multiply by it, whatever its
+// storage: F32/F16/BF16 or a GGML block-quantized type (kernels::MatMul), or INT8 with one F32
+// scale per output row from a `peng quantize` folder (kernels::Int8MatMul*). For INT8 the
+// model's scheme decides the activations: W8A16 multiplies FP32 activations (dequantizing
+// weights on the fly); W8A8 quantizes each token's activations to int8 (or takes them already
+// quantized from a fused RMSNorm, see Int8Acts) and runs exact int32 dot products. In exact
+// mode (kernels::SetExactActivations) INT8 weights use the W8A16 path. Copyable value type;
+// the weight bytes belong to the ModelFiles it was bound from.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/int8_gemm.h"
+#include "model/model_files.h"
+
+namespace peng {
+
+// Int8 activations [T, cols] with one scale per token and group of 32 values (W8A8 input;
+// kernels::QuantizeActivations), reused across steps.
+struct Int8Acts {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  int64_t tokens = 0, cols = 0;
+  void Resize(int64_t t, int64_t c);
+};
+
+class Linear {
+ public:
+  Linear() = default;
+  // Binds GGUF-style `name` from `files`, checking shape [rows, cols] and that the type is
+  // supported (INT8 needs its scale and cols a multiple of 32).
+  static StatusOr<Linear> Bind(const ModelFiles& files, const std::string& name, int64_t rows,
+                               int64_t cols);
+
+  bool bound() const { return w_ != nullptr; }
+  const TensorView& tensor() const { return *w_; }
+  // The GGUF-style name it was bound under ("blk.3.attn_q.weight"), whatever the file's name.
+  const std::string& name() const { return name_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  bool is_int8() const { return int8_; }
+  // True when Forward would quantize FP32 input itself (so a fused RMSNorm should do it).
+  bool WantsInt8Acts() const;
+  // Bytes of weights (and scales) read by one pass over the matrix.
+  int64_t bytes() const;
+
+  // y[t * rows + r] = sum_c W[r, c] x[t * cols + c]. `xq` (optional) holds the same activations
+  // already quantized per token (used by W8A8 weights, ignored otherwise); `scratch` is used
+  // when W8A8 weights get no xq.
+  void Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float* y, ThreadPool* pool,
+               Int8Acts* scratch) const;
+  // W[r, :] as floats (embedding lookup, diagnostics).
+  void DequantizeRow(int64_t r, float* out) const;
+
+ private:
+  kernels::Int8Weights Int8View() const;
+
+  const TensorView* w_ = nullptr;
+  std::string name_;
+  int64_t rows_ = 0, cols_ = 0;
+  bool int8_ = false;
+  QuantScheme scheme_ = QuantScheme::kNone;
+  const float* scales_ = nullptr;
+  std::shared_ptr<std::vector<float>> owned_scales_;    // when the file's are unaligned
+};
+
+}  // namespace peng
