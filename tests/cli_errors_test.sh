@@ -64,11 +64,42 @@ expect "non-numeric threads" 2 "threads" "$peng" generate -m x.gguf -p hi -t abc
 expect "missing prompt" 2 "prompt" "$peng" generate -m x.gguf
 expect "bad token ids" 1 "is not a token id" "$peng" logits -m "$tmp/unknown_arch.gguf" --tokens 1,x --out "$tmp/o.npy"
 
+expect "quantize unknown scheme" 2 "scheme" "$peng" quantize "$src/tests/data/hf_tiny/llama" "$tmp/q0" --scheme w4a4
+expect "quantize missing input" 1 "cannot open" "$peng" quantize "$tmp/none.gguf" "$tmp/q1" --scheme w8a8
+expect "quantize corrupt input" 1 "model.safetensors" "$peng" quantize "$tmp/hf_bad" "$tmp/q2" --scheme w8a8
+mkdir -p "$tmp/nonempty" && touch "$tmp/nonempty/x"
+expect "quantize into a non-empty folder" 1 "is not an empty folder" \
+  "$peng" quantize "$src/tests/data/hf_tiny/llama" "$tmp/nonempty" --scheme w8a8
+expect "quantize tiny llama" 0 "14 tensors quantized, 2 skipped" \
+  "$peng" quantize -q "$src/tests/data/hf_tiny/llama" "$tmp/tiny_w8a8" --scheme w8a8
+expect "quantize an INT8 folder again" 1 "already quantized" \
+  "$peng" quantize "$tmp/tiny_w8a8" "$tmp/q3" --scheme w8a16
+sed 's/"w8a8"/"w3a3"/' "$tmp/tiny_w8a8/quant_config.json" > "$tmp/qc.json"
+cp -r "$tmp/tiny_w8a8" "$tmp/tiny_badqc" && cp "$tmp/qc.json" "$tmp/tiny_badqc/quant_config.json"
+expect "unknown scheme in quant_config.json" 1 "unknown quantization scheme 'w3a3'" \
+  "$peng" logits -m "$tmp/tiny_badqc" --tokens 1,2 --out "$tmp/o.npy"
+
 model="${PENG_MODELS_DIR:-$src/models}/smollm2-135m-instruct-q4_1.gguf"
 if [ -f "$model" ]; then
   expect "prompt longer than context" 1 "exceeds the context length" \
     "$peng" generate -m "$model" -c 16 -n 4 -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
   expect "token id out of range" 1 "out of range" "$peng" logits -m "$model" --tokens 1,999999 --out "$tmp/o.npy"
+  # peng eval compare: the honest INT8 model passes, one corrupted scale (x10) fails and is named.
+  "$peng" quantize -q "$model" "$tmp/smol_w8a8" --scheme w8a8 > /dev/null
+  cp -r "$tmp/smol_w8a8" "$tmp/smol_bad"
+  python3 - "$tmp/smol_bad/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    n = struct.unpack('<Q', f.read(8))[0]
+    off = 8 + n + json.loads(f.read(n))['model.layers.10.mlp.down_proj.weight_scale']['data_offsets'][0] + 4 * 7
+    f.seek(off); v = struct.unpack('<f', f.read(4))[0]
+    f.seek(off); f.write(struct.pack('<f', v * 10))
+PY
+  text="$src/tests/data/eval/gpl3_excerpt.txt"
+  expect "eval compare honest int8" 0 "relative logit deviation: mean 0.0" \
+    "$peng" eval compare -m "$tmp/smol_w8a8" --reference "$model" --exact-reference --text "$text" --ctx 128 --max-tokens 256
+  expect "eval compare corrupted scale" 1 "tensor blk.10.ffn_down.weight (relative error 0.37" \
+    "$peng" eval compare -m "$tmp/smol_bad" --reference "$model" --exact-reference --text "$text" --ctx 128 --max-tokens 256
 else
   echo "note: $model not found; skipping model-dependent cases"
 fi

@@ -51,6 +51,38 @@ StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, 
   return l;
 }
 
+StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& name, int64_t n,
+                                   int64_t total_rows, int64_t cols, int64_t index, int64_t row0,
+                                   int64_t rows, const std::string& display_name) {
+  PENG_ASSIGN_OR_RETURN(const TensorView* t, files.Require(name));
+  if (t->ndim() != 3 || t->dim(0) != n || t->dim(1) != total_rows || t->dim(2) != cols)
+    return DataLoss(files.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                    ", expected [" + std::to_string(n) + ", " + std::to_string(total_rows) + ", " +
+                    std::to_string(cols) + "]");
+  if (index < 0 || index >= n || row0 < 0 || rows <= 0 || row0 + rows > total_rows)
+    return InvalidArgument(files.path() + ": slice [" + std::to_string(index) + "][" +
+                           std::to_string(row0) + ":" + std::to_string(row0 + rows) +
+                           "] is outside tensor '" + name + "' " + t->ShapeString());
+  if (t->dtype == DType::kI8 || !kernels::MatMulSupports(t->dtype))
+    return Unimplemented(files.path() + ": tensor '" + name + "' has unsupported type " +
+                         DTypeName(t->dtype) + " for a stacked (3-D) matrix");
+  auto view = std::make_shared<TensorView>();
+  view->name = display_name;
+  view->dtype = t->dtype;
+  view->shape = {rows, cols};
+  const size_t row_bytes = t->row_bytes();
+  view->data = static_cast<const uint8_t*>(t->data) +
+               static_cast<size_t>(index * total_rows + row0) * row_bytes;
+  view->size_bytes = static_cast<size_t>(rows) * row_bytes;
+  Linear l;
+  l.owned_view_ = view;
+  l.w_ = view.get();
+  l.name_ = display_name;
+  l.rows_ = rows;
+  l.cols_ = cols;
+  return l;
+}
+
 bool Linear::WantsInt8Acts() const {
   return int8_ && scheme_ == QuantScheme::kW8A8 && !kernels::ExactActivations();
 }

@@ -37,6 +37,14 @@ class Linear {
   // supported (INT8 needs its scale and cols a multiple of 32).
   static StatusOr<Linear> Bind(const ModelFiles& files, const std::string& name, int64_t rows,
                                int64_t cols);
+  // One matrix of a stacked 3-D tensor `name` of shape [n, total_rows, cols] (e.g. the experts
+  // of an MoE layer): rows [row0, row0 + rows) of matrix `index` (a fused gate_up tensor holds
+  // gate and up as two row ranges). Checks the 3-D shape and the type (INT8 is not supported);
+  // block-quantized rows are whole blocks, so any row range is a valid matrix. The Linear
+  // reports `display_name` as its name.
+  static StatusOr<Linear> BindSlice(const ModelFiles& files, const std::string& name, int64_t n,
+                                    int64_t total_rows, int64_t cols, int64_t index, int64_t row0,
+                                    int64_t rows, const std::string& display_name);
 
   bool bound() const { return w_ != nullptr; }
   const TensorView& tensor() const { return *w_; }
@@ -68,6 +76,7 @@ class Linear {
   QuantScheme scheme_ = QuantScheme::kNone;
   const float* scales_ = nullptr;
   std::shared_ptr<std::vector<float>> owned_scales_;    // when the file's are unaligned
+  std::shared_ptr<TensorView> owned_view_;              // BindSlice: the sub-matrix view
 };
 
 }  // namespace peng

@@ -1,0 +1,177 @@
+// Absorbed MLA attention over the paged latent cache (see mla.h). Each (query token, head) pair
+// is one work item: it walks the sequence's blocks in logical order, scores the block's cache
+// rows against [q_abs | q_pe] (dot products over the whole row), folds them into an online
+// softmax (running max, running sum, FP32 accumulator of latent rows rescaled when the max
+// grows) and finally divides by the sum. The inner loops are the per-ISA attention primitives
+// of ref/ops_ref.h and cpu/ops_simd.h (the scalar ones when no SIMD ISA is active).
+#include "kernels/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "kernels/cpu/ops_simd.h"
+#include "kernels/isa.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace peng::kernels {
+namespace {
+
+constexpr int kMaxBlockSize = 256;
+constexpr int kMaxLatent = 4096;
+
+struct MlaOps {
+  decltype(&ref::DotRowsF32) dot_f32;
+  decltype(&ref::DotRowsF16) dot_f16;
+  decltype(&ref::AxpyRowsF32) axpy_f32;
+  decltype(&ref::AxpyRowsF16) axpy_f16;
+  decltype(&ref::ExpShiftSum) exp_shift_sum;
+  decltype(&ref::ScaleInPlace) scale;
+  decltype(&ref::F32ToF16Row) to_f16;
+};
+
+#define PENG_MLA_OPS_(ns)                                                                  \
+  MlaOps {                                                                                 \
+    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
+        ns::ScaleInPlace, ns::F32ToF16Row                                                  \
+  }
+
+MlaOps SelectOps() {
+  switch (ActiveIsa()) {
+#if defined(__x86_64__)
+    case Isa::kAvx512: return PENG_MLA_OPS_(avx512);
+    case Isa::kAvx2: return PENG_MLA_OPS_(avx2);
+#endif
+#if defined(__aarch64__)
+    case Isa::kNeon: return PENG_MLA_OPS_(neon);
+#endif
+    default: return PENG_MLA_OPS_(ref);
+  }
+}
+#undef PENG_MLA_OPS_
+
+void CheckLayout(const KvLayerView& kv) {
+  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
+  PENG_CHECK_MSG(kv.n_kv_heads == 1 && kv.v_head_dim == 0 && kv.head_dim > 0,
+                 "MLA cache layer must have one kv head and no V");
+  PENG_CHECK(kv.block_size > 0 && kv.block_size <= kMaxBlockSize);
+}
+
+// Element offset of (physical block, slot) in the cache of rows of kv.head_dim values.
+int64_t RowOffset(const KvLayerView& kv, int64_t block, int64_t slot) {
+  return (block * kv.block_size + slot) * kv.head_dim;
+}
+
+// out[0..r) = softmax-weighted sum of the latents of positions [0, pos] for query row q.
+void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t* block_table,
+               const MlaParams& p, const MlaOps& ops, float* out) {
+  const int bs = kv.block_size;
+  const int dk = kv.head_dim;
+  const int r = p.kv_lora_rank;
+  float scores[kMaxBlockSize];
+  float acc[kMaxLatent];
+  std::fill(acc, acc + r, 0.f);
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.f;
+  for (int64_t b = 0; b <= pos / bs; ++b) {
+    const int64_t phys = block_table[b];
+    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+    const int64_t n = std::min(pos + 1, (b + 1) * bs) - b * bs;
+    const int64_t off = RowOffset(kv, phys, 0);
+    if (kv.dtype == DType::kF16) {
+      ops.dot_f16(q, static_cast<const uint16_t*>(kv.k) + off, dk, n, dk, scores);
+    } else {
+      ops.dot_f32(q, static_cast<const float*>(kv.k) + off, dk, n, dk, scores);
+    }
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) {
+      scores[j] *= p.scale;
+      block_max = std::max(block_max, scores[j]);
+    }
+    if (block_max > m) {
+      if (l > 0.f) {
+        const float corr = std::exp(m - block_max);
+        ops.scale(acc, corr, r);
+        l *= corr;
+      }
+      m = block_max;
+    }
+    l += ops.exp_shift_sum(scores, n, m);
+    if (kv.dtype == DType::kF16) {
+      ops.axpy_f16(scores, static_cast<const uint16_t*>(kv.k) + off, dk, n, r, acc);
+    } else {
+      ops.axpy_f32(scores, static_cast<const float*>(kv.k) + off, dk, n, r, acc);
+    }
+  }
+  const float inv = 1.0f / l;
+  for (int i = 0; i < r; ++i) out[i] = acc[i] * inv;
+}
+
+}  // namespace
+
+bool IsMlaLayout(const KvLayerView& kv, int row_dim) {
+  return (kv.dtype == DType::kF32 || kv.dtype == DType::kF16) && kv.n_kv_heads == 1 &&
+         kv.v_head_dim == 0 && kv.head_dim == row_dim && kv.block_size > 0 &&
+         kv.block_size <= kMaxBlockSize;
+}
+
+void MlaKvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* row) {
+  CheckLayout(kv);
+  const int64_t phys = block_table[pos / kv.block_size];
+  PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
+  const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
+  if (kv.dtype == DType::kF16) {
+    SelectOps().to_f16(row, static_cast<uint16_t*>(kv.k) + off, kv.head_dim);
+  } else {
+    std::memcpy(static_cast<float*>(kv.k) + off, row, kv.head_dim * sizeof(float));
+  }
+}
+
+void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, int64_t n,
+               float* out) {
+  CheckLayout(kv);
+  const int dk = kv.head_dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = pos0 + i;
+    const int64_t phys = block_table[pos / kv.block_size];
+    PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
+    const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
+    float* o = out + i * dk;
+    if (kv.dtype == DType::kF16) {
+      const uint16_t* src = static_cast<const uint16_t*>(kv.k) + off;
+      for (int j = 0; j < dk; ++j) o[j] = F16ToF32(src[j]);
+    } else {
+      std::memcpy(o, static_cast<const float*>(kv.k) + off, dk * sizeof(float));
+    }
+  }
+}
+
+void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
+                       const int32_t* block_table, const MlaParams& p, float* out,
+                       ThreadPool* pool) {
+  CheckLayout(kv);
+  PENG_CHECK(p.n_heads > 0 && p.kv_lora_rank > 0 && p.kv_lora_rank <= kv.head_dim &&
+             p.kv_lora_rank <= kMaxLatent);
+  const MlaOps ops = SelectOps();
+  const int dk = kv.head_dim;
+  const int r = p.kv_lora_rank;
+  const int64_t n_items = n_q * p.n_heads;
+  // Items are dealt round-robin so that the long rows at the end of a causal prefill chunk
+  // spread over all workers.
+  auto run = [&](int64_t begin, int64_t step) {
+    for (int64_t i = begin; i < n_items; i += step) {
+      const int64_t t = i / p.n_heads;
+      AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
+    }
+  };
+  if (pool == nullptr || pool->num_threads() == 1 || n_items == 1) {
+    run(0, 1);
+  } else {
+    pool->Run([&](int ti, int nt) { run(ti, nt); });
+  }
+}
+
+}  // namespace peng::kernels
