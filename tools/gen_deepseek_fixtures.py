@@ -51,6 +51,7 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import torch
 import transformers
@@ -540,6 +541,24 @@ def build_tokenizer():
           f"{cases[8]['text']!r} -> {cases[8]['ids']}")
 
 
+def build_serve():
+    """A servable tiny model: V2-Lite-like, BF16, with the tokenizer fixture's tokenizer.json and
+    chat template and a vocabulary (640 rows) that covers its 602 tokens, a 4096-token context.
+    No reference data: `peng serve` runs the OpenAI client end-to-end suite on it."""
+    with open(os.path.join(ROOT, "tokenizer.golden.json")) as f:
+        g = json.load(f)
+    cfg = transformers.DeepseekV2Config(**dict(
+        CONFIGS["lite"]["cfg"], vocab_size=640, max_position_embeddings=4096,
+        bos_token_id=g["bos_id"], eos_token_id=g["eos_id"], pad_token_id=g["eos_id"]))
+    model = make_model(cfg, 4000, torch.bfloat16)
+    folder = os.path.join(ROOT, "serve")
+    shutil.rmtree(folder, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(ROOT, "tokenizer", name), os.path.join(folder, name))
+    print(f"serve: {sorted(os.listdir(folder))} {dir_size(folder)} bytes")
+
+
 def main():
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -547,8 +566,14 @@ def main():
     for name, spec in CONFIGS.items():
         build(name, spec)
     build_tokenizer()
+    build_serve()
     print(f"total {dir_size(ROOT)} bytes under {os.path.relpath(ROOT)}")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["serve"]:  # only the servable model (needs the tokenizer fixture)
+        torch.set_num_threads(1)
+        transformers.logging.set_verbosity_error()
+        build_serve()
+    else:
+        main()
