@@ -36,6 +36,8 @@ step models bash scripts/fetch_models.sh || summary
 
 step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
 step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_test.sh
+step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
+  PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" bash scripts/e2e_test.sh
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi

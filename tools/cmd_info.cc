@@ -22,9 +22,16 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
       *exit_code = Fail(m.status().ToString());
       return;
     }
-    std::printf("model: %s\nweights: %s\nweight bytes per token: %lld\n",
+    const KvCacheSpec kv = (*m)->kv_spec();
+    int64_t values = 0;
+    for (const KvCacheSpec::Layer& l : kv.layers)
+      values += static_cast<int64_t>(l.n_kv_heads) * (l.head_dim + l.v_head_dim);
+    std::printf("model: %s\nweights: %s\nweight bytes per token: %lld\n"
+                "kv cache per token: %lld values over %zu layers = %lld bytes (F16)\n",
                 (*m)->config().Summary().c_str(), (*m)->WeightSummary().c_str(),
-                static_cast<long long>((*m)->WeightBytesPerToken()));
+                static_cast<long long>((*m)->WeightBytesPerToken()),
+                static_cast<long long>(values), kv.layers.size(),
+                static_cast<long long>(kv.BytesPerToken(DType::kF16)));
   });
 }
 

@@ -96,6 +96,9 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--kv-cache-memory", a->kv_cache_memory,
                 "KV cache pool size, e.g. 512MiB, 2GB (default: derived from max-num-seqs)");
+  c->add_option("--num-kv-blocks", a->engine.num_kv_blocks,
+                "KV cache pool size in blocks of 16 tokens (overrides --kv-cache-memory)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--max-waiting", a->engine.max_waiting,

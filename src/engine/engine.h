@@ -31,6 +31,7 @@ struct EngineOptions {
   int block_size = 16;
   int64_t kv_cache_bytes = 0;           // 0 = enough for max_num_seqs full-length sequences,
                                         // capped at 25% of physical memory
+  int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
 };
@@ -48,6 +49,9 @@ struct TokenLogprob {
   int32_t id = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // params.logprobs most likely, if asked
+  // What this token added to the output text: valid UTF-8, empty while a character is still
+  // incomplete (byte tokens), so the texts of all tokens concatenate to the output text.
+  std::string text;
 };
 
 // What a request's stream yields. For n > 1 each event belongs to one completion (`index`).

@@ -351,7 +351,9 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
   if ((stop_id || (!p.ignore_eos && IsEndOfGeneration(id))) && c->num_output > p.min_tokens) {
     reason = "stop";  // the stop token's text is not part of the output
   } else if (c->decoder) {
-    c->pending += c->decoder->Push(id);
+    const std::string piece = c->decoder->Push(id);
+    if (p.want_logprobs) ev.logprobs.back().text = piece;
+    c->pending += piece;
   }
   bool stop_string = false;
   for (size_t i = 0; !reason && i < p.stop.size(); ++i) {
@@ -363,7 +365,11 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
   }
   if (!reason && (c->num_output >= p.max_tokens || c->num_tokens() >= max_model_len_))
     reason = "length";
-  if (reason && !stop_string && c->decoder) c->pending += c->decoder->Flush();
+  if (reason && !stop_string && c->decoder) {
+    const std::string tail = c->decoder->Flush();
+    if (p.want_logprobs) ev.logprobs.back().text += tail;
+    c->pending += tail;
+  }
   const size_t hold = reason ? 0 : StopHoldback(c->pending, p.stop);
   ev.text = c->pending.substr(0, c->pending.size() - hold);
   c->pending.erase(0, c->pending.size() - hold);
@@ -456,7 +462,8 @@ void EngineImpl::PublishStats() {
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
-      o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0)
+      o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
+      o.num_kv_blocks < 0)
     return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
@@ -465,7 +472,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& o) {
       cfg.max_position > 0 ? std::min<int64_t>(o.max_model_len, cfg.max_position) : o.max_model_len;
   const DType dtype = DType::kF16;
   int64_t blocks;
-  if (o.kv_cache_bytes == 0) {
+  if (o.num_kv_blocks > 0) {
+    blocks = o.num_kv_blocks;
+  } else if (o.kv_cache_bytes == 0) {
     blocks = int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
     blocks = std::min(blocks, KvCache::BlocksForBudget(model->kv_spec(), o.block_size, dtype,
                                                        PhysicalMemoryBytes() / 4));

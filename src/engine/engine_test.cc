@@ -279,6 +279,31 @@ TEST(EngineTest, LogprobsAreLogSoftmaxOfTheLogits) {
   EXPECT_EQ(lp.top[0].first, lp.id);  // greedy picks the most likely
   for (const auto& [id, v] : lp.top) EXPECT_NEAR(v, last[id] - lse, 1e-4);
   for (size_t i = 1; i < 5; ++i) EXPECT_LE(lp.top[i].second, lp.top[i - 1].second);
+  std::string joined;
+  for (const TokenLogprob& l : got.logprobs[0]) joined += l.text;
+  EXPECT_EQ(joined, got.text[0]);  // each token's share of the text
+}
+
+// A random model with a byte-level vocabulary emits tokens that end mid-character: the
+// per-token texts (what logprobs report) still concatenate to the output, all valid UTF-8.
+TEST(EngineTest, LogprobTextsConcatenateToTheOutput) {
+  const std::string path = SourceDir() + "/tests/data/deepseek_tiny/serve";
+  auto e = MakeEngine({.model_path = path});
+  ASSERT_TRUE(e->tokenizer());
+  int partial = 0;
+  for (int i = 0; i < 8; ++i) {
+    GenerateRequest r = Greedy("lp" + std::to_string(i), {600, 39 + i, 68, 75}, 24);
+    r.params.want_logprobs = true;
+    Result got = RunOne(e.get(), r);
+    ASSERT_EQ(got.logprobs[0].size(), 24u);
+    std::string joined;
+    for (const TokenLogprob& l : got.logprobs[0]) {
+      joined += l.text;
+      partial += l.text.empty();
+    }
+    EXPECT_EQ(joined, got.text[0]);
+  }
+  std::printf("tokens that ended mid-character: %d of 192\n", partial);
 }
 
 TEST(EngineTest, SmolLmBatchOf16AndStopStrings) {

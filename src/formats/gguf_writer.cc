@@ -178,8 +178,22 @@ Status GgufWriter::AddTensor(const std::string& name, DType dtype,
   }
   const uint8_t* p = static_cast<const uint8_t*>(data);
   tensor_index_.emplace(name, tensors_.size());
-  tensors_.push_back({name, dtype, shape, std::vector<uint8_t>(p, p + size_bytes)});
+  tensors_.push_back({name, dtype, shape,
+                      p ? std::vector<uint8_t>(p, p + size_bytes) : std::vector<uint8_t>(),
+                      size_bytes, p == nullptr});
   return OkStatus();
+}
+
+Status GgufWriter::DeclareTensor(const std::string& name, DType dtype,
+                                 const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(numel, d, &numel))
+      return InvalidArgument("tensor '" + name + "' has a bad shape");
+  }
+  const DTypeInfo& info = GetDTypeInfo(dtype);
+  return AddTensor(name, dtype, shape, nullptr,
+                   static_cast<size_t>(numel / info.block_size) * info.block_bytes);
 }
 
 std::vector<uint8_t> GgufWriter::SerializeHeader() const {
@@ -201,7 +215,7 @@ std::vector<uint8_t> GgufWriter::SerializeHeader() const {
     }
     Put<uint32_t>(&out, GgmlTypeOf(t.dtype));
     Put<uint64_t>(&out, offset);
-    offset = AlignUp(offset + t.bytes.size(), alignment_);
+    offset = AlignUp(offset + t.size, alignment_);
   }
   // The data section starts aligned; a file without tensors ends with its metadata.
   if (!tensors_.empty()) out.resize(AlignUp(out.size(), alignment_), 0);
@@ -211,22 +225,35 @@ std::vector<uint8_t> GgufWriter::SerializeHeader() const {
 std::vector<uint8_t> GgufWriter::Serialize() const {
   std::vector<uint8_t> out = SerializeHeader();
   for (const Tensor& t : tensors_) {
+    if (t.declared) out.resize(out.size() + t.size, 0);  // bytes only come with WriteFile(fill)
     out.insert(out.end(), t.bytes.begin(), t.bytes.end());
     out.resize(out.size() + AlignUp(t.bytes.size(), alignment_) - t.bytes.size(), 0);
   }
   return out;
 }
 
-Status GgufWriter::WriteFile(const std::string& path) const {
+Status GgufWriter::WriteFile(const std::string& path, const FillFn& fill) const {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return IoError(path + ": cannot open for writing");
   const std::vector<uint8_t> header = SerializeHeader();
   const std::vector<uint8_t> zeros(alignment_, 0);
   bool ok = std::fwrite(header.data(), 1, header.size(), f.get()) == header.size();
-  for (const Tensor& t : tensors_) {
-    if (!ok) break;
-    const size_t pad = AlignUp(t.bytes.size(), alignment_) - t.bytes.size();
-    ok = std::fwrite(t.bytes.data(), 1, t.bytes.size(), f.get()) == t.bytes.size() &&
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < tensors_.size() && ok; ++i) {
+    const Tensor& t = tensors_[i];
+    const std::vector<uint8_t>* bytes = &t.bytes;
+    if (t.declared) {
+      if (!fill) return InvalidArgument(path + ": tensor '" + t.name + "' has no data");
+      buf.assign(t.size, 0);
+      PENG_RETURN_IF_ERROR(fill(i, t.name, &buf));
+      if (buf.size() != t.size)
+        return InvalidArgument(path + ": tensor '" + t.name + "' was filled with " +
+                               std::to_string(buf.size()) + " bytes, needs " +
+                               std::to_string(t.size));
+      bytes = &buf;
+    }
+    const size_t pad = AlignUp(t.size, alignment_) - t.size;
+    ok = std::fwrite(bytes->data(), 1, t.size, f.get()) == t.size &&
          std::fwrite(zeros.data(), 1, pad, f.get()) == pad;
   }
   if (!ok) return IoError(path + ": write failed");

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,8 +54,15 @@ class GgufWriter {
   Status AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
                    const void* data, size_t size_bytes);
 
-  std::vector<uint8_t> Serialize() const;
-  Status WriteFile(const std::string& path) const;
+  // Declares a tensor whose bytes are produced while writing (WriteFile's `fill`), so that
+  // files larger than memory can be written one tensor at a time.
+  Status DeclareTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape);
+  // fill(index, name, bytes): `bytes` arrives sized (zeroed) for the declared tensor.
+  using FillFn =
+      std::function<Status(size_t index, const std::string& name, std::vector<uint8_t>* bytes)>;
+
+  std::vector<uint8_t> Serialize() const;  // declared tensors are written as zeros
+  Status WriteFile(const std::string& path, const FillFn& fill = nullptr) const;
 
  private:
   struct Tensor {
@@ -62,6 +70,8 @@ class GgufWriter {
     DType dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
+    size_t size = 0;
+    bool declared = false;  // bytes come from WriteFile's fill callback
   };
   void SetEncoded(const std::string& key, std::vector<uint8_t> encoded);
   // Everything before the tensor data, padded to the alignment.

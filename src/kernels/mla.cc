@@ -33,22 +33,26 @@ struct MlaOps {
   decltype(&ref::F32ToF16Row) to_f16;
 };
 
-#define PENG_MLA_OPS_(ns)                                                                  \
-  MlaOps {                                                                                 \
-    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
-        ns::ScaleInPlace, ns::F32ToF16Row                                                  \
+#define PENG_MLA_OPS_(ns)                                                              \
+  MlaOps {                                                                             \
+    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum, \
+        ns::ScaleInPlace, ns::F32ToF16Row                                              \
   }
 
 MlaOps SelectOps() {
   switch (ActiveIsa()) {
 #if defined(__x86_64__)
-    case Isa::kAvx512: return PENG_MLA_OPS_(avx512);
-    case Isa::kAvx2: return PENG_MLA_OPS_(avx2);
+    case Isa::kAvx512:
+      return PENG_MLA_OPS_(avx512);
+    case Isa::kAvx2:
+      return PENG_MLA_OPS_(avx2);
 #endif
 #if defined(__aarch64__)
-    case Isa::kNeon: return PENG_MLA_OPS_(neon);
+    case Isa::kNeon:
+      return PENG_MLA_OPS_(neon);
 #endif
-    default: return PENG_MLA_OPS_(ref);
+    default:
+      return PENG_MLA_OPS_(ref);
   }
 }
 #undef PENG_MLA_OPS_
@@ -149,6 +153,45 @@ void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, 
   }
 }
 
+// Runs fn(i) for i < n_items, dealt round-robin over the pool (long causal rows at the end of
+// a prefill chunk spread over all workers).
+template <typename Fn>
+void ForItems(ThreadPool* pool, int64_t n_items, Fn&& fn) {
+  if (pool == nullptr || pool->num_threads() == 1 || n_items < 2) {
+    for (int64_t i = 0; i < n_items; ++i) fn(i);
+    return;
+  }
+  pool->Run([&](int ti, int nt) {
+    for (int64_t i = ti; i < n_items; i += nt) fn(i);
+  });
+}
+
+void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaParams& p, float* out,
+                    ThreadPool* pool) {
+  const MlaOps ops = SelectOps();
+  const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, r = p.kv_lora_rank;
+  const int64_t dqk = dn + dr, row = r + dr, head_rows = dn + p.d_v;
+  ForItems(pool, n_q * H, [&](int64_t i) {
+    const int64_t h = i % H;
+    const float* qn = q + i * dqk;
+    float* o = out + i * row;
+    std::fill(o, o + r, 0.f);
+    ops.axpy_f32(qn, w_kvb + h * head_rows * r, r, dn, r, o);  // sum_j q_nope[j] W_UK[h][j][:]
+    std::copy_n(qn + dn, dr, o + r);
+  });
+}
+
+void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const MlaParams& p,
+                      float* out, ThreadPool* pool) {
+  const MlaOps ops = SelectOps();
+  const int64_t H = p.n_heads, dn = p.d_nope, dv = p.d_v, r = p.kv_lora_rank;
+  const int64_t head_rows = dn + dv;
+  ForItems(pool, n_q * H, [&](int64_t i) {
+    const int64_t h = i % H;
+    ops.dot_f32(o_lat + i * r, w_kvb + (h * head_rows + dn) * r, r, dv, r, out + i * dv);
+  });
+}
+
 void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                        const int32_t* block_table, const MlaParams& p, float* out,
                        ThreadPool* pool) {
@@ -158,20 +201,52 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   const MlaOps ops = SelectOps();
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;
-  const int64_t n_items = n_q * p.n_heads;
-  // Items are dealt round-robin so that the long rows at the end of a causal prefill chunk
-  // spread over all workers.
-  auto run = [&](int64_t begin, int64_t step) {
-    for (int64_t i = begin; i < n_items; i += step) {
-      const int64_t t = i / p.n_heads;
-      AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
+  ForItems(pool, n_q * p.n_heads, [&](int64_t i) {
+    const int64_t t = i / p.n_heads;
+    AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
+  });
+}
+
+void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float* kv,
+                          const float* rows, const MlaParams& p, float* out, ThreadPool* pool) {
+  PENG_CHECK(p.n_heads > 0 && p.d_nope > 0 && p.d_rope > 0 && p.d_v > 0 && p.d_v <= kMaxLatent);
+  const MlaOps ops = SelectOps();
+  const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, dv = p.d_v, r = p.kv_lora_rank;
+  const int64_t dqk = dn + dr, row = r + dr, kv_stride = H * (dn + dv);
+  ForItems(pool, n_q * H, [&](int64_t i) {
+    const int64_t h = i % H, pos = pos0 + i / H;
+    const float* qn = q + i * dqk;
+    const float* k_nope = kv + h * (dn + dv);
+    const float* v = k_nope + dn;
+    float scores[kMaxBlockSize], pe[kMaxBlockSize];
+    float acc[kMaxLatent];
+    std::fill(acc, acc + dv, 0.f);
+    float m = -std::numeric_limits<float>::infinity();
+    float l = 0.f;
+    for (int64_t u0 = 0; u0 <= pos; u0 += kMaxBlockSize) {
+      const int64_t n = std::min<int64_t>(kMaxBlockSize, pos + 1 - u0);
+      ops.dot_f32(qn, k_nope + u0 * kv_stride, kv_stride, n, dn, scores);
+      ops.dot_f32(qn + dn, rows + u0 * row + r, row, n, dr, pe);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        scores[j] = (scores[j] + pe[j]) * p.scale;
+        block_max = std::max(block_max, scores[j]);
+      }
+      if (block_max > m) {
+        if (l > 0.f) {
+          const float corr = std::exp(m - block_max);
+          ops.scale(acc, corr, dv);
+          l *= corr;
+        }
+        m = block_max;
+      }
+      l += ops.exp_shift_sum(scores, n, m);
+      ops.axpy_f32(scores, v + u0 * kv_stride, kv_stride, n, dv, acc);
     }
-  };
-  if (pool == nullptr || pool->num_threads() == 1 || n_items == 1) {
-    run(0, 1);
-  } else {
-    pool->Run([&](int ti, int nt) { run(ti, nt); });
-  }
+    const float inv = 1.0f / l;
+    float* o = out + i * dv;
+    for (int64_t k = 0; k < dv; ++k) o[k] = acc[k] * inv;
+  });
 }
 
 }  // namespace peng::kernels

@@ -31,16 +31,37 @@ void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, 
 
 struct MlaParams {
   int n_heads = 0;
-  int kv_lora_rank = 0;  // latent values per row (the "value" part); the rest is k_pe
+  int kv_lora_rank = 0;  // r: latent values per cache row (the "value" part); the rest is k_pe
+  int d_nope = 0;        // qk_nope_head_dim (MlaAbsorbQuery, MlaProjectOutput, expanded form)
+  int d_rope = 0;        // qk_rope_head_dim
+  int d_v = 0;           // v_head_dim
   float scale = 1.f;     // softmax scale (qk_head_dim^-0.5, times YaRN mscale^2)
 };
 
+// The per-head up-projection kv_b as FP32 [n_heads][d_nope + d_v][r]: rows [0, d_nope) of head
+// h are W_UK[h] (k_nope = W_UK c), the next d_v rows W_UV[h] (v = W_UV c).
+//
+// q: [n_q, n_heads, d_nope + d_rope] (q_nope | rotated q_pe) ->
+// out: [n_q, n_heads, r + d_rope] = (W_UK[h]^T q_nope | q_pe), the absorbed query.
+void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaParams& p, float* out,
+                    ThreadPool* pool);
+// o_lat: [n_q, n_heads, r] -> out: [n_q, n_heads * d_v] with out[h] = W_UV[h] o_lat[h].
+void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const MlaParams& p,
+                      float* out, ThreadPool* pool);
+
 // Causal absorbed attention for one sequence: n_q query tokens at positions pos0 .. pos0+n_q-1
 // whose cache rows (and all earlier positions') are already written. q: [n_q, n_heads,
-// kv.head_dim] (q_abs | rotated q_pe per head), out: [n_q, n_heads, kv_lora_rank]. Work is
-// split over (token, head) pairs across the pool.
+// kv.head_dim] (MlaAbsorbQuery's output), out: [n_q, n_heads, kv_lora_rank]. Work is split
+// over (token, head) pairs across the pool.
 void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                        const int32_t* block_table, const MlaParams& p, float* out,
                        ThreadPool* pool);
+
+// The expanded form (cheaper for a long prefill chunk): kv: [pos0 + n_q][n_heads][d_nope + d_v]
+// holds every context position's k_nope and v per head (kv_b applied to its cached latent),
+// rows: [pos0 + n_q][r + d_rope] the cache rows (k_pe at offset r). q: [n_q, n_heads,
+// d_nope + d_rope] (q_nope | rotated q_pe); out: [n_q, n_heads * d_v].
+void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float* kv,
+                          const float* rows, const MlaParams& p, float* out, ThreadPool* pool);
 
 }  // namespace peng::kernels

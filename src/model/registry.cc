@@ -8,6 +8,8 @@ const std::vector<ArchEntry>& Architectures() {
       {"qwen2", &LoadQwen2},
       {"gemma3", &LoadGemma3},
       {"gemma3_text", &LoadGemma3},
+      {"deepseek2", &LoadDeepseek2},
+      {"deepseek_v2", &LoadDeepseek2},
   };
   return kArchs;
 }

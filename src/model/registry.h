@@ -31,5 +31,6 @@ StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
 StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files);
 StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files);
 StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files);
+StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files);
 
 }  // namespace peng

@@ -42,7 +42,7 @@ json CompletionLogprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* t
   json offsets = json::array(), token_lps = json::array(), tokens = json::array(),
        tops = json::array();
   for (const TokenLogprob& t : lps) {
-    const std::string s = TokenString(tokenizer, t.id);
+    const std::string s = tokenizer ? t.text : TokenString(tokenizer, t.id);
     offsets.push_back(*text_offset);
     *text_offset += static_cast<int64_t>(s.size());
     token_lps.push_back(Lp(t.logprob));
@@ -60,7 +60,10 @@ json CompletionLogprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* t
 json ChatLogprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* tokenizer) {
   json content = json::array();
   for (const TokenLogprob& t : lps) {
-    const std::string s = TokenString(tokenizer, t.id);
+    // "token" is the text the token added to the output (so the tokens concatenate to the
+    // message); "bytes" are the token's own bytes, which may be part of a UTF-8 character.
+    const std::string s = tokenizer ? t.text : TokenString(tokenizer, t.id);
+    const std::string raw = TokenString(tokenizer, t.id);
     json top = json::array();
     for (const auto& [id, lp] : t.top) {
       const std::string ts = TokenString(tokenizer, id);
@@ -68,7 +71,7 @@ json ChatLogprobs(const std::vector<TokenLogprob>& lps, const Tokenizer* tokeniz
     }
     content.push_back({{"token", s},
                        {"logprob", Lp(t.logprob)},
-                       {"bytes", Bytes(s)},
+                       {"bytes", Bytes(raw)},
                        {"top_logprobs", std::move(top)}});
   }
   return json{{"content", std::move(content)}};

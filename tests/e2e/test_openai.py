@@ -305,14 +305,17 @@ def test_64_concurrent_streams_complete(server):
 
 
 def test_small_kv_pool_completes_every_request_by_preemption():
-    s = PengServer("--max-model-len", "256", "--max-num-seqs", "16",
-                   "--kv-cache-memory", "12MiB", "--no-prefix-caching")
+    # 40 blocks of 16 tokens (640 slots) for 16 sequences of at least ~124 tokens each (more
+    # with a small vocabulary): whatever the model's KV bytes per token (an MLA cache is tiny),
+    # the pool is too small for the load, while any one sequence fits.
+    s = PengServer("--max-model-len", "512", "--max-num-seqs", "16",
+                   "--num-kv-blocks", "40", "--no-prefix-caching")
     try:
         blocks = s.metric("kv_cache_capacity_blocks")
         prompt_words, max_tokens, n = 60, 64, 16
         needed_blocks = n * ((prompt_words + max_tokens) // 16)
         assert needed_blocks > 1.5 * blocks, (
-            f"pool of {blocks} blocks is not too small for the load; lower --kv-cache-memory")
+            f"pool of {blocks} blocks is not too small for the load; lower --num-kv-blocks")
         client = s.client(timeout=600)
 
         def one(i):

@@ -1,0 +1,195 @@
+// MLA latent-cache kernels against a plain double-precision reference: rows written through a
+// scrambled block table read back unchanged (F32) or fp16-rounded (F16), and the absorbed
+// attention equals softmax(scale * q . row) weighted sums of the rows' latent parts.
+#include "kernels/mla.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+
+namespace peng::kernels {
+namespace {
+
+struct Cache {
+  std::vector<uint8_t> bytes;
+  KvLayerView view;
+  std::vector<int32_t> table;
+};
+
+Cache MakeCache(DType dtype, int block_size, int64_t blocks, int row) {
+  Cache c;
+  const int64_t elem = dtype == DType::kF16 ? 2 : 4;
+  c.bytes.assign(blocks * block_size * row * elem, 0);
+  c.view.k = c.bytes.data();
+  c.view.v = c.bytes.data() + c.bytes.size();
+  c.view.dtype = dtype;
+  c.view.num_blocks = blocks;
+  c.view.block_size = block_size;
+  c.view.n_kv_heads = 1;
+  c.view.head_dim = row;
+  c.view.v_head_dim = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    c.table.push_back(static_cast<int32_t>((b * 5 + 2) % blocks));
+  return c;
+}
+
+TEST(MlaTest, LayoutCheck) {
+  Cache c = MakeCache(DType::kF32, 4, 8, 24);
+  EXPECT_TRUE(IsMlaLayout(c.view, 24));
+  EXPECT_FALSE(IsMlaLayout(c.view, 25));
+  KvLayerView dense = c.view;
+  dense.n_kv_heads = 2;
+  EXPECT_FALSE(IsMlaLayout(dense, 24));
+  dense = c.view;
+  dense.v_head_dim = 24;
+  EXPECT_FALSE(IsMlaLayout(dense, 24));
+}
+
+TEST(MlaTest, WriteReadRoundTrip) {
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    const int row = 13;
+    Cache c = MakeCache(dt, 4, 8, row);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    std::vector<float> rows(30 * row), back(30 * row);
+    for (float& v : rows) v = nd(rng);
+    for (int p = 0; p < 30; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
+    MlaKvRead(c.view, c.table.data(), 0, 30, back.data());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const float want = dt == DType::kF16 ? F16ToF32(F32ToF16(rows[i])) : rows[i];
+      ASSERT_EQ(back[i], want) << i;
+    }
+    MlaKvRead(c.view, c.table.data(), 7, 5, back.data());
+    for (int i = 0; i < 5 * row; ++i) {
+      const float want =
+          dt == DType::kF16 ? F16ToF32(F32ToF16(rows[7 * row + i])) : rows[7 * row + i];
+      ASSERT_EQ(back[i], want) << i;
+    }
+  }
+}
+
+TEST(MlaTest, AttentionMatchesReference) {
+  const int H = 3, r = 20, dr = 6, row = r + dr;
+  const float scale = 0.3f;
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (int64_t pos0 : {0, 5, 9}) {
+        SCOPED_TRACE(std::string(DTypeName(dt)) + " threads " + std::to_string(threads) + " pos0 " +
+                     std::to_string(pos0));
+        const int64_t n_q = 7, end = pos0 + n_q;
+        Cache c = MakeCache(dt, 4, 8, row);
+        std::mt19937 rng(static_cast<unsigned>(pos0 + 17));
+        std::normal_distribution<float> nd;
+        std::vector<float> rows(end * row);
+        for (float& v : rows) v = nd(rng);
+        for (int64_t p = 0; p < end; ++p)
+          MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
+        std::vector<float> stored(end * row);
+        MlaKvRead(c.view, c.table.data(), 0, end, stored.data());
+        std::vector<float> q(n_q * H * row), out(n_q * H * r);
+        for (float& v : q) v = nd(rng);
+        MlaParams p;
+        p.n_heads = H;
+        p.kv_lora_rank = r;
+        p.scale = scale;
+        MlaPagedAttention(q.data(), n_q, pos0, c.view, c.table.data(), p, out.data(), &pool);
+        for (int64_t t = 0; t < n_q; ++t) {
+          for (int h = 0; h < H; ++h) {
+            const float* qh = q.data() + (t * H + h) * row;
+            const int64_t pos = pos0 + t;
+            std::vector<double> s(pos + 1);
+            double m = -INFINITY, sum = 0;
+            for (int64_t u = 0; u <= pos; ++u) {
+              double d = 0;
+              for (int j = 0; j < row; ++j) d += double{qh[j]} * stored[u * row + j];
+              s[u] = d * scale;
+              m = std::max(m, s[u]);
+            }
+            for (double& v : s) sum += v = std::exp(v - m);
+            for (int j = 0; j < r; ++j) {
+              double want = 0;
+              for (int64_t u = 0; u <= pos; ++u) want += s[u] / sum * stored[u * row + j];
+              ASSERT_NEAR(out[(t * H + h) * r + j], want, 2e-5 * (1 + std::abs(want)))
+                  << "token " << t << " head " << h << " dim " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Absorbed (MlaAbsorbQuery -> MlaPagedAttention -> MlaProjectOutput) and expanded
+// (MlaExpandedAttention over k_nope / v = kv_b . c) forms against the plain per-head formula.
+TEST(MlaTest, AbsorbedAndExpandedFormsMatchPlainAttention) {
+  const int H = 3, r = 20, dn = 8, dr = 6, dv = 5, row = r + dr, dqk = dn + dr;
+  const float scale = 0.25f;
+  MlaParams p;
+  p.n_heads = H;
+  p.kv_lora_rank = r;
+  p.d_nope = dn;
+  p.d_rope = dr;
+  p.d_v = dv;
+  p.scale = scale;
+  ThreadPool pool(2);
+  for (int64_t pos0 : {0, 6}) {
+    const int64_t n_q = 5, end = pos0 + n_q;
+    Cache c = MakeCache(DType::kF32, 4, 8, row);
+    std::mt19937 rng(static_cast<unsigned>(pos0 + 3));
+    std::normal_distribution<float> nd;
+    std::vector<float> rows(end * row), w_kvb(H * (dn + dv) * r), q(n_q * H * dqk);
+    for (float& v : rows) v = nd(rng);
+    for (float& v : w_kvb) v = 0.3f * nd(rng);
+    for (float& v : q) v = nd(rng);
+    for (int64_t u = 0; u < end; ++u) MlaKvWrite(c.view, c.table.data(), u, rows.data() + u * row);
+    // Plain: k_nope / v per head and position, then softmax attention.
+    std::vector<float> kv(end * H * (dn + dv));
+    for (int64_t u = 0; u < end; ++u)
+      for (int h = 0; h < H; ++h)
+        for (int j = 0; j < dn + dv; ++j) {
+          double a = 0;
+          for (int k = 0; k < r; ++k)
+            a += double{w_kvb[(h * (dn + dv) + j) * r + k]} * rows[u * row + k];
+          kv[(u * H + h) * (dn + dv) + j] = static_cast<float>(a);
+        }
+    std::vector<double> want(n_q * H * dv);
+    for (int64_t t = 0; t < n_q; ++t)
+      for (int h = 0; h < H; ++h) {
+        const float* qh = q.data() + (t * H + h) * dqk;
+        std::vector<double> s(pos0 + t + 1);
+        double m = -INFINITY, sum = 0;
+        for (int64_t u = 0; u <= pos0 + t; ++u) {
+          double d = 0;
+          for (int j = 0; j < dn; ++j) d += double{qh[j]} * kv[(u * H + h) * (dn + dv) + j];
+          for (int j = 0; j < dr; ++j) d += double{qh[dn + j]} * rows[u * row + r + j];
+          s[u] = d * scale;
+          m = std::max(m, s[u]);
+        }
+        for (double& v : s) sum += v = std::exp(v - m);
+        for (int k = 0; k < dv; ++k) {
+          double o = 0;
+          for (int64_t u = 0; u <= pos0 + t; ++u)
+            o += s[u] / sum * kv[(u * H + h) * (dn + dv) + dn + k];
+          want[(t * H + h) * dv + k] = o;
+        }
+      }
+    std::vector<float> ql(n_q * H * row), ol(n_q * H * r), absorbed(n_q * H * dv),
+        expanded(n_q * H * dv);
+    MlaAbsorbQuery(q.data(), n_q, w_kvb.data(), p, ql.data(), &pool);
+    MlaPagedAttention(ql.data(), n_q, pos0, c.view, c.table.data(), p, ol.data(), &pool);
+    MlaProjectOutput(ol.data(), n_q, w_kvb.data(), p, absorbed.data(), &pool);
+    MlaExpandedAttention(q.data(), n_q, pos0, kv.data(), rows.data(), p, expanded.data(), &pool);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(absorbed[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "absorbed " << i;
+      ASSERT_NEAR(expanded[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "expanded " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peng::kernels

@@ -1,0 +1,926 @@
+#include "model/deepseek2/deepseek2.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/mla.h"
+#include "kernels/ops.h"
+#include "model/config_reader.h"
+#include "model/registry.h"
+
+namespace peng {
+
+using TopkMethod = DeepseekV2Config::TopkMethod;
+using Scoring = DeepseekV2Config::Scoring;
+
+namespace {
+
+// YaRN's magnitude correction: 0.1 * m * ln(s) + 1 for s > 1 (DeepSeek's yarn_get_mscale).
+double YarnMscale(double scale, double m) {
+  return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+}
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+void AddBias(float* y, const float* b, int64_t T, int64_t n) {
+  if (!b) return;
+  for (int64_t t = 0; t < T; ++t) kernels::AddInPlace(y + t * n, b, n);
+}
+
+// Indices of the k largest values of v[0..n) (ties: lower index first), in descending order.
+void TopK(const float* v, int64_t n, int64_t k, int32_t* out, std::vector<int32_t>* idx) {
+  idx->resize(n);
+  std::iota(idx->begin(), idx->end(), 0);
+  std::partial_sort(idx->begin(), idx->begin() + k, idx->end(),
+                    [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  std::copy_n(idx->begin(), k, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Config
+
+Status ReadHfDeepseek(const ModelFiles& files, DeepseekV2Config* c) {
+  const ConfigReader r(files);
+  const std::string where = files.path() + "/config.json";
+  auto required = [&](const std::string& key, int64_t* out) -> Status {
+    PENG_ASSIGN_OR_RETURN(*out, r.Int(key));
+    return OkStatus();
+  };
+  // Integer field that may be absent or null (-> def); present with another type is an error.
+  auto optional = [&](const std::string& key, int64_t def, int64_t* out) -> Status {
+    const nlohmann::json* v = r.Json(key);
+    if (!v) {
+      *out = def;
+      return OkStatus();
+    }
+    if (!v->is_number_integer()) return DataLoss(where + ": field '" + key + "' is not an integer");
+    *out = v->get<int64_t>();
+    return OkStatus();
+  };
+  auto string_or = [&](const std::string& key, const std::string& def, std::string* out) -> Status {
+    const nlohmann::json* v = r.Json(key);
+    if (!v) {
+      *out = def;
+      return OkStatus();
+    }
+    if (!v->is_string()) return DataLoss(where + ": field '" + key + "' is not a string");
+    *out = v->get<std::string>();
+    return OkStatus();
+  };
+
+  PENG_RETURN_IF_ERROR(required("kv_lora_rank", &c->kv_lora_rank));
+  PENG_RETURN_IF_ERROR(optional("q_lora_rank", 0, &c->q_lora_rank));
+  if (r.Json("q_lora_rank") && c->q_lora_rank <= 0)
+    return InvalidArgument(where + ": field 'q_lora_rank' must be positive or null, got " +
+                           Num(c->q_lora_rank));
+  PENG_RETURN_IF_ERROR(required("qk_nope_head_dim", &c->qk_nope_head_dim));
+  PENG_RETURN_IF_ERROR(required("qk_rope_head_dim", &c->qk_rope_head_dim));
+  PENG_RETURN_IF_ERROR(required("v_head_dim", &c->v_head_dim));
+  c->attention_bias = r.BoolOr("attention_bias", false);
+
+  PENG_RETURN_IF_ERROR(optional("n_routed_experts", 0, &c->n_routed_experts));
+  if (c->n_routed_experts > 0) {
+    PENG_RETURN_IF_ERROR(required("num_experts_per_tok", &c->num_experts_per_tok));
+    PENG_RETURN_IF_ERROR(required("moe_intermediate_size", &c->moe_intermediate_size));
+    PENG_RETURN_IF_ERROR(optional("n_shared_experts", 0, &c->n_shared_experts));
+    PENG_RETURN_IF_ERROR(optional("first_k_dense_replace", 0, &c->first_k_dense_replace));
+    PENG_RETURN_IF_ERROR(optional("moe_layer_freq", 1, &c->moe_layer_freq));
+    PENG_RETURN_IF_ERROR(optional("n_group", 1, &c->n_group));
+    PENG_RETURN_IF_ERROR(optional("topk_group", 1, &c->topk_group));
+    std::string method, scoring;
+    PENG_RETURN_IF_ERROR(string_or("topk_method", "greedy", &method));
+    PENG_RETURN_IF_ERROR(string_or("scoring_func", "softmax", &scoring));
+    if (method == "greedy") {
+      c->topk_method = TopkMethod::kGreedy;
+    } else if (method == "group_limited_greedy") {
+      c->topk_method = TopkMethod::kGroupLimitedGreedy;
+    } else if (method == "noaux_tc") {
+      c->topk_method = TopkMethod::kNoauxTc;
+    } else {
+      return Unimplemented(where + ": field 'topk_method' is '" + method +
+                           "' (supported: greedy, group_limited_greedy, noaux_tc)");
+    }
+    if (scoring == "softmax") {
+      c->scoring = Scoring::kSoftmax;
+    } else if (scoring == "sigmoid") {
+      c->scoring = Scoring::kSigmoid;
+    } else {
+      return Unimplemented(where + ": field 'scoring_func' is '" + scoring +
+                           "' (supported: softmax, sigmoid)");
+    }
+    // noaux_tc is defined with sigmoid scores (DeepSeek-V3); the other methods with softmax.
+    if (c->topk_method == TopkMethod::kNoauxTc) {
+      c->scoring = Scoring::kSigmoid;
+    } else if (c->scoring == Scoring::kSigmoid) {
+      return Unimplemented(where +
+                           ": scoring_func 'sigmoid' is only supported with "
+                           "topk_method 'noaux_tc', not '" +
+                           method + "'");
+    }
+    c->routed_scaling_factor = static_cast<float>(r.FloatOr("routed_scaling_factor", 1.0));
+    c->norm_topk_prob = r.BoolOr("norm_topk_prob", false);
+  } else {
+    c->first_k_dense_replace = c->base.n_layers;  // no experts: every layer is dense
+  }
+
+  // RoPE: ReadHfRope (via ReadCommonConfig) parsed theta and the YaRN inv_freq parameters from
+  // rope_parameters or rope_scaling; the magnitudes are DeepSeek-specific.
+  const nlohmann::json* rp = r.Json("rope_parameters");
+  if (!rp) rp = r.Json("rope_scaling");
+  const bool yarn = c->base.rope.scaling == kernels::RopeConfig::Scaling::kYarn;
+  // transformers falls back to max_position_embeddings without original_max_position_embeddings.
+  if (yarn && c->base.rope.original_max_position <= 0)
+    c->base.rope.original_max_position = static_cast<int>(c->base.max_position);
+  const double factor = c->base.rope.factor;
+  double softmax_mscale = 1.0;
+  if (yarn && rp && rp->is_object()) {
+    auto number = [&](const char* key) -> double {
+      auto it = rp->find(key);
+      return it != rp->end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    const double mscale = number("mscale"), mscale_all_dim = number("mscale_all_dim");
+    const double explicit_factor = number("attention_factor");
+    // transformers: an explicit attention_factor wins; else the ratio when both mscales are
+    // given (1 for every released DeepSeek-V2 config); else the generic YaRN correction.
+    double amplitude;
+    if (explicit_factor > 0) {
+      amplitude = explicit_factor;
+    } else if (mscale != 0 && mscale_all_dim != 0) {
+      amplitude = YarnMscale(factor, mscale) / YarnMscale(factor, mscale_all_dim);
+    } else {
+      amplitude = YarnMscale(factor, 1.0);
+    }
+    c->base.rope.attention_factor = static_cast<float>(amplitude);
+    if (mscale_all_dim != 0) softmax_mscale = YarnMscale(factor, mscale_all_dim);
+  }
+  c->softmax_scale = static_cast<float>(std::pow(static_cast<double>(c->qk_head_dim()), -0.5) *
+                                        softmax_mscale * softmax_mscale);
+  return OkStatus();
+}
+
+Status ReadGgufDeepseek(const ModelFiles& files, DeepseekV2Config* c) {
+  const ConfigReader r(files);
+  const GgufFile& g = *files.gguf();
+  const std::string a = files.arch() + ".";
+  PENG_ASSIGN_OR_RETURN(c->kv_lora_rank, r.Int("attention.kv_lora_rank"));
+  c->q_lora_rank = r.IntOr("attention.q_lora_rank", 0);
+  if (const TensorView* qa = files.Find("blk.0.attn_q_a.weight"); qa && qa->ndim() == 2)
+    c->q_lora_rank = qa->dim(0);  // V2-Lite GGUFs carry no q_lora_rank key
+  PENG_ASSIGN_OR_RETURN(c->qk_rope_head_dim, r.Int("rope.dimension_count"));
+  // Newer converters store the MQA view (key_length = kv_lora_rank + rope dims) and the real
+  // head sizes under *_mla; older ones only the real sizes.
+  int64_t k_len = r.IntOr("attention.key_length_mla", 0);
+  if (k_len <= 0) {
+    PENG_ASSIGN_OR_RETURN(k_len, r.Int("attention.key_length"));
+  }
+  c->v_head_dim = r.IntOr("attention.value_length_mla", 0);
+  if (c->v_head_dim <= 0) {
+    PENG_ASSIGN_OR_RETURN(c->v_head_dim, r.Int("attention.value_length"));
+  }
+  c->qk_nope_head_dim = k_len - c->qk_rope_head_dim;
+
+  c->first_k_dense_replace = r.IntOr("leading_dense_block_count", 0);
+  c->n_routed_experts = r.IntOr("expert_count", 0);
+  if (c->n_routed_experts > 0) {
+    PENG_ASSIGN_OR_RETURN(c->num_experts_per_tok, r.Int("expert_used_count"));
+    PENG_ASSIGN_OR_RETURN(c->moe_intermediate_size, r.Int("expert_feed_forward_length"));
+    c->n_shared_experts = r.IntOr("expert_shared_count", 0);
+    c->routed_scaling_factor = static_cast<float>(r.FloatOr("expert_weights_scale", 1.0));
+    c->norm_topk_prob = r.BoolOr("expert_weights_norm", false);
+    c->n_group = r.IntOr("expert_group_count", 1);
+    c->topk_group = r.IntOr("expert_group_used_count", 1);
+    const int64_t gating = r.IntOr("expert_gating_func", 1);  // llama.cpp: 1 softmax, 2 sigmoid
+    if (gating == 2) {
+      c->scoring = Scoring::kSigmoid;
+      c->topk_method = TopkMethod::kNoauxTc;
+    } else if (gating == 1 || gating == 0) {
+      c->topk_method = c->n_group > 1 ? TopkMethod::kGroupLimitedGreedy : TopkMethod::kGreedy;
+    } else {
+      return Unimplemented(files.path() + ": metadata '" + a + "expert_gating_func' is " +
+                           Num(gating) + " (supported: 1 softmax, 2 sigmoid)");
+    }
+  } else {
+    c->first_k_dense_replace = c->base.n_layers;
+  }
+  c->base.rope.beta_fast = static_cast<float>(r.FloatOr("rope.scaling.yarn_beta_fast", 32.0));
+  c->base.rope.beta_slow = static_cast<float>(r.FloatOr("rope.scaling.yarn_beta_slow", 1.0));
+  // llama.cpp's converter stores rope.scaling.yarn_log_multiplier = 0.1 * mscale_all_dim and no
+  // separate mscale: the RoPE amplitude is 1 (mscale == mscale_all_dim in every released
+  // DeepSeek-V2 config) and the softmax scale carries mscale(factor, mscale_all_dim)^2.
+  double softmax_mscale = 1.0;
+  if (c->base.rope.scaling == kernels::RopeConfig::Scaling::kYarn) {
+    const double mscale_all_dim = r.FloatOr("rope.scaling.yarn_log_multiplier", 0.0) / 0.1;
+    if (mscale_all_dim != 0) softmax_mscale = YarnMscale(c->base.rope.factor, mscale_all_dim);
+    c->base.rope.attention_factor = 1.f;
+  }
+  c->softmax_scale = static_cast<float>(std::pow(static_cast<double>(c->qk_head_dim()), -0.5) *
+                                        softmax_mscale * softmax_mscale);
+  (void)g;
+  return OkStatus();
+}
+
+Status Validate(const ModelFiles& files, const DeepseekV2Config& c) {
+  const std::string where = files.path() + (files.is_gguf() ? "" : "/config.json");
+  auto bad = [&](const std::string& what) {
+    return InvalidArgument(where + ": inconsistent DeepSeek-V2 config: " + what);
+  };
+  const ModelConfig& b = c.base;
+  if (b.n_layers <= 0 || b.hidden_size <= 0 || b.n_heads <= 0 || b.vocab_size <= 0)
+    return bad("layers, hidden size, heads and vocabulary must be positive (" + b.Summary() + ")");
+  if (c.kv_lora_rank <= 0) return bad("kv_lora_rank must be positive, got " + Num(c.kv_lora_rank));
+  if (c.q_lora_rank < 0) return bad("q_lora_rank must be positive or null");
+  if (c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 != 0)
+    return bad("qk_rope_head_dim must be positive and even, got " + Num(c.qk_rope_head_dim));
+  if (c.qk_nope_head_dim <= 0)
+    return bad("qk_nope_head_dim must be positive, got " + Num(c.qk_nope_head_dim));
+  if (c.v_head_dim <= 0) return bad("v_head_dim must be positive, got " + Num(c.v_head_dim));
+  if (c.kv_lora_rank > 4096) return bad("kv_lora_rank " + Num(c.kv_lora_rank) + " > 4096");
+  if (c.qk_rope_head_dim > 1024)
+    return bad("qk_rope_head_dim " + Num(c.qk_rope_head_dim) + " > 1024");
+  if (b.rope.scaling == kernels::RopeConfig::Scaling::kYarn && b.rope.factor > 1.f &&
+      b.rope.original_max_position <= 0)
+    return bad("YaRN RoPE needs original_max_position_embeddings > 0");
+  if (!(b.rope.theta > 1.f)) return bad("rope_theta must be > 1");
+  if (c.first_k_dense_replace < 0) return bad("first_k_dense_replace must be >= 0");
+  if (c.first_k_dense_replace > 0 && b.ffn_dim <= 0)
+    return bad("dense layers need intermediate_size > 0");
+  if (c.n_routed_experts < 0) return bad("n_routed_experts must be >= 0");
+  if (c.n_routed_experts > 0) {
+    const int64_t E = c.n_routed_experts;
+    if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > E)
+      return bad("num_experts_per_tok " + Num(c.num_experts_per_tok) + " is not in [1, " + Num(E) +
+                 "]");
+    if (c.moe_intermediate_size <= 0) return bad("moe_intermediate_size must be positive");
+    if (c.n_shared_experts < 0) return bad("n_shared_experts must be >= 0");
+    if (c.moe_layer_freq < 1) return bad("moe_layer_freq must be >= 1");
+    if (c.topk_method != TopkMethod::kGreedy) {
+      if (c.n_group < 1 || E % c.n_group != 0)
+        return bad("n_group " + Num(c.n_group) + " does not divide n_routed_experts " + Num(E));
+      if (c.topk_group < 1 || c.topk_group > c.n_group)
+        return bad("topk_group " + Num(c.topk_group) + " is not in [1, n_group " + Num(c.n_group) +
+                   "]");
+      if (c.num_experts_per_tok > c.topk_group * (E / c.n_group))
+        return bad("num_experts_per_tok " + Num(c.num_experts_per_tok) +
+                   " exceeds the experts of topk_group groups");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+bool DeepseekV2Config::IsMoeLayer(int64_t il) const {
+  return n_routed_experts > 0 && il >= first_k_dense_replace && il % moe_layer_freq == 0;
+}
+
+StatusOr<DeepseekV2Config> ReadDeepseekV2Config(const ModelFiles& files) {
+  DeepseekV2Config c;
+  PENG_RETURN_IF_ERROR(ReadCommonConfig(files, &c.base));
+  PENG_RETURN_IF_ERROR(files.is_gguf() ? ReadGgufDeepseek(files, &c) : ReadHfDeepseek(files, &c));
+  PENG_RETURN_IF_ERROR(Validate(files, c));
+  ModelConfig& b = c.base;
+  b.arch = "deepseek2";
+  b.head_dim = c.qk_head_dim();
+  b.n_kv_heads = 1;  // the latent cache is one shared "kv head"
+  b.rope.rot_dim = static_cast<int>(c.qk_rope_head_dim);
+  b.rope.style = kernels::RopeStyle::kInterleaved;  // pairs (2i, 2i+1), no weight permutation
+  b.attn_scale = c.softmax_scale;
+  b.activation = Activation::kSilu;
+  if (b.ffn_dim <= 0) b.ffn_dim = c.moe_intermediate_size;
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
+    std::unique_ptr<ModelFiles> files) {
+  PENG_ASSIGN_OR_RETURN(DeepseekV2Config cfg, ReadDeepseekV2Config(*files));
+  std::unique_ptr<DeepseekV2Model> m(new DeepseekV2Model());
+  m->files_ = std::move(files);
+  m->cfg_ = cfg;
+  if (!m->files_->is_gguf()) {
+    m->hf_global_names_ = {{"model.embed_tokens.weight", "token_embd.weight"},
+                           {"model.norm.weight", "output_norm.weight"},
+                           {"lm_head.weight", "output.weight"}};
+    auto& n = m->hf_layer_names_;
+    n = {{"input_layernorm.weight", "attn_norm.weight"},
+         {"self_attn.q_proj.weight", "attn_q.weight"},
+         {"self_attn.q_proj.bias", "attn_q.bias"},
+         {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+         {"self_attn.q_a_proj.bias", "attn_q_a.bias"},
+         {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+         {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+         {"self_attn.q_b_proj.bias", "attn_q_b.bias"},
+         {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+         {"self_attn.kv_a_proj_with_mqa.bias", "attn_kv_a_mqa.bias"},
+         {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+         {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+         {"self_attn.o_proj.weight", "attn_output.weight"},
+         {"self_attn.o_proj.bias", "attn_output.bias"},
+         {"post_attention_layernorm.weight", "ffn_norm.weight"},
+         {"mlp.gate_proj.weight", "ffn_gate.weight"},
+         {"mlp.up_proj.weight", "ffn_up.weight"},
+         {"mlp.down_proj.weight", "ffn_down.weight"},
+         {"mlp.gate.weight", "ffn_gate_inp.weight"},
+         {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+         {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+         {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+         {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+         // transformers 5 runtime layout (save_pretrained(save_original_format=False)).
+         {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+         {"mlp.experts.down_proj", "ffn_down_exps.weight"}};
+    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
+      const std::string hf = "mlp.experts." + Num(e) + ".", idx = "[" + Num(e) + "]";
+      n[hf + "gate_proj.weight"] = "ffn_gate_exps.weight" + idx;
+      n[hf + "up_proj.weight"] = "ffn_up_exps.weight" + idx;
+      n[hf + "down_proj.weight"] = "ffn_down_exps.weight" + idx;
+    }
+    m->files_->SetHfNameMap(m->hf_layer_names_, m->hf_global_names_);
+  }
+  PENG_RETURN_IF_ERROR(m->Bind());
+  return m;
+}
+
+Status DeepseekV2Model::Annotate(const Status& s, const std::string& name) const {
+  if (s.ok() || files_->is_gguf()) return s;
+  std::string hf;
+  for (const auto& [k, v] : hf_global_names_)
+    if (v == name) hf = k;
+  if (hf.empty() && name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    const std::string layer = name.substr(4, dot - 4), suffix = name.substr(dot + 1);
+    for (const auto& [k, v] : hf_layer_names_)
+      if (v == suffix) hf = "model.layers." + layer + "." + k;
+  }
+  if (hf.empty()) return s;
+  return Status(s.code(), s.message() + " (Hugging Face name '" + hf + "')");
+}
+
+StatusOr<Linear> DeepseekV2Model::Matrix(const std::string& name, int64_t rows, int64_t cols) {
+  StatusOr<Linear> l = Linear::Bind(*files_, name, rows, cols);
+  if (!l.ok()) return Annotate(l.status(), name);
+  return l;
+}
+
+float* DeepseekV2Model::OwnFloats(int64_t n) {
+  owned_.emplace_back(n);
+  return owned_.back().data();
+}
+
+StatusOr<const float*> DeepseekV2Model::Vector(const std::string& name, int64_t n, bool optional) {
+  const TensorView* t = files_->Find(name);
+  if (!t) {
+    if (optional) return static_cast<const float*>(nullptr);
+    return Annotate(NotFound(files_->path() + ": missing tensor '" + name + "'"), name);
+  }
+  if (t->numel() != n)
+    return Annotate(DataLoss(files_->path() + ": tensor '" + name + "' has shape " +
+                             t->ShapeString() + ", expected " + Num(n) + " values"),
+                    name);
+  if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0)
+    return static_cast<const float*>(t->data);
+  if (t->dtype != DType::kF32 && !kernels::MatMulSupports(t->dtype))
+    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
+                         DTypeName(t->dtype));
+  float* v = OwnFloats(n);
+  if (t->dtype == DType::kF32) {
+    std::memcpy(v, t->data, n * 4);
+  } else {
+    kernels::DequantizeRow(t->dtype, t->data, v, n);
+  }
+  return static_cast<const float*>(v);
+}
+
+Status DeepseekV2Model::Bind() {
+  const ModelConfig& b = cfg_.base;
+  const int64_t D = b.hidden_size;
+  PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix("token_embd.weight", b.vocab_size, D));
+  PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
+  if (files_->Find("output.weight") && !b.tie_embeddings) {
+    PENG_ASSIGN_OR_RETURN(output_, Matrix("output.weight", b.vocab_size, D));
+  } else {
+    output_ = tok_embd_;
+  }
+  layers_.resize(b.n_layers);
+  for (int il = 0; il < b.n_layers; ++il) {
+    PENG_RETURN_IF_ERROR(BindAttention(il, &layers_[il]));
+    PENG_RETURN_IF_ERROR(BindFfn(il, &layers_[il]));
+  }
+  inv_freq_.resize(b.rope.rot_dim / 2);
+  kernels::ComputeRopeInvFreq(b.rope, inv_freq_.data());
+  return OkStatus();
+}
+
+Status DeepseekV2Model::BindAttention(int il, Layer* L) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size, H = c.base.n_heads;
+  const int64_t dn = c.qk_nope_head_dim, dv = c.v_head_dim, r = c.kv_lora_rank;
+  const int64_t qd = H * c.qk_head_dim();
+  const std::string p = "blk." + Num(il) + ".";
+  PENG_ASSIGN_OR_RETURN(L->attn_norm, Vector(p + "attn_norm.weight", D));
+  if (c.q_lora_rank > 0) {
+    PENG_ASSIGN_OR_RETURN(L->wq_a, Matrix(p + "attn_q_a.weight", c.q_lora_rank, D));
+    PENG_ASSIGN_OR_RETURN(L->bq_a, Vector(p + "attn_q_a.bias", c.q_lora_rank, !c.attention_bias));
+    PENG_ASSIGN_OR_RETURN(L->q_a_norm, Vector(p + "attn_q_a_norm.weight", c.q_lora_rank));
+    PENG_ASSIGN_OR_RETURN(L->wq_b, Matrix(p + "attn_q_b.weight", qd, c.q_lora_rank));
+    PENG_ASSIGN_OR_RETURN(L->bq_b, Vector(p + "attn_q_b.bias", qd, true));
+  } else {
+    PENG_ASSIGN_OR_RETURN(L->wq, Matrix(p + "attn_q.weight", qd, D));
+    PENG_ASSIGN_OR_RETURN(L->bq, Vector(p + "attn_q.bias", qd, true));
+  }
+  PENG_ASSIGN_OR_RETURN(L->wkv_a, Matrix(p + "attn_kv_a_mqa.weight", c.cache_row(), D));
+  PENG_ASSIGN_OR_RETURN(L->bkv_a,
+                        Vector(p + "attn_kv_a_mqa.bias", c.cache_row(), !c.attention_bias));
+  PENG_ASSIGN_OR_RETURN(L->kv_a_norm, Vector(p + "attn_kv_a_norm.weight", r));
+
+  // kv_b -> FP32 [H][d_n + d_v][r]: rows h*(d_n+d_v) + [0, d_n) are W_UK[h], the next d_v W_UV[h].
+  const int64_t kvb_rows = H * (dn + dv);
+  float* w = OwnFloats(kvb_rows * r);
+  const std::string kvb = p + "attn_kv_b.weight", kb = p + "attn_k_b.weight",
+                    vb = p + "attn_v_b.weight";
+  if (files_->Find(kvb) || !files_->Find(kb)) {
+    PENG_ASSIGN_OR_RETURN(Linear l, Matrix(kvb, kvb_rows, r));
+    for (int64_t row = 0; row < kvb_rows; ++row) l.DequantizeRow(row, w + row * r);
+    L->kv_b_parts.push_back(l);
+  } else {
+    // Newer llama.cpp GGUFs: attn_k_b = W_UK transposed, [H, r, d_n]; attn_v_b = W_UV, [H, d_v, r].
+    std::vector<float> tmp(dn);
+    for (int64_t h = 0; h < H; ++h) {
+      StatusOr<Linear> k =
+          Linear::BindSlice(*files_, kb, H, r, dn, h, 0, r, kb + "[" + Num(h) + "]");
+      if (!k.ok()) return k.status();
+      StatusOr<Linear> v =
+          Linear::BindSlice(*files_, vb, H, dv, r, h, 0, dv, vb + "[" + Num(h) + "]");
+      if (!v.ok()) return v.status();
+      for (int64_t j = 0; j < r; ++j) {
+        k->DequantizeRow(j, tmp.data());
+        for (int64_t i = 0; i < dn; ++i) w[(h * (dn + dv) + i) * r + j] = tmp[i];
+      }
+      for (int64_t i = 0; i < dv; ++i) v->DequantizeRow(i, w + (h * (dn + dv) + dn + i) * r);
+      L->kv_b_parts.push_back(*k);
+      L->kv_b_parts.push_back(*v);
+    }
+  }
+  TensorView view;
+  view.name = p + "attn_kv_b.weight (FP32)";
+  view.dtype = DType::kF32;
+  view.shape = {kvb_rows, r};
+  view.data = w;
+  view.size_bytes = static_cast<size_t>(kvb_rows * r) * sizeof(float);
+  owned_views_.push_back(view);
+  L->w_kvb = w;
+  L->w_kvb_view = &owned_views_.back();
+
+  PENG_ASSIGN_OR_RETURN(L->wo, Matrix(p + "attn_output.weight", D, H * dv));
+  PENG_ASSIGN_OR_RETURN(L->bo, Vector(p + "attn_output.bias", D, !c.attention_bias));
+  return OkStatus();
+}
+
+Status DeepseekV2Model::BindFfn(int il, Layer* L) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size;
+  const std::string p = "blk." + Num(il) + ".";
+  PENG_ASSIGN_OR_RETURN(L->ffn_norm, Vector(p + "ffn_norm.weight", D));
+  L->moe = c.IsMoeLayer(il);
+  if (!L->moe) {
+    const int64_t F = c.base.ffn_dim;
+    PENG_ASSIGN_OR_RETURN(L->w_gate, Matrix(p + "ffn_gate.weight", F, D));
+    PENG_ASSIGN_OR_RETURN(L->w_up, Matrix(p + "ffn_up.weight", F, D));
+    PENG_ASSIGN_OR_RETURN(L->w_down, Matrix(p + "ffn_down.weight", D, F));
+    return OkStatus();
+  }
+  const int64_t E = c.n_routed_experts;
+  PENG_ASSIGN_OR_RETURN(L->router, Matrix(p + "ffn_gate_inp.weight", E, D));
+  if (c.topk_method == TopkMethod::kNoauxTc) {
+    PENG_ASSIGN_OR_RETURN(L->router_bias, Vector(p + "exp_probs_b.bias", E));
+  }
+  PENG_RETURN_IF_ERROR(BindExperts(il, L));
+  if (c.n_shared_experts > 0) {
+    const int64_t S = c.moe_intermediate_size * c.n_shared_experts;
+    PENG_ASSIGN_OR_RETURN(L->sh_gate, Matrix(p + "ffn_gate_shexp.weight", S, D));
+    PENG_ASSIGN_OR_RETURN(L->sh_up, Matrix(p + "ffn_up_shexp.weight", S, D));
+    PENG_ASSIGN_OR_RETURN(L->sh_down, Matrix(p + "ffn_down_shexp.weight", D, S));
+  }
+  return OkStatus();
+}
+
+Status DeepseekV2Model::BindExperts(int il, Layer* L) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size, E = c.n_routed_experts, I = c.moe_intermediate_size;
+  const std::string p = "blk." + Num(il) + ".";
+  // Stacked 3-D tensors (GGUF; transformers 5 fused layout) or one 2-D tensor per expert (HF).
+  const std::string gate_up = p + "ffn_gate_up_exps.weight", gate3 = p + "ffn_gate_exps.weight",
+                    up3 = p + "ffn_up_exps.weight", down3 = p + "ffn_down_exps.weight";
+  const bool fused = files_->Find(gate_up) != nullptr;
+  auto slice = [&](const std::string& name, int64_t total_rows, int64_t cols, int64_t e,
+                   int64_t row0, int64_t rows, const std::string& shown) -> StatusOr<Linear> {
+    StatusOr<Linear> l =
+        Linear::BindSlice(*files_, name, E, total_rows, cols, e, row0, rows, shown);
+    if (!l.ok()) return Annotate(l.status(), name);
+    return l;
+  };
+  L->exp_gate.resize(E);
+  L->exp_up.resize(E);
+  L->exp_down.resize(E);
+  for (int64_t e = 0; e < E; ++e) {
+    std::string idx = "[";
+    idx += Num(e);
+    idx += ']';
+    const std::string gname = gate3 + idx, uname = up3 + idx, dname = down3 + idx;
+    if (fused) {  // [E, 2I, D], gate rows first
+      PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate_up, 2 * I, D, e, 0, I, gname));
+      PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(gate_up, 2 * I, D, e, I, I, uname));
+    } else {
+      if (files_->Find(gate3)) {
+        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate3, I, D, e, 0, I, gname));
+      } else {
+        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], Matrix(gname, I, D));
+      }
+      if (files_->Find(up3)) {
+        PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(up3, I, D, e, 0, I, uname));
+      } else {
+        PENG_ASSIGN_OR_RETURN(L->exp_up[e], Matrix(uname, I, D));
+      }
+    }
+    if (files_->Find(down3)) {  // [E, D, I]
+      PENG_ASSIGN_OR_RETURN(L->exp_down[e], slice(down3, D, I, e, 0, D, dname));
+    } else {
+      PENG_ASSIGN_OR_RETURN(L->exp_down[e], Matrix(dname, D, I));
+    }
+  }
+  return OkStatus();
+}
+
+KvCacheSpec DeepseekV2Model::kv_spec() const {
+  KvCacheSpec spec;
+  for (int il = 0; il < cfg_.base.n_layers; ++il)
+    spec.layers.push_back({1, static_cast<int>(cfg_.cache_row()), 0});
+  return spec;
+}
+
+int64_t DeepseekV2Model::WeightBytesPerToken() const {
+  int64_t bytes = output_.bytes() + cfg_.base.hidden_size * 4;
+  for (const Layer& L : layers_) {
+    for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
+                            &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
+      if (l->bound()) bytes += l->bytes();
+    // kv_b is read as its FP32 per-head copy (W_UK / W_UV), not in its stored type.
+    bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
+    if (L.moe && !L.exp_gate.empty()) {
+      int64_t experts = 0;
+      for (size_t e = 0; e < L.exp_gate.size(); ++e)
+        experts += L.exp_gate[e].bytes() + L.exp_up[e].bytes() + L.exp_down[e].bytes();
+      bytes += experts / static_cast<int64_t>(L.exp_gate.size()) * cfg_.num_experts_per_tok;
+    }
+  }
+  return bytes;
+}
+
+std::string DeepseekV2Model::WeightSummary() const {
+  std::map<std::string, int> counts;
+  for (const TensorView* t : files_->AllTensors()) counts[DTypeName(t->dtype)]++;
+  std::string s;
+  for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+  return s;
+}
+
+std::vector<const Linear*> DeepseekV2Model::Linears() const {
+  std::vector<const Linear*> out = {&tok_embd_};
+  for (const Layer& L : layers_) {
+    for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a})
+      if (l->bound()) out.push_back(l);
+    for (const Linear& l : L.kv_b_parts) out.push_back(&l);
+    out.push_back(&L.wo);
+    for (const Linear* l : {&L.w_gate, &L.w_up, &L.w_down, &L.router})
+      if (l->bound()) out.push_back(l);
+    for (size_t e = 0; e < L.exp_gate.size(); ++e)
+      for (const Linear* l : {&L.exp_gate[e], &L.exp_up[e], &L.exp_down[e]}) out.push_back(l);
+    for (const Linear* l : {&L.sh_gate, &L.sh_up, &L.sh_down})
+      if (l->bound()) out.push_back(l);
+  }
+  if (&output_.tensor() != &tok_embd_.tensor()) out.push_back(&output_);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+void DeepseekV2Model::EnsureScratch(int64_t T) {
+  if (T <= scratch_tokens_) return;
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size, H = c.base.n_heads;
+  scratch_tokens_ = T;
+  x_.resize(T * D);
+  h_.resize(T * D);
+  o_.resize(T * D);
+  sel_.resize(T * D);
+  qa_.resize(T * std::max<int64_t>(c.q_lora_rank, 1));
+  q_.resize(T * H * c.qk_head_dim());
+  ckv_.resize(T * c.cache_row());
+  qlat_.resize(T * H * c.cache_row());
+  olat_.resize(T * H * c.kv_lora_rank);
+  attn_.resize(T * H * c.v_head_dim);
+  pos_.resize(T);
+  seq_of_token_.resize(T);
+  const int64_t k = std::max<int64_t>(c.num_experts_per_tok, 1);
+  router_logits_.resize(T * std::max<int64_t>(c.n_routed_experts, 1));
+  topk_ids_.resize(T * k);
+  topk_w_.resize(T * k);
+  expert_rows_.resize(T * k);
+  expert_row_w_.resize(T * k);
+  xe_.resize(T * D);
+  ye_.resize(T * D);
+}
+
+void DeepseekV2Model::RunMlp(const Linear& gate, const Linear& up, const Linear& down,
+                             const float* x, int64_t T, float* y, ThreadPool* pool) {
+  const int64_t F = gate.rows();
+  if (static_cast<int64_t>(ge_.size()) < T * F) ge_.resize(T * F);
+  if (static_cast<int64_t>(ue_.size()) < T * F) ue_.resize(T * F);
+  gate.Forward(x, nullptr, T, ge_.data(), pool, &acts_scratch_);
+  up.Forward(x, nullptr, T, ue_.data(), pool, &acts_scratch_);
+  kernels::SiluMul(ge_.data(), ue_.data(), ge_.data(), T * F);
+  down.Forward(ge_.data(), nullptr, T, y, pool, &acts_scratch_);
+}
+
+void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
+                             const SeqBatchEntry& s, int64_t t0, bool expanded, ThreadPool* pool) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t H = c.base.n_heads, dn = c.qk_nope_head_dim, dv = c.v_head_dim;
+  const int64_t r = c.kv_lora_rank, dqk = c.qk_head_dim(), row = c.cache_row();
+  const int64_t n_q = s.n_tokens;
+  kernels::MlaParams mp;
+  mp.n_heads = static_cast<int>(H);
+  mp.kv_lora_rank = static_cast<int>(r);
+  mp.d_nope = static_cast<int>(dn);
+  mp.d_rope = static_cast<int>(c.qk_rope_head_dim);
+  mp.d_v = static_cast<int>(dv);
+  mp.scale = c.softmax_scale;
+  const float* q = q_.data() + t0 * H * dqk;
+  float* out = attn_.data() + t0 * H * dv;
+  if (!expanded) {
+    // Absorbed: q_abs = W_UK^T q_nope attends over the cached latents; o = W_UV o_lat.
+    float* ql = qlat_.data() + t0 * H * row;
+    float* ol = olat_.data() + t0 * H * r;
+    kernels::MlaAbsorbQuery(q, n_q, L.w_kvb, mp, ql, pool);
+    kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
+    kernels::MlaProjectOutput(ol, n_q, L.w_kvb, mp, out, pool);
+    return;
+  }
+  // Expanded: k_nope / v of every context position from its cached latent (one matrix
+  // multiplication by kv_b), then plain causal attention per (token, head).
+  const int64_t end = s.pos0 + n_q;
+  if (static_cast<int64_t>(ctx_rows_.size()) < end * row) ctx_rows_.resize(end * row);
+  if (static_cast<int64_t>(ctx_lat_.size()) < end * r) ctx_lat_.resize(end * r);
+  if (static_cast<int64_t>(ctx_kv_.size()) < end * H * (dn + dv))
+    ctx_kv_.resize(end * H * (dn + dv));
+  kernels::MlaKvRead(kvl, s.block_table, 0, end, ctx_rows_.data());
+  for (int64_t u = 0; u < end; ++u)
+    std::copy_n(ctx_rows_.data() + u * row, r, ctx_lat_.data() + u * r);
+  kernels::MatMul(*L.w_kvb_view, ctx_lat_.data(), end, ctx_kv_.data(), pool);
+  kernels::MlaExpandedAttention(q, n_q, s.pos0, ctx_kv_.data(), ctx_rows_.data(), mp, out, pool);
+}
+
+void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* kv,
+                                   ThreadPool* pool) {
+  const DeepseekV2Config& c = cfg_;
+  const Layer& L = layers_[il];
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = c.base.hidden_size, H = c.base.n_heads;
+  const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const int64_t r = c.kv_lora_rank, dqk = c.qk_head_dim(), row = c.cache_row();
+
+  kernels::RmsNorm(x_.data(), L.attn_norm, 0.f, h_.data(), T, D, c.base.rms_eps);
+  if (c.q_lora_rank > 0) {
+    L.wq_a.Forward(h_.data(), nullptr, T, qa_.data(), pool, &acts_scratch_);
+    AddBias(qa_.data(), L.bq_a, T, c.q_lora_rank);
+    kernels::RmsNorm(qa_.data(), L.q_a_norm, 0.f, qa_.data(), T, c.q_lora_rank, c.latent_norm_eps);
+    L.wq_b.Forward(qa_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
+    AddBias(q_.data(), L.bq_b, T, H * dqk);
+  } else {
+    L.wq.Forward(h_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
+    AddBias(q_.data(), L.bq, T, H * dqk);
+  }
+  L.wkv_a.Forward(h_.data(), nullptr, T, ckv_.data(), pool, &acts_scratch_);
+  AddBias(ckv_.data(), L.bkv_a, T, row);
+
+  // Latent norm, RoPE on k_pe and every head's q_pe, then the cache row of every token.
+  const kernels::KvLayerView& kvl = kv->layer(il);
+  std::vector<float> qpe(H * dr);
+  for (int64_t t = 0; t < T; ++t) {
+    float* ck = ckv_.data() + t * row;
+    kernels::RmsNorm(ck, L.kv_a_norm, 0.f, ck, 1, r, c.latent_norm_eps);
+    kernels::ApplyRope(ck + r, 1, dr, pos_[t], c.base.rope, inv_freq_.data());
+    float* qt = q_.data() + t * H * dqk;
+    for (int64_t h = 0; h < H; ++h) std::copy_n(qt + h * dqk + dn, dr, qpe.data() + h * dr);
+    kernels::ApplyRope(qpe.data(), H, dr, pos_[t], c.base.rope, inv_freq_.data());
+    for (int64_t h = 0; h < H; ++h) std::copy_n(qpe.data() + h * dr, dr, qt + h * dqk + dn);
+    kernels::MlaKvWrite(kvl, batch.seqs[seq_of_token_[t]].block_table, pos_[t], ck);
+  }
+
+  int64_t t0 = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    bool expanded = attention_mode_ == AttentionMode::kExpanded;
+    if (attention_mode_ == AttentionMode::kAuto) {
+      // Multiply-adds of both forms; the expanded one pays for K/V of the whole context once.
+      const double n_q = static_cast<double>(s.n_tokens), end = static_cast<double>(s.pos0) + n_q;
+      const double ctx = n_q * static_cast<double>(s.pos0) + n_q * (n_q + 1) / 2;
+      const double up = static_cast<double>(H * (dn + dv) * r);
+      const double absorbed = n_q * up + ctx * H * (2 * r + dr);
+      const double expand = end * up + ctx * H * (dqk + dv) + end * row;
+      // The expanded K/V of the context must also fit a scratch budget (64 Mi floats).
+      expanded = expand < absorbed && end * H * (dn + dv) <= double{1 << 26};
+    }
+    Attend(L, kvl, s, t0, expanded, pool);
+    t0 += s.n_tokens;
+  }
+  L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
+  AddBias(o_.data(), L.bo, T, D);
+  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+}
+
+void DeepseekV2Model::Route(const Layer& L, int64_t T) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
+  std::vector<float> s(E), choice(E);
+  std::vector<int32_t> idx, groups(std::max<int64_t>(c.n_group, 1));
+  std::vector<float> group_score(std::max<int64_t>(c.n_group, 1));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = router_logits_.data() + t * E;
+    if (c.scoring == Scoring::kSigmoid) {
+      for (int64_t e = 0; e < E; ++e)
+        s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-double{lg[e]})));
+    } else {
+      double m = lg[0], sum = 0;
+      for (int64_t e = 1; e < E; ++e) m = std::max(m, double{lg[e]});
+      for (int64_t e = 0; e < E; ++e) sum += std::exp(lg[e] - m);
+      for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(std::exp(lg[e] - m) / sum);
+    }
+    for (int64_t e = 0; e < E; ++e) choice[e] = s[e] + (L.router_bias ? L.router_bias[e] : 0.f);
+    if (c.topk_method != TopkMethod::kGreedy && c.n_group > 1) {
+      const int64_t G = c.n_group, per = E / G;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* v = choice.data() + g * per;
+        if (c.topk_method == TopkMethod::kNoauxTc) {  // sum of the group's top-2
+          float a = -INFINITY, b = -INFINITY;
+          for (int64_t e = 0; e < per; ++e) {
+            if (v[e] > a) {
+              b = a;
+              a = v[e];
+            } else if (v[e] > b) {
+              b = v[e];
+            }
+          }
+          group_score[g] = per >= 2 ? a + b : a;
+        } else {
+          group_score[g] = *std::max_element(v, v + per);
+        }
+      }
+      TopK(group_score.data(), G, c.topk_group, groups.data(), &idx);
+      std::vector<bool> keep(G, false);
+      for (int64_t j = 0; j < c.topk_group; ++j) keep[groups[j]] = true;
+      for (int64_t e = 0; e < E; ++e)
+        if (!keep[e / per]) choice[e] = 0.f;
+    }
+    int32_t* ids = topk_ids_.data() + t * k;
+    float* w = topk_w_.data() + t * k;
+    TopK(choice.data(), E, k, ids, &idx);
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += w[j] = s[ids[j]];
+    // HF DeepseekV2 ignores norm_topk_prob (no released V2 config sets it); V3's noaux_tc uses it.
+    const bool norm = c.topk_method == TopkMethod::kNoauxTc && c.norm_topk_prob;
+    for (int64_t j = 0; j < k; ++j) {
+      const double v = norm ? w[j] / (sum + 1e-20) : w[j];
+      w[j] = static_cast<float>(v * c.routed_scaling_factor);
+    }
+  }
+}
+
+void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok;
+  L.router.Forward(h_.data(), nullptr, T, router_logits_.data(), pool, &acts_scratch_);
+  Route(L, T);
+  std::fill(o_.begin(), o_.begin() + T * D, 0.f);
+  if (moe_reference_) {
+    // Per-token loop: every (token, selected expert) pair on its own.
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = topk_ids_[t * k + j];
+        RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], h_.data() + t * D, 1, ye_.data(), pool);
+        const float w = topk_w_[t * k + j];
+        for (int64_t i = 0; i < D; ++i) o_[t * D + i] += w * ye_[i];
+      }
+    }
+  } else {
+    // Group the (token, expert) pairs by expert (tokens ascending), then run every selected
+    // expert once over its gathered tokens and scatter-add the weighted rows.
+    expert_offsets_.assign(E + 1, 0);
+    for (int64_t i = 0; i < T * k; ++i) expert_offsets_[topk_ids_[i] + 1]++;
+    for (int64_t e = 0; e < E; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
+    std::vector<int32_t> fill(expert_offsets_.begin(), expert_offsets_.end() - 1);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = topk_ids_[t * k + j];
+        expert_rows_[fill[e]] = static_cast<int32_t>(t);
+        expert_row_w_[fill[e]++] = topk_w_[t * k + j];
+      }
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t b = expert_offsets_[e], n = expert_offsets_[e + 1] - b;
+      if (n == 0) continue;
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(h_.data() + expert_rows_[b + i] * D, D, xe_.data() + i * D);
+      RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], xe_.data(), n, ye_.data(), pool);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = o_.data() + expert_rows_[b + i] * D;
+        const float* src = ye_.data() + i * D;
+        const float w = expert_row_w_[b + i];
+        for (int64_t d = 0; d < D; ++d) dst[d] += w * src[d];
+      }
+    }
+  }
+  if (L.sh_gate.bound()) {
+    RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
+    kernels::AddInPlace(o_.data(), ye_.data(), T * D);
+  }
+  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+}
+
+Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
+                                ThreadPool* pool) {
+  const ModelConfig& b = cfg_.base;
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = b.hidden_size;
+  if (T == 0) return OkStatus();
+  for (int il = 0; il < b.n_layers; ++il)
+    if (!kernels::IsMlaLayout(kv->layer(il), static_cast<int>(cfg_.cache_row())))
+      return InvalidArgument("the KV cache does not have this model's MLA layout (layer " +
+                             Num(il) + " needs one kv head of " + Num(cfg_.cache_row()) +
+                             " values and no V)");
+  EnsureScratch(T);
+  int64_t t = 0;
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const SeqBatchEntry& s = batch.seqs[si];
+    const int64_t end = s.pos0 + s.n_tokens;
+    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * kv->block_size() < end)
+      return InvalidArgument("batch entry " + Num(si) + " does not fit its block table");
+    for (int64_t bi = 0; bi < (end + kv->block_size() - 1) / kv->block_size(); ++bi)
+      if (s.block_table[bi] < 0 || s.block_table[bi] >= kv->num_blocks())
+        return InvalidArgument("batch entry " + Num(si) + " has invalid block id");
+    if (t + s.n_tokens > T)
+      return InvalidArgument("batch token count does not match its sequences");
+    for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {
+      pos_[t] = s.pos0 + i;
+      seq_of_token_[t] = static_cast<int32_t>(si);
+    }
+  }
+  if (t != T) return InvalidArgument("batch token count does not match its sequences");
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t id = batch.tokens[i];
+    if (id < 0 || id >= b.vocab_size)
+      return InvalidArgument("token id " + Num(id) + " out of range [0, " + Num(b.vocab_size) +
+                             ")");
+    tok_embd_.DequantizeRow(id, x_.data() + i * D);
+  }
+
+  std::vector<float>* cap = batch.capture_hidden;
+  if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
+  for (int il = 0; il < b.n_layers; ++il) {
+    const Layer& L = layers_[il];
+    RunAttention(il, batch, kv, pool);
+    kernels::RmsNorm(x_.data(), L.ffn_norm, 0.f, h_.data(), T, D, b.rms_eps);
+    if (L.moe) {
+      RunMoe(L, T, pool);
+    } else {
+      RunMlp(L.w_gate, L.w_up, L.w_down, h_.data(), T, o_.data(), pool);
+      kernels::AddInPlace(x_.data(), o_.data(), T * D);
+    }
+    if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
+  }
+
+  int64_t rows = 0;
+  t = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    if (s.want_logits) {
+      const int64_t first = s.all_logits ? t : t + s.n_tokens - 1;
+      for (int64_t i = first; i < t + s.n_tokens; ++i, ++rows)
+        std::memcpy(sel_.data() + rows * D, x_.data() + i * D, D * sizeof(float));
+    }
+    t += s.n_tokens;
+  }
+  if (rows == 0) return OkStatus();
+  kernels::RmsNorm(sel_.data(), output_norm_, 0.f, sel_.data(), rows, D, b.rms_eps);
+  output_.Forward(sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files) {
+  PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files)));
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+}  // namespace peng
