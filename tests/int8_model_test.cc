@@ -2,6 +2,9 @@
 //  * tiny HF llama (tests/data/hf_tiny, F32): quant_config.json shape, W8A16/W8A8 logits close to
 //    the transformers float64 golden, greedy continuation unchanged; broken folders (unknown
 //    scheme, missing scale, wrong scale shape) fail to load with errors naming the problem.
+//  * tiny DeepSeek-V2 fixtures (MLA + MoE, tests/data/deepseek_tiny): the quantized lite model
+//    stays close to the float64 golden; the servable model's perplexity on the committed text
+//    stays within 1% of its BF16 original (W8A16 0.9956, W8A8 0.9979).
 //  * SmolLM2 135M (models/, skipped if absent): the f32 conversion of the GGUF (HF names,
 //    un-permuted Q/K, config.json, tokenizer.gguf) reproduces the GGUF's exact-mode logits;
 //    W8A16 and W8A8 perplexity on the committed text within 1% of the dequantized full-precision
@@ -204,9 +207,7 @@ TEST(Int8TinyModel, BrokenFoldersAreErrors) {
   for (const std::string& d : {dir, bad_scheme, no_config, no_scale, bad_shape}) fs::remove_all(d);
 }
 
-// ---------------------------------------------------------------------------------------------
-// SmolLM2 135M: conversion, perplexity, corrupted-scale detection.
-
+// The first n tokens of the committed text under llm's tokenizer.
 std::vector<int32_t> TextTokens(Llm& llm, size_t n) {
   std::ifstream f(SourceDir() + "/tests/data/eval/gpl3_excerpt.txt");
   std::stringstream ss;
@@ -226,6 +227,66 @@ eval::LogitsFn Runner(Llm& llm, bool exact) {
     return out;
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tiny DeepSeek-V2 fixtures (MLA + MoE): the quantized models load, per-expert matrices and the
+// latent projections become INT8 (the router and matrices with a column count that is not a
+// multiple of 32 stay in floating point), and outputs stay close to the reference.
+
+TEST(Int8DeepseekTiny, LiteLogitsAndServePerplexity) {
+  const std::string ds = SourceDir() + "/tests/data/deepseek_tiny";
+  std::ifstream gin(ds + "/lite.golden.json");
+  const nlohmann::json g = nlohmann::json::parse(gin);
+  const std::vector<int32_t> tokens = g["tokens"].get<std::vector<int32_t>>();
+  auto ref = Load(ds + "/serve", 256);
+  ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+  const std::vector<int32_t> text = TextTokens(**ref, 1024);
+  for (const std::string scheme : {"w8a16", "w8a8"}) {
+    const std::string lite = TmpDir("ds_lite_" + scheme), serve = TmpDir("ds_serve_" + scheme);
+    Quantize(ds + "/lite", lite, scheme);
+    Quantize(ds + "/serve", serve, scheme);
+    std::ifstream qf(lite + "/quant_config.json");
+    const nlohmann::json qc = nlohmann::json::parse(qf);
+    // 3 layers: q, kv_a, kv_b; dense gate/up/down; 2 MoE layers x (8 experts x gate/up +
+    // shared gate/up) = 48; o_proj (48 columns), expert/shared down (16 columns), routers,
+    // embeddings and lm_head skipped.
+    EXPECT_EQ(qc["quantized"].size(), 48u);
+    bool router_skipped = false;
+    for (const auto& e : qc["skipped"])
+      router_skipped |= e["name"] == "model.layers.1.mlp.gate.weight";
+    EXPECT_TRUE(router_skipped);
+
+    auto m = Load(lite);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto logits = (*m)->PromptLogits(tokens);
+    ASSERT_TRUE(logits.ok());
+    double worst = 0;
+    int top1 = 0;
+    for (size_t p = 0; p < tokens.size(); ++p) {
+      const std::vector<double> r = g["logits"][p].get<std::vector<double>>();
+      const float* row = logits->data() + p * 256;
+      for (int i = 0; i < 256; ++i) worst = std::max(worst, std::abs(row[i] - r[i]));
+      top1 += (std::max_element(row, row + 256) - row) ==
+              (std::max_element(r.begin(), r.end()) - r.begin());
+    }
+    auto q = Load(serve, 256);
+    ASSERT_TRUE(q.ok());
+    auto c = eval::Compare(text, 256, 256, 640, Runner(**q, false), Runner(**ref, false));
+    ASSERT_TRUE(c.ok());
+    std::printf("[int8 deepseek] %s: lite max |dlogit| vs float64 %.4f, top-1 %d/%zu; serve PPL "
+                "%.2f vs %.2f (ratio %.5f), KL %.4f, top-1 %.1f%%\n",
+                scheme.c_str(), worst, top1, tokens.size(), c->PplModel(), c->PplRef(),
+                c->PplRatio(), c->MeanKl(), 100 * c->Top1Agreement());
+    EXPECT_LT(worst, 1.0);
+    EXPECT_GE(top1, static_cast<int>(tokens.size()) - 1);
+    EXPECT_NEAR(c->PplRatio(), 1.0, 0.01) << scheme;
+    fs::remove_all(lite);
+    fs::remove_all(serve);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SmolLM2 135M: conversion, perplexity, corrupted-scale detection.
 
 class Int8SmolLm : public ::testing::Test {
  protected:
