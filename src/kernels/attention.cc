@@ -12,6 +12,7 @@
 #include "kernels/cpu/ops_simd.h"
 #include "kernels/isa.h"
 #include "kernels/ops.h"
+#include "kernels/attention_ops.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels {
@@ -20,23 +21,15 @@ namespace {
 constexpr int kMaxBlockSize = 256;
 constexpr int kMaxVHeadDim = 2048;
 
-struct AttnOps {
-  decltype(&ref::DotRowsF32) dot_f32;
-  decltype(&ref::DotRowsF16) dot_f16;
-  decltype(&ref::AxpyRowsF32) axpy_f32;
-  decltype(&ref::AxpyRowsF16) axpy_f16;
-  decltype(&ref::ExpShiftSum) exp_shift_sum;
-  decltype(&ref::ScaleInPlace) scale;
-  decltype(&ref::F32ToF16Row) to_f16;
-};
-
 #define PENG_ATTN_OPS_(ns)                                                                 \
   AttnOps {                                                                                \
     ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
         ns::ScaleInPlace, ns::F32ToF16Row                                                  \
   }
 
-AttnOps SelectOps() {
+}  // namespace
+
+AttnOps SelectAttnOps() {
   switch (ActiveIsa()) {
 #if defined(__x86_64__)
     case Isa::kAvx512: return PENG_ATTN_OPS_(avx512);
@@ -49,6 +42,8 @@ AttnOps SelectOps() {
   }
 }
 #undef PENG_ATTN_OPS_
+
+namespace {
 
 int VHeadDim(const KvLayerView& kv) { return kv.v_head_dim > 0 ? kv.v_head_dim : kv.head_dim; }
 
@@ -133,7 +128,7 @@ void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, con
   const int64_t k_off = CacheOffset(kv, phys, slot, 0, kv.head_dim);
   const int64_t v_off = CacheOffset(kv, phys, slot, 0, dv);
   if (kv.dtype == DType::kF16) {
-    const AttnOps ops = SelectOps();
+    const AttnOps ops = SelectAttnOps();
     ops.to_f16(k, static_cast<uint16_t*>(kv.k) + k_off, nk);
     ops.to_f16(v, static_cast<uint16_t*>(kv.v) + v_off, nv);
   } else {
@@ -147,7 +142,7 @@ void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView
                     ThreadPool* pool) {
   CheckLayout(kv);
   PENG_CHECK(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
-  const AttnOps ops = SelectOps();
+  const AttnOps ops = SelectAttnOps();
   const int group = p.n_heads / kv.n_kv_heads;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);

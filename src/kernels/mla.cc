@@ -15,6 +15,7 @@
 #include "core/half.h"
 #include "kernels/cpu/ops_simd.h"
 #include "kernels/isa.h"
+#include "kernels/attention_ops.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels {
@@ -22,40 +23,6 @@ namespace {
 
 constexpr int kMaxBlockSize = 256;
 constexpr int kMaxLatent = 4096;
-
-struct MlaOps {
-  decltype(&ref::DotRowsF32) dot_f32;
-  decltype(&ref::DotRowsF16) dot_f16;
-  decltype(&ref::AxpyRowsF32) axpy_f32;
-  decltype(&ref::AxpyRowsF16) axpy_f16;
-  decltype(&ref::ExpShiftSum) exp_shift_sum;
-  decltype(&ref::ScaleInPlace) scale;
-  decltype(&ref::F32ToF16Row) to_f16;
-};
-
-#define PENG_MLA_OPS_(ns)                                                              \
-  MlaOps {                                                                             \
-    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum, \
-        ns::ScaleInPlace, ns::F32ToF16Row                                              \
-  }
-
-MlaOps SelectOps() {
-  switch (ActiveIsa()) {
-#if defined(__x86_64__)
-    case Isa::kAvx512:
-      return PENG_MLA_OPS_(avx512);
-    case Isa::kAvx2:
-      return PENG_MLA_OPS_(avx2);
-#endif
-#if defined(__aarch64__)
-    case Isa::kNeon:
-      return PENG_MLA_OPS_(neon);
-#endif
-    default:
-      return PENG_MLA_OPS_(ref);
-  }
-}
-#undef PENG_MLA_OPS_
 
 void CheckLayout(const KvLayerView& kv) {
   PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
@@ -71,7 +38,7 @@ int64_t RowOffset(const KvLayerView& kv, int64_t block, int64_t slot) {
 
 // out[0..r) = softmax-weighted sum of the latents of positions [0, pos] for query row q.
 void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t* block_table,
-               const MlaParams& p, const MlaOps& ops, float* out) {
+               const MlaParams& p, const AttnOps& ops, float* out) {
   const int bs = kv.block_size;
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;
@@ -128,7 +95,7 @@ void MlaKvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, 
   PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
   const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
   if (kv.dtype == DType::kF16) {
-    SelectOps().to_f16(row, static_cast<uint16_t*>(kv.k) + off, kv.head_dim);
+    SelectAttnOps().to_f16(row, static_cast<uint16_t*>(kv.k) + off, kv.head_dim);
   } else {
     std::memcpy(static_cast<float*>(kv.k) + off, row, kv.head_dim * sizeof(float));
   }
@@ -168,7 +135,7 @@ void ForItems(ThreadPool* pool, int64_t n_items, Fn&& fn) {
 
 void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaParams& p, float* out,
                     ThreadPool* pool) {
-  const MlaOps ops = SelectOps();
+  const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, r = p.kv_lora_rank;
   const int64_t dqk = dn + dr, row = r + dr, head_rows = dn + p.d_v;
   ForItems(pool, n_q * H, [&](int64_t i) {
@@ -183,7 +150,7 @@ void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaPa
 
 void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const MlaParams& p,
                       float* out, ThreadPool* pool) {
-  const MlaOps ops = SelectOps();
+  const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dv = p.d_v, r = p.kv_lora_rank;
   const int64_t head_rows = dn + dv;
   ForItems(pool, n_q * H, [&](int64_t i) {
@@ -198,7 +165,7 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   CheckLayout(kv);
   PENG_CHECK(p.n_heads > 0 && p.kv_lora_rank > 0 && p.kv_lora_rank <= kv.head_dim &&
              p.kv_lora_rank <= kMaxLatent);
-  const MlaOps ops = SelectOps();
+  const AttnOps ops = SelectAttnOps();
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;
   ForItems(pool, n_q * p.n_heads, [&](int64_t i) {
@@ -210,7 +177,7 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
 void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float* kv,
                           const float* rows, const MlaParams& p, float* out, ThreadPool* pool) {
   PENG_CHECK(p.n_heads > 0 && p.d_nope > 0 && p.d_rope > 0 && p.d_v > 0 && p.d_v <= kMaxLatent);
-  const MlaOps ops = SelectOps();
+  const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, dv = p.d_v, r = p.kv_lora_rank;
   const int64_t dqk = dn + dr, row = r + dr, kv_stride = H * (dn + dv);
   ForItems(pool, n_q * H, [&](int64_t i) {

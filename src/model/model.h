@@ -40,6 +40,14 @@ struct ForwardBatch {
   int64_t NumLogitRows() const;
 };
 
+// Helpers shared by the models' Forward(). PrepareBatch checks every sequence against its
+// block table and the cache, and every token id against the vocabulary, then fills pos[t] (the
+// absolute position of token t) and seq_of_token[t] (its sequence). GatherLogitRows copies the
+// rows of x [T, hidden] that need logits, in sequence order, into sel and returns their count.
+Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t vocab_size,
+                    int64_t* pos, int32_t* seq_of_token);
+int64_t GatherLogitRows(const ForwardBatch& batch, const float* x, int64_t hidden, float* sel);
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -862,30 +862,8 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
                              Num(il) + " needs one kv head of " + Num(cfg_.cache_row()) +
                              " values and no V)");
   EnsureScratch(T);
-  int64_t t = 0;
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SeqBatchEntry& s = batch.seqs[si];
-    const int64_t end = s.pos0 + s.n_tokens;
-    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * kv->block_size() < end)
-      return InvalidArgument("batch entry " + Num(si) + " does not fit its block table");
-    for (int64_t bi = 0; bi < (end + kv->block_size() - 1) / kv->block_size(); ++bi)
-      if (s.block_table[bi] < 0 || s.block_table[bi] >= kv->num_blocks())
-        return InvalidArgument("batch entry " + Num(si) + " has invalid block id");
-    if (t + s.n_tokens > T)
-      return InvalidArgument("batch token count does not match its sequences");
-    for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {
-      pos_[t] = s.pos0 + i;
-      seq_of_token_[t] = static_cast<int32_t>(si);
-    }
-  }
-  if (t != T) return InvalidArgument("batch token count does not match its sequences");
-  for (int64_t i = 0; i < T; ++i) {
-    const int32_t id = batch.tokens[i];
-    if (id < 0 || id >= b.vocab_size)
-      return InvalidArgument("token id " + Num(id) + " out of range [0, " + Num(b.vocab_size) +
-                             ")");
-    tok_embd_.DequantizeRow(id, x_.data() + i * D);
-  }
+  PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
+  for (int64_t i = 0; i < T; ++i) tok_embd_.DequantizeRow(batch.tokens[i], x_.data() + i * D);
 
   std::vector<float>* cap = batch.capture_hidden;
   if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
@@ -902,16 +880,7 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
     if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
   }
 
-  int64_t rows = 0;
-  t = 0;
-  for (const SeqBatchEntry& s : batch.seqs) {
-    if (s.want_logits) {
-      const int64_t first = s.all_logits ? t : t + s.n_tokens - 1;
-      for (int64_t i = first; i < t + s.n_tokens; ++i, ++rows)
-        std::memcpy(sel_.data() + rows * D, x_.data() + i * D, D * sizeof(float));
-    }
-    t += s.n_tokens;
-  }
+  const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   kernels::RmsNorm(sel_.data(), output_norm_, 0.f, sel_.data(), rows, D, b.rms_eps);
   output_.Forward(sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);

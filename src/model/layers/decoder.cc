@@ -12,13 +12,6 @@ namespace peng {
 
 using kernels::AttentionParams;
 
-int64_t ForwardBatch::NumLogitRows() const {
-  int64_t n = 0;
-  for (const SeqBatchEntry& s : seqs)
-    if (s.want_logits) n += s.all_logits ? s.n_tokens : 1;
-  return n;
-}
-
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(std::unique_ptr<ModelFiles> files,
                                                            const ModelConfig& config) {
   std::unique_ptr<DecoderModel> m(new DecoderModel());
@@ -249,28 +242,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   if (T == 0) return OkStatus();
   EnsureScratch(T);
   // Validate the batch before touching the cache.
-  int64_t t = 0;
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SeqBatchEntry& s = batch.seqs[si];
-    const int64_t end = s.pos0 + s.n_tokens;
-    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * kv->block_size() < end)
-      return InvalidArgument("batch entry " + std::to_string(si) + " does not fit its block table");
-    for (int64_t b = 0; b < (end + kv->block_size() - 1) / kv->block_size(); ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= kv->num_blocks())
-        return InvalidArgument("batch entry " + std::to_string(si) + " has invalid block id");
-    for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {
-      pos_[t] = s.pos0 + i;
-      seq_of_token_[t] = static_cast<int32_t>(si);
-    }
-  }
-  if (t != T) return InvalidArgument("batch token count does not match its sequences");
-  for (int64_t i = 0; i < T; ++i) {
-    const int32_t id = batch.tokens[i];
-    if (id < 0 || id >= c.vocab_size)
-      return InvalidArgument("token id " + std::to_string(id) + " out of range [0, " +
-                             std::to_string(c.vocab_size) + ")");
-    tok_embd_.DequantizeRow(id, x_.data() + i * D);
-  }
+  PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
+  for (int64_t i = 0; i < T; ++i) tok_embd_.DequantizeRow(batch.tokens[i], x_.data() + i * D);
   if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
 
   std::vector<float>* cap = batch.capture_hidden;
@@ -281,16 +254,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   }
 
   // Gather the rows that need logits, normalise, project.
-  int64_t rows = 0;
-  t = 0;
-  for (const SeqBatchEntry& s : batch.seqs) {
-    if (s.want_logits) {
-      const int64_t first = s.all_logits ? t : t + s.n_tokens - 1;
-      for (int64_t i = first; i < t + s.n_tokens; ++i, ++rows)
-        std::memcpy(sel_.data() + rows * D, x_.data() + i * D, D * sizeof(float));
-    }
-    t += s.n_tokens;
-  }
+  const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
   output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
