@@ -148,6 +148,26 @@ void SourceRows(const Source& s, int64_t r0, int64_t r1, float* out) {
   }
 }
 
+// Rows per chunk: about 4M values.
+int64_t ChunkRows(int64_t rows, int64_t cols) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, (4 << 20) / std::max<int64_t>(cols, 1)));
+}
+
+// Streams a tensor through `fn(rows [b, e) of the chunk starting at r0)` in chunks of about
+// 4M values, each chunk split across the pool, then `write(r0, n)`.
+template <typename RowsFn, typename WriteFn>
+Status ForEachRowChunk(ThreadPool* pool, int64_t rows, int64_t cols, std::vector<float>* f32,
+                       RowsFn fn, WriteFn write) {
+  const int64_t chunk = ChunkRows(rows, cols);
+  f32->resize(chunk * cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    pool->ParallelFor(n, [&](int64_t b, int64_t e) { fn(r0, b, e); });
+    PENG_RETURN_IF_ERROR(write(n));
+  }
+  return OkStatus();
+}
+
 class Converter {
  public:
   Converter(ThreadPool* pool, SafetensorsWriter* w) : pool_(pool), w_(w) {}
@@ -155,42 +175,34 @@ class Converter {
   Status Quantize(const Source& s) {
     const int64_t rows = s.tv->rows(), cols = s.tv->cols();
     std::vector<float> scales(rows);
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (4 << 20) / cols));
-    f32_.resize(chunk * cols);
-    q_.resize(chunk * cols);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t n = std::min(chunk, rows - r0);
-      pool_->ParallelFor(n, [&](int64_t b, int64_t e) {
-        SourceRows(s, r0 + b, r0 + e, f32_.data() + b * cols);
-        kernels::QuantizeWeightsPerRow(f32_.data() + b * cols, e - b, cols, q_.data() + b * cols,
-                                       scales.data() + r0 + b);
-      });
-      PENG_RETURN_IF_ERROR(w_->Write(q_.data(), n * cols));
-    }
+    q_.resize(ChunkRows(rows, cols) * cols);
+    PENG_RETURN_IF_ERROR(ForEachRowChunk(
+        pool_, rows, cols, &f32_,
+        [&](int64_t r0, int64_t b, int64_t e) {
+          SourceRows(s, r0 + b, r0 + e, f32_.data() + b * cols);
+          kernels::QuantizeWeightsPerRow(f32_.data() + b * cols, e - b, cols,
+                                         q_.data() + b * cols, scales.data() + r0 + b);
+        },
+        [&](int64_t n) { return w_->Write(q_.data(), n * cols); }));
     return w_->Write(scales.data(), rows * sizeof(float));
   }
 
   Status Convert(const Source& s, DType out) {
     const int64_t rows = s.tv->rows(), cols = s.tv->cols();
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (4 << 20) / std::max<int64_t>(cols, 1)));
-    f32_.resize(chunk * cols);
-    u16_.resize(chunk * cols);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t n = std::min(chunk, rows - r0);
-      pool_->ParallelFor(n, [&](int64_t b, int64_t e) {
-        SourceRows(s, r0 + b, r0 + e, f32_.data() + b * cols);
-        if (out == DType::kF16)
-          for (int64_t i = b * cols; i < e * cols; ++i) u16_[i] = F32ToF16(f32_[i]);
-        if (out == DType::kBF16)
-          for (int64_t i = b * cols; i < e * cols; ++i) u16_[i] = F32ToBf16(f32_[i]);
-      });
-      if (out == DType::kF32) {
-        PENG_RETURN_IF_ERROR(w_->Write(f32_.data(), n * cols * sizeof(float)));
-      } else {
-        PENG_RETURN_IF_ERROR(w_->Write(u16_.data(), n * cols * sizeof(uint16_t)));
-      }
-    }
-    return OkStatus();
+    u16_.resize(ChunkRows(rows, cols) * cols);
+    return ForEachRowChunk(
+        pool_, rows, cols, &f32_,
+        [&](int64_t r0, int64_t b, int64_t e) {
+          SourceRows(s, r0 + b, r0 + e, f32_.data() + b * cols);
+          if (out == DType::kF16)
+            for (int64_t i = b * cols; i < e * cols; ++i) u16_[i] = F32ToF16(f32_[i]);
+          if (out == DType::kBF16)
+            for (int64_t i = b * cols; i < e * cols; ++i) u16_[i] = F32ToBf16(f32_[i]);
+        },
+        [&](int64_t n) {
+          return out == DType::kF32 ? w_->Write(f32_.data(), n * cols * sizeof(float))
+                                    : w_->Write(u16_.data(), n * cols * sizeof(uint16_t));
+        });
   }
 
  private:
