@@ -285,6 +285,31 @@ TEST(Int8DeepseekTiny, LiteLogitsAndServePerplexity) {
   }
 }
 
+// The fused-expert checkpoint (transformers 5 mlp.experts.gate_up_proj [E, 2I, D]) quantizes to
+// stacked INT8 matrices with [E, 2I] scales and gives bit for bit the logits of the quantized
+// per-expert checkpoint (same rows, same scales).
+TEST(Int8DeepseekTiny, FusedExpertsQuantizeLikePerExpert) {
+  const std::string ds = SourceDir() + "/tests/data/deepseek_tiny";
+  const std::string per = TmpDir("ds_per"), fused = TmpDir("ds_fused");
+  Quantize(ds + "/lite", per, "w8a8");
+  Quantize(ds + "/lite_fused", fused, "w8a8");
+  auto st = SafetensorsFile::Open(fused + "/model.safetensors");
+  ASSERT_TRUE(st.ok());
+  const TensorView* q = (*st)->FindTensor("model.layers.1.mlp.experts.gate_up_proj");
+  const TensorView* s = (*st)->FindTensor("model.layers.1.mlp.experts.gate_up_proj_scale");
+  ASSERT_TRUE(q && s);
+  EXPECT_EQ(q->dtype, DType::kI8);
+  EXPECT_EQ(s->shape, (std::vector<int64_t>{8, 32}));
+  auto a = Load(per), b = Load(fused);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  const std::vector<int32_t> tokens = {1, 17, 200, 45, 99, 3, 128, 77};
+  auto la = (*a)->PromptLogits(tokens), lb = (*b)->PromptLogits(tokens);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(*la, *lb);
+  fs::remove_all(per);
+  fs::remove_all(fused);
+}
+
 // ---------------------------------------------------------------------------------------------
 // SmolLM2 135M: conversion, perplexity, corrupted-scale detection.
 

@@ -122,21 +122,27 @@ Status ValidateQuantizedTensors(const QuantConfig* cfg, const std::vector<const 
     if (!listed.count(t->name))
       return DataLoss(where + ": INT8 tensor '" + t->name +
                       "' is not listed in quant_config.json 'quantized'");
-    if (t->ndim() != 2)
+    if (t->ndim() != 2 && t->ndim() != 3)
       return DataLoss(where + ": INT8 tensor '" + t->name + "' has shape " + t->ShapeString() +
-                      ", expected a 2-D matrix");
+                      ", expected a 2-D matrix (or a 3-D stack of matrices)");
     const std::string sname = t->name + kQuantScaleSuffix;
     auto it = by_name.find(sname);
     if (it == by_name.end())
       return DataLoss(where + ": INT8 tensor '" + t->name + "' has no scale tensor '" + sname +
                       "'");
     const TensorView* s = it->second;
-    const int64_t rows = t->dim(0);
-    const bool shape_ok = (s->ndim() == 1 && s->dim(0) == rows) ||
-                          (s->ndim() == 2 && s->dim(0) == rows && s->dim(1) == 1);
+    // One scale per row: [rows] or [rows, 1] for a matrix, [n, rows] for a stack of n.
+    const int64_t rows = t->rows();
+    const bool shape_ok =
+        t->ndim() == 3 ? (s->ndim() == 2 && s->dim(0) == t->dim(0) && s->dim(1) == t->dim(1))
+                       : ((s->ndim() == 1 && s->dim(0) == rows) ||
+                          (s->ndim() == 2 && s->dim(0) == rows && s->dim(1) == 1));
     if (s->dtype != DType::kF32 || !shape_ok)
       return DataLoss(where + ": scale tensor '" + sname + "' is " + DTypeName(s->dtype) + " " +
-                      s->ShapeString() + ", expected F32 [" + std::to_string(rows) + "]");
+                      s->ShapeString() + ", expected F32 " +
+                      (t->ndim() == 3 ? "[" + std::to_string(t->dim(0)) + ", " +
+                                            std::to_string(t->dim(1)) + "]"
+                                      : "[" + std::to_string(rows) + "]"));
     const float* sv = static_cast<const float*>(s->data);
     for (int64_t r = 0; r < rows; ++r) {
       float v;

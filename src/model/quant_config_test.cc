@@ -120,8 +120,12 @@ TEST(QuantConfigTest, MismatchedTensorsAreErrors) {
     ExpectError(ValidateQuantizedTensors(&*c, f.All(), "m"), "scale tensor 'a.weight_scale'");
   }
   {
-    Fixture f;  // 3-D INT8 tensor
+    Fixture f;  // 3-D INT8 stack of 2 matrices of 2 rows: scales must be [2, 2]
     f.w.shape = {2, 2, 32};
+    ExpectError(ValidateQuantizedTensors(&*c, f.All(), "m"), "expected F32 [2, 2]");
+    f.ws.shape = {2, 2};
+    EXPECT_TRUE(ValidateQuantizedTensors(&*c, f.All(), "m").ok());
+    f.w.shape = {2, 2, 2, 16};
     ExpectError(ValidateQuantizedTensors(&*c, f.All(), "m"), "expected a 2-D matrix");
   }
 }

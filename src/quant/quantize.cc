@@ -251,7 +251,12 @@ StatusOr<QuantizeReport> QuantizeModel(const QuantizeOptions& o) {
   for (const Source& s : sources) {
     Plan p{s};
     const TensorView& t = *s.tv;
-    const bool matrix = t.ndim() == 2 && s.name.ends_with(".weight");
+    // Weight matrices, and the stacked expert matrices of fused MoE checkpoints
+    // (transformers 5: mlp.experts.gate_up_proj [E, 2I, D], mlp.experts.down_proj [E, D, I]),
+    // which get one scale per row of every expert: NAME_scale [E, rows].
+    const bool stacked = t.ndim() == 3 && (s.name.ends_with(".experts.gate_up_proj") ||
+                                           s.name.ends_with(".experts.down_proj"));
+    const bool matrix = (t.ndim() == 2 && s.name.ends_with(".weight")) || stacked;
     std::string reason;
     if (!float_scheme && matrix) {
       for (const std::string& pat : skip)
@@ -298,8 +303,10 @@ StatusOr<QuantizeReport> QuantizeModel(const QuantizeOptions& o) {
   SafetensorsWriter w(st_path);
   for (const Plan& p : plans) {
     PENG_RETURN_IF_ERROR(w.Add(p.src.name, p.out, p.src.tv->shape));
-    if (p.action == Action::kQuantize)
-      PENG_RETURN_IF_ERROR(w.Add(p.src.name + kQuantScaleSuffix, DType::kF32, {p.src.tv->dim(0)}));
+    if (p.action == Action::kQuantize) {
+      const std::vector<int64_t> scale_shape(p.src.tv->shape.begin(), p.src.tv->shape.end() - 1);
+      PENG_RETURN_IF_ERROR(w.Add(p.src.name + kQuantScaleSuffix, DType::kF32, scale_shape));
+    }
   }
   PENG_RETURN_IF_ERROR(w.Begin({{"format", "pt"}}));
   ThreadPool pool(o.threads);

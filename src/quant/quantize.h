@@ -6,6 +6,8 @@
 // a plain full-precision folder (every matrix in that dtype): the dequantized reference of a
 // GGUF model, or the F16/BF16 baseline of a benchmark.
 //
+// Fused MoE checkpoints' stacked expert matrices (mlp.experts.gate_up_proj [E, 2I, D],
+// mlp.experts.down_proj [E, D, I]) are quantized per row of every expert (scale [E, rows]).
 // Skipped by default: token embeddings, the LM head and MoE routers (--skip adds glob patterns
 // over HF tensor names; default_skip=false drops the defaults). Matrices whose column count is
 // not a multiple of 32 stay in floating point (the INT8 kernels need whole 32-column blocks).

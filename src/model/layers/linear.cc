@@ -35,19 +35,7 @@ StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, 
   const TensorView* s = files.Find(name + kQuantScaleSuffix);
   if (!s || s->numel() != rows || s->dtype != DType::kF32)
     return DataLoss(files.path() + ": INT8 tensor '" + name + "' has no valid scale tensor");
-  if (cols % kernels::kInt8ColAlign != 0 || cols > kernels::kInt8MaxCols)
-    return Unimplemented(files.path() + ": INT8 tensor '" + name + "' has " +
-                         std::to_string(cols) + " columns; INT8 kernels need a multiple of " +
-                         std::to_string(kernels::kInt8ColAlign));
-  l.int8_ = true;
-  l.scheme_ = files.quant_scheme();
-  if (reinterpret_cast<uintptr_t>(s->data) % alignof(float) == 0) {
-    l.scales_ = static_cast<const float*>(s->data);
-  } else {
-    l.owned_scales_ = std::make_shared<std::vector<float>>(rows);
-    std::memcpy(l.owned_scales_->data(), s->data, rows * sizeof(float));
-    l.scales_ = l.owned_scales_->data();
-  }
+  PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, static_cast<const float*>(s->data)));
   return l;
 }
 
@@ -63,7 +51,7 @@ StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& n
     return InvalidArgument(files.path() + ": slice [" + std::to_string(index) + "][" +
                            std::to_string(row0) + ":" + std::to_string(row0 + rows) +
                            "] is outside tensor '" + name + "' " + t->ShapeString());
-  if (t->dtype == DType::kI8 || !kernels::MatMulSupports(t->dtype))
+  if (t->dtype != DType::kI8 && !kernels::MatMulSupports(t->dtype))
     return Unimplemented(files.path() + ": tensor '" + name + "' has unsupported type " +
                          DTypeName(t->dtype) + " for a stacked (3-D) matrix");
   auto view = std::make_shared<TensorView>();
@@ -80,7 +68,32 @@ StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& n
   l.name_ = display_name;
   l.rows_ = rows;
   l.cols_ = cols;
+  if (t->dtype == DType::kI8) {
+    // INT8 stacked matrices keep one scale per row of every matrix: NAME_scale [n, total_rows].
+    const TensorView* s = files.Find(name + kQuantScaleSuffix);
+    if (!s || s->dtype != DType::kF32 || s->numel() != n * total_rows)
+      return DataLoss(files.path() + ": INT8 tensor '" + name + "' has no valid scale tensor");
+    PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, static_cast<const float*>(s->data) +
+                                                       index * total_rows + row0));
+  }
   return l;
+}
+
+Status Linear::AttachInt8Scales(const ModelFiles& files, const float* scales) {
+  if (cols_ % kernels::kInt8ColAlign != 0 || cols_ > kernels::kInt8MaxCols)
+    return Unimplemented(files.path() + ": INT8 tensor '" + name_ + "' has " +
+                         std::to_string(cols_) + " columns; INT8 kernels need a multiple of " +
+                         std::to_string(kernels::kInt8ColAlign));
+  int8_ = true;
+  scheme_ = files.quant_scheme();
+  if (reinterpret_cast<uintptr_t>(scales) % alignof(float) == 0) {
+    scales_ = scales;
+  } else {
+    owned_scales_ = std::make_shared<std::vector<float>>(rows_);
+    std::memcpy(owned_scales_->data(), scales, rows_ * sizeof(float));
+    scales_ = owned_scales_->data();
+  }
+  return OkStatus();
 }
 
 bool Linear::WantsInt8Acts() const {

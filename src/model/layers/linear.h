@@ -68,6 +68,8 @@ class Linear {
 
  private:
   kernels::Int8Weights Int8View() const;
+  // Makes this an INT8 matrix with `scales` (one per row), after checking the column count.
+  Status AttachInt8Scales(const ModelFiles& files, const float* scales);
 
   const TensorView* w_ = nullptr;
   std::string name_;
