@@ -635,15 +635,62 @@ void DeepseekV2Model::EnsureScratch(int64_t T) {
   ye_.resize(T * D);
 }
 
+void DeepseekV2Model::RunMlpWith(const Linear& gate, const Linear& up, const Linear& down,
+                                 const float* x, int64_t T, float* y, ThreadPool* pool,
+                                 std::vector<float>* ge, std::vector<float>* ue, Int8Acts* acts) {
+  const int64_t F = gate.rows();
+  if (static_cast<int64_t>(ge->size()) < T * F) ge->resize(T * F);
+  if (static_cast<int64_t>(ue->size()) < T * F) ue->resize(T * F);
+  gate.Forward(x, nullptr, T, ge->data(), pool, acts);
+  up.Forward(x, nullptr, T, ue->data(), pool, acts);
+  kernels::SiluMul(ge->data(), ue->data(), ge->data(), T * F);
+  down.Forward(ge->data(), nullptr, T, y, pool, acts);
+}
+
 void DeepseekV2Model::RunMlp(const Linear& gate, const Linear& up, const Linear& down,
                              const float* x, int64_t T, float* y, ThreadPool* pool) {
-  const int64_t F = gate.rows();
-  if (static_cast<int64_t>(ge_.size()) < T * F) ge_.resize(T * F);
-  if (static_cast<int64_t>(ue_.size()) < T * F) ue_.resize(T * F);
-  gate.Forward(x, nullptr, T, ge_.data(), pool, &acts_scratch_);
-  up.Forward(x, nullptr, T, ue_.data(), pool, &acts_scratch_);
-  kernels::SiluMul(ge_.data(), ue_.data(), ge_.data(), T * F);
-  down.Forward(ge_.data(), nullptr, T, y, pool, &acts_scratch_);
+  RunMlpWith(gate, up, down, x, T, y, pool, &ge_, &ue_, &acts_scratch_);
+}
+
+void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* pool) {
+  const int64_t D = cfg_.base.hidden_size, E = cfg_.n_routed_experts;
+  const int nt = pool->num_threads();
+  // Longest-processing-time assignment of the active experts (cost ~ tokens + a fixed part
+  // for streaming the expert's weights once).
+  std::vector<std::pair<int64_t, int32_t>> active;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = expert_offsets_[e + 1] - expert_offsets_[e];
+    if (n > 0) active.emplace_back(n, static_cast<int32_t>(e));
+  }
+  std::sort(active.begin(), active.end(), std::greater<>());
+  std::vector<std::vector<int32_t>> mine(nt);
+  std::vector<int64_t> load(nt, 0);
+  for (const auto& [n, e] : active) {
+    const int ti = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[ti] += n + 8;
+    mine[ti].push_back(e);
+  }
+  if (static_cast<int>(expert_scratch_.size()) < nt) expert_scratch_.resize(nt);
+  pool->Run([&](int ti, int) {
+    ExpertScratch& s = expert_scratch_[ti];
+    s.o.assign(T * D, 0.f);
+    for (const int32_t e : mine[ti]) {
+      const int64_t b = expert_offsets_[e], n = expert_offsets_[e + 1] - b;
+      s.xe.resize(n * D);
+      s.ye.resize(n * D);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(h_.data() + expert_rows_[b + i] * D, D, s.xe.data() + i * D);
+      RunMlpWith(L.exp_gate[e], L.exp_up[e], L.exp_down[e], s.xe.data(), n, s.ye.data(),
+                 nullptr, &s.ge, &s.ue, &s.acts);
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = s.o.data() + expert_rows_[b + i] * D;
+        const float* src = s.ye.data() + i * D;
+        const float w = expert_row_w_[b + i];
+        for (int64_t d = 0; d < D; ++d) dst[d] += w * src[d];
+      }
+    }
+  });
+  for (int ti = 0; ti < nt; ++ti) kernels::AddInPlace(o_.data(), expert_scratch_[ti].o.data(), T * D);
 }
 
 void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
@@ -829,7 +876,15 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
         expert_row_w_[fill[e]++] = topk_w_[t * k + j];
       }
     }
-    for (int64_t e = 0; e < E; ++e) {
+    int64_t n_active = 0;
+    for (int64_t e = 0; e < E; ++e) n_active += expert_offsets_[e + 1] > expert_offsets_[e];
+    // Prefill: many experts with a few tokens each run faster side by side on the threads than
+    // one after another with each small GEMM split across them. (Exact mode's shared weight
+    // cache is not thread-safe, so it keeps the sequential path.)
+    const bool spread = pool && pool->num_threads() > 1 && T > 1 &&
+                        n_active >= 2 * pool->num_threads() && !kernels::ExactActivations();
+    if (spread) RunExpertsParallel(L, T, pool);
+    for (int64_t e = 0; e < E && !spread; ++e) {
       const int64_t b = expert_offsets_[e], n = expert_offsets_[e + 1] - b;
       if (n == 0) continue;
       for (int64_t i = 0; i < n; ++i)

@@ -153,6 +153,10 @@ class DeepseekV2Model : public Model {
               bool expanded, ThreadPool* pool);
   void RunMlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, int64_t T,
               float* y, ThreadPool* pool);
+  // Gate/up/SiLU/down with the given scratch (one thread's, or the model's own).
+  static void RunMlpWith(const Linear& gate, const Linear& up, const Linear& down,
+                         const float* x, int64_t T, float* y, ThreadPool* pool,
+                         std::vector<float>* ge, std::vector<float>* ue, Int8Acts* acts);
   void RunMoe(const Layer& L, int64_t T, ThreadPool* pool);
   void Route(const Layer& L, int64_t T);
 
@@ -182,6 +186,14 @@ class DeepseekV2Model : public Model {
   std::vector<int32_t> expert_rows_, expert_offsets_;
   std::vector<float> expert_row_w_;
   Int8Acts acts_scratch_;
+  // Prefill with many active experts: experts are spread over the threads, each with its own
+  // scratch and output accumulator (summed afterwards).
+  struct ExpertScratch {
+    std::vector<float> xe, ge, ue, ye, o;
+    Int8Acts acts;
+  };
+  std::vector<ExpertScratch> expert_scratch_;
+  void RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* pool);
 };
 
 }  // namespace peng
