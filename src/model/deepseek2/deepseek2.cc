@@ -237,6 +237,7 @@ Status Validate(const ModelFiles& files, const DeepseekV2Config& c) {
     return bad("qk_nope_head_dim must be positive, got " + Num(c.qk_nope_head_dim));
   if (c.v_head_dim <= 0) return bad("v_head_dim must be positive, got " + Num(c.v_head_dim));
   if (c.kv_lora_rank > 4096) return bad("kv_lora_rank " + Num(c.kv_lora_rank) + " > 4096");
+  if (c.v_head_dim > 4096) return bad("v_head_dim " + Num(c.v_head_dim) + " > 4096");
   if (c.qk_rope_head_dim > 1024)
     return bad("qk_rope_head_dim " + Num(c.qk_rope_head_dim) + " > 1024");
   if (b.rope.scaling == kernels::RopeConfig::Scaling::kYarn && b.rope.factor > 1.f &&
