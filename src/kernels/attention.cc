@@ -66,8 +66,7 @@ void AttendOne(const float* q, int64_t pos, int kvh, const KvLayerView& kv,
   float scores[kMaxBlockSize];
   float acc[kMaxVHeadDim];
   std::fill(acc, acc + dv, 0.f);
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.f;
+  OnlineSoftmax sm;
   for (int64_t b = lo / bs; b <= pos / bs; ++b) {
     const int64_t phys = block_table[b];
     PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
@@ -81,30 +80,17 @@ void AttendOne(const float* q, int64_t pos, int kvh, const KvLayerView& kv,
     } else {
       ops.dot_f32(q, static_cast<const float*>(kv.k) + k_off, k_stride, n, dk, scores);
     }
-    float block_max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
       float s = scores[j] * p.scale;
       if (p.softcap > 0.f) s = p.softcap * std::tanh(s / p.softcap);
       scores[j] = s;
-      block_max = std::max(block_max, s);
     }
-    if (block_max > m) {
-      if (l > 0.f) {
-        const float corr = std::exp(m - block_max);
-        ops.scale(acc, corr, dv);
-        l *= corr;
-      }
-      m = block_max;
-    }
-    l += ops.exp_shift_sum(scores, n, m);
-    if (kv.dtype == DType::kF16) {
-      ops.axpy_f16(scores, static_cast<const uint16_t*>(kv.v) + v_off, v_stride, n, dv, acc);
-    } else {
-      ops.axpy_f32(scores, static_cast<const float*>(kv.v) + v_off, v_stride, n, dv, acc);
-    }
+    const void* values = kv.dtype == DType::kF16
+                             ? static_cast<const void*>(static_cast<const uint16_t*>(kv.v) + v_off)
+                             : static_cast<const void*>(static_cast<const float*>(kv.v) + v_off);
+    sm.Add(ops, scores, n, values, kv.dtype, v_stride, dv, acc);
   }
-  const float inv = 1.0f / l;
-  for (int i = 0; i < dv; ++i) out[i] = acc[i] * inv;
+  sm.Finish(acc, dv, out);
 }
 
 void CheckLayout(const KvLayerView& kv) {

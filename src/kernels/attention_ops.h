@@ -3,6 +3,12 @@
 // (scalar reference in ref/ops_ref.h, SIMD versions in cpu/). Internal to src/kernels.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/dtype.h"
 #include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels {
@@ -19,5 +25,38 @@ struct AttnOps {
 
 // The primitives of kernels::ActiveIsa() (attention.cc).
 AttnOps SelectAttnOps();
+
+// Streaming (flash-attention style) softmax-weighted sum over blocks of keys: Add() takes one
+// block's final scores (scaled, soft-capped) and its value rows, rescaling the running sum when
+// the maximum grows; Finish() writes acc / l. acc holds `dim` floats, zeroed by the caller.
+struct OnlineSoftmax {
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.f;
+
+  // scores[0..n) are overwritten; values: n rows of `dim` values, `stride` apart, F16 or F32.
+  void Add(const AttnOps& ops, float* scores, int64_t n, const void* values, DType dtype,
+           int64_t stride, int dim, float* acc) {
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
+    if (block_max > m) {
+      if (l > 0.f) {
+        const float corr = std::exp(m - block_max);
+        ops.scale(acc, corr, dim);
+        l *= corr;
+      }
+      m = block_max;
+    }
+    l += ops.exp_shift_sum(scores, n, m);
+    if (dtype == DType::kF16) {
+      ops.axpy_f16(scores, static_cast<const uint16_t*>(values), stride, n, dim, acc);
+    } else {
+      ops.axpy_f32(scores, static_cast<const float*>(values), stride, n, dim, acc);
+    }
+  }
+  void Finish(const float* acc, int dim, float* out) const {
+    const float inv = 1.0f / l;
+    for (int i = 0; i < dim; ++i) out[i] = acc[i] * inv;
+  }
+};
 
 }  // namespace peng::kernels

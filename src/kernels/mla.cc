@@ -45,8 +45,7 @@ void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t
   float scores[kMaxBlockSize];
   float acc[kMaxLatent];
   std::fill(acc, acc + r, 0.f);
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.f;
+  OnlineSoftmax sm;
   for (int64_t b = 0; b <= pos / bs; ++b) {
     const int64_t phys = block_table[b];
     PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
@@ -57,28 +56,14 @@ void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t
     } else {
       ops.dot_f32(q, static_cast<const float*>(kv.k) + off, dk, n, dk, scores);
     }
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < n; ++j) {
-      scores[j] *= p.scale;
-      block_max = std::max(block_max, scores[j]);
-    }
-    if (block_max > m) {
-      if (l > 0.f) {
-        const float corr = std::exp(m - block_max);
-        ops.scale(acc, corr, r);
-        l *= corr;
-      }
-      m = block_max;
-    }
-    l += ops.exp_shift_sum(scores, n, m);
-    if (kv.dtype == DType::kF16) {
-      ops.axpy_f16(scores, static_cast<const uint16_t*>(kv.k) + off, dk, n, r, acc);
-    } else {
-      ops.axpy_f32(scores, static_cast<const float*>(kv.k) + off, dk, n, r, acc);
-    }
+    for (int64_t j = 0; j < n; ++j) scores[j] *= p.scale;
+    // The values are the latent part (the first r values) of the same cache rows.
+    const void* values = kv.dtype == DType::kF16
+                             ? static_cast<const void*>(static_cast<const uint16_t*>(kv.k) + off)
+                             : static_cast<const void*>(static_cast<const float*>(kv.k) + off);
+    sm.Add(ops, scores, n, values, kv.dtype, dk, r, acc);
   }
-  const float inv = 1.0f / l;
-  for (int i = 0; i < r; ++i) out[i] = acc[i] * inv;
+  sm.Finish(acc, r, out);
 }
 
 }  // namespace
