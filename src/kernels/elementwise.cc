@@ -46,4 +46,9 @@ void ScaleInPlace(float* y, float s, int64_t n) { PENG_DISPATCH_(ScaleInPlace, y
 #undef PENG_DISPATCH_
 #undef PENG_SIMD_CASES_
 
+void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) {
+  if (!b) return;
+  for (int64_t t = 0; t < n_rows; ++t) AddInPlace(y + t * n, b, n);
+}
+
 }  // namespace peng::kernels

@@ -370,7 +370,9 @@ TEST(Int8GemmTest, W8A8CloseToFloatMatmul) {
         bound += std::fabs(wv) * sx / 2 + std::fabs(xv) * sw / 2 + sx * sw / 4;
       }
       EXPECT_NEAR(y[t * rows + r], s, bound) << t << "," << r;
-      if (t > 0) EXPECT_NEAR(y[t * rows + r], s, 0.03 * std::sqrt(double(cols)));
+      if (t > 0) {
+        EXPECT_NEAR(y[t * rows + r], s, 0.03 * std::sqrt(double(cols)));
+      }
     }
 }
 

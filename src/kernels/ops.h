@@ -64,6 +64,8 @@ void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
 
 // y[i] += x[i]
 void AddInPlace(float* y, const float* x, int64_t n);
+// y[t * n + i] += b[i] for t < n_rows (a bias on every row); no-op when b is null.
+void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n);
 // y[i] *= s
 void ScaleInPlace(float* y, float s, int64_t n);
 

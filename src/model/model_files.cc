@@ -87,4 +87,12 @@ std::vector<const TensorView*> ModelFiles::AllTensors() const {
   return out;
 }
 
+std::string ModelFiles::DTypeSummary() const {
+  std::map<std::string, int> counts;
+  for (const TensorView* t : AllTensors()) counts[DTypeName(t->dtype)]++;
+  std::string s;
+  for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+  return s;
+}
+
 }  // namespace peng

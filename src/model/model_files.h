@@ -50,6 +50,8 @@ class ModelFiles {
   // Like Find, but a missing tensor is an error naming the tensor and the file.
   StatusOr<const TensorView*> Require(const std::string& gguf_name) const;
   std::vector<const TensorView*> AllTensors() const;
+  // How many tensors of each stored type, e.g. "F32 x61, I8 x210, Q8_0 x1".
+  std::string DTypeSummary() const;
 
  private:
   ModelFiles() = default;

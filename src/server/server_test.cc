@@ -131,7 +131,7 @@ class FakeEngine : public Engine {
         } else {
           o.token_ids = {7};
           o.text.push_back('x');  // (= "x" trips a GCC 12 -Wrestrict false positive)
-          if (r.params.want_logprobs) o.logprobs = {TokenLogprob{7, -0.25f, {{7, -0.25f}}}};
+          if (r.params.want_logprobs) o.logprobs = {TokenLogprob{7, -0.25f, {{7, -0.25f}}, ""}};
           if (t == r.params.max_tokens) o.finish_reason = "length";
         }
         stream->Push(std::move(o));

@@ -24,11 +24,6 @@ double YarnMscale(double scale, double m) {
 
 std::string Num(int64_t v) { return std::to_string(v); }
 
-void AddBias(float* y, const float* b, int64_t T, int64_t n) {
-  if (!b) return;
-  for (int64_t t = 0; t < T; ++t) kernels::AddInPlace(y + t * n, b, n);
-}
-
 // Indices of the k largest values of v[0..n) (ties: lower index first), in descending order.
 void TopK(const float* v, int64_t n, int64_t k, int32_t* out, std::vector<int32_t>* idx) {
   idx->resize(n);
@@ -162,7 +157,6 @@ Status ReadHfDeepseek(const ModelFiles& files, DeepseekV2Config* c) {
 
 Status ReadGgufDeepseek(const ModelFiles& files, DeepseekV2Config* c) {
   const ConfigReader r(files);
-  const GgufFile& g = *files.gguf();
   const std::string a = files.arch() + ".";
   PENG_ASSIGN_OR_RETURN(c->kv_lora_rank, r.Int("attention.kv_lora_rank"));
   c->q_lora_rank = r.IntOr("attention.q_lora_rank", 0);
@@ -217,7 +211,6 @@ Status ReadGgufDeepseek(const ModelFiles& files, DeepseekV2Config* c) {
   }
   c->softmax_scale = static_cast<float>(std::pow(static_cast<double>(c->qk_head_dim()), -0.5) *
                                         softmax_mscale * softmax_mscale);
-  (void)g;
   return OkStatus();
 }
 
@@ -303,13 +296,11 @@ StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
   m->files_ = std::move(files);
   m->cfg_ = cfg;
   if (!m->files_->is_gguf()) {
-    m->hf_global_names_ = {{"model.embed_tokens.weight", "token_embd.weight"},
-                           {"model.norm.weight", "output_norm.weight"},
-                           {"lm_head.weight", "output.weight"}};
+    // The llama-family names (norms, q_proj, o_proj, dense MLP, embeddings, head) plus MLA and
+    // MoE tensors.
+    LlamaFamilyHfNames(&m->hf_layer_names_, &m->hf_global_names_);
     auto& n = m->hf_layer_names_;
-    n = {{"input_layernorm.weight", "attn_norm.weight"},
-         {"self_attn.q_proj.weight", "attn_q.weight"},
-         {"self_attn.q_proj.bias", "attn_q.bias"},
+    n.insert({{"self_attn.o_proj.bias", "attn_output.bias"},
          {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
          {"self_attn.q_a_proj.bias", "attn_q_a.bias"},
          {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
@@ -319,12 +310,6 @@ StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
          {"self_attn.kv_a_proj_with_mqa.bias", "attn_kv_a_mqa.bias"},
          {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
          {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
-         {"self_attn.o_proj.weight", "attn_output.weight"},
-         {"self_attn.o_proj.bias", "attn_output.bias"},
-         {"post_attention_layernorm.weight", "ffn_norm.weight"},
-         {"mlp.gate_proj.weight", "ffn_gate.weight"},
-         {"mlp.up_proj.weight", "ffn_up.weight"},
-         {"mlp.down_proj.weight", "ffn_down.weight"},
          {"mlp.gate.weight", "ffn_gate_inp.weight"},
          {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
          {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
@@ -332,7 +317,7 @@ StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
          {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
          // transformers 5 runtime layout (save_pretrained(save_original_format=False)).
          {"mlp.experts.gate_up_proj", "ffn_gate_up_exps.weight"},
-         {"mlp.experts.down_proj", "ffn_down_exps.weight"}};
+         {"mlp.experts.down_proj", "ffn_down_exps.weight"}});
     for (int64_t e = 0; e < cfg.n_routed_experts; ++e) {
       const std::string hf = "mlp.experts." + Num(e) + ".", idx = "[" + Num(e) + "]";
       n[hf + "gate_proj.weight"] = "ffn_gate_exps.weight" + idx;
@@ -372,27 +357,9 @@ float* DeepseekV2Model::OwnFloats(int64_t n) {
 }
 
 StatusOr<const float*> DeepseekV2Model::Vector(const std::string& name, int64_t n, bool optional) {
-  const TensorView* t = files_->Find(name);
-  if (!t) {
-    if (optional) return static_cast<const float*>(nullptr);
-    return Annotate(NotFound(files_->path() + ": missing tensor '" + name + "'"), name);
-  }
-  if (t->numel() != n)
-    return Annotate(DataLoss(files_->path() + ": tensor '" + name + "' has shape " +
-                             t->ShapeString() + ", expected " + Num(n) + " values"),
-                    name);
-  if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0)
-    return static_cast<const float*>(t->data);
-  if (t->dtype != DType::kF32 && !kernels::MatMulSupports(t->dtype))
-    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
-                         DTypeName(t->dtype));
-  float* v = OwnFloats(n);
-  if (t->dtype == DType::kF32) {
-    std::memcpy(v, t->data, n * 4);
-  } else {
-    kernels::DequantizeRow(t->dtype, t->data, v, n);
-  }
-  return static_cast<const float*>(v);
+  StatusOr<const float*> v = BindVector(*files_, name, n, optional, &owned_);
+  if (!v.ok()) return Annotate(v.status(), name);
+  return v;
 }
 
 Status DeepseekV2Model::Bind() {
@@ -580,13 +547,7 @@ int64_t DeepseekV2Model::WeightBytesPerToken() const {
   return bytes;
 }
 
-std::string DeepseekV2Model::WeightSummary() const {
-  std::map<std::string, int> counts;
-  for (const TensorView* t : files_->AllTensors()) counts[DTypeName(t->dtype)]++;
-  std::string s;
-  for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
-  return s;
-}
+std::string DeepseekV2Model::WeightSummary() const { return files_->DTypeSummary(); }
 
 std::vector<const Linear*> DeepseekV2Model::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
@@ -658,14 +619,18 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
   const int nt = pool->num_threads();
   // Longest-processing-time assignment of the active experts (cost ~ tokens + a fixed part
   // for streaming the expert's weights once).
-  std::vector<std::pair<int64_t, int32_t>> active;
+  auto& active = route_.active;
+  active.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = expert_offsets_[e + 1] - expert_offsets_[e];
     if (n > 0) active.emplace_back(n, static_cast<int32_t>(e));
   }
   std::sort(active.begin(), active.end(), std::greater<>());
-  std::vector<std::vector<int32_t>> mine(nt);
-  std::vector<int64_t> load(nt, 0);
+  auto& mine = route_.mine;
+  auto& load = route_.load;
+  mine.resize(nt);
+  for (auto& m : mine) m.clear();
+  load.assign(nt, 0);
   for (const auto& [n, e] : active) {
     const int ti = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     load[ti] += n + 8;
@@ -744,20 +709,21 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
   kernels::RmsNorm(x_.data(), L.attn_norm, 0.f, h_.data(), T, D, c.base.rms_eps);
   if (c.q_lora_rank > 0) {
     L.wq_a.Forward(h_.data(), nullptr, T, qa_.data(), pool, &acts_scratch_);
-    AddBias(qa_.data(), L.bq_a, T, c.q_lora_rank);
+    kernels::AddBiasRows(qa_.data(), L.bq_a, T, c.q_lora_rank);
     kernels::RmsNorm(qa_.data(), L.q_a_norm, 0.f, qa_.data(), T, c.q_lora_rank, c.latent_norm_eps);
     L.wq_b.Forward(qa_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
-    AddBias(q_.data(), L.bq_b, T, H * dqk);
+    kernels::AddBiasRows(q_.data(), L.bq_b, T, H * dqk);
   } else {
     L.wq.Forward(h_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
-    AddBias(q_.data(), L.bq, T, H * dqk);
+    kernels::AddBiasRows(q_.data(), L.bq, T, H * dqk);
   }
   L.wkv_a.Forward(h_.data(), nullptr, T, ckv_.data(), pool, &acts_scratch_);
-  AddBias(ckv_.data(), L.bkv_a, T, row);
+  kernels::AddBiasRows(ckv_.data(), L.bkv_a, T, row);
 
   // Latent norm, RoPE on k_pe and every head's q_pe, then the cache row of every token.
   const kernels::KvLayerView& kvl = kv->layer(il);
-  std::vector<float> qpe(H * dr);
+  std::vector<float>& qpe = qpe_;
+  qpe.resize(H * dr);
   for (int64_t t = 0; t < T; ++t) {
     float* ck = ckv_.data() + t * row;
     kernels::RmsNorm(ck, L.kv_a_norm, 0.f, ck, 1, r, c.latent_norm_eps);
@@ -786,16 +752,24 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
     t0 += s.n_tokens;
   }
   L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
-  AddBias(o_.data(), L.bo, T, D);
+  kernels::AddBiasRows(o_.data(), L.bo, T, D);
   kernels::AddInPlace(x_.data(), o_.data(), T * D);
 }
 
 void DeepseekV2Model::Route(const Layer& L, int64_t T) {
   const DeepseekV2Config& c = cfg_;
   const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
-  std::vector<float> s(E), choice(E);
-  std::vector<int32_t> idx, groups(std::max<int64_t>(c.n_group, 1));
-  std::vector<float> group_score(std::max<int64_t>(c.n_group, 1));
+  RouteScratch& rs = route_;
+  rs.s.resize(E);
+  rs.choice.resize(E);
+  rs.groups.resize(std::max<int64_t>(c.n_group, 1));
+  rs.group_score.resize(std::max<int64_t>(c.n_group, 1));
+  rs.keep.resize(std::max<int64_t>(c.n_group, 1));
+  std::vector<float>& s = rs.s;
+  std::vector<float>& choice = rs.choice;
+  std::vector<int32_t>& idx = rs.idx;
+  std::vector<int32_t>& groups = rs.groups;
+  std::vector<float>& group_score = rs.group_score;
   for (int64_t t = 0; t < T; ++t) {
     const float* lg = router_logits_.data() + t * E;
     if (c.scoring == Scoring::kSigmoid) {
@@ -828,10 +802,10 @@ void DeepseekV2Model::Route(const Layer& L, int64_t T) {
         }
       }
       TopK(group_score.data(), G, c.topk_group, groups.data(), &idx);
-      std::vector<bool> keep(G, false);
-      for (int64_t j = 0; j < c.topk_group; ++j) keep[groups[j]] = true;
+      std::fill(rs.keep.begin(), rs.keep.end(), 0);
+      for (int64_t j = 0; j < c.topk_group; ++j) rs.keep[groups[j]] = 1;
       for (int64_t e = 0; e < E; ++e)
-        if (!keep[e / per]) choice[e] = 0.f;
+        if (!rs.keep[e / per]) choice[e] = 0.f;
     }
     int32_t* ids = topk_ids_.data() + t * k;
     float* w = topk_w_.data() + t * k;
@@ -869,7 +843,8 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     expert_offsets_.assign(E + 1, 0);
     for (int64_t i = 0; i < T * k; ++i) expert_offsets_[topk_ids_[i] + 1]++;
     for (int64_t e = 0; e < E; ++e) expert_offsets_[e + 1] += expert_offsets_[e];
-    std::vector<int32_t> fill(expert_offsets_.begin(), expert_offsets_.end() - 1);
+    std::vector<int32_t>& fill = route_.fill;
+    fill.assign(expert_offsets_.begin(), expert_offsets_.end() - 1);
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = topk_ids_[t * k + j];

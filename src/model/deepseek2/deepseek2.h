@@ -193,6 +193,17 @@ class DeepseekV2Model : public Model {
     Int8Acts acts;
   };
   std::vector<ExpertScratch> expert_scratch_;
+  // Routing and expert-assignment scratch, reused every step.
+  struct RouteScratch {
+    std::vector<float> s, choice, group_score;
+    std::vector<int32_t> idx, groups, fill;
+    std::vector<uint8_t> keep;
+    std::vector<std::pair<int64_t, int32_t>> active;
+    std::vector<std::vector<int32_t>> mine;
+    std::vector<int64_t> load;
+  };
+  RouteScratch route_;
+  std::vector<float> qpe_;
   void RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* pool);
 };
 

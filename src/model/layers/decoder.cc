@@ -39,27 +39,7 @@ const Int8Acts* DecoderModel::Norm(const float* x, const float* w, float* h, int
 }
 
 StatusOr<const float*> DecoderModel::Vector(const std::string& name, int64_t n, bool optional) {
-  const TensorView* t = files_->Find(name);
-  if (!t) {
-    if (optional) return static_cast<const float*>(nullptr);
-    return NotFound(files_->path() + ": missing tensor '" + name + "'");
-  }
-  if (t->numel() != n)
-    return DataLoss(files_->path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
-                    ", expected " + std::to_string(n) + " values");
-  if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0)
-    return static_cast<const float*>(t->data);
-  std::vector<float> v(n);
-  if (t->dtype == DType::kF32) {
-    std::memcpy(v.data(), t->data, n * 4);
-  } else if (kernels::MatMulSupports(t->dtype)) {
-    kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
-  } else {
-    return Unimplemented(files_->path() + ": tensor '" + name + "' has unsupported type " +
-                         DTypeName(t->dtype));
-  }
-  owned_.push_back(std::move(v));
-  return static_cast<const float*>(owned_.back().data());
+  return BindVector(*files_, name, n, optional, &owned_);
 }
 
 Status DecoderModel::Bind() {
@@ -131,13 +111,7 @@ int64_t DecoderModel::WeightBytesPerToken() const {
   return bytes;
 }
 
-std::string DecoderModel::WeightSummary() const {
-  std::map<std::string, int> counts;
-  for (const TensorView* t : files_->AllTensors()) counts[DTypeName(t->dtype)]++;
-  std::string s;
-  for (auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + name + " x" + std::to_string(n);
-  return s;
-}
+std::string DecoderModel::WeightSummary() const { return files_->DTypeSummary(); }
 
 std::vector<const Linear*> DecoderModel::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
@@ -166,11 +140,6 @@ void DecoderModel::EnsureScratch(int64_t T) {
   sel_.resize(T * c.hidden_size);
 }
 
-static void AddBias(float* y, const float* b, int64_t T, int64_t n) {
-  if (!b) return;
-  for (int64_t t = 0; t < T; ++t) kernels::AddInPlace(y + t * n, b, n);
-}
-
 void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, ThreadPool* pool) {
   const ModelConfig& c = cfg_;
   const Layer& L = layers_[il];
@@ -186,9 +155,9 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   L.wq.Forward(h_.data(), hq, T, q_.data(), pool, &acts_scratch_);  // [T, n_heads * hd]
   L.wk.Forward(h_.data(), hq, T, k_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
   L.wv.Forward(h_.data(), hq, T, v_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
-  AddBias(q_.data(), L.bq, T, qd);
-  AddBias(k_.data(), L.bk, T, kvd);
-  AddBias(v_.data(), L.bv, T, kvd);
+  kernels::AddBiasRows(q_.data(), L.bq, T, qd);
+  kernels::AddBiasRows(k_.data(), L.bk, T, kvd);
+  kernels::AddBiasRows(v_.data(), L.bv, T, kvd);
   if (c.qk_norm) {
     kernels::RmsNorm(q_.data(), L.q_norm, c.norm_weight_offset, q_.data(), T * c.n_heads, hd,
                      c.rms_eps);

@@ -8,6 +8,7 @@
 // the largest batch seen and are reused (no allocation per step at steady state).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,7 +72,7 @@ class DecoderModel : public Model {
   Linear output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
-  std::vector<std::vector<float>> owned_;  // converted small tensors
+  std::deque<std::vector<float>> owned_;  // converted small tensors
   std::vector<float> inv_freq_, inv_freq_local_;
 
   // Scratch, sized for the largest batch so far.

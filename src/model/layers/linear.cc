@@ -14,6 +14,30 @@ void Int8Acts::Resize(int64_t t, int64_t c) {
   if (static_cast<int64_t>(scales.size()) < n_scales) scales.resize(n_scales);
 }
 
+StatusOr<const float*> BindVector(const ModelFiles& files, const std::string& name, int64_t n,
+                                  bool optional, std::deque<std::vector<float>>* owned) {
+  const TensorView* t = files.Find(name);
+  if (!t) {
+    if (optional) return static_cast<const float*>(nullptr);
+    return NotFound(files.path() + ": missing tensor '" + name + "'");
+  }
+  if (t->numel() != n)
+    return DataLoss(files.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
+                    ", expected " + std::to_string(n) + " values");
+  if (t->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(t->data) % alignof(float) == 0)
+    return static_cast<const float*>(t->data);
+  if (t->dtype != DType::kF32 && !kernels::MatMulSupports(t->dtype))
+    return Unimplemented(files.path() + ": tensor '" + name + "' has unsupported type " +
+                         DTypeName(t->dtype));
+  std::vector<float>& v = owned->emplace_back(n);
+  if (t->dtype == DType::kF32) {
+    std::memcpy(v.data(), t->data, n * sizeof(float));
+  } else {
+    kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
+  }
+  return static_cast<const float*>(v.data());
+}
+
 StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, int64_t rows,
                               int64_t cols) {
   PENG_ASSIGN_OR_RETURN(const TensorView* t, files.Require(name));

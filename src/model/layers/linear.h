@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,12 @@ struct Int8Acts {
   int64_t tokens = 0, cols = 0;
   void Resize(int64_t t, int64_t c);
 };
+
+// FP32 view of a small tensor of n values (norm weights, biases) named GGUF-style in `files`:
+// the file's own bytes when they are aligned F32, else converted into a new vector appended to
+// *owned (a deque, so earlier views stay valid). nullptr without error when optional and absent.
+StatusOr<const float*> BindVector(const ModelFiles& files, const std::string& name, int64_t n,
+                                  bool optional, std::deque<std::vector<float>>* owned);
 
 class Linear {
  public:
