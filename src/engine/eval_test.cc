@@ -20,13 +20,7 @@ using Ids = std::vector<int32_t>;
 
 using ::peng::test_util::SourceDir;
 
-std::string SmolLm() {
-  const char* env = std::getenv("PENG_MODELS_DIR");
-  const std::string path = (env ? std::string(env) : SourceDir() + "/models") +
-                           "/smollm2-135m-instruct-q4_1.gguf";
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? path : "";
-}
+std::string SmolLm() { return test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf"); }
 
 TEST(PlanWindows, MatchesTheStridedScheme) {
   const std::vector<Window> w = PlanWindows(10, 4, 2);

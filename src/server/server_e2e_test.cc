@@ -130,10 +130,8 @@ TEST_F(ServerE2eTest, DisconnectsFreeBlocksAndDrainFinishes) {
 }
 
 TEST(ServerChatE2eTest, SmolLm2Chat) {
-  const char* env = std::getenv("PENG_MODELS_DIR");
-  const std::string dir = env ? env : SourceDir() + "/models";
-  const std::string path = dir + "/smollm2-135m-instruct-q4_1.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
+  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not present";
   std::unique_ptr<Engine> engine = MakeEngine(path, 512);
   ASSERT_NE(engine, nullptr);
   {

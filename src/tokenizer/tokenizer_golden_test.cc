@@ -1,6 +1,6 @@
 // Golden tests against llama.cpp: every string of tests/data/tokenizer/corpus.json must give
 // exactly the ids recorded by tools/gen_tokenizer_golden.py, and decode back to itself. Needs
-// the GGUF files from /tmp/models or $PENG_MODELS_DIR; skipped when they are missing.
+// the GGUF files in models/ (or $PENG_MODELS_DIR); skipped when they are missing.
 #include <gtest/gtest.h>
 
 #include "core/test_paths.h"
@@ -21,10 +21,7 @@ using Ids = std::vector<int32_t>;
 
 using ::peng::test_util::SourceDir;
 
-std::string ModelPath(const std::string& file) {
-  const char* env = std::getenv("PENG_MODELS_DIR");
-  return std::string(env ? env : "/tmp/models") + "/" + file;
-}
+std::string ModelPath(const std::string& file) { return test_util::ModelsDir() + "/" + file; }
 
 struct LoadedModel {
   std::unique_ptr<GgufFile> gguf;
