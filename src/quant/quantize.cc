@@ -35,12 +35,13 @@ const std::vector<std::string>& DefaultQuantSkipPatterns() {
 
 namespace {
 
-// One tensor of the source under its HF name. permute_heads > 0: a llama GGUF Q/K matrix whose
-// rows are stored permuted for interleaved RoPE; rows are reordered back to HF order.
+// One tensor of the source under its HF name. permute_qk_head_dim > 0: a llama GGUF Q/K matrix
+// whose rows are stored permuted for interleaved RoPE (per head of that size); rows are
+// reordered back to HF order.
 struct Source {
   std::string name;
   const TensorView* tv = nullptr;
-  int64_t permute_heads = 0, head_dim = 0;
+  int64_t permute_qk_head_dim = 0;
 };
 
 enum class Action { kQuantize, kConvert, kCopy };
@@ -85,9 +86,8 @@ StatusOr<std::vector<Source>> GgufSources(const ModelFiles& f, const ModelConfig
       return Unimplemented(f.path() + ": GGUF tensor '" + t->name +
                            "' has no Hugging Face equivalent");
     if (f.arch() == "llama") {  // llama.cpp's converter permutes Q and K for "normal" RoPE
-      if (t->name.ends_with(".attn_q.weight")) s.permute_heads = cfg.n_heads;
-      if (t->name.ends_with(".attn_k.weight")) s.permute_heads = cfg.n_kv_heads;
-      s.head_dim = cfg.head_dim;
+      if (t->name.ends_with(".attn_q.weight") || t->name.ends_with(".attn_k.weight"))
+        s.permute_qk_head_dim = cfg.head_dim;
     }
     out.push_back(s);
   }
@@ -143,7 +143,7 @@ void SourceRows(const Source& s, int64_t r0, int64_t r1, float* out) {
   const TensorView& t = *s.tv;
   const int64_t cols = t.cols();
   for (int64_t r = r0; r < r1; ++r) {
-    const int64_t src = s.permute_heads > 0 ? NeoxToInterleavedRow(r, s.head_dim) : r;
+    const int64_t src = s.permute_qk_head_dim > 0 ? NeoxToInterleavedRow(r, s.permute_qk_head_dim) : r;
     kernels::DequantizeRow(t.dtype, t.row(src), out + (r - r0) * cols, cols);
   }
 }
@@ -287,7 +287,7 @@ StatusOr<QuantizeReport> QuantizeModel(const QuantizeOptions& o) {
       } else {
         p.out = t.ndim() >= 2 ? o.float_dtype : DType::kF32;
       }
-      p.action = (p.out == t.dtype && s.permute_heads == 0) ? Action::kCopy : Action::kConvert;
+      p.action = (p.out == t.dtype && s.permute_qk_head_dim == 0) ? Action::kCopy : Action::kConvert;
       if (p.action == Action::kConvert && !kernels::MatMulSupports(t.dtype))
         return Unimplemented(o.input + ": cannot convert tensor '" + s.name + "' of type " +
                              DTypeName(t.dtype));
