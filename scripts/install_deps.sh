@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   clang libclang-rt-14-dev
   nlohmann-json3-dev libcli11-dev libpcre2-dev libxxhash-dev
-  libspdlog-dev libfmt-dev libcpp-httplib-dev
+  libspdlog-dev libfmt-dev libcpp-httplib-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
   unzip ca-certificates

@@ -96,6 +96,12 @@ class FieldReader {
   const json& body_;
 };
 
+ApiError TooMany(const char* field, size_t got, size_t limit) {
+  return BadRequest(std::string(field) + " has " + std::to_string(got) +
+                        " entries: at most " + std::to_string(limit) + " are allowed",
+                    field, "invalid_value");
+}
+
 MaybeError ParseStop(const FieldReader& r, SamplingParams* p) {
   const json* v = r.Get("stop");
   if (v) {
@@ -103,6 +109,7 @@ MaybeError ParseStop(const FieldReader& r, SamplingParams* p) {
       p->stop = {v->get<std::string>()};
     } else if (v->is_array()) {
       p->stop.clear();
+      if (v->size() > kMaxStopStrings) return TooMany("stop", v->size(), kMaxStopStrings);
       for (const json& s : *v) {
         if (!s.is_string()) return InvalidType("stop", "a string or an array of strings", s);
         p->stop.push_back(s.get<std::string>());
@@ -110,9 +117,19 @@ MaybeError ParseStop(const FieldReader& r, SamplingParams* p) {
     } else {
       return InvalidType("stop", "a string or an array of strings", *v);
     }
+    for (const std::string& s : p->stop) {
+      if (s.size() > kMaxStopStringBytes) {
+        return BadRequest("stop string of " + std::to_string(s.size()) + " bytes: at most " +
+                              std::to_string(kMaxStopStringBytes) + " are allowed",
+                          "stop", "invalid_value");
+      }
+    }
   }
   if (const json* ids = r.Get("stop_token_ids")) {
     if (!ids->is_array()) return InvalidType("stop_token_ids", "an array of integers", *ids);
+    if (ids->size() > kMaxStopTokenIds) {
+      return TooMany("stop_token_ids", ids->size(), kMaxStopTokenIds);
+    }
     for (const json& id : *ids) {
       if (!id.is_number_integer()) return InvalidType("stop_token_ids", "an integer", id);
       const int64_t x = id.get<int64_t>();
@@ -152,6 +169,13 @@ MaybeError ParseCommon(const FieldReader& r, ParsedRequest* out) {
     return BadRequest("n = " + std::to_string(out->n) + ": must be in [1, " +
                           std::to_string(kMaxN) + "]",
                       "n", "invalid_value");
+  }
+  // Completion i of a seeded request samples with seed + i: that must stay an int64.
+  if (p.seed > std::numeric_limits<int64_t>::max() - (out->n - 1)) {
+    return BadRequest("seed = " + std::to_string(p.seed) + ": with n = " +
+                          std::to_string(out->n) + " the seeds seed..seed+n-1 must be <= " +
+                          std::to_string(std::numeric_limits<int64_t>::max()),
+                      "seed", "invalid_value");
   }
   int best_of = out->n;
   if (auto e = r.Int("best_of", &best_of)) return e;
@@ -216,6 +240,9 @@ MaybeError ParsePrompt(const FieldReader& r, ParsedRequest* out) {
   }
   if (!p->is_array()) return InvalidType("prompt", kWant, *p);
   if (p->empty()) return BadRequest("Prompt cannot be empty", "prompt", "invalid_value");
+  if (!p->front().is_number_integer() && p->size() > kMaxPrompts) {
+    return TooMany("prompt", p->size(), kMaxPrompts);
+  }
   const json& first = p->front();
   if (first.is_number_integer()) {  // [1, 2, 3]
     out->prompts.emplace_back();
@@ -308,6 +335,7 @@ MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
   if (!msgs->is_array()) return InvalidType("messages", "an array", *msgs);
   if (msgs->empty()) return BadRequest("'messages' must not be empty", "messages",
                                        "invalid_value");
+  if (msgs->size() > kMaxMessages) return TooMany("messages", msgs->size(), kMaxMessages);
   out->messages = json::array();
   for (size_t i = 0; i < msgs->size(); ++i) {
     json m;
@@ -373,6 +401,43 @@ ApiError BadRequest(std::string message, std::string param, std::string code) {
   e.param = std::move(param);
   e.code = std::move(code);
   return e;
+}
+
+// Deepest nesting of arrays/objects in `body`, stopping early past `limit`. Brackets inside
+// strings (with escapes) do not count. Malformed JSON is left to the parser.
+static int JsonDepth(std::string_view body, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > limit) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+MaybeError ParseJsonBody(std::string_view body, json* out) {
+  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    return BadRequest("The request body nests arrays/objects deeper than " +
+                          std::to_string(kMaxJsonDepth) + " levels",
+                      "", "invalid_json");
+  }
+  *out = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    return BadRequest("Invalid JSON in the request body", "", "invalid_json");
+  }
+  return std::nullopt;
 }
 
 MaybeError ParseRequest(const json& body, Endpoint endpoint, ParsedRequest* out) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,19 @@ ApiError BadRequest(std::string message, std::string param = "", std::string cod
 using MaybeError = std::optional<ApiError>;
 
 enum class Endpoint { kCompletions, kChat };
+
+// Bounds on what one request may carry, so that no single body can make the server spend
+// unbounded stack, memory or time (each is a 400 naming the field when exceeded).
+inline constexpr int kMaxJsonDepth = 64;          // nesting of arrays/objects in the body
+inline constexpr size_t kMaxPrompts = 64;         // prompts in one completions request
+inline constexpr size_t kMaxMessages = 4096;      // chat messages
+inline constexpr size_t kMaxStopStrings = 32;     // "stop"
+inline constexpr size_t kMaxStopStringBytes = 4096;
+inline constexpr size_t kMaxStopTokenIds = 1024;  // "stop_token_ids"
+
+// Parses a request body into *out: a body nested deeper than kMaxJsonDepth or that is not
+// valid JSON is a 400 (checked before any recursive structure is built).
+MaybeError ParseJsonBody(std::string_view body, nlohmann::json* out);
 
 // A parsed request: one or more prompts (batch completions), each sampled `n` times.
 struct ParsedRequest {

@@ -8,6 +8,7 @@
 
 #include "server/client_socket.h"
 #include "server/generation.h"
+#include "server/openapi.h"
 #include "server/protocol.h"
 #include "server/responses.h"
 
@@ -125,6 +126,9 @@ void Server::Route() {
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_->Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(OpenApiJson()), "application/json");
   });
   http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     HandleModels(res);
