@@ -1,9 +1,12 @@
 // peng serve: the OpenAI-compatible HTTP server over the continuous-batching engine.
-// SIGTERM / SIGINT drain: /health and new requests answer 503, running requests finish, then
-// the process exits 0.
+// SIGTERM / SIGINT drain: /health and new requests answer 503 at once, running requests finish
+// (for at most --drain-timeout seconds, then they are aborted), then the process exits 0. A
+// second signal during the drain stops at once (running requests aborted), exit 0 too.
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,6 +25,8 @@ struct ServeArgs {
   server::ServerOptions server;
   std::string kv_cache_memory;
   bool no_prefix_caching = false;
+  double drain_timeout_s = 30;
+  double idle_timeout_s = 60;
 };
 
 int RunServe(ServeArgs& a) {
@@ -32,7 +37,9 @@ int RunServe(ServeArgs& a) {
   }
   a.engine.enable_prefix_caching = !a.no_prefix_caching;
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model_path;
-  a.server.http_threads = a.engine.max_num_seqs + a.engine.max_waiting + 8;
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  a.server.drain_timeout = ms(a.drain_timeout_s);
+  a.server.idle_timeout = ms(a.idle_timeout_s);
 
   // Every thread created from here on inherits the blocked signals; one thread waits for them.
   sigset_t signals;
@@ -48,18 +55,28 @@ int RunServe(ServeArgs& a) {
     (*engine)->Stop();
     return Fail(s.ToString());
   }
+  std::atomic<bool> served_done{false};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
-    std::fprintf(stderr, "peng: signal %d: draining\n", sig);
-    srv.Shutdown();
+    if (served_done) return;  // woken by the main thread: the listener failed
+    std::fprintf(stderr, "peng: signal %d: draining (a second signal stops at once)\n", sig);
+    std::thread drainer([&] { srv.Shutdown(); });
+    // A second signal during the drain stops at once; the main thread's wake-up ends the wait.
+    sigwait(&signals, &sig);
+    if (!served_done) {
+      std::fprintf(stderr, "peng: signal %d: stopping now\n", sig);
+      srv.Stop();
+    }
+    drainer.join();
   });
   std::fprintf(stderr, "peng: serving %s as '%s' on http://%s:%d (max_model_len %lld)\n",
                a.engine.model_path.c_str(), a.server.served_model_name.c_str(),
                a.server.host.c_str(), srv.port(),
                static_cast<long long>((*engine)->max_model_len()));
   Status served = srv.Serve();
-  if (!served.ok()) pthread_kill(waiter.native_handle(), SIGTERM);  // let the waiter finish
+  served_done = true;
+  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter (a blocked signal queues)
   waiter.join();
   (*engine)->Stop();
   if (!served.ok()) return Fail(served.ToString());
@@ -106,6 +123,20 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   c->add_option("--max-body-bytes", a->server.max_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  c->add_flag("--protect-metrics", a->server.protect_metrics,
+              "/metrics needs the API key too (with --api-key)");
+  c->add_option("--max-connections", a->server.max_connections,
+                "Open connections at most; more get 503 (capped by the open-file limit)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+      ->capture_default_str();
+  c->add_option("--drain-timeout", a->drain_timeout_s,
+                "Seconds running requests get to finish after SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  c->add_option("--idle-timeout", a->idle_timeout_s,
+                "Seconds a keep-alive connection may wait for its next request")
+      ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable automatic prefix caching");
   c->callback([a, exit_code] { *exit_code = RunServe(*a); });

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,9 +62,11 @@ struct RequestOutput {
   std::string text;                     // new text (never half a UTF-8 character; stop
                                         // strings withheld until they cannot match)
   std::vector<TokenLogprob> logprobs;   // one per new token when params.want_logprobs
-  std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" on the last event
-                                        // ("length" also when the sequence alone outgrows
-                                        // the whole KV pool)
+  std::optional<std::string> finish_reason;  // "stop" | "length" | "abort" | "error" on the
+                                        // last event ("length" also when the sequence alone
+                                        // outgrows the whole KV pool)
+  std::string error;                    // with finish_reason "error": what failed (this
+                                        // request only; the engine goes on)
   // Set on every event:
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;        // so far, this completion
@@ -76,6 +79,11 @@ class RequestStream {
   // has delivered its final event), or `timeout` passed (returns true with *out unchanged and
   // *timed_out = true).
   virtual bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) = 0;
+  // Registers `notify`, called (on the engine thread, without locks held) after every event
+  // pushed from now on, and once at once if events are already waiting: an event-driven
+  // reader drains the stream with Next(.., 0ms, ..) when notified. Must be quick and must
+  // not call back into the stream. Pass {} to unregister before the reader goes away.
+  virtual void SetNotify(std::function<void()> notify) = 0;
 };
 
 struct EngineStats {
@@ -97,21 +105,33 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t requests_finished_total = 0;
+  int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
 };
+
+class Model;
 
 class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // The same around an already loaded model and tokenizer (tokenizer may be null); the
+  // options' model_path is ignored. A seam for tests (e.g. a model that fails on purpose).
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                  std::unique_ptr<Model> model,
+                                                  std::unique_ptr<Tokenizer> tokenizer);
   virtual ~Engine() = default;
 
-  // Validates (params, prompt length vs max_model_len, token ids vs vocab) and queues the
-  // request. InvalidArgument / OutOfRange for bad input; ResourceExhausted when the waiting
+  // Validates (params, prompt length vs max_model_len, token ids vs vocab, seed + n - 1 within
+  // int64) and queues the request. InvalidArgument / OutOfRange for bad input; ResourceExhausted when the waiting
   // queue is full or the engine is draining. Details: InvalidArgument for an empty prompt, n
   // outside [1, 128], or an id still in flight (an id is free again once its stream has
   // delivered its final event); OutOfRange when prompt length >= max_model_len or the prompt
   // does not fit in the whole KV pool. Generation ends with "length" at max_model_len.
   virtual StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
+  // Failure isolation: an error that belongs to one request (a non-finite logit row, an
+  // exception while sampling or detokenizing) finishes only that request, with
+  // finish_reason "error"; a failed Forward() finishes the requests of that batch. Their
+  // blocks are freed and the engine goes on.
   // Stops a request (client gone): frees its KV blocks at the next step; its stream ends with
   // finish_reason "abort". Unknown ids are ignored.
   virtual void Abort(const std::string& id) = 0;
@@ -123,8 +143,9 @@ class Engine {
   virtual const Tokenizer* tokenizer() const = 0;
   virtual const ModelConfig& model_config() const = 0;
   virtual int64_t max_model_len() const = 0;
-  // Stops accepting new requests and returns when every running or waiting request is done.
-  virtual void Drain() = 0;
+  // Stops accepting new requests and returns true when every running or waiting request is
+  // done, or false once `timeout` passed first (the requests go on; Stop() aborts them).
+  virtual bool Drain(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365)) = 0;
   // Aborts everything and stops the engine thread.
   virtual void Stop() = 0;
 };

@@ -9,9 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,10 +37,25 @@ class Stream : public RequestStream {
   explicit Stream(int n) : open_(n) {}
 
   void Push(RequestOutput out) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (out.finish_reason) --open_;
-    q_.push_back(std::move(out));
-    cv_.notify_all();
+    std::shared_ptr<std::function<void()>> notify;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (out.finish_reason) --open_;
+      q_.push_back(std::move(out));
+      cv_.notify_all();
+      notify = notify_;
+    }
+    if (notify) (*notify)();
+  }
+
+  void SetNotify(std::function<void()> fn) override {
+    std::shared_ptr<std::function<void()>> now;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
+      if (notify_ && (!q_.empty() || open_ == 0)) now = notify_;
+    }
+    if (now) (*now)();
   }
 
   bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) override {
@@ -57,6 +76,7 @@ class Stream : public RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> q_;
   int open_;  // completions without their final event yet
+  std::shared_ptr<std::function<void()>> notify_;  // copied out, called without mu_
 };
 
 struct Request;
@@ -117,10 +137,10 @@ class EngineImpl : public Engine {
   const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
   const ModelConfig& model_config() const override { return model_->config(); }
   int64_t max_model_len() const override { return max_model_len_; }
-  void Drain() override {
+  bool Drain(std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lk(mu_);
     draining_ = true;
-    done_cv_.wait(lk, [&] { return stopped_ || (in_flight_.empty() && idle_); });
+    return done_cv_.wait_for(lk, timeout, [&] { return stopped_ || (in_flight_.empty() && idle_); });
   }
   void Stop() override {
     {
@@ -138,7 +158,9 @@ class EngineImpl : public Engine {
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
   void FinishCompletion(Completion* c, RequestOutput ev, const char* reason);
-  void AbortRequest(Request* r);
+  void EndRequest(Request* r, const char* reason, const std::string& error);
+  void AbortRequest(Request* r) { EndRequest(r, "abort", ""); }
+  void FailRequest(Request* r, const std::string& error);
   void RetireRequest(Request* r);
   void PublishStats();
   bool IsEndOfGeneration(int32_t id) const {
@@ -162,6 +184,7 @@ class EngineImpl : public Engine {
   std::vector<float> logits_, fork_row_, raw_row_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
+  int64_t failed_total_ = 0;
   int64_t steps_total_ = 0;
 
   // Shared with the API threads.
@@ -182,6 +205,10 @@ class EngineImpl : public Engine {
 StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest request) {
   PENG_RETURN_IF_ERROR(request.params.Validate());
   if (request.n < 1 || request.n > 128) return InvalidArgument("n must be in [1, 128]");
+  if (request.params.seed > std::numeric_limits<int64_t>::max() - (request.n - 1))
+    return InvalidArgument("seed = " + std::to_string(request.params.seed) +
+                           ": seed + n - 1 must be <= " +
+                           std::to_string(std::numeric_limits<int64_t>::max()));
   const int64_t len = static_cast<int64_t>(request.prompt.size());
   if (len == 0) return InvalidArgument("the prompt is empty");
   for (int32_t id : request.prompt)
@@ -280,17 +307,42 @@ void EngineImpl::Step() {
     batch_.seqs.push_back(e);
   }
   logits_.resize(std::max<size_t>(logits_.size(), batch_.NumLogitRows() * vocab_));
-  Status st = model_->Forward(batch_, kv_.get(), logits_.data(), &pool_);
-  PENG_CHECK_MSG(st.ok(), st.ToString().c_str());
+  Status st = OkStatus();
+  try {
+    st = model_->Forward(batch_, kv_.get(), logits_.data(), &pool_);
+  } catch (const std::exception& e) {
+    st = Internal(std::string("exception in the forward pass: ") + e.what());
+  }
   ++steps_total_;
+  if (!st.ok()) {  // the batch's KV writes are not trusted: its requests end, nothing is cached
+    std::vector<Request*> failed;
+    for (const ScheduledSeq& sc : out.scheduled) {
+      Request* r = static_cast<Completion*>(sc.seq)->req;
+      if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
+    }
+    for (Request* r : failed) FailRequest(r, "model forward pass failed: " + st.message());
+    return;
+  }
   sched_.OnStepDone();
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     if (!batch_.seqs[i].want_logits) continue;
     auto* c = static_cast<Completion*>(out.scheduled[i].seq);
     float* logits = logits_.data() + row++ * vocab_;
-    if (c->req->in.n > 1 && !c->req->forked) Fork(c->req, logits);
-    SampleAndEmit(c, logits);
+    if (c->done) continue;  // failed earlier in this step
+    Request* r = c->req;
+    try {
+      // A NaN anywhere (or +inf, which the softmax cannot weigh) means this row is garbage.
+      for (int64_t v = 0; v < vocab_; ++v) {
+        if (std::isnan(logits[v]) || logits[v] == std::numeric_limits<float>::infinity())
+          throw std::runtime_error("the model produced a non-finite logit (token " +
+                                   std::to_string(v) + ")");
+      }
+      if (r->in.n > 1 && !r->forked) Fork(r, logits);
+      SampleAndEmit(c, logits);
+    } catch (const std::exception& e) {
+      FailRequest(r, e.what());
+    }
   }
 }
 
@@ -403,22 +455,31 @@ void EngineImpl::RetireRequest(Request* r) {
   in_flight_.erase(r->in.id);
 }
 
-void EngineImpl::AbortRequest(Request* r) {
+// Ends every completion of `r` that is still going with `reason` ("abort" or "error").
+void EngineImpl::EndRequest(Request* r, const char* reason, const std::string& error) {
   if (r->num_done >= r->in.n) return;
   const int64_t prompt = static_cast<int64_t>(r->in.prompt.size());
   for (int i = 0; i < r->in.n; ++i) {
+    RequestOutput ev;
+    ev.error = error;
     if (i < static_cast<int>(r->completions.size())) {
       Completion* c = r->completions[i].get();
-      if (!c->done) FinishCompletion(c, RequestOutput{}, "abort");
+      if (!c->done) FinishCompletion(c, std::move(ev), reason);
       continue;
     }
-    RequestOutput ev;  // a completion that was never forked
-    ev.index = i;
+    ev.index = i;  // a completion that was never forked
     ev.prompt_tokens = prompt;
-    ev.finish_reason = "abort";
+    ev.finish_reason = reason;
     if (++r->num_done == r->in.n) RetireRequest(r);
     r->stream->Push(std::move(ev));
   }
+}
+
+void EngineImpl::FailRequest(Request* r, const std::string& error) {
+  if (r->num_done >= r->in.n) return;
+  ++failed_total_;
+  std::fprintf(stderr, "peng: request %s failed: %s\n", r->in.id.c_str(), error.c_str());
+  EndRequest(r, "error", error);
 }
 
 // Drops the requests finished this step and publishes the stats; Drain() returns only after
@@ -454,19 +515,33 @@ void EngineImpl::PublishStats() {
   stats_.prompt_tokens_total = prompt_tokens_total_;
   stats_.generation_tokens_total = generation_tokens_total_;
   stats_.requests_finished_total = finished_total_;
+  stats_.requests_failed_total = failed_total_;
   stats_.steps_total = steps_total_;
 }
 
-}  // namespace
-
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& o) {
+Status ValidateOptions(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
       o.num_kv_blocks < 0)
     return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& o) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
+  return Create(o, std::move(model), std::move(tok));
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& o,
+                                                 std::unique_ptr<Model> model,
+                                                 std::unique_ptr<Tokenizer> tok) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));
+  if (!model) return InvalidArgument("no model");
   const ModelConfig& cfg = model->config();
   const int64_t max_len =
       cfg.max_position > 0 ? std::min<int64_t>(o.max_model_len, cfg.max_position) : o.max_model_len;

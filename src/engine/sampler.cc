@@ -67,6 +67,9 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& h
     float& l = logits[e.id];
     if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
     if (e.output_count > 0) l -= presence + frequency * static_cast<float>(e.output_count);
+    // A penalty may push a large logit past the float range: keep it finite, so the
+    // softmax's (l - max) never meets inf - inf.
+    l = std::min(l, std::numeric_limits<float>::max());
   }
 }
 

@@ -19,8 +19,10 @@
 namespace peng {
 
 struct SamplingParams {
-  // Logits are divided by this. 0 selects greedy decoding (argmax, ties -> lowest id).
+  // Logits are divided by this. 0 selects greedy decoding (argmax, ties -> lowest id); so does
+  // any temperature below kMinTemperature (1/temperature would overflow the scaled logits).
   float temperature = 1.0f;
+  static constexpr float kMinTemperature = 1e-5f;
   // Keep only the k most likely tokens. 0 or -1 disables.
   int top_k = 0;
   // Keep the smallest set of most likely tokens whose probability sums to >= top_p.
@@ -52,7 +54,7 @@ struct SamplingParams {
   int logprobs = 0;            // top-N alternatives per token (0..20)
   bool want_logprobs = false;  // return the chosen tokens' logprobs (and the top-N)
 
-  bool greedy() const { return temperature == 0.0f; }
+  bool greedy() const { return temperature < kMinTemperature; }
 
   Status Validate() const {
     // Written as !(in range) so that NaN is rejected too.
@@ -66,8 +68,9 @@ struct SamplingParams {
     if (!(min_p >= 0.0f && min_p <= 1.0f)) {
       return Bad("min_p", std::to_string(min_p), "must be in [0, 1]");
     }
-    if (!(repetition_penalty > 0.0f && std::isfinite(repetition_penalty))) {
-      return Bad("repetition_penalty", std::to_string(repetition_penalty), "must be > 0");
+    if (!(repetition_penalty >= 0.01f && repetition_penalty <= 100.0f)) {
+      return Bad("repetition_penalty", std::to_string(repetition_penalty),
+                 "must be in [0.01, 100]");
     }
     if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
       return Bad("presence_penalty", std::to_string(presence_penalty), "must be in [-2, 2]");
@@ -76,6 +79,7 @@ struct SamplingParams {
       return Bad("frequency_penalty", std::to_string(frequency_penalty), "must be in [-2, 2]");
     }
     if (seed < -1) return Bad("seed", std::to_string(seed), "must be >= -1 (-1 = random)");
+    if (top_k > 0x7fffffff - 1) return Bad("top_k", std::to_string(top_k), "is too large");
     if (max_tokens < 1) return Bad("max_tokens", std::to_string(max_tokens), "must be >= 1");
     if (min_tokens < 0 || min_tokens > max_tokens) {
       return Bad("min_tokens", std::to_string(min_tokens), "must be in [0, max_tokens]");

@@ -9,10 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::chrono::milliseconds kPollWait{100};
-// How often a waiting handler asks whether its client is still there.
-constexpr std::chrono::milliseconds kLivenessEvery{200};
-
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -20,17 +16,17 @@ double Seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 Generation::Generation(Engine* engine, ServerMetrics* metrics, ParsedRequest request,
-                       ResponseMeta meta, std::function<bool()> client_gone)
+                       ResponseMeta meta)
     : engine_(engine),
       metrics_(metrics),
       req_(std::move(request)),
       meta_(std::move(meta)),
-      client_gone_(std::move(client_gone)),
       tokenizer_(engine->tokenizer()),
       choices_(req_.prompts.size() * static_cast<size_t>(req_.n)),
       arrival_(Clock::now()) {}
 
 Generation::~Generation() {
+  SetNotify({});
   if (!finished_) AbortAll();
 }
 
@@ -53,47 +49,52 @@ MaybeError Generation::Submit() {
   return std::nullopt;
 }
 
+void Generation::SetNotify(const std::function<void()>& notify) {
+  for (const auto& s : streams_) s->SetNotify(notify);
+}
+
 void Generation::AbortAll() {
-  for (size_t p = 0; p < streams_.size(); ++p) {
-    if (!stream_done_[p]) engine_->Abort(engine_ids_[p]);
+  if (!aborted_) {
+    for (size_t p = 0; p < streams_.size(); ++p) {
+      if (!stream_done_[p]) engine_->Abort(engine_ids_[p]);
+    }
   }
+  aborted_ = true;
   for (Choice& c : choices_) {
     if (!c.finish_reason) {
       c.finish_reason = "abort";
       metrics_->RecordFinished("abort");
     }
   }
+}
+
+void Generation::Abort() {
+  AbortAll();
   finished_ = true;
 }
 
-Generation::Poll Generation::Next(std::chrono::milliseconds wait, int* choice,
-                                  RequestOutput* out) {
-  const auto deadline = Clock::now() + wait;
-  // One stream blocks for the whole wait; several are polled in turn, 1 ms each.
-  const auto slice = streams_.size() == 1 ? wait : std::chrono::milliseconds(1);
-  do {
-    bool any_open = false;
-    for (size_t k = 0; k < streams_.size(); ++k) {
-      const size_t p = (round_robin_ + k) % streams_.size();
-      if (stream_done_[p]) continue;
-      bool timed_out = false;
-      if (!streams_[p]->Next(out, slice, &timed_out)) {
-        stream_done_[p] = true;
-        continue;
-      }
-      any_open = true;
-      if (timed_out) continue;
-      round_robin_ = p + 1;
-      *choice = static_cast<int>(p) * req_.n + out->index;
-      return Poll::kEvent;
+bool Generation::Next(int* choice, RequestOutput* out) {
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    const size_t p = (round_robin_ + k) % streams_.size();
+    if (stream_done_[p]) continue;
+    bool timed_out = false;
+    if (!streams_[p]->Next(out, std::chrono::milliseconds(0), &timed_out)) {
+      stream_done_[p] = true;
+      continue;
     }
-    if (!any_open) {
-      if (!finished_) metrics_->ObserveE2eLatency(Seconds(Clock::now() - arrival_));
-      finished_ = true;
-      return Poll::kDone;
-    }
-  } while (Clock::now() < deadline);
-  return Poll::kTimeout;
+    if (timed_out) continue;
+    round_robin_ = p + 1;
+    *choice = static_cast<int>(p) * req_.n + out->index;
+    return true;
+  }
+  return false;
+}
+
+bool Generation::AllStreamsDone() const {
+  for (bool d : stream_done_) {
+    if (!d) return false;
+  }
+  return true;
 }
 
 void Generation::Account(int choice, const RequestOutput& out) {
@@ -118,6 +119,14 @@ void Generation::Account(int choice, const RequestOutput& out) {
     c.finish_reason = out.finish_reason;
     metrics_->RecordFinished(*out.finish_reason);
   }
+  if (out.finish_reason == "error" && !error_) {
+    ApiError e;
+    e.http_status = 500;
+    e.type = "internal_error";
+    e.code = "generation_failed";
+    e.message = "Generation failed: " + out.error;
+    error_ = std::move(e);
+  }
 }
 
 Usage Generation::CurrentUsage() const {
@@ -132,22 +141,70 @@ std::string Generation::EchoText(int prompt_index) const {
   return tokenizer_ ? tokenizer_->Decode(req_.prompts[prompt_index]) : std::string();
 }
 
-std::optional<json> Generation::Collect() {
-  auto last_check = Clock::now();
-  for (;;) {
-    int c = 0;
-    RequestOutput out;
-    const Poll p = Next(kPollWait, &c, &out);
-    if (p == Poll::kDone) break;
-    if (p == Poll::kEvent) Account(c, out);
-    if (Clock::now() - last_check >= kLivenessEvery) {
-      last_check = Clock::now();
-      if (client_gone_ && client_gone_()) {
-        AbortAll();
-        return std::nullopt;
-      }
+void Generation::StreamEvent(int c, const RequestOutput& out, std::string* sse) {
+  const bool chat = meta_.endpoint == Endpoint::kChat;
+  const bool has_logprobs = req_.logprobs && !out.logprobs.empty();
+  const bool bare_ids = !tokenizer_ && !out.token_ids.empty();
+  if (out.text.empty() && !has_logprobs && !out.finish_reason && !bare_ids) return;
+  ChunkChoice cc;
+  cc.index = c;
+  cc.text = out.text;
+  if (has_logprobs) {
+    cc.logprobs = chat ? ChatLogprobs(out.logprobs, tokenizer_)
+                       : CompletionLogprobs(out.logprobs, tokenizer_, &choices_[c].text_offset);
+  }
+  cc.finish_reason = out.finish_reason;
+  std::optional<Usage> usage;
+  if (req_.include_usage && req_.continuous_usage) usage = CurrentUsage();
+  *sse += SseData(StreamChunk(meta_, cc, req_.include_usage, usage));
+}
+
+// The end of a stream: the error event if a choice failed, the usage chunk, [DONE].
+void Generation::Finish(std::string* sse) {
+  finished_ = true;
+  if (AllStreamsDone()) aborted_ = true;  // nothing left to abort
+  metrics_->ObserveE2eLatency(Seconds(Clock::now() - arrival_));
+  if (!req_.stream) return;
+  if (error_) {
+    *sse += SseData(error_->ToJson());
+  } else if (req_.include_usage) {
+    *sse += SseData(UsageChunk(meta_, CurrentUsage()));
+  }
+  *sse += kSseDone;
+}
+
+bool Generation::Pump(std::string* sse) {
+  if (finished_) return true;
+  const bool chat = meta_.endpoint == Endpoint::kChat;
+  if (req_.stream && !started_) {
+    started_ = true;
+    // Chat streams open every choice with its role; echo sends the prompt first.
+    for (size_t i = 0; i < choices_.size() && (chat || req_.echo); ++i) {
+      ChunkChoice cc;
+      cc.index = static_cast<int>(i);
+      cc.role = chat;
+      if (!chat) cc.text = EchoText(static_cast<int>(i) / req_.n);
+      *sse += SseData(StreamChunk(meta_, cc, req_.include_usage, std::nullopt));
     }
   }
+  int c = 0;
+  RequestOutput out;
+  while (Next(&c, &out)) {
+    Account(c, out);
+    if (error_) {  // one failed choice ends the request
+      AbortAll();
+      Finish(sse);
+      return true;
+    }
+    if (req_.stream) StreamEvent(c, out, sse);
+    out = RequestOutput();
+  }
+  if (!AllStreamsDone()) return false;
+  Finish(sse);
+  return true;
+}
+
+json Generation::Result() {
   std::vector<ChoiceResult> results;
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
@@ -159,56 +216,6 @@ std::optional<json> Generation::Collect() {
     results.push_back(std::move(r));
   }
   return FinalResponse(meta_, results, CurrentUsage(), req_.logprobs, tokenizer_);
-}
-
-bool Generation::Stream(const std::function<bool(const std::string&)>& write) {
-  const bool chat = meta_.endpoint == Endpoint::kChat;
-  auto send = [&](const json& chunk) {
-    if (write(SseData(chunk))) return true;
-    AbortAll();
-    return false;
-  };
-  // Chat streams open every choice with its role; echo sends the prompt first.
-  for (size_t i = 0; i < choices_.size() && (chat || req_.echo); ++i) {
-    ChunkChoice cc;
-    cc.index = static_cast<int>(i);
-    cc.role = chat;
-    if (!chat) cc.text = EchoText(static_cast<int>(i) / req_.n);
-    if (!send(StreamChunk(meta_, cc, req_.include_usage, std::nullopt))) return false;
-  }
-  auto last_check = Clock::now();
-  for (;;) {
-    int c = 0;
-    RequestOutput out;
-    const Poll p = Next(kPollWait, &c, &out);
-    if (p == Poll::kDone) break;
-    if (Clock::now() - last_check >= kLivenessEvery) {
-      last_check = Clock::now();
-      if (client_gone_ && client_gone_()) {
-        AbortAll();
-        return false;
-      }
-    }
-    if (p != Poll::kEvent) continue;
-    Account(c, out);
-    const bool has_logprobs = req_.logprobs && !out.logprobs.empty();
-    const bool bare_ids = !tokenizer_ && !out.token_ids.empty();
-    if (out.text.empty() && !has_logprobs && !out.finish_reason && !bare_ids) continue;
-    ChunkChoice cc;
-    cc.index = c;
-    cc.text = out.text;
-    if (has_logprobs) {
-      cc.logprobs = chat ? ChatLogprobs(out.logprobs, tokenizer_)
-                         : CompletionLogprobs(out.logprobs, tokenizer_,
-                                              &choices_[c].text_offset);
-    }
-    cc.finish_reason = out.finish_reason;
-    std::optional<Usage> usage;
-    if (req_.include_usage && req_.continuous_usage) usage = CurrentUsage();
-    if (!send(StreamChunk(meta_, cc, req_.include_usage, usage))) return false;
-  }
-  if (req_.include_usage && !send(UsageChunk(meta_, CurrentUsage()))) return false;
-  return write(kSseDone);
 }
 
 }  // namespace peng::server

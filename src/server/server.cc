@@ -1,15 +1,12 @@
 #include "server/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <ctime>
 #include <utility>
 
-#include "server/client_socket.h"
 #include "server/generation.h"
 #include "server/openapi.h"
-#include "server/protocol.h"
 #include "server/responses.h"
 
 namespace peng::server {
@@ -17,10 +14,14 @@ namespace {
 
 using nlohmann::json;
 
-void SendError(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(DumpJson(e.ToJson()), "application/json");
+http::Response JsonResponse(int status, const json& body) {
+  http::Response r;
+  r.status = status;
+  r.body = DumpJson(body);
+  return r;
 }
+
+http::Response ErrorResponse(const ApiError& e) { return JsonResponse(e.http_status, e.ToJson()); }
 
 ApiError MakeError(int status, std::string message, std::string type, std::string code = "") {
   ApiError e;
@@ -40,109 +41,197 @@ bool IsGeneratePath(const std::string& path) {
   return path == "/v1/completions" || path == "/v1/chat/completions";
 }
 
+// The routes and their methods; anything else is a 404.
+bool KnownRoute(const std::string& method, const std::string& path) {
+  if (method == "POST") return IsGeneratePath(path);
+  if (method == "GET") {
+    return path == "/health" || path == "/metrics" || path == "/v1/models" ||
+           path == "/openapi.json";
+  }
+  return false;
+}
+
+// Compares in time that depends on the lengths only, not on where the strings differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+// The token of "Authorization: Bearer TOKEN" (scheme case-insensitive), or nullopt.
+std::optional<std::string> BearerToken(const std::string& header) {
+  constexpr std::string_view kScheme = "bearer";
+  if (header.size() <= kScheme.size()) return std::nullopt;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) != kScheme[i]) return std::nullopt;
+  }
+  size_t at = kScheme.size();
+  if (header[at] != ' ' && header[at] != '\t') return std::nullopt;
+  while (at < header.size() && (header[at] == ' ' || header[at] == '\t')) ++at;
+  size_t end = header.size();
+  while (end > at && (header[end - 1] == ' ' || header[end - 1] == '\t')) --end;
+  return header.substr(at, end - at);
+}
+
 }  // namespace
 
-// Counts a generation request as active for the drain, from routing to the last byte.
-class Server::ActiveGuard {
+// Runs the CPU work of a request (JSON, template, tokenizer) off the I/O threads.
+class Server::Workers {
  public:
-  explicit ActiveGuard(Server* s) : s_(s) {
-    std::lock_guard<std::mutex> lock(s_->mu_);
-    ++s_->active_;
+  explicit Workers(int threads) : pool_(static_cast<size_t>(std::max(1, threads))) {}
+  ~Workers() { pool_.join(); }
+  template <class F>
+  void Post(F&& f) {
+    boost::asio::post(pool_, std::forward<F>(f));
   }
-  ~ActiveGuard() {
-    std::lock_guard<std::mutex> lock(s_->mu_);
-    if (--s_->active_ == 0) s_->cv_.notify_all();
+  void Stop() { pool_.stop(); }
+
+ private:
+  boost::asio::thread_pool pool_;
+};
+
+// One generation request being answered: owned by its connection (through the client-gone
+// callback) until the answer ended; the engine's notify and the connection's strand reach
+// it through weak/shared pointers. Counts as active for the drain while it lives.
+class Server::Task : public std::enable_shared_from_this<Server::Task> {
+ public:
+  Task(Server* server, std::unique_ptr<Generation> gen, std::weak_ptr<http::Responder> out)
+      : server_(server), gen_(std::move(gen)), out_(std::move(out)) {
+    server_->TaskStarted();
+  }
+  ~Task() {
+    gen_.reset();  // aborts what is still running
+    server_->TaskEnded();
+  }
+
+  // Wires the engine's notifications to this connection's strand.
+  void Start() {
+    std::weak_ptr<Task> weak = shared_from_this();
+    gen_->SetNotify([weak] {
+      auto t = weak.lock();
+      if (!t || t->scheduled_.exchange(true)) return;  // one Pump queued is enough
+      if (auto out = t->out_.lock()) {
+        out->Post([t] {
+          t->scheduled_ = false;
+          t->Pump();
+        });
+      }
+    });
+    if (auto out = out_.lock()) out->Post([t = shared_from_this()] { t->Pump(); });
+  }
+
+  // On the strand: forwards what is ready.
+  void Pump() {
+    auto out = out_.lock();
+    if (!out || ended_) return;
+    std::string sse;
+    const bool done = gen_->Pump(&sse);
+    if (gen_->streaming()) {
+      if (!began_) {
+        began_ = true;
+        out->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      }
+      out->Write(std::move(sse));
+      if (done) out->End();
+    } else if (done) {
+      out->Send(gen_->error() ? ErrorResponse(*gen_->error()) : JsonResponse(200, gen_->Result()));
+    }
+    if (done) {
+      ended_ = true;
+      gen_->SetNotify({});
+      out->OnClientGone({});  // releases this task
+    }
+  }
+
+  void ClientGone() {
+    ended_ = true;
+    gen_->Abort();
   }
 
  private:
-  Server* s_;
+  Server* server_;
+  std::unique_ptr<Generation> gen_;
+  std::weak_ptr<http::Responder> out_;
+  std::atomic<bool> scheduled_{false};
+  bool began_ = false;
+  bool ended_ = false;
 };
 
 Server::Server(Engine* engine, ServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
       metrics_(options_.served_model_name),
-      http_(std::make_unique<httplib::Server>()),
-      created_(static_cast<int64_t>(std::time(nullptr))) {
-  const size_t threads = static_cast<size_t>(std::max(options_.http_threads, 4));
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_tcp_nodelay(true);
-  Route();
-}
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      http_(std::make_unique<http::HttpServer>(this, [&] {
+        http::HttpOptions h;
+        h.host = options_.host;
+        h.port = options_.port;
+        h.io_threads = options_.io_threads;
+        h.max_connections = options_.max_connections;
+        h.max_body_bytes = options_.max_body_bytes;
+        h.idle_timeout = options_.idle_timeout;
+        h.header_timeout = options_.header_timeout;
+        return h;
+      }())),
+      workers_(std::make_unique<Workers>(options_.worker_threads)) {}
 
 Server::~Server() {
-  if (http_->is_running()) http_->stop();
+  workers_->Stop();
+  http_->Stop();
+  workers_.reset();
+  http_.reset();
 }
 
-bool Server::Authorized(const httplib::Request& req) const {
+bool Server::Authorized(const http::Request& req) const {
   if (options_.api_key.empty()) return true;
-  return req.get_header_value("Authorization") == "Bearer " + options_.api_key;
+  const std::optional<std::string> token = BearerToken(req.Header("Authorization"));
+  return token && ConstantTimeEquals(*token, options_.api_key);
 }
 
-void Server::Route() {
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/v1/", 0) == 0 && !Authorized(req)) {
-      SendError(res, MakeError(401, "Incorrect API key provided.", "invalid_request_error",
-                               "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (draining_ && IsGeneratePath(req.path)) {
-      SendError(res, Draining());
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // httplib's own errors (404 no route, 413 too large, 400 bad request line) in OpenAI shape.
-  http_->set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404) {
-      SendError(res, MakeError(404, "Not found: " + req.method + " " + req.path,
-                               "invalid_request_error", "not_found"));
-    } else if (res.status == 413) {
-      SendError(res, MakeError(413, "Request body too large", "invalid_request_error",
-                               "request_too_large"));
-    } else {
-      SendError(res, MakeError(res.status, "HTTP error " + std::to_string(res.status),
-                               res.status < 500 ? "invalid_request_error" : "internal_error"));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        SendError(res, MakeError(500, "Internal error: " + what, "internal_error"));
-      });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = draining_ ? 503 : 200;
-    res.set_content(draining_ ? "draining" : "ok", "text/plain");
-  });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http_->Get("/openapi.json", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(std::string(OpenApiJson()), "application/json");
-  });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    HandleModels(res);
-  });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(req, res, /*chat=*/false);
-  });
-  http_->Post("/v1/chat/completions",
-              [this](const httplib::Request& req, httplib::Response& res) {
-                HandleGenerate(req, res, /*chat=*/true);
-              });
+std::optional<http::Response> Server::OnHeaders(const http::Request& head) {
+  if (!KnownRoute(head.method, head.path)) {
+    return ErrorResponse(MakeError(404, "Not found: " + head.method + " " + head.path,
+                                   "invalid_request_error", "not_found"));
+  }
+  const bool needs_key = head.path.rfind("/v1/", 0) == 0 ||
+                         (options_.protect_metrics && head.path == "/metrics");
+  if (needs_key && !Authorized(head)) {
+    return ErrorResponse(MakeError(401, "Incorrect API key provided.", "invalid_request_error",
+                                   "invalid_api_key"));
+  }
+  if (draining_ && IsGeneratePath(head.path)) return ErrorResponse(Draining());
+  return std::nullopt;
 }
 
-void Server::HandleModels(httplib::Response& res) const {
+void Server::OnRequest(http::Request req, std::shared_ptr<http::Responder> out) {
+  if (req.path == "/health") {
+    http::Response r;
+    r.status = draining_ ? 503 : 200;
+    r.content_type = "text/plain";
+    r.body = draining_ ? "draining" : "ok";
+    return out->Send(std::move(r));
+  }
+  if (req.path == "/metrics") {
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = MetricsText();
+    return out->Send(std::move(r));
+  }
+  if (req.path == "/v1/models") return out->Send(Models());
+  if (req.path == "/openapi.json") {
+    http::Response r;
+    r.body = std::string(OpenApiJson());
+    return out->Send(std::move(r));
+  }
+  StartGeneration(std::move(req), std::move(out), req.path == "/v1/chat/completions");
+}
+
+http::Response Server::Models() const {
   json model = {{"id", options_.served_model_name},
                 {"object", "model"},
                 {"created", created_},
@@ -150,114 +239,106 @@ void Server::HandleModels(httplib::Response& res) const {
                 {"root", engine_->model_config().name},
                 {"parent", nullptr},
                 {"max_model_len", engine_->max_model_len()}};
-  res.set_content(DumpJson({{"object", "list"}, {"data", json::array({model})}}),
-                  "application/json");
+  return JsonResponse(200, {{"object", "list"}, {"data", json::array({model})}});
 }
 
-void Server::HandleGenerate(const httplib::Request& http_req, httplib::Response& res,
-                            bool chat) {
-  auto guard = std::make_shared<ActiveGuard>(this);
-  if (draining_) return SendError(res, Draining());
-  json body = json::parse(http_req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    return SendError(res, BadRequest("Invalid JSON in the request body", "", "invalid_json"));
-  }
-  const Endpoint endpoint = chat ? Endpoint::kChat : Endpoint::kCompletions;
-  ParsedRequest req;
-  if (auto e = ParseRequest(body, endpoint, &req)) return SendError(res, *e);
-  if (!req.model.empty() && req.model != options_.served_model_name) {
-    ApiError e = MakeError(404, "The model `" + req.model + "` does not exist.",
+MaybeError Server::Prepare(const http::Request& http_req, bool chat, ParsedRequest* req) const {
+  json body;
+  if (auto e = ParseJsonBody(http_req.body, &body)) return e;
+  if (auto e = ParseRequest(body, chat ? Endpoint::kChat : Endpoint::kCompletions, req)) return e;
+  if (!req->model.empty() && req->model != options_.served_model_name) {
+    ApiError e = MakeError(404, "The model `" + req->model + "` does not exist.",
                            "invalid_request_error", "model_not_found");
     e.param = "model";
-    return SendError(res, e);
+    return e;
   }
   PromptLimits limits;
   limits.max_model_len = engine_->max_model_len();
   limits.vocab_size = engine_->model_config().vocab_size;
-  if (auto e = PreparePrompts(&req, engine_->tokenizer(), limits)) return SendError(res, *e);
+  return PreparePrompts(req, engine_->tokenizer(), limits);
+}
 
-  ResponseMeta meta;
-  meta.endpoint = endpoint;
-  meta.id = NewResponseId(endpoint);
-  meta.created = static_cast<int64_t>(std::time(nullptr));
-  meta.model = options_.served_model_name;
-  // The connection's fd, looked up once, the first time it is needed.
-  auto client_gone = [addr = http_req.remote_addr, rport = http_req.remote_port,
-                      lport = http_req.local_port, fd = -2]() mutable {
-    if (fd == -2) fd = FindClientSocket(addr, rport, lport);
-    return PeerHungUp(fd);
-  };
-  const bool stream = req.stream;
-  auto gen = std::make_shared<Generation>(engine_, &metrics_, std::move(req), meta, client_gone);
-  if (auto e = gen->Submit()) {
-    return SendError(res, draining_ && e->http_status == 429 ? Draining() : *e);
-  }
-  if (!stream) {
-    std::optional<json> out = gen->Collect();
-    if (!out) {  // client gone; nobody reads this
-      res.status = 499;
-      return;
+void Server::StartGeneration(http::Request http_req, std::shared_ptr<http::Responder> out,
+                             bool chat) {
+  TaskStarted();  // the drain waits for requests still being prepared too
+  workers_->Post([this, http_req = std::move(http_req), out, chat]() mutable {
+    struct Done {
+      Server* s;
+      ~Done() { s->TaskEnded(); }
+    } done{this};
+    ParsedRequest req;
+    MaybeError err;
+    try {
+      err = Prepare(http_req, chat, &req);
+    } catch (const std::exception& e) {  // a template or tokenizer bug fails this request only
+      err = MakeError(500, std::string("Internal error preparing the request: ") + e.what(),
+                      "internal_error");
     }
-    res.set_content(DumpJson(*out), "application/json");
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [gen, guard](size_t, httplib::DataSink& sink) {
-        const bool ok = gen->Stream(
-            [&sink](const std::string& s) { return sink.write(s.data(), s.size()); });
-        if (ok) sink.done();
-        return ok;
-      },
-      [gen, guard](bool) mutable {
-        gen.reset();  // aborts what is still running
-        guard.reset();
-      });
+    if (err) return out->Send(ErrorResponse(*err));
+    if (draining_) return out->Send(ErrorResponse(Draining()));
+    ResponseMeta meta;
+    meta.endpoint = chat ? Endpoint::kChat : Endpoint::kCompletions;
+    meta.id = NewResponseId(meta.endpoint);
+    meta.created = static_cast<int64_t>(std::time(nullptr));
+    meta.model = options_.served_model_name;
+    auto gen = std::make_unique<Generation>(engine_, &metrics_, std::move(req), meta);
+    if (auto e = gen->Submit()) {
+      return out->Send(ErrorResponse(draining_ && e->http_status == 429 ? Draining() : *e));
+    }
+    auto task = std::make_shared<Task>(this, std::move(gen), out);
+    // The connection owns the task until the answer ended or the client left.
+    out->OnClientGone([task] { task->ClientGone(); });
+    task->Start();
+  });
+}
+
+void Server::TaskStarted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++active_;
+}
+
+void Server::TaskEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--active_ == 0) cv_.notify_all();
 }
 
 std::string Server::MetricsText() const { return metrics_.Render(engine_->GetStats()); }
 
-Status Server::Bind() {
-  // httplib's default socket options include SO_REUSEPORT, which lets a second server bind the
-  // same port and silently take half of the connections; keep only SO_REUSEADDR (fast restart).
-  http_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
-  });
-  port_ = options_.port;
-  if (port_ == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    if (port_ < 0) return IoError("cannot bind " + options_.host + " to a free port");
-  } else if (!http_->bind_to_port(options_.host, port_)) {
-    return IoError("cannot bind " + options_.host + ":" + std::to_string(port_) +
-                   " (is another server using the port?)");
-  }
-  return OkStatus();
-}
+Status Server::Bind() { return http_->Bind(); }
 
 Status Server::Serve() {
-  if (!http_->listen_after_bind() && !stopped_) {
-    return IoError("HTTP listener on port " + std::to_string(port_) + " failed");
-  }
-  return OkStatus();
+  Status s = http_->Serve();
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  cv_.notify_all();
+  return s;
 }
 
 void Server::Shutdown() {
-  if (draining_.exchange(true)) {
+  if (draining_.exchange(true)) {  // a second caller waits for the first
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return stopped_.load(); });
     return;
   }
-  engine_->Drain();
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return active_ == 0; });
+  http_->SetClosing();
+  const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
+  if (!engine_->Drain(options_.drain_timeout)) {
+    std::fprintf(stderr, "peng: drain timeout (%lld ms): aborting the running requests\n",
+                 static_cast<long long>(options_.drain_timeout.count()));
+    engine_->Stop();
   }
-  http_->stop();
-  std::lock_guard<std::mutex> lock(mu_);
-  stopped_ = true;
-  cv_.notify_all();
+  {  // the last responses are written (bounded: a client that does not read is not waited for)
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline + std::chrono::seconds(5), [&] { return active_ == 0; });
+  }
+  http_->Stop();
+}
+
+void Server::Stop() {
+  draining_ = true;
+  http_->SetClosing();
+  engine_->Stop();
+  http_->Stop();
 }
 
 }  // namespace peng::server

@@ -27,10 +27,24 @@ class FakeStream : public RequestStream {
  public:
   explicit FakeStream(int n) : open_(n) {}
   void Push(RequestOutput out) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (out.finish_reason) --open_;
-    q_.push_back(std::move(out));
-    cv_.notify_all();
+    std::shared_ptr<std::function<void()>> notify;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (out.finish_reason) --open_;
+      q_.push_back(std::move(out));
+      cv_.notify_all();
+      notify = notify_;
+    }
+    if (notify) (*notify)();
+  }
+  void SetNotify(std::function<void()> fn) override {
+    std::shared_ptr<std::function<void()>> now;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
+      if (notify_ && (!q_.empty() || open_ == 0)) now = notify_;
+    }
+    if (now) (*now)();
   }
   bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -50,6 +64,7 @@ class FakeStream : public RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> q_;
   int open_;
+  std::shared_ptr<std::function<void()>> notify_;
 };
 
 // Every completion yields max_tokens tokens "x" (id 7), one per `delay_ms`, then "length".
@@ -83,12 +98,13 @@ class FakeEngine : public Engine {
   const Tokenizer* tokenizer() const override { return nullptr; }
   const ModelConfig& model_config() const override { return config_; }
   int64_t max_model_len() const override { return 64; }
-  void Drain() override {
+  bool Drain(std::chrono::milliseconds timeout) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       draining_ = true;
     }
-    WaitFor([&] { return running_ == 0; }, 60);
+    return WaitFor([&] { return running_ == 0; },
+                   std::min(60.0, std::chrono::duration<double>(timeout).count()));
   }
   void Stop() override {
     std::vector<std::thread> threads;

@@ -24,7 +24,6 @@ class RunningServer {
   RunningServer(Engine* engine, ServerOptions options) {
     options.host = "127.0.0.1";
     options.port = 0;
-    options.http_threads = 32;
     server_ = std::make_unique<Server>(engine, std::move(options));
     const Status bound = server_->Bind();
     if (!bound.ok()) return;
