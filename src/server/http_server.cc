@@ -13,6 +13,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 namespace peng::server::http {
 namespace {
@@ -83,7 +84,11 @@ std::string Request::Header(std::string_view name) const {
 class HttpServer::Impl {
  public:
   Impl(Handler* handler, HttpOptions options)
-      : handler_(handler), opt_(std::move(options)), acceptor_(ioc_), retry_(ioc_) {}
+      : handler_(handler),
+        opt_(std::move(options)),
+        acceptor_(ioc_),
+        retry_(ioc_),
+        work_(net::make_work_guard(ioc_)) {}
   ~Impl() {
     // Connections still queued in the io_context go first, while everything they use lives.
     ioc_.stop();
@@ -95,6 +100,15 @@ class HttpServer::Impl {
   Status Serve();
   void Stop();
   void Accept();
+  // Live connections, so that Stop() can close them (each closes on its own strand).
+  void Register(void* key, std::function<void()> close_fn) {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live_[key] = std::move(close_fn);
+  }
+  void Unregister(void* key) {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live_.erase(key);
+  }
 
   // Declared before the io_context: connections still queued in it when it is destroyed
   // update connections_ from their destructors.
@@ -106,6 +120,9 @@ class HttpServer::Impl {
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   net::steady_timer retry_;  // accept back-off when out of file descriptors
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
+  std::mutex live_mu_;
+  std::unordered_map<void*, std::function<void()>> live_;
   int port_ = 0;
 };
 
@@ -117,9 +134,16 @@ class Connection : public Responder, public std::enable_shared_from_this<Connect
       : stream_(std::move(socket)), srv_(srv), watch_(stream_.get_executor()) {
     ++srv_->connections_;
   }
-  ~Connection() override { --srv_->connections_; }
+  ~Connection() override {
+    srv_->Unregister(this);
+    --srv_->connections_;
+  }
 
   void Start(bool over_capacity) {
+    std::weak_ptr<Connection> weak = shared_from_this();
+    srv_->Register(this, [weak] {
+      if (auto c = weak.lock()) c->Post([c] { c->CloseWhenWritten(); });
+    });
     if (over_capacity) {
       Enqueue(Serialize(ErrorResponse(503, "Too many connections", "too_many_connections"),
                         false));
@@ -193,9 +217,7 @@ class Connection : public Responder, public std::enable_shared_from_this<Connect
         ec == net::error::connection_reset || ec == net::error::operation_aborted) {
       return Close();
     }
-    if (ec == beast::error::timeout) {
-      return Reject(ErrorResponse(408, "Timed out reading the request", "request_timeout"));
-    }
+    if (ec == beast::error::timeout) return Close();  // tcp_stream closed the socket already
     if (ec == bhttp::error::header_limit) {
       return Reject(ErrorResponse(431, "Request headers too large", "headers_too_large"));
     }
@@ -380,6 +402,18 @@ class Connection : public Responder, public std::enable_shared_from_this<Connect
                             });
   }
 
+  // Server stop: a response still being written is finished first (then the connection
+  // lingers and closes); anything else closes now.
+  void CloseWhenWritten() {
+    if (closed_) return;
+    if (!exchange_open_ && (writing_ || !out_.empty())) {
+      close_after_ = true;
+      next_after_flush_ = false;
+      return;
+    }
+    Close();
+  }
+
   void Close() {
     if (closed_) return;
     closed_ = true;
@@ -480,7 +514,7 @@ void HttpServer::Impl::Accept() {
 
 Status HttpServer::Impl::Serve() {
   if (!acceptor_.is_open()) return IoError("the server is not bound");
-  auto guard = net::make_work_guard(ioc_);
+  if (stopped_) return OkStatus();
   std::vector<std::thread> threads;
   for (int i = 1; i < std::max(1, opt_.io_threads); ++i) threads.emplace_back([this] { ioc_.run(); });
   ioc_.run();
@@ -492,6 +526,28 @@ Status HttpServer::Impl::Serve() {
 
 void HttpServer::Impl::Stop() {
   if (stopped_.exchange(true)) return;
+  // Close the listener and every connection on their own executors, give them up to 2 s to
+  // finish (their cancelled operations complete), then stop the I/O threads.
+  net::post(ioc_, [this] {
+    beast::error_code ec;
+    acceptor_.close(ec);
+    retry_.cancel();
+  });
+  std::vector<std::function<void()>> closers;
+  {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    for (auto& [key, close_fn] : live_) closers.push_back(close_fn);
+  }
+  for (auto& close_fn : closers) close_fn();  // unlocked: a connection may die in here
+  work_.reset();
+  // Not called on an I/O thread: waiting here is fine.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(live_mu_);
+      if (live_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ioc_.stop();
 }
 

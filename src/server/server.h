@@ -6,8 +6,7 @@
 // tokenizes, then Submit()s to the engine; the engine thread notifies each request's
 // connection when tokens are ready (no thread waits on a request). A client that goes away
 // (hang-up, failed write) has its requests aborted, freeing their KV blocks. Errors use
-// OpenAI's error JSON: 400 bad input, 401 wrong API key, 404 unknown route or model, 408 slow
-// request, 413 body too large, 429 queue full, 431 headers too large, 500 a request that
+// OpenAI's error JSON: 400 bad input, 401 wrong API key, 404 unknown route or model, 413 body too large, 429 queue full, 431 headers too large, 500 a request that
 // failed inside the engine, 503 draining or too many connections.
 //
 // Lifecycle: Bind() -> Serve() (blocks) ... Shutdown() from any thread: /health and new
