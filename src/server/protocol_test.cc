@@ -199,5 +199,70 @@ TEST(ProtocolTest, FromStatusMapsCodes) {
   EXPECT_EQ(e.param, "seed");
 }
 
+// Bounds that keep one body from costing unbounded stack, memory or time.
+TEST(ProtocolTest, BodyNestingAndListSizesAreBounded) {
+  json body;
+  const std::string deep64 = std::string(63, '[') + std::string(63, ']');
+  EXPECT_FALSE(ParseJsonBody("{\"a\": " + deep64 + "}", &body));
+  MaybeError e = ParseJsonBody("{\"a\": " + std::string(64, '[') + std::string(64, ']') + "}",
+                               &body);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->ToJson().dump(),
+            R"({"error":{"code":"invalid_json","message":"The request body nests arrays/objects )"
+            R"(deeper than 64 levels","param":null,"type":"invalid_request_error"}})");
+  // Brackets inside strings do not count; malformed JSON is still a plain 400.
+  EXPECT_FALSE(ParseJsonBody(R"({"a": ")" + std::string(1000, '[') + R"(\"]"})", &body));
+  e = ParseJsonBody(std::string(100000, '['), &body);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->http_status, 400);
+  e = ParseJsonBody("{not json", &body);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, "invalid_json");
+
+  json many = json::array();
+  for (int i = 0; i < 33; ++i) many.push_back("s" + std::to_string(i));
+  EXPECT_EQ(ParseError(json{{"prompt", {1}}, {"stop", many}}.dump()),
+            R"({"error":{"code":"invalid_value","message":"stop has 33 entries: at most 32 are )"
+            R"(allowed","param":"stop","type":"invalid_request_error"}})");
+  EXPECT_NE(ParseError(json{{"prompt", {1}}, {"stop", std::string(4097, 'x')}}.dump())
+                .find("stop string of 4097 bytes"),
+            std::string::npos);
+  EXPECT_NE(ParseError(json{{"prompt", {1}}, {"stop_token_ids", std::vector<int>(1025, 1)}}
+                           .dump())
+                .find("stop_token_ids has 1025 entries"),
+            std::string::npos);
+  EXPECT_NE(ParseError(json{{"prompt", std::vector<std::string>(65, "a")}}.dump())
+                .find("prompt has 65 entries: at most 64"),
+            std::string::npos);
+  json msgs = json::array();
+  for (int i = 0; i < 4097; ++i) msgs.push_back({{"role", "user"}, {"content", "x"}});
+  EXPECT_NE(ParseError(json{{"messages", msgs}}.dump(), Endpoint::kChat)
+                .find("messages has 4097 entries"),
+            std::string::npos);
+}
+
+TEST(ProtocolTest, SeedPlusNMustStayAnInt64) {
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "seed": 9223372036854775807, "n": 1})"), "ok");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "seed": 9223372036854775806, "n": 2})"), "ok");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "seed": 9223372036854775807, "n": 2})"),
+            R"({"error":{"code":"invalid_value","message":"seed = 9223372036854775807: with )"
+            R"(n = 2 the seeds seed..seed+n-1 must be <= 9223372036854775807","param":"seed",)"
+            R"("type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, ValuesThatBreakTheMathAreRejected) {
+  EXPECT_NE(ParseError(R"({"prompt": [1], "repetition_penalty": 1e-30})")
+                .find("repetition_penalty = 0.000000: must be in [0.01, 100]"),
+            std::string::npos);
+  EXPECT_NE(ParseError(R"({"prompt": [1], "repetition_penalty": 1e300})").find("[0.01, 100]"),
+            std::string::npos);
+  EXPECT_NE(ParseError(R"({"prompt": [1], "presence_penalty": 1e300})").find("[-2, 2]"),
+            std::string::npos);
+  EXPECT_NE(ParseError(R"({"prompt": [1], "temperature": 1e300})").find("temperature"),
+            std::string::npos);
+  // A denormal temperature is accepted and samples greedily (SamplingParams::kMinTemperature).
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "temperature": 1e-40})"), "ok");
+}
+
 }  // namespace
 }  // namespace peng::server
