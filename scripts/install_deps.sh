@@ -11,7 +11,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcpp-httplib-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip
-  unzip ca-certificates
+  unzip ca-certificates iproute2
   prometheus  # promtool, to check /metrics in the tests
 )
 
