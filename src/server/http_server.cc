@@ -377,6 +377,9 @@ class Connection : public Responder, public std::enable_shared_from_this<Connect
       self->queued_bytes_ -= n;
       self->in_flight_.clear();
       if (ec) return self->Close();
+      // An expired timer would fail the next operation at once (say, a stream's next chunk
+      // after a long wait for tokens): disarm it until the next read or write arms it again.
+      if (self->state_ != State::kReading) self->stream_.expires_never();
       self->Flush();
     });
   }
@@ -507,7 +510,8 @@ void HttpServer::Impl::Accept() {
     beast::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);
     const bool over = connections_.load() >= opt_.max_connections;
-    std::make_shared<Connection>(std::move(s), this)->Start(over);
+    auto conn = std::make_shared<Connection>(std::move(s), this);
+    conn->Post([conn, over] { conn->Start(over); });  // everything of a connection on its strand
     Accept();
   });
 }

@@ -228,7 +228,8 @@ void Server::OnRequest(http::Request req, std::shared_ptr<http::Responder> out) 
     r.body = std::string(OpenApiJson());
     return out->Send(std::move(r));
   }
-  StartGeneration(std::move(req), std::move(out), req.path == "/v1/chat/completions");
+  const bool chat = req.path == "/v1/chat/completions";
+  StartGeneration(std::move(req), std::move(out), chat);
 }
 
 http::Response Server::Models() const {
