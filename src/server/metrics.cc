@@ -103,7 +103,7 @@ void ServerMetrics::RecordFinished(const std::string& finish_reason) {
   ++finished_[finish_reason];
 }
 
-std::string ServerMetrics::Render(const EngineStats& s) const {
+std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections) const {
   const std::string& l = model_label_;
   std::string out;
   auto gauge = [&](const char* name, const char* help, double v) {
@@ -132,6 +132,13 @@ std::string ServerMetrics::Render(const EngineStats& s) const {
   gauge("kv_cache_fragmentation_max_perc",
         "Max of kv_cache_fragmentation_perc over engine steps with running requests.",
         s.kv_fragmentation_max);
+  counter("request_failure_total",
+          "Requests that failed inside the engine (finish_reason error); the engine went on.",
+          static_cast<double>(s.requests_failed_total));
+  if (http_connections >= 0) {
+    gauge("http_connections", "Open client connections.",
+          static_cast<double>(http_connections));
+  }
   counter("prefix_cache_queries_total", "Prefix cache queries, in number of queried tokens.",
           static_cast<double>(s.prefix_cache_queries));
   counter("prefix_cache_hits_total", "Prefix cache hits, in number of cached tokens.",

@@ -43,7 +43,8 @@ class ServerMetrics {
   // One finished completion (a choice) with its finish reason ("stop", "length", "abort").
   void RecordFinished(const std::string& finish_reason);
 
-  std::string Render(const EngineStats& stats) const;
+  // `http_connections`: open client connections (the front end's), exported when >= 0.
+  std::string Render(const EngineStats& stats, int64_t http_connections = -1) const;
 
  private:
   const std::string model_label_;  // model_name="..."

@@ -303,7 +303,9 @@ void Server::TaskEnded() {
   if (--active_ == 0) cv_.notify_all();
 }
 
-std::string Server::MetricsText() const { return metrics_.Render(engine_->GetStats()); }
+std::string Server::MetricsText() const {
+  return metrics_.Render(engine_->GetStats(), static_cast<int64_t>(http_->connections()));
+}
 
 Status Server::Bind() { return http_->Bind(); }
 
