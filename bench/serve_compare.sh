@@ -7,6 +7,8 @@
 # (median over reps) and the ratio, and peng's KV fragmentation from /metrics.
 # Usage: bench/serve_compare.sh [MODEL] [THREADS=2] [REPS=2] [CONCURRENCIES="16 32"]
 # Env: INPUT_LEN (128), OUTPUT_LEN (64). Results: out/serve/*.json, out/serve/summary.txt.
+# PEER=/path/to/another/peng compares two peng binaries instead (same flags for both), e.g.
+# the build of an earlier commit: before/after a change to the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/smollm2-135m-instruct-q4_1.gguf}
@@ -17,8 +19,13 @@ IN=${INPUT_LEN:-128}
 OUT=${OUTPUT_LEN:-64}
 PENG=build/tools/peng
 LLAMA=out/llama.cpp/bin/llama-server
+PEER=${PEER:-llama}
 mkdir -p out/serve
-[[ -x $LLAMA ]] || { echo "serve_compare: build llama-server first: bench/build_llama_server.sh" >&2; exit 1; }
+if [[ $PEER == llama ]]; then
+  [[ -x $LLAMA ]] || { echo "serve_compare: build llama-server first: bench/build_llama_server.sh" >&2; exit 1; }
+else
+  [[ -x $PEER ]] || { echo "serve_compare: PEER=$PEER is not an executable" >&2; exit 1; }
+fi
 
 wait_health() {  # url
   for _ in $(seq 1 240); do
@@ -34,12 +41,14 @@ run_one() {  # engine conc rep
   local engine=$1 c=$2 rep=$3 port=$next_port pid
   next_port=$((next_port + 1))  # a fresh port each run: no waiting for the old socket
   local ctx=$(( c * (IN * 2 + OUT + 64) ))
-  if [[ $engine == peng ]]; then
-    "$PENG" serve "$MODEL" --host 127.0.0.1 --port $port --threads "$THREADS" \
-      --max-num-seqs "$c" --max-model-len $(( IN * 2 + OUT + 64 )) > out/serve/peng.log 2>&1 &
+  if [[ $engine == peng || $PEER != llama ]]; then
+    local bin=$PENG
+    [[ $engine == peng ]] || bin=$PEER
+    "$bin" serve "$MODEL" --host 127.0.0.1 --port $port --threads "$THREADS" \
+      --max-num-seqs "$c" --max-model-len $(( IN * 2 + OUT + 64 )) > "out/serve/$engine.log" 2>&1 &
   else
     "$LLAMA" -m "$MODEL" --host 127.0.0.1 --port $port -t "$THREADS" -tb "$THREADS" \
-      -np "$c" -c $ctx --no-webui > out/serve/llama.log 2>&1 &
+      -np "$c" -c $ctx --no-webui > out/serve/peer.log 2>&1 &
   fi
   pid=$!
   wait_health "http://127.0.0.1:$port"
@@ -56,20 +65,21 @@ run_one() {  # engine conc rep
 for c in $CONCS; do
   for rep in $(seq 1 "$REPS"); do
     run_one peng "$c" "$rep"
-    run_one llama "$c" "$rep"
+    run_one peer "$c" "$rep"
   done
 done
 
-python3 - "$CONCS" "$REPS" <<'PY' | tee out/serve/summary.txt
+python3 - "$CONCS" "$REPS" "$PEER" <<'PY' | tee out/serve/summary.txt
 import json, statistics, sys
 concs, reps = sys.argv[1].split(), int(sys.argv[2])
-print(f"{'clients':>8} {'peng tok/s':>12} {'llama.cpp tok/s':>16} {'ratio':>7} {'peng TTFT p50':>14} {'llama TTFT p50':>15} {'peng frag mean/max':>20}")
+peer = "llama.cpp" if sys.argv[3] == "llama" else "peer"
+print(f"{'clients':>8} {'peng tok/s':>12} {peer + ' tok/s':>16} {'ratio':>7} {'peng TTFT p50':>14} {peer + ' TTFT p50':>15} {'peng frag mean/max':>20}")
 for c in concs:
     def vals(e, key=lambda s: s["output_throughput"]):
         return [key(json.load(open(f"out/serve/{e}_c{c}_r{r}.json"))["summary"]) for r in range(1, reps + 1)]
-    p, l = statistics.median(vals("peng")), statistics.median(vals("llama"))
+    p, l = statistics.median(vals("peng")), statistics.median(vals("peer"))
     pt = statistics.median(vals("peng", lambda s: s["ttft_ms"]["median"]))
-    lt = statistics.median(vals("llama", lambda s: s["ttft_ms"]["median"]))
+    lt = statistics.median(vals("peer", lambda s: s["ttft_ms"]["median"]))
     frag = []
     for r in range(1, reps + 1):
         kv = dict(line.split()[0].split("{")[0:1] + [float(line.split()[-1])] for line in open(f"out/serve/peng_c{c}_r{r}.frag"))
