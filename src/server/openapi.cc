@@ -16,7 +16,7 @@ std::string_view OpenApiJson() {
   "info": {
     "title": "peng",
     "version": "0.1.0",
-    "description": "OpenAI-compatible API of `peng serve`: text completions and chat completions (JSON, or Server-Sent Events with \"stream\": true), the served model, health, Prometheus metrics and this document. Unknown request fields are ignored; every optional field may be null, which is the same as leaving it out. Every error is OpenAI's error object. Besides the statuses listed per operation, any request may get 400 (malformed HTTP), 431 (request headers too large) or 503 (too many open connections) from the HTTP layer itself."
+    "description": "OpenAI-compatible API of `peng serve`: text completions and chat completions (JSON, or Server-Sent Events with \"stream\": true), the served model, health, Prometheus metrics and this document. Unknown request fields are ignored; every optional field may be null, which is the same as leaving it out. Every error is OpenAI's error object. Besides the statuses listed per operation, any request may get 400 (malformed HTTP), 413 (body larger than `--max-body-bytes`), 431 (request headers too large) or 503 (too many open connections) from the HTTP layer itself."
   },
   "servers": [{"url": "/"}],
   "tags": [
@@ -314,8 +314,7 @@ std::string_view OpenApiJson() {
               {"type": "array", "items": {"$ref": "#/components/schemas/TextContentPart"}},
               {"$ref": "#/components/schemas/Null"}
             ]
-          },
-          "name": {"type": "string"}
+          }
         }
       },
       "ChatCompletionRequest": {
