@@ -37,6 +37,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::string> kwarg_names;  // parallel to args[1..] for calls, filters, tests
   bool negated = false;                  // `is not`
+  int height = 1;                        // levels of this tree (the parser bounds it)
   int line = 0;
   int column = 0;
 };

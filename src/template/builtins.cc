@@ -14,6 +14,17 @@ Status UndefinedError(const Value& v) {
 
 bool IsPySpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+Status BudgetError(const char* what) {
+  return ResourceExhausted(std::string(what) + ": the template's work limit is exhausted");
+}
+
+// Bytes of the UTF-8 character at s[i] (1 for stray bytes), clipped to the string.
+size_t CharLen(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  return std::min(n, s.size() - i);
+}
+
 std::string Strip(const std::string& s, const Value* chars, bool left, bool right) {
   auto strip_char = [&](char c) {
     if (chars && chars->is_string()) return chars->as_string().find(c) != std::string::npos;
@@ -35,8 +46,8 @@ Value SplitString(const std::string& s, const Value* sep, const Value* maxsplit_
   if (sep && sep->is_string() && !sep->as_string().empty()) {
     const std::string& d = sep->as_string();
     size_t start = 0;
-    while (maxsplit != 0) {
-      const size_t p = s.find(d, start);
+    while (maxsplit != 0 && !WorkBudget::Exhausted()) {
+      const size_t p = FindSubstring(s, d, start);
       if (p == std::string::npos) break;
       parts.push_back(Value::String(s.substr(start, p - start)));
       start = p + d.size();
@@ -46,7 +57,7 @@ Value SplitString(const std::string& s, const Value* sep, const Value* maxsplit_
     return Value::List(std::move(parts));
   }
   size_t i = 0;
-  while (i < s.size()) {  // whitespace split drops empty parts
+  while (i < s.size() && !WorkBudget::Exhausted()) {  // whitespace split drops empty parts
     while (i < s.size() && IsPySpace(s[i])) ++i;
     if (i >= s.size()) break;
     if (maxsplit == 0) {
@@ -67,13 +78,15 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   std::string out;
   size_t start = 0;
   while (count != 0) {
-    const size_t p = s.find(from, start);
+    const size_t p = FindSubstring(s, from, start);
     if (p == std::string::npos) break;
-    out += s.substr(start, p - start) + to;
+    // The output can be |s| / |from| * |to| bytes: charged as it grows.
+    if (!WorkBudget::Charge(static_cast<int64_t>(p - start + to.size()))) return out;
+    out.append(s, start, p - start).append(to);
     start = p + from.size();
     --count;
   }
-  return out + s.substr(start);
+  return out.append(s, start, std::string::npos);
 }
 
 bool AffixMatch(const std::string& s, const Value& affix, bool prefix) {
@@ -116,14 +129,14 @@ StatusOr<Value> StringMethod(const std::string& s, const std::string& name, cons
   }
   if (name == "find") {
     if (!a0 || !a0->is_string()) return InvalidArgument("find() needs a string");
-    const size_t p = s.find(a0->as_string());
-    return Value::Int(p == std::string::npos ? -1 : static_cast<int64_t>(Utf8Chars(s.substr(0, p)).size()));
+    const size_t p = FindSubstring(s, a0->as_string());
+    return Value::Int(p == std::string::npos ? -1 : CountChars(s.substr(0, p)));
   }
   if (name == "count") {
     if (!a0 || !a0->is_string() || a0->as_string().empty()) return InvalidArgument("count() needs a string");
     int64_t n = 0;
-    for (size_t p = s.find(a0->as_string()); p != std::string::npos;
-         p = s.find(a0->as_string(), p + a0->as_string().size())) {
+    for (size_t p = FindSubstring(s, a0->as_string()); p != std::string::npos;
+         p = FindSubstring(s, a0->as_string(), p + a0->as_string().size())) {
       ++n;
     }
     return Value::Int(n);
@@ -134,10 +147,14 @@ StatusOr<Value> StringMethod(const std::string& s, const std::string& name, cons
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) return InvalidArgument("join(): sequence item is not a string");
+      // The separator repeats once per item: charged as the output grows.
+      if (!WorkBudget::Charge(static_cast<int64_t>((i ? s.size() : 0) + items[i].as_string().size()))) {
+        return ResourceExhausted("join(): the template's work limit is exhausted");
+      }
       if (i) out += s;
       out += items[i].as_string();
     }
-    return Value::String(out);
+    return Value::String(std::move(out));
   }
   return Value::Undefined("'str object' has no attribute '" + name + "'");
 }
@@ -151,6 +168,9 @@ StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallAr
     return found ? *found : def ? *def : Value::None();
   }
   ValueList out;
+  if (!WorkBudget::Charge(static_cast<int64_t>(d.as_dict().size()) * WorkBudget::kElementBytes * 2)) {
+    return BudgetError(name.c_str());
+  }
   for (const auto& [k, v] : d.as_dict()) {
     if (name == "items") out.push_back(Value::List({Value::String(k), v}));
     else if (name == "keys") out.push_back(Value::String(k));
@@ -224,7 +244,11 @@ std::string MapCase(const std::string& s, CaseMode mode) {
   std::string out;
   bool word_start = true;
   bool first = true;
-  for (const std::string& c : Utf8Chars(s)) {
+  WorkBudget::Charge(static_cast<int64_t>(s.size()));
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = CharLen(s, i);
+    const std::string c = s.substr(i, n);
+    i += n;
     const uint32_t cp = DecodeUtf8(c);
     bool upper = mode == CaseMode::kUpper;
     if (mode == CaseMode::kTitle) upper = word_start;
@@ -241,27 +265,70 @@ std::string MapCase(const std::string& s, CaseMode mode) {
 
 std::vector<std::string> Utf8Chars(const std::string& s) {
   std::vector<std::string> out;
+  // Each character becomes a std::string of its own: charged per character, before they are
+  // built (nothing is built once the budget is spent).
+  if (!WorkBudget::Charge(CountChars(s) * static_cast<int64_t>(sizeof(std::string)))) return out;
   for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    n = std::min(n, s.size() - i);
+    const size_t n = CharLen(s, i);
     out.push_back(s.substr(i, n));
     i += n;
   }
   return out;
 }
 
+int64_t CountChars(const std::string& s) {
+  WorkBudget::Charge(static_cast<int64_t>(s.size()));
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size(); i += CharLen(s, i)) ++n;
+  return n;
+}
+
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t from) {
+  if (from > haystack.size()) return std::string_view::npos;
+  WorkBudget::Charge(static_cast<int64_t>(haystack.size() - from + needle.size()));
+  // Short needles: the library search is at most |haystack| * 16 steps.
+  if (needle.size() <= 16) return haystack.find(needle, from);
+  // Knuth-Morris-Pratt: fail[i] = length of the longest proper border of needle[0..i].
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < haystack.size(); ++i) {
+    while (k > 0 && haystack[i] != needle[k]) k = fail[k - 1];
+    if (haystack[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - needle.size();
+  }
+  return std::string_view::npos;
+}
+
 StatusOr<std::vector<Value>> Iterate(const Value& v) {
   std::vector<Value> out;
   switch (v.kind()) {
     case Value::Kind::kUndefined: return out;
-    case Value::Kind::kList: return v.as_list();
+    case Value::Kind::kList:
+      if (!WorkBudget::Charge(static_cast<int64_t>(v.as_list().size()) * WorkBudget::kElementBytes)) {
+        return BudgetError("iteration");
+      }
+      return v.as_list();
     case Value::Kind::kDict:
+      if (!WorkBudget::Charge(static_cast<int64_t>(v.as_dict().size()) * WorkBudget::kElementBytes)) {
+        return BudgetError("iteration");
+      }
       for (const auto& [k, e] : v.as_dict()) out.push_back(Value::String(k));
       return out;
-    case Value::Kind::kString:
+    case Value::Kind::kString: {
+      // Every character becomes a string value: charged before any is built.
+      const int64_t n = CountChars(v.as_string());
+      if (!WorkBudget::Charge(n * (WorkBudget::kElementBytes + WorkBudget::kStringBytes))) {
+        return BudgetError("iteration");
+      }
+      WorkBudget::Pause charged;  // the strings below are paid for
+      out.reserve(static_cast<size_t>(n));
       for (auto& c : Utf8Chars(v.as_string())) out.push_back(Value::String(std::move(c)));
       return out;
+    }
     default: return InvalidArgument(std::string("'") + v.TypeName() + "' object is not iterable");
   }
 }
@@ -269,7 +336,7 @@ StatusOr<std::vector<Value>> Iterate(const Value& v) {
 StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(Utf8Chars(v.as_string()).size());
+    case Value::Kind::kString: return CountChars(v.as_string());
     case Value::Kind::kList: return static_cast<int64_t>(v.as_list().size());
     case Value::Kind::kDict:
     case Value::Kind::kNamespace: return static_cast<int64_t>(v.as_dict().size());
@@ -279,36 +346,56 @@ StatusOr<int64_t> Length(const Value& v) {
 
 StatusOr<Value> Slice(const Value& v, const Value& start_v, const Value& stop_v, const Value& step_v) {
   if (v.is_undefined()) return UndefinedError(v);
-  std::vector<Value> items;
-  if (v.is_string()) {
-    for (auto& c : Utf8Chars(v.as_string())) items.push_back(Value::String(std::move(c)));
-  } else if (v.is_list()) {
-    items = v.as_list();
-  } else {
+  if (!v.is_string() && !v.is_list()) {
     return InvalidArgument(std::string("'") + v.TypeName() + "' object is not subscriptable");
+  }
+  // Strings are sliced by code point: offsets[i] is where character i starts.
+  std::vector<size_t> offsets;
+  if (v.is_string()) {
+    const std::string& s = v.as_string();
+    if (!WorkBudget::Charge(static_cast<int64_t>(s.size() * sizeof(size_t)))) return BudgetError("slice");
+    for (size_t i = 0; i < s.size(); i += CharLen(s, i)) offsets.push_back(i);
+    offsets.push_back(s.size());
   }
   for (const Value* p : {&start_v, &stop_v, &step_v}) {
     if (!p->is_undefined() && !p->is_none() && !p->is_int()) {
       return InvalidArgument("slice indices must be integers or None");
     }
   }
-  const int64_t n = static_cast<int64_t>(items.size());
+  const int64_t n = v.is_string() ? static_cast<int64_t>(offsets.size()) - 1
+                                  : static_cast<int64_t>(v.as_list().size());
   const int64_t step = step_v.is_int() ? step_v.as_int() : 1;
   if (step == 0) return InvalidArgument("slice step cannot be zero");
   auto norm = [&](const Value& x, int64_t dflt) {
     if (!x.is_int()) return dflt;
     int64_t i = x.as_int();
-    if (i < 0) i += n;
+    if (i < 0) i = i < -n ? -n - 1 : i + n;  // no overflow for i near INT64_MIN
     return step > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
   };
   const int64_t start = norm(start_v, step > 0 ? 0 : n - 1);
   const int64_t stop = norm(stop_v, step > 0 ? n : -1);
-  std::vector<Value> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(items[i]);
-  if (!v.is_string()) return Value::List(std::move(out));
+  // Indices start, start + step, ... before stop; computed without overflowing for any step.
+  std::vector<int64_t> picked;
+  if (!WorkBudget::Charge((step > 0 ? stop - start : start - stop) * static_cast<int64_t>(sizeof(int64_t)))) {
+    return BudgetError("slice");
+  }
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    picked.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
+  if (v.is_list()) {
+    ValueList out;
+    out.reserve(picked.size());
+    for (int64_t i : picked) out.push_back(v.as_list()[static_cast<size_t>(i)]);
+    return Value::List(std::move(out));
+  }
+  const std::string& str = v.as_string();
+  if (step == 1 && !picked.empty()) {
+    return Value::String(str.substr(offsets[picked.front()], offsets[picked.back() + 1] - offsets[picked.front()]));
+  }
   std::string s;
-  for (const Value& c : out) s += c.as_string();
-  return Value::String(s);
+  for (int64_t i : picked) s.append(str, offsets[i], offsets[i + 1] - offsets[i]);
+  return Value::String(std::move(s));
 }
 
 StatusOr<Value> GetItem(const Value& v, const Value& key) {
@@ -323,22 +410,28 @@ StatusOr<Value> GetItem(const Value& v, const Value& key) {
       return Value::Undefined(std::string("'") + v.TypeName() + " object' has no attribute '" +
                               key.Str() + "'");
     }
-    std::vector<std::string> chars;
-    if (v.is_string()) chars = Utf8Chars(v.as_string());
-    const int64_t n = static_cast<int64_t>(v.is_list() ? v.as_list().size() : chars.size());
-    const int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
+    const int64_t n = v.is_list() ? static_cast<int64_t>(v.as_list().size()) : CountChars(v.as_string());
+    const int64_t i = key.as_int() < 0 && key.as_int() >= -n ? key.as_int() + n : key.as_int();
     if (i < 0 || i >= n) return Value::Undefined(std::string(v.TypeName()) + " object has no element " + key.Str());
-    return v.is_list() ? v.as_list()[i] : Value::String(chars[i]);
+    if (v.is_list()) return v.as_list()[static_cast<size_t>(i)];
+    const std::string& s = v.as_string();
+    size_t at = 0;
+    for (int64_t k = 0; k < i; ++k) at += CharLen(s, at);
+    return Value::String(s.substr(at, CharLen(s, at)));
   }
   return Value::Undefined(std::string("'") + v.TypeName() + " object' has no attribute '" + key.Str() + "'");
 }
 
 StatusOr<int> Compare(const Value& a, const Value& b) {
+  if (!WorkBudget::Charge(WorkBudget::kElementBytes)) {
+    return ResourceExhausted("comparison: the template's work limit is exhausted");
+  }
   if (a.is_number() && b.is_number()) {
     const double x = a.as_double(), y = b.as_double();
     return x < y ? -1 : x > y ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
+    WorkBudget::Charge(static_cast<int64_t>(std::min(a.as_string().size(), b.as_string().size())));
     const int c = a.as_string().compare(b.as_string());
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
@@ -382,17 +475,18 @@ StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const CallArgs
     if (!v.is_int()) return InvalidArgument("test '" + name + "' needs an integer");
     const int64_t d = name == "divisibleby" ? (a0 && a0->is_int() ? a0->as_int() : 0) : 2;
     if (d == 0) return InvalidArgument("divisibleby needs a nonzero integer");
-    const bool divisible = v.as_int() % d == 0;
+    const bool divisible = d == -1 || v.as_int() % d == 0;  // INT64_MIN % -1 overflows
     return name == "odd" ? !divisible : divisible;
   }
   if (!a0) return InvalidArgument("unknown test '" + name + "' or missing argument");
   if (name == "eq" || name == "equalto" || name == "==" || name == "sameas") return v.Equals(*a0);
   if (name == "ne" || name == "!=") return !v.Equals(*a0);
   if (name == "in") {
+    if (a0->is_string() && v.is_string()) return FindSubstring(a0->as_string(), v.as_string()) != std::string::npos;
     PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a0));
-    if (a0->is_string() && v.is_string()) return a0->as_string().find(v.as_string()) != std::string::npos;
     for (const Value& x : items) {
       if (x.Equals(v)) return true;
+      if (WorkBudget::Exhausted()) return ResourceExhausted("'in': the template's work limit is exhausted");
     }
     return false;
   }

@@ -5,7 +5,9 @@
 // sliced and measured in code points. Stateless and thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -24,6 +26,12 @@ bool HasMethod(const Value& object, const std::string& name);
 StatusOr<std::vector<Value>> Iterate(const Value& v);
 // Code points of a UTF-8 string, each as its own string.
 std::vector<std::string> Utf8Chars(const std::string& s);
+// Number of code points (as Utf8Chars counts them), without building them.
+int64_t CountChars(const std::string& s);
+// First occurrence of `needle` in `haystack` at or after byte `from`, or npos, in
+// O(|haystack| + |needle|) whatever the text (a naive search is quadratic on inputs like
+// "aaaa...a" / "aa...ab", which a template can build). Charged to the WorkBudget.
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t from = 0);
 // str.upper()/str.lower() for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic; other code
 // points pass through unchanged. `title` upper-cases the first letter of each word and lowers
 // the rest; `capitalize` does that for the first letter of the string only.

@@ -3,6 +3,26 @@
 #include "template/parser.h"
 
 namespace peng {
+namespace {
+
+// Whether `j` nests arrays/objects deeper than `limit`; recurses at most limit + 1 levels, so
+// it is safe on any input (converting or copying a deeper one would recurse without bound).
+template <typename Json>
+bool DeeperThan(const Json& j, int limit) {
+  if (!j.is_structured()) return false;
+  if (limit <= 0) return true;
+  for (const auto& e : j) {
+    if (DeeperThan(e, limit - 1)) return true;
+  }
+  return false;
+}
+
+Status TooDeep(const char* what, int limit) {
+  return ResourceExhausted(std::string("chat template ") + what + " nested deeper than " +
+                           std::to_string(limit) + " levels of lists and dicts");
+}
+
+}  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
   PENG_ASSIGN_OR_RETURN(tmpl::NodeList nodes, tmpl::ParseTemplate(source));
@@ -17,10 +37,12 @@ StatusOr<std::string> ChatTemplate::RenderValue(const tmpl::Value& context) cons
 }
 
 StatusOr<std::string> ChatTemplate::Render(const nlohmann::json& context) const {
+  if (DeeperThan(context, limits_.max_value_depth)) return TooDeep("context", limits_.max_value_depth);
   return RenderValue(tmpl::Value::FromJson(context));
 }
 
 StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
+  if (DeeperThan(context, limits_.max_value_depth)) return TooDeep("context", limits_.max_value_depth);
   return RenderValue(tmpl::Value::FromJson(context));
 }
 
@@ -28,6 +50,10 @@ StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohman
                                         bool add_generation_prompt, const std::string& bos_token,
                                         const std::string& eos_token, const nlohmann::json& extra) {
   PENG_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::Parse(source));
+  // Checked before the copies below, which recurse as deep as the values go.
+  const int depth_limit = tmpl::RenderLimits().max_value_depth - 1;
+  if (DeeperThan(messages, depth_limit)) return TooDeep("messages", depth_limit);
+  if (DeeperThan(extra, depth_limit)) return TooDeep("variables", depth_limit);
   nlohmann::json context = nlohmann::json::object();
   context["messages"] = messages;
   context["tools"] = nullptr;  // transformers always passes tools and documents, None when absent

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -202,6 +203,142 @@ TEST(ErrorTest, RunawayTemplatesAreStopped) {
   t->set_limits(limits);
   StatusOr<std::string> out = t->Render(nlohmann::json::object());
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+}
+
+// Renders `source` under `limits`; the Status.
+Status RenderWithLimits(const std::string& source, const tmpl::RenderLimits& limits,
+                        const std::string& context = "{}") {
+  StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+  if (!t.ok()) return t.status();
+  t->set_limits(limits);
+  StatusOr<std::string> out = t->Render(ordered_json::parse(context));
+  return out.ok() ? OkStatus() : out.status();
+}
+
+bool Mentions(const Status& s, const std::string& what) {
+  return s.message().find(what) != std::string::npos;
+}
+
+// Found by fuzz/jinja_fuzz.cc: integer results past 64 bits were undefined behaviour (signed
+// overflow, INT64_MIN / -1 trapping, float-to-int casts of huge powers); now an error, and
+// ** is exact.
+TEST(LimitsTest, IntegerOverflowIsAnError) {
+  EXPECT_EQ(Render("{{ 3 ** 39 }} {{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 2 ** -1 }} {{ 7 // -1 }} {{ 7 % -1 }}"),
+            "4052555153018976267 4611686018427387904 -9223372036854775808 0.5 -7 0");
+  for (const char* src : {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                          "{{ 4294967296 * 4294967296 }}", "{{ 2 ** 63 }}", "{{ 10 ** 30 }}",
+                          "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+                          "{{ (-9223372036854775807 - 1) | abs }}"}) {
+    const Status s = RenderError(src);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << src;
+    EXPECT_TRUE(Mentions(s, "integer overflow")) << src << ": " << s.message();
+  }
+  EXPECT_TRUE(Mentions(RenderError("{{ 99999999999999999999 }}"), "does not fit in 64 bits"));
+  EXPECT_TRUE(Mentions(RenderError("{{ 1e300 | int }}"), "out of the 64-bit integer range"));
+  EXPECT_TRUE(Mentions(RenderError("{{ '99999999999999999999' | int }}"), "out of the 64-bit integer range"));
+  EXPECT_EQ(Render("{{ 'nan' | float | int }} {{ -2.7 | int }} {{ '12' | int(5) }} {{ 'x' | int(5) }}"), "0 -2 12 5");
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}"), "True");
+}
+
+TEST(LimitsTest, RangesAndSlicesNearTheIntegerLimits) {
+  EXPECT_EQ(Render("{{ range(9223372036854775806, 9223372036854775807, 100) }}"), "[9223372036854775806]");
+  EXPECT_EQ(Render("{{ range(-9223372036854775807, -9223372036854775807 - 1, -5) }}"), "[-9223372036854775807]");
+  EXPECT_EQ(Render("{{ [1, 2, 3][1::9223372036854775807] }} {{ 'héllo'[::-9223372036854775807] }}"), "[2] o");
+  EXPECT_EQ(Render("{{ 'héllo'[-9223372036854775807:2] }} {{ 'héllo'[1] }} {{ 'héllo'[-1] }} {{ 'héllo'[-6] }}|"),
+            "hé é o |");
+  EXPECT_EQ(Render("{{ 'x\ny' | indent(-3) }}|{{ 'x\ny' | indent(2, true) }}"), "x\ny|  x\n  y");
+}
+
+// Values that contain themselves (through a namespace) used to leak and print forever.
+TEST(LimitsTest, NamespaceCyclesAreBrokenAfterTheRender) {
+  EXPECT_EQ(Render("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{% set ns.b = [ns, {'n': ns}] %}{{ ns.a }} {{ ns.b }}"),
+            "<Namespace> [<Namespace>, {'n': <Namespace>}]");
+  EXPECT_TRUE(Mentions(RenderError("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns | tojson }}"),
+                       "nested too deeply"));
+}
+
+// A list nested a million levels deep overflowed the stack when it was freed or printed.
+TEST(LimitsTest, DeeplyNestedValuesAreRefused) {
+  Status s = RenderError("{% set ns = namespace(x=1) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(s, "value nested deeper than 128 levels")) << s.message();
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  StatusOr<std::string> out = ApplyChatTemplate("{{ messages }}", nlohmann::json::parse(deep), false, "", "");
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(out.status(), "messages nested deeper")) << out.status().message();
+  nlohmann::json extra = nlohmann::json::object();
+  extra["x"] = nlohmann::json::parse(deep);  // moved, not copied: a copy would recurse
+  out = ApplyChatTemplate("{{ x }}", nlohmann::json::array(), false, "", "", extra);
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(Render("{{ x }}", R"({"x": [[[[[1]]]]]})"), "[[[[[1]]]]]");
+}
+
+// Recursion of statements, expressions and macro calls is bounded, so that no template can
+// overflow the stack: blocks nested in a recursive macro used to.
+TEST(LimitsTest, NestingIsBounded) {
+  std::string src = "{% macro f(n) %}";
+  for (int i = 0; i < 150; ++i) src += "{% if true %}";
+  src += "{% if n > 0 %}{{ f(n - 1) }}{% endif %}";
+  for (int i = 0; i < 150; ++i) src += "{% endif %}";
+  src += "{% endmacro %}{{ f(99) }}";
+  Status s = RenderError(src);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(s, "template nesting limit (256)")) << s.message();
+  // Chains the grammar builds in a loop are as tall as they are long: refused when parsed.
+  for (const auto& [head, link, tail] : {std::tuple{"", "1 + ", "1"}, std::tuple{"x", ".a", ""},
+                                         std::tuple{"x", " | f", ""}, std::tuple{"f", "()", ""},
+                                         std::tuple{"x", "[0]", ""}, std::tuple{"x", " is defined", ""}}) {
+    std::string chain = std::string("{{ ") + head;
+    for (int i = 0; i < 5000; ++i) chain += link;
+    chain += std::string(tail) + " }}";
+    s = RenderError(chain);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << link;
+    EXPECT_TRUE(Mentions(s, "expression nested too deeply")) << link << ": " << s.message();
+  }
+  EXPECT_EQ(Render("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) | length }}"),
+            "71");
+}
+
+TEST(LimitsTest, StepsAreBounded) {
+  tmpl::RenderLimits limits;
+  limits.max_steps = 10000;
+  const Status s = RenderWithLimits("{% for i in range(100000) %}{{ i }}{% endfor %}", limits);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Mentions(s, "template step limit (10000 statements and expressions)")) << s.message();
+  EXPECT_TRUE(RenderWithLimits("{% for i in range(1000) %}{{ i }}{% endfor %}", limits).ok());
+}
+
+// Work that the loop and output limits did not see: values built and thrown away in a loop,
+// strings doubled by concatenation, lists holding one big value many times over (printed,
+// compared or serialized), replace() and join() multiplying their input.
+TEST(LimitsTest, WorkIsBounded) {
+  tmpl::RenderLimits small;  // the same with less work allowed, to keep the test quick
+  small.max_work_bytes = 16 << 20;
+  for (const char* src : {
+           "{% for i in range(1000000) %}{% set x = range(1000000) %}{% endfor %}",
+           "{% for i in range(1000000) %}{% set x = 'a' * 16000000 %}{% endfor %}",
+           "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+           "{% set ns = namespace(a=[1]) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a }}",
+           "{% set ns = namespace(a=[1]) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a == ns.a }}",
+           "{% set ns = namespace(a=[1]) %}{% for i in range(64) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | tojson }}",
+           "{% set s = 'a' * 10000000 %}{{ s.replace('a', s) | length }}",
+           "{% set s = 'a' * 10000000 %}{{ ([1] * 10000) | join(s) | length }}",
+           "{{ {'a': 1} | tojson(indent=2000000000) }}",
+           "{{ ('x\n' * 1000000) | indent(100000) | length }}",
+           "{{ range(100000) | unique | list | length }}",  // quadratic: kept spinning once spent
+       }) {
+    const Status s = RenderWithLimits(src, small);
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << src << ": " << s.ToString();
+    EXPECT_TRUE(Mentions(s, "template work limit (16777216 bytes")) << src << ": " << s.message();
+  }
+  const Status s = RenderError("{{ {'a': 1} | tojson(indent=2000000000) }}");
+  EXPECT_TRUE(Mentions(s, "template work limit (268435456 bytes")) << s.message();
+  // Big but bounded work is fine, and fast: repetition by doubling, linear substring search.
+  EXPECT_EQ(Render("{{ ('a' * 10000000) | length }}"), "10000000");
+  EXPECT_EQ(Render("{% set s = 'a' * 2000000 %}{% set t = 'a' * 1000000 ~ 'b' %}{{ t in s }} {{ s.count(t) }} "
+                   "{{ (s ~ t).find(t) }} {{ (s ~ t).replace(t, 'c') | length }}"),
+            "False 0 2000000 2000001");
 }
 
 TEST(ChatTemplateTest, StrftimeNow) {

@@ -1,5 +1,8 @@
 // Built-in filters (see builtins.h).
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "template/builtins.h"
@@ -51,6 +54,7 @@ StatusOr<Value> SelectOrReject(const std::string& name, const Value& v, const Ca
   const CallArgs test_args = Rest(args, next);
   ValueList out;
   for (const Value& item : items) {
+    if (WorkBudget::Exhausted()) return ResourceExhausted(name + ": the template's work limit is exhausted");
     Value subject = item;
     if (by_attr) {
       PENG_ASSIGN_OR_RETURN(subject, Attribute(item, attr));
@@ -70,6 +74,7 @@ StatusOr<Value> Map(const Value& v, const CallArgs& args) {
   const Value* def = args.Get(SIZE_MAX, "default");
   ValueList out;
   for (const Value& item : items) {
+    if (WorkBudget::Exhausted()) return ResourceExhausted("map: the template's work limit is exhausted");
     if (attr) {
       PENG_ASSIGN_OR_RETURN(Value x, Attribute(item, attr->Str()));
       out.push_back(x.is_undefined() && def ? *def : x);
@@ -88,16 +93,22 @@ StatusOr<Value> Join(const Value& v, const CallArgs& args) {
   const Value* sep = args.Get(0, "d");
   const Value* attr = args.Get(1, "attribute");
   PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
+  const std::string separator = sep ? sep->Str() : std::string();
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (i && sep) out += sep->Str();
     Value x = items[i];
     if (attr) {
       PENG_ASSIGN_OR_RETURN(x, Attribute(x, attr->Str()));
     }
-    out += x.Str();
+    const std::string text = x.Str();
+    // The separator repeats once per item: charged as the output grows.
+    if (!WorkBudget::Charge(static_cast<int64_t>((i ? separator.size() : 0) + text.size()))) {
+      return ResourceExhausted("join: the template's work limit is exhausted");
+    }
+    if (i) out += separator;
+    out += text;
   }
-  return Value::String(out);
+  return Value::String(std::move(out));
 }
 
 }  // namespace
@@ -146,15 +157,28 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const CallA
     return a0 ? *a0 : Value::String("");
   }
   if (name == "int") {
+    // Python int(): NaN and text that is no number give the default (jinja catches the
+    // ValueError); values beyond 64 bits, which Python would keep as big ints, are an error.
+    auto from_double = [&](double f) -> StatusOr<Value> {
+      if (std::isnan(f)) return a0 ? *a0 : Value::Int(0);
+      if (!(f >= -0x1p63 && f < 0x1p63)) {
+        return InvalidArgument("int: " + FormatPythonFloat(f) + " is out of the 64-bit integer range");
+      }
+      return Value::Int(static_cast<int64_t>(f));
+    };
     if (v.is_int()) return Value::Int(v.as_int());
-    if (v.kind() == Value::Kind::kFloat) return Value::Int(static_cast<int64_t>(v.as_double()));
+    if (v.kind() == Value::Kind::kFloat) return from_double(v.as_double());
     if (v.is_string()) {
       char* end = nullptr;
       const std::string& s = v.as_string();
+      errno = 0;
       const long long x = std::strtoll(s.c_str(), &end, 10);
-      if (end != s.c_str() && *end == '\0') return Value::Int(x);
+      if (end != s.c_str() && *end == '\0') {
+        if (errno == ERANGE) return InvalidArgument("int: '" + s + "' is out of the 64-bit integer range");
+        return Value::Int(x);
+      }
       const double f = std::strtod(s.c_str(), &end);
-      if (end != s.c_str() && *end == '\0') return Value::Int(static_cast<int64_t>(f));
+      if (end != s.c_str() && *end == '\0') return from_double(f);
     }
     return a0 ? *a0 : Value::Int(0);
   }
@@ -169,7 +193,10 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const CallA
   }
   if (name == "abs") {
     if (v.kind() == Value::Kind::kFloat) return Value::Float(std::fabs(v.as_double()));
-    if (v.is_int()) return Value::Int(std::llabs(v.as_int()));
+    if (v.is_int()) {
+      if (v.as_int() == INT64_MIN) return InvalidArgument("abs: integer overflow");
+      return Value::Int(std::llabs(v.as_int()));
+    }
     return InvalidArgument("bad operand type for abs()");
   }
   if (name == "items") {
@@ -197,9 +224,10 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const CallA
   if (name == "unique") {
     PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(v));
     ValueList out;
-    for (const Value& x : items) {
+    for (const Value& x : items) {  // quadratic, like Jinja's for unhashable items; charged
       bool seen = false;
-      for (const Value& y : out) seen = seen || y.Equals(x);
+      for (size_t i = 0; i < out.size() && !seen; ++i) seen = out[i].Equals(x);
+      if (WorkBudget::Exhausted()) return ResourceExhausted("unique: the template's work limit is exhausted");
       if (!seen) out.push_back(x);
     }
     return Value::List(std::move(out));
@@ -207,16 +235,26 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const CallA
   if (name == "indent") {
     const Value* width_v = args.Get(0, "width");
     const Value* first_v = args.Get(1, "first");
-    const std::string pad = width_v && width_v->is_string()
-                                ? width_v->as_string()
-                                : std::string(width_v && width_v->is_int() ? width_v->as_int() : 4, ' ');
+    // Python: " " * width, so a negative width is no indentation.
+    const int64_t width = width_v && width_v->is_int() ? std::max<int64_t>(0, width_v->as_int()) : 4;
+    if (!(width_v && width_v->is_string()) && !WorkBudget::Charge(width)) {
+      return ResourceExhausted("indent: the template's work limit is exhausted");
+    }
+    const std::string pad = width_v && width_v->is_string() ? width_v->as_string()
+                                                            : std::string(static_cast<size_t>(width), ' ');
     const std::string s = v.Str();
     std::string out = first_v && first_v->Truthy() && !s.empty() ? pad : "";
     for (size_t i = 0; i < s.size(); ++i) {
       out.push_back(s[i]);
-      if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
+      if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') {
+        // The pad repeats once per line: charged as the output grows.
+        if (!WorkBudget::Charge(static_cast<int64_t>(pad.size()))) {
+          return ResourceExhausted("indent: the template's work limit is exhausted");
+        }
+        out += pad;
+      }
     }
-    return Value::String(out);
+    return Value::String(std::move(out));
   }
   return InvalidArgument("no filter named '" + name + "'");
 }

@@ -1,7 +1,9 @@
 #include "template/interpreter.h"
 
 #include <cmath>
+#include <cstdint>
 #include <ctime>
+#include <optional>
 #include <unordered_map>
 
 #include "template/builtins.h"
@@ -15,12 +17,37 @@ Status UndefinedError(const Value& v) {
   return InvalidArgument(v.as_string().empty() ? "value is undefined" : v.as_string());
 }
 
+Status IntegerOverflow(const std::string& op, int64_t a, int64_t b) {
+  return InvalidArgument("integer overflow: " + std::to_string(a) + " " + op + " " + std::to_string(b) +
+                         " does not fit in 64 bits");
+}
+
+// a ** b for b >= 0, exactly, or nullopt past 64 bits.
+std::optional<int64_t> IntPow(int64_t a, int64_t b) {
+  int64_t result = 1;
+  while (b > 0) {
+    if ((b & 1) && __builtin_mul_overflow(result, a, &result)) return std::nullopt;
+    b >>= 1;
+    if (b > 0 && __builtin_mul_overflow(a, a, &a)) return std::nullopt;
+  }
+  return result;
+}
+
 StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::String(a.as_string() + b.as_string());
+    // Charged before the result is built.
+    if (a.is_string() && b.is_string()) {
+      if (!WorkBudget::Charge(static_cast<int64_t>(a.as_string().size() + b.as_string().size()))) {
+        return ResourceExhausted("'+': the template's work limit is exhausted");
+      }
+      return Value::String(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list()) {
+      if (!WorkBudget::Charge(static_cast<int64_t>(a.as_list().size() + b.as_list().size()) * WorkBudget::kElementBytes)) {
+        return ResourceExhausted("'+': the template's work limit is exhausted");
+      }
       ValueList out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return Value::List(std::move(out));
@@ -33,12 +60,25 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
       return InvalidArgument("can't multiply sequence by non-int");
     }
     const int64_t n = std::max<int64_t>(0, times.as_int());
-    PENG_ASSIGN_OR_RETURN(int64_t len, Length(seq));
-    if (n * std::max<int64_t>(len, 1) > (16 << 20)) return ResourceExhausted("sequence repetition too large");
+    const int64_t len = seq.is_string() ? static_cast<int64_t>(seq.as_string().size())
+                                        : static_cast<int64_t>(seq.as_list().size());
+    constexpr int64_t kMaxRepeat = 16 << 20;  // bytes or elements of one result
+    if (n > kMaxRepeat / std::max<int64_t>(len, 1)) {
+      return ResourceExhausted("sequence repetition too large: " + std::to_string(n) + " copies of " +
+                               std::to_string(len) + (seq.is_string() ? " bytes" : " elements"));
+    }
     if (seq.is_string()) {
+      if (!WorkBudget::Charge(n * len)) return ResourceExhausted("sequence repetition: the template's work limit is exhausted");
+      // By doubling: n appends of a 1-byte string would be n calls.
+      const size_t total = static_cast<size_t>(n * len);
       std::string out;
-      for (int64_t i = 0; i < n; ++i) out += seq.as_string();
-      return Value::String(out);
+      out.reserve(total);
+      if (total > 0) out = seq.as_string();
+      while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
+      return Value::String(std::move(out));
+    }
+    if (!WorkBudget::Charge(n * len * WorkBudget::kElementBytes)) {
+      return ResourceExhausted("sequence repetition: the template's work limit is exhausted");
     }
     ValueList out;
     for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
@@ -58,6 +98,11 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     if (y == 0) return InvalidArgument("integer division or modulo by zero");
     if (ints) {
       const int64_t i = a.as_int(), j = b.as_int();
+      if (j == -1) {  // INT64_MIN / -1 overflows (and traps on x86)
+        if (op == "%") return Value::Int(0);
+        if (i == INT64_MIN) return IntegerOverflow(op, i, j);
+        return Value::Int(-i);
+      }
       int64_t q = i / j;
       if ((i % j != 0) && ((i < 0) != (j < 0))) --q;
       return Value::Int(op == "//" ? q : i - q * j);
@@ -66,13 +111,23 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     return Value::Float(op == "//" ? q : x - q * y);
   }
   if (op == "**") {
-    if (ints && b.as_int() >= 0) return Value::Int(static_cast<int64_t>(std::pow(x, y)));
+    if (ints && b.as_int() >= 0) {
+      const std::optional<int64_t> p = IntPow(a.as_int(), b.as_int());
+      if (!p) return IntegerOverflow(op, a.as_int(), b.as_int());
+      return Value::Int(*p);
+    }
+    if (x == 0 && y < 0) return InvalidArgument("0.0 cannot be raised to a negative power");
     return Value::Float(std::pow(x, y));
   }
   if (ints) {
-    if (op == "+") return Value::Int(a.as_int() + b.as_int());
-    if (op == "-") return Value::Int(a.as_int() - b.as_int());
-    if (op == "*") return Value::Int(a.as_int() * b.as_int());
+    int64_t r = 0;
+    bool overflow = false;
+    if (op == "+") overflow = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
+    else if (op == "-") overflow = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
+    else if (op == "*") overflow = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+    else return InvalidArgument("unknown operator " + op);
+    if (overflow) return IntegerOverflow(op, a.as_int(), b.as_int());
+    return Value::Int(r);
   }
   if (op == "+") return Value::Float(x + y);
   if (op == "-") return Value::Float(x - y);
@@ -83,7 +138,7 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
 StatusOr<bool> Contains(const Value& container, const Value& item) {
   if (container.is_string()) {
     if (!item.is_string()) return InvalidArgument("'in <string>' requires string as left operand");
-    return container.as_string().find(item.as_string()) != std::string::npos;
+    return FindSubstring(container.as_string(), item.as_string()) != std::string::npos;
   }
   if (container.is_dict() || container.is_namespace()) {
     return item.is_string() && container.Find(item.as_string()) != nullptr;
@@ -91,9 +146,12 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
   PENG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(container));
   for (const Value& x : items) {
     if (x.Equals(item)) return true;
+    if (WorkBudget::Exhausted()) return ResourceExhausted("'in': the template's work limit is exhausted");
   }
   return false;
 }
+
+constexpr char kWorkLimit[] = "template work limit";
 
 std::string Where(int line, int column) {
   return "render error at " + std::to_string(line) + ":" + std::to_string(column) + ": ";
@@ -101,12 +159,19 @@ std::string Where(int line, int column) {
 
 class Interpreter {
  public:
-  Interpreter(const Value& context, const RenderLimits& limits) : limits_(limits) {
+  Interpreter(const Value& context, const RenderLimits& limits)
+      : limits_(limits), budget_(limits.max_work_bytes) {
     scopes_.emplace_back();
     InstallGlobals(&scopes_[0]);
     if (context.is_dict()) {
       for (const auto& [k, v] : context.as_dict()) scopes_[0][k] = v;
     }
+  }
+
+  // Namespaces are the only mutable values, so every reference cycle runs through one of the
+  // namespaces this render created: emptying them frees everything.
+  ~Interpreter() {
+    for (Value& ns : namespaces_) ns.ClearNamespace();
   }
 
   Status ExecList(const NodeList& nodes, std::string* out) {
@@ -119,6 +184,31 @@ class Interpreter {
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };
+
+  // Counts one statement or expression and one level of nesting (the recursion of
+  // Exec/Eval/macro calls, which is what uses stack); Leave() undoes the nesting.
+  Status Enter(int line, int column) {
+    if (++steps_ > limits_.max_steps) {
+      return ResourceExhausted(Where(line, column) + "template step limit (" + std::to_string(limits_.max_steps) +
+                               " statements and expressions) exceeded");
+    }
+    if (++nesting_ > limits_.max_nesting) {
+      --nesting_;
+      return ResourceExhausted(Where(line, column) + "template nesting limit (" +
+                               std::to_string(limits_.max_nesting) +
+                               ") exceeded: statements, expressions and macro calls nest too deeply");
+    }
+    return OkStatus();
+  }
+  void Leave() { --nesting_; }
+
+  // The error of a statement or expression during which the work budget ran out: the innermost
+  // one reports it, with its position.
+  Status WorkLimitError(const Status& inner, int line, int column) const {
+    if (!inner.ok() && inner.message().find(kWorkLimit) != std::string::npos) return inner;
+    return ResourceExhausted(Where(line, column) + kWorkLimit + " (" + std::to_string(budget_.limit()) +
+                             " bytes of strings and values built, copied or compared) exceeded");
+  }
 
   Status Append(const std::string& s, std::string* out) {
     produced_bytes_ += s.size();
@@ -160,6 +250,14 @@ class Interpreter {
   }
 
   Status Exec(const Node& n, std::string* out) {
+    PENG_RETURN_IF_ERROR(Enter(n.line, n.column));
+    Status s = ExecImpl(n, out);
+    Leave();
+    if (budget_.exhausted()) return WorkLimitError(s, n.line, n.column);
+    return s;
+  }
+
+  Status ExecImpl(const Node& n, std::string* out) {
     switch (n.kind) {
       case Node::Kind::kText: return Append(n.text, out);
       case Node::Kind::kOutput: {
@@ -240,14 +338,21 @@ class Interpreter {
     }
     if (items.empty()) return ExecList(n.else_body, out);
     const int64_t length = static_cast<int64_t>(items.size());
+    // loop.cycle of every iteration reads the current index (like Jinja's one LoopContext).
+    auto index = std::make_shared<int64_t>(0);
+    const Value cycle = Value::Callable("cycle", [index](const CallArgs& args) -> StatusOr<Value> {
+      if (args.positional.empty()) return InvalidArgument("loop.cycle needs at least one argument");
+      return args.positional[static_cast<size_t>(*index) % args.positional.size()];
+    });
     for (int64_t i = 0; i < length; ++i) {
       if (++iterations_ > limits_.max_loop_iterations) {
         return ResourceExhausted(Where(n.line, n.column) + "loop iteration limit (" +
                                  std::to_string(limits_.max_loop_iterations) + ") exceeded");
       }
+      *index = i;
       scopes_.emplace_back();
       Assign(n.targets, items[i]);
-      scopes_.back()["loop"] = MakeLoop(items, i);
+      scopes_.back()["loop"] = MakeLoop(items, i, cycle);
       Status s = ExecList(n.body, out);
       scopes_.pop_back();
       PENG_RETURN_IF_ERROR(s);
@@ -258,9 +363,15 @@ class Interpreter {
     return OkStatus();
   }
 
-  static Value MakeLoop(const std::vector<Value>& items, int64_t i) {
+  // The `loop` variable: fixed-size bookkeeping, bounded by the iteration limit, so not charged
+  // to the work budget.
+  static Value MakeLoop(const std::vector<Value>& items, int64_t i, const Value& cycle) {
+    WorkBudget::Pause pause;
+    static const Value* no_prev = new Value(Value::Undefined("there is no previous item"));
+    static const Value* no_next = new Value(Value::Undefined("there is no next item"));
     const int64_t n = static_cast<int64_t>(items.size());
     ValueDict d;
+    d.reserve(10);
     d.emplace_back("index", Value::Int(i + 1));
     d.emplace_back("index0", Value::Int(i));
     d.emplace_back("revindex", Value::Int(n - i));
@@ -268,12 +379,9 @@ class Interpreter {
     d.emplace_back("first", Value::Bool(i == 0));
     d.emplace_back("last", Value::Bool(i == n - 1));
     d.emplace_back("length", Value::Int(n));
-    d.emplace_back("previtem", i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
-    d.emplace_back("nextitem", i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
-    d.emplace_back("cycle", Value::Callable("cycle", [i](const CallArgs& args) -> StatusOr<Value> {
-      if (args.positional.empty()) return InvalidArgument("loop.cycle needs at least one argument");
-      return args.positional[i % args.positional.size()];
-    }));
+    d.emplace_back("previtem", i > 0 ? items[i - 1] : *no_prev);
+    d.emplace_back("nextitem", i + 1 < n ? items[i + 1] : *no_next);
+    d.emplace_back("cycle", cycle);
     return Value::Dict(std::move(d));
   }
 
@@ -328,11 +436,29 @@ class Interpreter {
     return args;
   }
 
-  StatusOr<Value> Eval(const Expr& e);
+  // Evaluates one expression; every value it yields is checked against the nesting limit of
+  // values, and a render whose work budget ran out fails here.
+  StatusOr<Value> Eval(const Expr& e) {
+    PENG_RETURN_IF_ERROR(Enter(e.line, e.column));
+    StatusOr<Value> v = EvalImpl(e);
+    Leave();
+    if (budget_.exhausted()) return WorkLimitError(v.status(), e.line, e.column);
+    if (v.ok() && v->depth() > limits_.max_value_depth) {
+      return ResourceExhausted(Where(e.line, e.column) + "value nested deeper than " +
+                               std::to_string(limits_.max_value_depth) + " levels of lists and dicts");
+    }
+    return v;
+  }
+  StatusOr<Value> EvalImpl(const Expr& e);
+  StatusOr<Value> EvalDict(const Expr& e);
   StatusOr<Value> EvalBinary(const Expr& e);
   void InstallGlobals(Scope* globals);
 
   const RenderLimits limits_;
+  WorkBudget budget_;  // installed for this thread while the render runs
+  std::vector<Value> namespaces_;  // every namespace() this render created
+  int64_t steps_ = 0;
+  int nesting_ = 0;
   std::vector<Scope> scopes_;  // [0] holds globals; lookups search [floor_, end) then [0]
   size_t floor_ = 1;
   Flow flow_ = Flow::kNormal;
@@ -342,7 +468,7 @@ class Interpreter {
   Value pending_caller_;
 };
 
-StatusOr<Value> Interpreter::Eval(const Expr& e) {
+StatusOr<Value> Interpreter::EvalImpl(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::kLiteral: return e.literal;
     case Expr::Kind::kName: return Lookup(e.name);
@@ -354,23 +480,7 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
       }
       return Value::List(std::move(items));
     }
-    case Expr::Kind::kDict: {
-      ValueDict items;
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        PENG_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
-        PENG_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
-        if (!k.is_string()) return InvalidArgument("dict keys must be strings");
-        bool replaced = false;
-        for (auto& [old_k, old_v] : items) {
-          if (old_k == k.as_string()) {
-            old_v = v;
-            replaced = true;
-          }
-        }
-        if (!replaced) items.emplace_back(k.as_string(), std::move(v));
-      }
-      return Value::Dict(std::move(items));
-    }
+    case Expr::Kind::kDict: return EvalDict(e);
     case Expr::Kind::kAttr: {
       PENG_ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
       if (obj.is_undefined()) return UndefinedError(obj);
@@ -423,6 +533,7 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
         return InvalidArgument(std::string("bad operand type for unary ") + e.name + ": '" + v.TypeName() + "'");
       }
       if (e.name == "+") return v.is_int() ? Value::Int(v.as_int()) : v;
+      if (v.is_int() && v.as_int() == INT64_MIN) return InvalidArgument("integer overflow: -(" + v.Str() + ")");
       return v.is_int() ? Value::Int(-v.as_int()) : Value::Float(-v.as_double());
     }
     case Expr::Kind::kBinary: return EvalBinary(e);
@@ -436,6 +547,25 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
   return Internal("unknown expression kind");
 }
 
+StatusOr<Value> Interpreter::EvalDict(const Expr& e) {
+  ValueDict items;
+  for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+    PENG_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
+    PENG_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
+    if (!k.is_string()) return InvalidArgument("dict keys must be strings");
+    WorkBudget::Charge(static_cast<int64_t>(items.size()) * WorkBudget::kElementBytes);
+    bool replaced = false;
+    for (auto& [old_k, old_v] : items) {
+      if (old_k == k.as_string()) {
+        old_v = v;
+        replaced = true;
+      }
+    }
+    if (!replaced) items.emplace_back(k.as_string(), std::move(v));
+  }
+  return Value::Dict(std::move(items));
+}
+
 StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   const std::string& op = e.name;
   PENG_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
@@ -444,7 +574,13 @@ StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   PENG_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
   if (op == "==") return Value::Bool(a.Equals(b));
   if (op == "!=") return Value::Bool(!a.Equals(b));
-  if (op == "~") return Value::String(a.Str() + b.Str());
+  if (op == "~") {
+    // Charged before the copies are made (Str() of a non-string is charged as it prints).
+    const int64_t known = static_cast<int64_t>((a.is_string() ? a.as_string().size() : 0) +
+                                               (b.is_string() ? b.as_string().size() : 0));
+    if (!WorkBudget::Charge(2 * known)) return ResourceExhausted("'~': the template's work limit is exhausted");
+    return Value::String(a.Str() + b.Str());
+  }
   if (op == "in" || op == "not in") {
     PENG_ASSIGN_OR_RETURN(bool found, Contains(b, a));
     return Value::Bool(found == (op == "in"));
@@ -471,22 +607,43 @@ void Interpreter::InstallGlobals(Scope* g) {
     const int64_t stop = p.size() > 1 ? p[1].as_int() : p[0].as_int();
     const int64_t step = p.size() > 2 ? p[2].as_int() : 1;
     if (step == 0) return InvalidArgument("range() arg 3 must not be zero");
+    // Length, in unsigned arithmetic (the distance may exceed INT64_MAX), checked and charged
+    // before anything is built.
+    uint64_t count = 0;
+    if (step > 0 && start < stop) {
+      count = (static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) - 1) / static_cast<uint64_t>(step) + 1;
+    } else if (step < 0 && start > stop) {
+      count = (static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) - 1) / (0 - static_cast<uint64_t>(step)) + 1;
+    }
+    if (count > static_cast<uint64_t>(max_range)) {
+      return ResourceExhausted("range() too large: " + std::to_string(count) + " items, at most " +
+                               std::to_string(max_range));
+    }
+    if (!WorkBudget::Charge(static_cast<int64_t>(count) * WorkBudget::kElementBytes)) {
+      return ResourceExhausted("range(): the template's work limit is exhausted");
+    }
+    WorkBudget::Pause charged;  // the list below is paid for
     ValueList out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(out.size()) >= max_range) return ResourceExhausted("range() too large");
+    out.reserve(count);
+    int64_t i = start;
+    for (uint64_t k = 0; k < count; ++k) {
       out.push_back(Value::Int(i));
+      if (k + 1 < count) i += step;  // stays before stop: cannot overflow
     }
     return Value::List(std::move(out));
   });
-  auto make_dict = [](bool ns) {
-    return [ns](const CallArgs& args) -> StatusOr<Value> {
+  auto make_dict = [this](bool ns) {
+    return [this, ns](const CallArgs& args) -> StatusOr<Value> {
       ValueDict items;
       for (const Value& p : args.positional) {
         if (!p.is_dict()) return InvalidArgument("expected a mapping argument");
         items.insert(items.end(), p.as_dict().begin(), p.as_dict().end());
       }
       for (const auto& [k, v] : args.keyword) items.emplace_back(k, v);
-      return ns ? Value::Namespace(std::move(items)) : Value::Dict(std::move(items));
+      if (!ns) return Value::Dict(std::move(items));
+      Value v = Value::Namespace(std::move(items));
+      namespaces_.push_back(v);
+      return v;
     };
   };
   (*g)["namespace"] = Value::Callable("namespace", make_dict(true));
@@ -510,6 +667,10 @@ void Interpreter::InstallGlobals(Scope* g) {
 }  // namespace
 
 StatusOr<std::string> RenderTemplate(const NodeList& nodes, const Value& context, const RenderLimits& limits) {
+  if (context.depth() > limits.max_value_depth) {
+    return ResourceExhausted("template context nested deeper than " + std::to_string(limits.max_value_depth) +
+                             " levels of lists and dicts");
+  }
   Interpreter interp(context, limits);
   std::string out;
   PENG_RETURN_IF_ERROR(interp.ExecList(nodes, &out));

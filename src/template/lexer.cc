@@ -1,6 +1,7 @@
 #include "template/lexer.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 namespace peng::tmpl {
@@ -223,8 +224,10 @@ class Lexer {
       }
       t.kind = is_float ? TokenKind::kFloat : TokenKind::kInt;
       t.text = num;
+      errno = 0;
       if (is_float) t.float_value = std::strtod(num.c_str(), nullptr);
       else t.int_value = std::strtoll(num.c_str(), nullptr, 10);
+      if (!is_float && errno == ERANGE) return Error(pos, "integer literal " + num + " does not fit in 64 bits");
       pos = e;
     } else if (c == '\'' || c == '"') {
       PENG_RETURN_IF_ERROR(LexString(&pos, &t));

@@ -1,5 +1,6 @@
 #include "template/parser.h"
 
+#include <algorithm>
 #include <set>
 
 #include "template/lexer.h"
@@ -69,6 +70,20 @@ class Parser {
   StatusOr<std::string> ExpectName() {
     if (Peek().kind != TokenKind::kName) return Error(Peek(), "expected a name, got " + Describe(Peek()));
     return Next().text;
+  }
+
+  // Sets e's height from its operands. Chains that the grammar builds in loops rather than by
+  // recursion (`a + b + c ...`, `x.a.b ...`, `x | f | g ...`, `f()()...`) get as tall as the
+  // source is long, and evaluating or freeing an expression recurses once per level: past
+  // kMaxNesting levels the template is refused.
+  Status Seal(Expr* e) {
+    int h = 0;
+    for (const ExprPtr& a : e->args) {
+      if (a) h = std::max(h, a->height);
+    }
+    e->height = h + 1;
+    if (e->height > kMaxNesting) return Error(Peek(), "expression nested too deeply");
+    return OkStatus();
   }
 
   template <typename T>
@@ -230,6 +245,7 @@ class Parser {
       PENG_ASSIGN_OR_RETURN(ExprPtr e, ParseExpr());
       list->args.push_back(std::move(e));
     }
+    PENG_RETURN_IF_ERROR(Seal(list.get()));
     return list;
   }
 
@@ -248,18 +264,20 @@ class Parser {
       cond->args.push_back(std::move(test));
       cond->args.push_back(std::move(e));
       cond->args.push_back(std::move(otherwise));
+      PENG_RETURN_IF_ERROR(Seal(cond.get()));
       e = std::move(cond);
     }
     --depth_;
     return e;
   }
 
-  ExprPtr Binary(const Token& at, std::string op, ExprPtr l, ExprPtr r) {
+  StatusOr<ExprPtr> Binary(const Token& at, std::string op, ExprPtr l, ExprPtr r) {
     auto b = At<Expr>(at);
     b->kind = Expr::Kind::kBinary;
     b->name = std::move(op);
     b->args.push_back(std::move(l));
     b->args.push_back(std::move(r));
+    PENG_RETURN_IF_ERROR(Seal(b.get()));
     return b;
   }
 
@@ -268,7 +286,7 @@ class Parser {
     while (IsName("or")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseAnd());
-      l = Binary(op, "or", std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, "or", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -277,7 +295,7 @@ class Parser {
     while (IsName("and")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseNot());
-      l = Binary(op, "and", std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, "and", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -290,6 +308,7 @@ class Parser {
       PENG_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
       --depth_;
       n->args.push_back(std::move(operand));
+      PENG_RETURN_IF_ERROR(Seal(n.get()));
       return n;
     }
     return ParseCompare();
@@ -314,7 +333,7 @@ class Parser {
         return l;
       }
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseAdd());
-      l = Binary(op, name, std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, name, std::move(l), std::move(r)));
     }
   }
   StatusOr<ExprPtr> ParseAdd() {
@@ -322,7 +341,7 @@ class Parser {
     while (IsOp("+") || IsOp("-")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseConcat());
-      l = Binary(op, op.text, std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, op.text, std::move(l), std::move(r)));
     }
     return l;
   }
@@ -331,7 +350,7 @@ class Parser {
     while (IsOp("~")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseMul());
-      l = Binary(op, "~", std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, "~", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -340,7 +359,7 @@ class Parser {
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParsePow());
-      l = Binary(op, op.text, std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, op.text, std::move(l), std::move(r)));
     }
     return l;
   }
@@ -349,7 +368,7 @@ class Parser {
     while (IsOp("**")) {
       const Token& op = Next();
       PENG_ASSIGN_OR_RETURN(ExprPtr r, ParseUnary(true));
-      l = Binary(op, "**", std::move(l), std::move(r));
+      PENG_ASSIGN_OR_RETURN(l, Binary(op, "**", std::move(l), std::move(r)));
     }
     return l;
   }
@@ -363,6 +382,7 @@ class Parser {
       PENG_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
       --depth_;
       n->args.push_back(std::move(operand));
+      PENG_RETURN_IF_ERROR(Seal(n.get()));
       e = std::move(n);
     } else {
       PENG_ASSIGN_OR_RETURN(e, ParsePrimary());
@@ -404,6 +424,7 @@ class Parser {
           PENG_ASSIGN_OR_RETURN(a->name, ExpectName());
           a->args.push_back(std::move(e));
         }
+        PENG_RETURN_IF_ERROR(Seal(a.get()));
         e = std::move(a);
       } else if (AcceptOp("[")) {
         PENG_ASSIGN_OR_RETURN(e, ParseSubscript(t, std::move(e)));
@@ -412,6 +433,7 @@ class Parser {
         c->kind = Expr::Kind::kCall;
         c->args.push_back(std::move(e));
         PENG_RETURN_IF_ERROR(ParseCallArgs(c.get()));
+        PENG_RETURN_IF_ERROR(Seal(c.get()));
         e = std::move(c);
       } else {
         return e;
@@ -441,6 +463,7 @@ class Parser {
       s->kind = Expr::Kind::kSlice;
       for (auto& p : parts) s->args.push_back(std::move(p));
     }
+    PENG_RETURN_IF_ERROR(Seal(s.get()));
     return s;
   }
 
@@ -453,6 +476,7 @@ class Parser {
         PENG_ASSIGN_OR_RETURN(f->name, ExpectName());
         f->args.push_back(std::move(e));
         if (AcceptOp("(")) PENG_RETURN_IF_ERROR(ParseCallArgs(f.get()));
+        PENG_RETURN_IF_ERROR(Seal(f.get()));
         PENG_ASSIGN_OR_RETURN(e, ParsePostfix(std::move(f)));
       } else if (AcceptName("is")) {
         auto test = At<Expr>(t);
@@ -471,6 +495,7 @@ class Parser {
           test->args.push_back(std::move(arg));
           test->kwarg_names.push_back("");
         }
+        PENG_RETURN_IF_ERROR(Seal(test.get()));
         e = std::move(test);
       } else {
         return e;
@@ -545,6 +570,7 @@ class Parser {
       return Error(t, "unexpected " + Describe(t));
     }
     --depth_;
+    if (e->kind == Expr::Kind::kList || e->kind == Expr::Kind::kDict) PENG_RETURN_IF_ERROR(Seal(e.get()));
     return e;
   }
 

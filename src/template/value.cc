@@ -1,10 +1,43 @@
 #include "template/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
 namespace peng::tmpl {
+
+static_assert(sizeof(Value) <= WorkBudget::kElementBytes);
+
+namespace {
+thread_local WorkBudget* current_budget = nullptr;
+}  // namespace
+
+WorkBudget::WorkBudget(int64_t limit) : limit_(limit), previous_(current_budget) {
+  current_budget = this;
+}
+
+WorkBudget::~WorkBudget() { current_budget = previous_; }
+
+bool WorkBudget::Charge(int64_t bytes) {
+  WorkBudget* b = current_budget;
+  if (b == nullptr) return true;
+  bytes = std::max<int64_t>(bytes, 0);
+  // Saturating: a huge request must not wrap around into a small one.
+  b->used_ = bytes > b->limit_ - b->used_ ? b->limit_ + 1 : b->used_ + bytes;
+  return b->used_ <= b->limit_;
+}
+
+WorkBudget::Pause::Pause() : paused_(current_budget) { current_budget = nullptr; }
+
+WorkBudget::Pause::~Pause() { current_budget = paused_; }
+
+bool WorkBudget::Exhausted() { return current_budget != nullptr && current_budget->exhausted(); }
+
+const std::string& Value::EmptyString() {
+  static const std::string* empty = new std::string();
+  return *empty;
+}
 
 const Value* CallArgs::Get(size_t index, const std::string& name) const {
   if (index < positional.size()) return &positional[index];
@@ -14,16 +47,28 @@ const Value* CallArgs::Get(size_t index, const std::string& name) const {
   return nullptr;
 }
 
+Value Value::Undefined(std::string hint) {
+  Value v;
+  WorkBudget::Charge(static_cast<int64_t>(hint.size()));
+  if (!hint.empty()) v.str_ = std::make_shared<const std::string>(std::move(hint));
+  return v;
+}
+
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.str_ = std::move(s);
+  WorkBudget::Charge(static_cast<int64_t>(s.size()) + WorkBudget::kStringBytes);
+  v.str_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
 Value Value::List(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  WorkBudget::Charge(static_cast<int64_t>(items.size()) * WorkBudget::kElementBytes);
+  int depth = 0;
+  for (const Value& e : items) depth = std::max(depth, e.depth_);
+  v.depth_ = depth + 1;
   v.list_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -31,6 +76,14 @@ Value Value::List(ValueList items) {
 Value Value::Dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  int64_t key_bytes = 0;
+  int depth = 0;
+  for (const auto& [k, e] : items) {
+    key_bytes += static_cast<int64_t>(k.size());
+    depth = std::max(depth, e.depth_);
+  }
+  WorkBudget::Charge(static_cast<int64_t>(items.size()) * WorkBudget::kElementBytes + key_bytes);
+  v.depth_ = depth + 1;
   v.dict_ = std::make_shared<ValueDict>(std::move(items));
   return v;
 }
@@ -38,13 +91,14 @@ Value Value::Dict(ValueDict items) {
 Value Value::Namespace(ValueDict items) {
   Value v = Dict(std::move(items));
   v.kind_ = Kind::kNamespace;
+  v.depth_ = 1;  // mutable: what it holds is checked when it is assigned
   return v;
 }
 
 Value Value::Callable(std::string name, NativeFunction fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.str_ = std::move(name);
+  v.str_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<const NativeFunction>(std::move(fn));
   return v;
 }
@@ -133,12 +187,24 @@ void AppendJsonString(const std::string& s, std::string* out) {
   out->push_back('"');
 }
 
-Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
+Status JsonBudgetError() {
+  return ResourceExhausted("tojson: the template's work limit is exhausted");
+}
+
+Status AppendJson(const Value& v, int64_t indent, int depth, std::string* out) {
   if (depth > 512) return InvalidArgument("tojson: value nested too deeply");
+  if (!WorkBudget::Charge(WorkBudget::kElementBytes)) return JsonBudgetError();
+  bool newline_ok = true;
   auto newline = [&](int level) {
     if (indent < 0) return;
+    // Charged before appending: indent * level may be huge.
+    const int64_t n = indent > (int64_t{1} << 40) / (level + 1) ? int64_t{1} << 40 : indent * level;
+    if (!WorkBudget::Charge(n + 1)) {
+      newline_ok = false;
+      return;
+    }
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent) * level, ' ');
+    out->append(static_cast<size_t>(n), ' ');
   };
   const char* item_sep = indent < 0 ? ", " : ",";
   switch (v.kind()) {
@@ -154,7 +220,10 @@ Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
       else *out += FormatPythonFloat(f);
       return OkStatus();
     }
-    case Value::Kind::kString: AppendJsonString(v.as_string(), out); return OkStatus();
+    case Value::Kind::kString:
+      if (!WorkBudget::Charge(static_cast<int64_t>(v.as_string().size()))) return JsonBudgetError();
+      AppendJsonString(v.as_string(), out);
+      return OkStatus();
     case Value::Kind::kList: {
       if (v.as_list().empty()) { *out += "[]"; return OkStatus(); }
       out->push_back('[');
@@ -163,9 +232,11 @@ Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
         if (!first) *out += item_sep;
         first = false;
         newline(depth + 1);
+        if (!newline_ok) return JsonBudgetError();
         PENG_RETURN_IF_ERROR(AppendJson(e, indent, depth + 1, out));
       }
       newline(depth);
+      if (!newline_ok) return JsonBudgetError();
       out->push_back(']');
       return OkStatus();
     }
@@ -178,11 +249,15 @@ Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
         if (!first) *out += item_sep;
         first = false;
         newline(depth + 1);
+        if (!newline_ok || !WorkBudget::Charge(static_cast<int64_t>(k.size()))) {
+          return JsonBudgetError();
+        }
         AppendJsonString(k, out);
         *out += ": ";
         PENG_RETURN_IF_ERROR(AppendJson(e, indent, depth + 1, out));
       }
       newline(depth);
+      if (!newline_ok) return JsonBudgetError();
       out->push_back('}');
       return OkStatus();
     }
@@ -199,13 +274,21 @@ Value Value::FromJson(const nlohmann::ordered_json& j) { return FromJsonImpl(j);
 
 const Value* Value::Find(const std::string& key) const {
   if (!dict_) return nullptr;
+  int64_t scanned = 0;
+  const Value* found = nullptr;
   for (const auto& [k, v] : *dict_) {
-    if (k == key) return &v;
+    ++scanned;
+    if (k == key) {
+      found = &v;
+      break;
+    }
   }
-  return nullptr;
+  WorkBudget::Charge(scanned * WorkBudget::kElementBytes);
+  return found;
 }
 
 void Value::SetAttr(const std::string& key, Value v) {
+  WorkBudget::Charge(WorkBudget::kElementBytes);
   for (auto& [k, old] : *dict_) {
     if (k == key) {
       old = std::move(v);
@@ -215,6 +298,12 @@ void Value::SetAttr(const std::string& key, Value v) {
   dict_->emplace_back(key, std::move(v));
 }
 
+void Value::ClearNamespace() {
+  if (kind_ != Kind::kNamespace) return;
+  ValueDict entries;
+  entries.swap(*dict_);  // destroyed after the dict is empty: re-entry sees no entries
+}
+
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
@@ -222,7 +311,7 @@ bool Value::Truthy() const {
     case Kind::kBool:
     case Kind::kInt: return int_ != 0;
     case Kind::kFloat: return float_ != 0.0;
-    case Kind::kString: return !str_.empty();
+    case Kind::kString: return !as_string().empty();
     case Kind::kList: return !list_->empty();
     case Kind::kDict: return !dict_->empty();
     case Kind::kNamespace:
@@ -271,55 +360,75 @@ std::string FormatPythonFloat(double f) {
 std::string Value::Str() const {
   switch (kind_) {
     case Kind::kUndefined: return "";
-    case Kind::kString: return str_;
+    case Kind::kString: return as_string();
     default: return Repr();
   }
 }
 
 std::string Value::Repr() const {
-  switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return FormatPythonFloat(float_);
-    case Kind::kString: {
-      std::string out;
-      AppendPythonStringRepr(str_, &out);
-      return out;
-    }
-    case Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i) out += ", ";
-        out += (*list_)[i].Repr();
-      }
-      return out + "]";
-    }
-    case Kind::kDict: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, v] : *dict_) {
-        if (!first) out += ", ";
-        first = false;
-        AppendPythonStringRepr(k, &out);
-        out += ": " + v.Repr();
-      }
-      return out + "}";
-    }
-    case Kind::kNamespace: return "<Namespace>";
-    case Kind::kCallable: return "<function " + str_ + ">";
-  }
-  return "";
+  std::string out;
+  AppendRepr(&out);
+  return out;
 }
 
-StatusOr<std::string> Value::ToJson(int indent) const {
+void Value::AppendRepr(std::string* out) const {
+  // Charged per element and per string, and cut short once the budget is spent (a list can
+  // hold the same big value many times over, so its text can be far larger than its memory).
+  if (!WorkBudget::Charge(WorkBudget::kElementBytes)) {
+    *out += "...";
+    return;
+  }
+  switch (kind_) {
+    case Kind::kUndefined: return;
+    case Kind::kNone: *out += "None"; return;
+    case Kind::kBool: *out += int_ ? "True" : "False"; return;
+    case Kind::kInt: *out += std::to_string(int_); return;
+    case Kind::kFloat: *out += FormatPythonFloat(float_); return;
+    case Kind::kString:
+      if (!WorkBudget::Charge(static_cast<int64_t>(as_string().size()))) {
+        *out += "...";
+        return;
+      }
+      AppendPythonStringRepr(as_string(), out);
+      return;
+    case Kind::kList:
+      out->push_back('[');
+      for (size_t i = 0; i < list_->size() && !WorkBudget::Exhausted(); ++i) {
+        if (i) *out += ", ";
+        (*list_)[i].AppendRepr(out);
+      }
+      out->push_back(']');
+      return;
+    case Kind::kDict: {
+      out->push_back('{');
+      bool first = true;
+      for (const auto& [k, v] : *dict_) {
+        if (WorkBudget::Exhausted()) break;
+        if (!first) *out += ", ";
+        first = false;
+        WorkBudget::Charge(static_cast<int64_t>(k.size()));
+        AppendPythonStringRepr(k, out);
+        *out += ": ";
+        v.AppendRepr(out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case Kind::kNamespace: *out += "<Namespace>"; return;
+    case Kind::kCallable: *out += "<function " + as_string() + ">"; return;
+  }
+}
+
+StatusOr<std::string> Value::ToJson(int64_t indent) const {
   std::string out;
   PENG_RETURN_IF_ERROR(AppendJson(*this, indent, 0, &out));
   return out;
 }
 
 bool Value::Equals(const Value& other) const {
+  // Charged per element: shared sublists make the compared trees far larger than memory.
+  // Once the budget is spent the answer is false and the render fails.
+  if (!WorkBudget::Charge(WorkBudget::kElementBytes)) return false;
   if (is_number() && other.is_number()) {
     if (kind_ == Kind::kFloat || other.kind_ == Kind::kFloat) return as_double() == other.as_double();
     return int_ == other.int_;
@@ -328,7 +437,9 @@ bool Value::Equals(const Value& other) const {
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
-    case Kind::kString: return str_ == other.str_;
+    case Kind::kString:
+      WorkBudget::Charge(static_cast<int64_t>(std::min(as_string().size(), other.as_string().size())));
+      return as_string() == other.as_string();
     case Kind::kList: {
       if (list_->size() != other.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i) {
