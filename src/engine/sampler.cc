@@ -84,6 +84,12 @@ int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& histor
   }
 
   ApplyPenalties(logits, vocab, history);
+  // NaN has no place in an order: sorting or selecting over it is undefined behaviour. The
+  // engine fails a request whose logits hold NaN before it gets here; any other caller gets
+  // NaN treated as "never".
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isnan(logits[i])) logits[i] = kNegInf;
+  }
   const int32_t id = (params_.greedy() || params_.top_k == 1) ? Argmax(logits, vocab)
                                                               : SampleRandom(logits, vocab);
 
@@ -101,6 +107,7 @@ int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& histor
 int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
   const float m = MaxLogit(logits, vocab);
   if (!(m > kNegInf)) return Argmax(logits, vocab);  // everything masked (or NaN)
+  if (std::isinf(m)) return Argmax(logits, vocab);   // +inf: that token is certain
   const float inv_t = 1.0f / params_.temperature;
   const float log_min_p = params_.min_p > 0.0f ? std::log(params_.min_p) : kNegInf;
   const int64_t k = (params_.top_k > 0 && params_.top_k < vocab) ? params_.top_k : 0;
@@ -149,7 +156,8 @@ int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
   if (k > 0 && params_.min_p > 0.0f) {
     std::erase_if(cand_, [&](const Candidate& c) { return scaled(c.logit) < log_min_p; });
   }
-  PENG_CHECK(!cand_.empty());  // the max token always survives every filter
+  // The max token survives every filter (its scaled logit is 0, the largest): never empty.
+  if (cand_.empty()) return Argmax(logits, vocab);
 
   double total = 0.0;
   for (const Candidate& c : cand_) total += std::exp(scaled(c.logit));

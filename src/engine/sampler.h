@@ -18,6 +18,9 @@
 //   The draw uses only mt19937_64 (fully specified by the C++ standard), never a
 //   std::*_distribution, so a given seed yields the same tokens on every platform.
 //
+// NaN logits are taken as -inf (the engine fails a request with NaN logits before sampling;
+// this keeps every other caller memory-safe), a +inf logit wins outright.
+//
 // Logprobs are of the raw logits: call TopLogprobs()/LogProb() before Sample() (which
 // modifies the logits), or pass `raw_logprob` to Sample().
 //

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <set>
 #include <vector>
@@ -281,6 +283,38 @@ TEST(SamplingParamsTest, ValidateNamesTheField) {
     EXPECT_EQ(st.message().rfind(std::string(c.field) + " = ", 0), 0u) << st.message();
   }
   EXPECT_EQ(SamplingParams{.top_p = 1.5f}.Validate().message(), "top_p = 1.500000: must be in (0, 1]");
+}
+
+// Non-finite logits never abort or corrupt memory: NaN counts as -inf, +inf wins outright,
+// and temperatures too small to divide by act as greedy.
+TEST(SamplerTest, NonFiniteLogitsAndTinyTemperatures) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  TokenHistory history(std::vector<int32_t>{0, 1});
+  for (float t : {1.0f, 2.0f}) {
+    for (float top_p : {1.0f, 1e-30f, 0.5f}) {
+      for (float min_p : {0.0f, 1.0f}) {
+        for (int top_k : {0, 2}) {
+          SamplingParams p{.temperature = t, .top_k = top_k, .top_p = top_p, .min_p = min_p,
+                           .repetition_penalty = 100.0f, .presence_penalty = -2.0f,
+                           .frequency_penalty = 2.0f, .seed = 3};
+          Sampler s(p);
+          std::vector<float> nans = {nan, 1.0f, nan, 3.0f, nan};
+          EXPECT_EQ(s.Sample(nans.data(), 5, history), 3);  // the only finite max left (3.0)
+          std::vector<float> all_nan(5, nan);
+          const int32_t id = s.Sample(all_nan.data(), 5, history);
+          EXPECT_TRUE(id >= 0 && id < 5);
+          std::vector<float> pinf = {1.0f, 2.0f, inf, 0.0f, inf};
+          EXPECT_EQ(s.Sample(pinf.data(), 5, history), 2);
+        }
+      }
+    }
+  }
+  for (float t : {1e-40f, 1e-30f, 9e-6f}) {
+    Sampler s(SamplingParams{.temperature = t, .top_p = 0.5f, .seed = 1});
+    std::vector<float> row = {0.5f, 2.0f, 1.9999f, -1.0f};
+    EXPECT_EQ(s.Sample(row.data(), 4, TokenHistory()), 1) << t;
+  }
 }
 
 }  // namespace
