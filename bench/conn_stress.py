@@ -16,7 +16,8 @@
 
 The exit status is 1 when a burst connection failed, a burst request got another status
 than 200/429/503 or no answer, an idle connection could not be opened, or the normal
-client or /health failed or took longer than --timeout; 2 on a usage error. A JSON summary
+client or /health failed or took longer than --timeout / --health-timeout, or the whole run
+took longer than --max-duration (600 s); 2 on a usage error. A JSON summary
 goes to stdout (and --out).
 
 Loopback only: the URL must resolve to 127.0.0.0/8 or ::1. Bounded: a fixed number of
@@ -208,13 +209,17 @@ class Stress:
         return {"ttft_ms": round(ttft * 1000, 1) if ttft else None,
                 "total_ms": round((time.monotonic() - t0) * 1000, 1), "chunks": chunks}
 
-    async def health_probe(self, session, samples, interval):
+    async def health_probe(self, session, samples, interval, until=None):
+        """Times GET /health `samples` times (each bounded by --health-timeout), stopping
+        at the monotonic time `until`."""
         lat, errors = [], Counter()
         for _ in range(samples):
             t = time.monotonic()
+            if until is not None and t >= until:
+                break
             try:
-                async with session.get(self.base + "/health",
-                                       timeout=aiohttp.ClientTimeout(total=self.a.timeout)) as r:
+                async with session.get(self.base + "/health", timeout=aiohttp.ClientTimeout(
+                        total=self.a.health_timeout)) as r:
                     await r.read()
                     if r.status == 200:
                         lat.append(time.monotonic() - t)
@@ -298,8 +303,9 @@ class Stress:
         conn = aiohttp.TCPConnector(limit=4, force_close=True)
         async with aiohttp.ClientSession(connector=conn) as session:
             samples = max(1, int((a.hold - 1) / 0.5))
-            stream, health = await asyncio.gather(self.normal_stream(session, model),
-                                                  self.health_probe(session, samples, 0.5))
+            stream, health = await asyncio.gather(
+                self.normal_stream(session, model),
+                self.health_probe(session, samples, 0.5, until=t_hold + a.hold))
             rest = a.hold - (time.monotonic() - t_hold)
             if rest > 0:
                 await asyncio.sleep(rest)
@@ -335,21 +341,30 @@ class Stress:
         }
 
     async def run(self):
+        """Both parts; what finished is in self.out even when --max-duration cuts it short."""
+        out = self.out
         async with aiohttp.ClientSession() as s:
             async with s.get(self.base + "/v1/models", timeout=aiohttp.ClientTimeout(total=10),
                              headers={"Authorization": f"Bearer {self.a.api_key}"}
                              if self.a.api_key else {}) as r:
                 model = self.a.model or (await r.json())["data"][0]["id"]
-        out = {"url": self.base, "nofile_limit": self.nofile}
         if self.a.burst:
             out["burst"] = await self.burst(model)
             await asyncio.sleep(1)
         if self.a.idle:
             out["reference"] = await self.reference(model)
             out["idle_hold"] = await self.idle_hold(model)
-        out["ok"] = not self.problems
-        out["problems"] = self.problems
-        return out
+
+    async def run_bounded(self):
+        self.out = {"url": self.base, "nofile_limit": self.nofile}
+        try:
+            await asyncio.wait_for(self.run(), self.a.max_duration)
+        except asyncio.TimeoutError:
+            self.problems.append(f"did not finish within --max-duration {self.a.max_duration} s "
+                                 "(the server stopped answering?)")
+        self.out["ok"] = not self.problems
+        self.out["problems"] = self.problems
+        return self.out
 
 
 def main():
@@ -365,13 +380,17 @@ def main():
     p.add_argument("--drip", type=float, default=2, help="seconds between slowloris bytes")
     p.add_argument("--stream-tokens", type=int, default=32, help="the normal client's max_tokens")
     p.add_argument("--timeout", type=float, default=60, help="seconds for any one wait")
+    p.add_argument("--health-timeout", type=float, default=10,
+                   help="seconds for one GET /health")
+    p.add_argument("--max-duration", type=float, default=600,
+                   help="seconds for the whole run; then it stops and fails")
     p.add_argument("--out", help="also write the JSON summary here")
     args = p.parse_args()
     if args.burst < 0 or args.idle < 0 or args.hold <= 0:
         die("--burst/--idle must be >= 0 and --hold > 0")
     stress = Stress(args)
     stress.nofile = raise_nofile(max(args.burst, args.idle) + 64)
-    summary = asyncio.run(stress.run())
+    summary = asyncio.run(stress.run_bounded())
     text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
