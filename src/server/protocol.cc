@@ -56,7 +56,12 @@ class FieldReader {
     const json* v = Get(name);
     if (!v) return std::nullopt;
     if (!v->is_number()) return InvalidType(name, "a number", *v);
-    *out = v->get<float>();
+    const double d = v->get<double>();
+    *out = static_cast<float>(d);
+    // A non-zero value too small for a float stays non-zero (top_p = 1e-50 is in (0, 1]).
+    if (*out == 0.0f && d != 0.0) {
+      *out = std::copysign(std::numeric_limits<float>::denorm_min(), static_cast<float>(d));
+    }
     return std::nullopt;
   }
   // Integers; integral decimals (16.0) are accepted, like pydantic's lax mode.

@@ -262,6 +262,9 @@ TEST(ProtocolTest, ValuesThatBreakTheMathAreRejected) {
             std::string::npos);
   // A denormal temperature is accepted and samples greedily (SamplingParams::kMinTemperature).
   EXPECT_EQ(ParseError(R"({"prompt": [1], "temperature": 1e-40})"), "ok");
+  // Values below the float range stay non-zero: top_p = 1e-50 is in (0, 1].
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "top_p": 1e-50})"), "ok");
+  EXPECT_NE(ParseError(R"({"prompt": [1], "top_p": -1e-50})").find("top_p"), std::string::npos);
 }
 
 }  // namespace
