@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything and runs the whole test suite (what CI runs through .ci/run):
-# Debian packages, Release build with tests, all three models, ctest, a short fuzz run.
+# Debian packages, Release build with tests, all three models, ctest, the OpenAI e2e suite
+# (with schemathesis) on two models, a short soak and connection stress, a short fuzz run.
 # Exits non-zero when any step fails; the last line is a one-line summary.
 # BUILD_DIR (default build) is passed on to scripts/build.sh.
 set -uo pipefail
@@ -38,6 +39,11 @@ step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
 step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_test.sh
 step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" bash scripts/e2e_test.sh
+# A short soak (300 mixed requests) and the full connection stress (500-connection burst,
+# 1,000 idle/slowloris connections) against a fresh server; scripts/soak_test.sh alone runs
+# the 10,000-request soak of docs/benchmarks.md.
+step soak env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" SOAK_REQUESTS=300 STRESS_HOLD=10 \
+  SOAK_OUT=out/soak-ci bash scripts/soak_test.sh
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi
