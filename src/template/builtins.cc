@@ -183,7 +183,7 @@ StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallAr
   return Value::List(std::move(out));
 }
 
-uint32_t DecodeUtf8(const std::string& c) {
+uint32_t DecodeUtf8(std::string_view c) {
   const unsigned char b0 = static_cast<unsigned char>(c[0]);
   if (c.size() == 1) return b0;
   uint32_t cp = c.size() == 2 ? (b0 & 0x1F) : c.size() == 3 ? (b0 & 0x0F) : (b0 & 0x07);
@@ -191,24 +191,22 @@ uint32_t DecodeUtf8(const std::string& c) {
   return cp;
 }
 
-std::string EncodeUtf8(uint32_t cp) {
-  std::string out;
+void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
+    out->push_back(static_cast<char>(cp));
   } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
-  return out;
 }
 
 // Returns the code point's case partner in the direction asked, or cp itself. *is_letter
@@ -245,9 +243,10 @@ std::string MapCase(const std::string& s, CaseMode mode) {
   bool word_start = true;
   bool first = true;
   WorkBudget::Charge(static_cast<int64_t>(s.size()));
-  for (size_t i = 0; i < s.size();) {
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {  // no allocation per character: strings can be long
     const size_t n = CharLen(s, i);
-    const std::string c = s.substr(i, n);
+    const std::string_view c = std::string_view(s).substr(i, n);
     i += n;
     const uint32_t cp = DecodeUtf8(c);
     bool upper = mode == CaseMode::kUpper;
@@ -255,7 +254,11 @@ std::string MapCase(const std::string& s, CaseMode mode) {
     if (mode == CaseMode::kCapitalize) upper = first;
     bool is_letter = false;
     const uint32_t mapped = MapCodePoint(cp, upper, &is_letter);
-    out += mapped == cp ? c : EncodeUtf8(mapped);
+    if (mapped == cp) {
+      out += c;
+    } else {
+      AppendUtf8(mapped, &out);
+    }
     // Python's title() starts a word after any non-letter; unknown non-ASCII letters count as letters.
     word_start = !(is_letter || cp >= 0x80);
     first = false;

@@ -48,10 +48,12 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context
 
 StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohmann::json& messages,
                                         bool add_generation_prompt, const std::string& bos_token,
-                                        const std::string& eos_token, const nlohmann::json& extra) {
+                                        const std::string& eos_token, const nlohmann::json& extra,
+                                        const tmpl::RenderLimits& limits) {
   PENG_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::Parse(source));
+  t.set_limits(limits);
   // Checked before the copies below, which recurse as deep as the values go.
-  const int depth_limit = tmpl::RenderLimits().max_value_depth - 1;
+  const int depth_limit = limits.max_value_depth - 1;
   if (DeeperThan(messages, depth_limit)) return TooDeep("messages", depth_limit);
   if (DeeperThan(extra, depth_limit)) return TooDeep("variables", depth_limit);
   nlohmann::json context = nlohmann::json::object();

@@ -40,10 +40,11 @@ class ChatTemplate {
 
 // Parse + Render with the context transformers builds: messages, tools = documents = None
 // (unless `extra` sets them), add_generation_prompt, bos_token, eos_token; `extra` (a JSON object,
-// e.g. {"tools": [...]}) adds or overrides variables.
+// e.g. {"tools": [...]}) adds or overrides variables. Renders under `limits`.
 StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohmann::json& messages,
                                         bool add_generation_prompt, const std::string& bos_token,
                                         const std::string& eos_token,
-                                        const nlohmann::json& extra = {});
+                                        const nlohmann::json& extra = {},
+                                        const tmpl::RenderLimits& limits = {});
 
 }  // namespace peng

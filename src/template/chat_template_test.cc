@@ -336,6 +336,8 @@ TEST(LimitsTest, WorkIsBounded) {
   EXPECT_TRUE(Mentions(s, "template work limit (268435456 bytes")) << s.message();
   // Big but bounded work is fine, and fast: repetition by doubling, linear substring search.
   EXPECT_EQ(Render("{{ ('a' * 10000000) | length }}"), "10000000");
+  EXPECT_EQ(Render("{{ ('\xce\xa9\xc3\xa9' * 1000000) | upper | length }} {{ ('\xce\xa9\xc3\xa9' * 2) | upper }}"),
+            "2000000 \xce\xa9\xc3\x89\xce\xa9\xc3\x89");  // ΩÉΩÉ, no allocation per character
   EXPECT_EQ(Render("{% set s = 'a' * 2000000 %}{% set t = 'a' * 1000000 ~ 'b' %}{{ t in s }} {{ s.count(t) }} "
                    "{{ (s ~ t).find(t) }} {{ (s ~ t).replace(t, 'c') | length }}"),
             "False 0 2000000 2000001");
