@@ -33,20 +33,12 @@ TG_PROMPT_TOKENS = 8
 
 # ---------------------------------------------------------------- llama.cpp worker
 
-def llamacpp_worker(model, threads, pp, tg, reps, extra_bufts):
+def llamacpp_worker(model, threads, pp, tg, reps):
     """Runs in its own process; prints one JSON object with per-rep tokens/s."""
     import numpy as np
     import llama_cpp
 
-    if not extra_bufts:  # no weight repacking / AMX buffers (Llama() has no such knob)
-        low, orig = llama_cpp.llama_cpp, llama_cpp.llama_cpp.llama_model_default_params
-
-        def params():
-            p = orig()
-            p.use_extra_bufts = False
-            return p
-        low.llama_model_default_params = params
-
+    # llama.cpp runs at its defaults (weight repacking on): peng has no switch for the same.
     n_ctx = max(pp, TG_PROMPT_TOKENS + tg) + 16
     llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=max(pp, 32),
                           n_ubatch=max(pp, 32), n_threads=threads, n_threads_batch=threads,
@@ -95,8 +87,7 @@ def llamacpp_worker(model, threads, pp, tg, reps, extra_bufts):
 def run_llamacpp(args, reps):
     cmd = [sys.executable, os.path.abspath(__file__), "--llamacpp-worker", "-m", args.model,
            "-t", str(args.threads), "--pp", str(args.pp), "--tg", str(args.tg),
-           "--reps", str(reps)] + (["--llamacpp-no-extra-bufts"] if args.llamacpp_no_extra_bufts
-                                   else [])
+           "--reps", str(reps)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"llama.cpp worker failed ({res.returncode}):\n{res.stderr[-3000:]}")
@@ -162,7 +153,6 @@ def measure(args):
                           "mem_bandwidth_gbs": peng_last.get("mem_bandwidth_gbs")}
     if ll_last:
         result["llamacpp"] = {"version": ll_last["version"],
-                              "extra_bufts": not args.llamacpp_no_extra_bufts,
                               "system_info": ll_last["system_info"],
                               "pp": stats(ll_pp), "tg": stats(ll_tg)}
     if peng_last and ll_last:
@@ -209,15 +199,11 @@ def main():
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--llamacpp-only", action="store_true")
     ap.add_argument("--peng-only", action="store_true")
-    ap.add_argument("--llamacpp-no-extra-bufts", action="store_true",
-                    help="llama.cpp without repacked weights / AMX (slower; a workaround "
-                         "for builds whose AMX path crashes)")
     ap.add_argument("--llamacpp-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.llamacpp_worker:
-        llamacpp_worker(args.model, args.threads, args.pp, args.tg, args.reps,
-                        not args.llamacpp_no_extra_bufts)
+        llamacpp_worker(args.model, args.threads, args.pp, args.tg, args.reps)
         return
     if args.llamacpp_only and args.peng_only:
         ap.error("--llamacpp-only and --peng-only exclude each other")
