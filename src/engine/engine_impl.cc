@@ -22,6 +22,7 @@
 
 #include "core/check.h"
 #include "engine/engine.h"
+#include "engine/queue_stream.h"
 #include "engine/llm.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -32,52 +33,7 @@
 namespace peng {
 namespace {
 
-class Stream : public RequestStream {
- public:
-  explicit Stream(int n) : open_(n) {}
-
-  void Push(RequestOutput out) {
-    std::shared_ptr<std::function<void()>> notify;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (out.finish_reason) --open_;
-      q_.push_back(std::move(out));
-      cv_.notify_all();
-      notify = notify_;
-    }
-    if (notify) (*notify)();
-  }
-
-  void SetNotify(std::function<void()> fn) override {
-    std::shared_ptr<std::function<void()>> now;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
-      if (notify_ && (!q_.empty() || open_ == 0)) now = notify_;
-    }
-    if (now) (*now)();
-  }
-
-  bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) override {
-    std::unique_lock<std::mutex> lk(mu_);
-    *timed_out = false;
-    if (!cv_.wait_for(lk, timeout, [&] { return !q_.empty() || open_ == 0; })) {
-      *timed_out = true;
-      return true;
-    }
-    if (q_.empty()) return false;
-    *out = std::move(q_.front());
-    q_.pop_front();
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<RequestOutput> q_;
-  int open_;  // completions without their final event yet
-  std::shared_ptr<std::function<void()>> notify_;  // copied out, called without mu_
-};
+using Stream = QueueStream;
 
 struct Request;
 

@@ -15,53 +15,12 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/queue_stream.h"
 #include "server/test_http.h"
 
 namespace peng::server::testing {
 
-class FakeStream : public RequestStream {
- public:
-  explicit FakeStream(int n) : open_(n) {}
-  void Push(RequestOutput out) {
-    std::shared_ptr<std::function<void()>> notify;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (out.finish_reason) --open_;
-      q_.push_back(std::move(out));
-      cv_.notify_all();
-      notify = notify_;
-    }
-    if (notify) (*notify)();
-  }
-  void SetNotify(std::function<void()> fn) override {
-    std::shared_ptr<std::function<void()>> now;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
-      if (notify_ && (!q_.empty() || open_ == 0)) now = notify_;
-    }
-    if (now) (*now)();
-  }
-  bool Next(RequestOutput* out, std::chrono::milliseconds timeout, bool* timed_out) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    *timed_out = false;
-    if (!cv_.wait_for(lock, timeout, [&] { return !q_.empty() || open_ == 0; })) {
-      *timed_out = true;
-      return true;
-    }
-    if (q_.empty()) return false;
-    *out = std::move(q_.front());
-    q_.pop_front();
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<RequestOutput> q_;
-  int open_;
-  std::shared_ptr<std::function<void()>> notify_;
-};
+using FakeStream = QueueStream;
 
 class FakeEngine : public Engine {
  public:
