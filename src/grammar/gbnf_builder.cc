@@ -1,0 +1,2 @@
+// Placeholder: the implementation of gbnf_builder.h lands here.
+#include "grammar/gbnf_builder.h"

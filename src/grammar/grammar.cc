@@ -1,0 +1,2 @@
+// Placeholder: the implementation of grammar.h lands here.
+#include "grammar/grammar.h"
