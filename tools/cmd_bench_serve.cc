@@ -11,6 +11,8 @@
 #include <limits>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "benchclient/report.h"
 #include "benchclient/runner.h"
 #include "benchclient/svg_plot.h"
@@ -120,6 +122,13 @@ CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   s->add_flag("--no-ignore-eos", a->no_ignore_eos,
               "Do not send ignore_eos: true (requests may end before --output-len)");
+  s->add_option("--extra-body", c.client.extra_body,
+                "JSON object merged into every request body, e.g. "
+                "'{\"response_format\": {\"type\": \"json_object\"}}'")
+      ->check([](const std::string& v) -> std::string {
+        auto j = nlohmann::json::parse(v, nullptr, false);
+        return j.is_object() ? "" : "--extra-body must be a JSON object";
+      });
   s->add_option("--timeout", c.client.timeout_s, "Per-request timeout in seconds")
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();

@@ -126,6 +126,9 @@ std::string OpenAiClient::RequestBody(const std::string& prompt, int max_tokens)
   } else {
     body["prompt"] = prompt;
   }
+  if (!options_.extra_body.empty()) {
+    for (const auto& [key, value] : Json::parse(options_.extra_body).items()) body[key] = value;
+  }
   return body.dump();
 }
 

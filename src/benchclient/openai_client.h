@@ -24,6 +24,9 @@ struct ClientOptions {
   std::string api_key;                        // sent as "Authorization: Bearer ..."
   double temperature = 0.0;
   bool ignore_eos = true;  // vLLM extension; servers that do not know it ignore it
+  // A JSON object whose fields are added to (or override) every request body, e.g.
+  // {"response_format": {"type": "json_object"}}. Empty = none.
+  std::string extra_body;
   double timeout_s = 600;
 };
 

@@ -22,6 +22,9 @@
 #include "tokenizer/tokenizer.h"
 
 namespace peng {
+namespace grammar {
+class CompiledGrammar;
+}
 
 struct EngineOptions {
   std::string model_path;
@@ -44,6 +47,10 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
   int n = 1;
+  // Constrains the output to this grammar (structured output, forced tool calls): each step
+  // only tokens that keep the text a prefix of a sentence are allowed, end-of-generation only
+  // once it is a whole sentence; generation stops when nothing can follow. Null = free text.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct TokenLogprob {

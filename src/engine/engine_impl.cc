@@ -25,6 +25,7 @@
 #include "engine/queue_stream.h"
 #include "engine/llm.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
 #include "model/registry.h"
@@ -45,6 +46,7 @@ struct Completion : Sequence {
   Sampler sampler;
   TokenHistory history;
   std::unique_ptr<StreamingDecoder> decoder;
+  std::unique_ptr<grammar::Matcher> matcher;  // when the request has a grammar
   std::string pending;  // text held back while a stop string may be forming
   int64_t num_output = 0;
   bool done = false;
@@ -171,6 +173,10 @@ StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest requ
     if (id < 0 || id >= vocab_)
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                              std::to_string(vocab_) + ")");
+  for (const auto& [id, bias] : request.params.logit_bias)
+    if (id >= vocab_)
+      return InvalidArgument("logit_bias: token id " + std::to_string(id) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
   if (len >= max_model_len_)
     return OutOfRange("prompt of " + std::to_string(len) + " tokens leaves no room to generate " +
                       "within the maximum context length of " + std::to_string(max_model_len_));
@@ -228,7 +234,8 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   c->tokens = r->in.prompt;
   c->num_prompt_tokens = static_cast<int64_t>(c->tokens.size());
   c->history = TokenHistory(c->tokens);
-  if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+  if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
+  if (r->in.grammar) c->matcher = std::make_unique<grammar::Matcher>(r->in.grammar);
   prompt_tokens_total_ += c->num_prompt_tokens;
   sched_.Add(c.get());
   r->completions.push_back(std::move(c));
@@ -316,7 +323,8 @@ void EngineImpl::Fork(Request* r, const float* row) {
     c->num_prompt_tokens = parent->num_prompt_tokens;
     c->num_computed_tokens = parent->num_computed_tokens;
     c->history = TokenHistory(c->tokens);
-    if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
+    if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
+    if (parent->matcher) c->matcher = std::make_unique<grammar::Matcher>(*parent->matcher);
     kvm_.Fork(parent->id, c->id);
     sched_.AddRunning(c.get());
     Completion* cp = c.get();
@@ -334,6 +342,15 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
     raw_row_.assign(row, row + vocab_);
     if (p.logprobs > 0) Sampler::TopLogprobs(row, vocab_, p.logprobs, &lp.top);
   }
+  for (const auto& [id, bias] : p.logit_bias) row[id] += bias;
+  if (c->matcher) {
+    c->matcher->ApplyMask(row, vocab_);
+    // ignore_eos: the output goes on while the grammar allows more (benchmarks).
+    if (p.ignore_eos && !c->matcher->IsTerminated()) {
+      for (int32_t id : c->req->in.grammar->vocab().eos_ids())
+        if (id < vocab_) row[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
   if (c->num_output < p.min_tokens) {  // EOS and stop ids cannot be drawn yet
     const float ninf = -std::numeric_limits<float>::infinity();
     const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : model_->config().eos_id;
@@ -342,6 +359,11 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
       if (id < vocab_) row[id] = ninf;
   }
   const int32_t id = c->sampler.Sample(row, vocab_, c->history);
+  // The mask leaves at least one token unless the grammar is at a dead end (an end that
+  // min_tokens or the stop-id ban took away): that ends the request with an error.
+  if (c->matcher && !c->matcher->Accept(id))
+    throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
+                             " was drawn); min_tokens too large for the format?");
   c->tokens.push_back(id);
   c->history.Append(id);
   ++c->num_output;
@@ -356,7 +378,9 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
   const char* reason = nullptr;
   const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), id) !=
                        p.stop_token_ids.end();
-  if ((stop_id || (!p.ignore_eos && IsEndOfGeneration(id))) && c->num_output > p.min_tokens) {
+  const bool grammar_eos = c->matcher && IsEndOfGeneration(id);  // the grammar is complete
+  if (grammar_eos ||
+      ((stop_id || (!p.ignore_eos && IsEndOfGeneration(id))) && c->num_output > p.min_tokens)) {
     reason = "stop";  // the stop token's text is not part of the output
   } else if (c->decoder) {
     const std::string piece = c->decoder->Push(id);
@@ -371,6 +395,7 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
     reason = "stop";
     stop_string = true;
   }
+  if (!reason && c->matcher && c->matcher->IsTerminated()) reason = "stop";  // nothing can follow
   if (!reason && (c->num_output >= p.max_tokens || c->num_tokens() >= max_model_len_))
     reason = "length";
   if (reason && !stop_string && c->decoder) {

@@ -9,6 +9,7 @@
 
 #include "core/test_paths.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "model/model.h"
 #include "model/registry.h"
 #include "tokenizer/tokenizer.h"
@@ -67,56 +68,12 @@ std::unique_ptr<Engine> MakeFaultyEngine() {
   return std::move(*e);
 }
 
-GenerateRequest Greedy(const std::string& id, Ids prompt, int max_tokens, int n = 1) {
-  GenerateRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = max_tokens;
-  r.n = n;
-  return r;
-}
-
-struct Outcome {
-  std::vector<Ids> tokens;
-  std::vector<std::string> finish;
-  std::string error;
-};
-
-Outcome Collect(RequestStream* s, int n) {
-  Outcome o;
-  o.tokens.resize(n);
-  o.finish.resize(n);
-  RequestOutput ev;
-  bool timed_out = false;
-  while (s->Next(&ev, std::chrono::milliseconds(60000), &timed_out) && !timed_out) {
-    o.tokens[ev.index].insert(o.tokens[ev.index].end(), ev.token_ids.begin(), ev.token_ids.end());
-    if (ev.finish_reason) o.finish[ev.index] = *ev.finish_reason;
-    if (!ev.error.empty()) o.error = ev.error;
-    ev = RequestOutput();
-  }
-  return o;
-}
+using test_util::Greedy;
+using Outcome = test_util::Result;
+using test_util::ExpectIdleAndFreed;
 
 std::vector<Outcome> RunAll(Engine* e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const auto& r : reqs) {
-    auto s = e->Submit(r);
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    streams.push_back(*s);
-  }
-  std::vector<Outcome> out;
-  for (size_t i = 0; i < reqs.size(); ++i) out.push_back(Collect(streams[i].get(), reqs[i].n));
-  return out;
-}
-
-void ExpectIdleAndFreed(Engine* e) {
-  ASSERT_TRUE(e->Drain(std::chrono::seconds(60)));
-  const EngineStats st = e->GetStats();
-  EXPECT_EQ(st.kv_blocks_used, 0);
-  EXPECT_EQ(st.num_running, 0);
-  EXPECT_EQ(st.num_waiting, 0);
+  return test_util::RunBatch(e, reqs);
 }
 
 TEST(EngineIsolation, ForwardFailureFailsOnlyThatBatchsRequests) {

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/engine_test_util.h"
 #include "engine/llm.h"
 #include "model/registry.h"
 
@@ -24,47 +25,11 @@ using ::peng::test_util::SourceDir;
 std::string TinyModel(const std::string& arch) { return SourceDir() + "/tests/data/hf_tiny/" + arch; }
 std::string SmolLm() { return test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf"); }
 
-struct Result {
-  std::vector<Ids> tokens;  // per completion index
-  std::vector<std::string> text;
-  std::vector<std::string> finish;
-  std::vector<std::vector<TokenLogprob>> logprobs;
-};
-
-Result Collect(RequestStream* stream, int n) {
-  Result r;
-  r.tokens.resize(n);
-  r.text.resize(n);
-  r.finish.resize(n);
-  r.logprobs.resize(n);
-  RequestOutput ev;
-  bool timed_out = false;
-  while (stream->Next(&ev, std::chrono::milliseconds(60000), &timed_out)) {
-    EXPECT_FALSE(timed_out);
-    if (timed_out) break;
-    r.tokens[ev.index].insert(r.tokens[ev.index].end(), ev.token_ids.begin(), ev.token_ids.end());
-    r.text[ev.index] += ev.text;
-    r.logprobs[ev.index].insert(r.logprobs[ev.index].end(), ev.logprobs.begin(), ev.logprobs.end());
-    EXPECT_EQ(ev.completion_tokens, static_cast<int64_t>(r.tokens[ev.index].size()));
-    if (ev.finish_reason) r.finish[ev.index] = *ev.finish_reason;
-  }
-  return r;
-}
-
-// Submits every request at once, then reads all streams.
-std::vector<Result> RunBatch(Engine* e, const std::vector<GenerateRequest>& reqs) {
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const GenerateRequest& r : reqs) {
-    auto s = e->Submit(r);
-    EXPECT_TRUE(s.ok()) << s.status().ToString();
-    streams.push_back(*s);
-  }
-  std::vector<Result> out;
-  for (size_t i = 0; i < reqs.size(); ++i) out.push_back(Collect(streams[i].get(), reqs[i].n));
-  return out;
-}
-
-Result RunOne(Engine* e, const GenerateRequest& r) { return RunBatch(e, {r})[0]; }
+using test_util::Collect;
+using test_util::Greedy;
+using test_util::Result;
+using test_util::RunBatch;
+using test_util::RunOne;
 
 // `count` greedy requests with prompts of 1..max_prompt random tokens and 1..24 new tokens.
 std::vector<GenerateRequest> MixedRequests(int count, int max_prompt, int vocab, uint64_t seed) {
@@ -95,13 +60,7 @@ int64_t KvBytes(const std::string& path, int64_t blocks) {
   return (*m)->kv_spec().BytesPerToken(DType::kF16) * 16 * blocks;
 }
 
-void ExpectAllFreed(Engine* e) {
-  e->Drain();
-  EngineStats st = e->GetStats();
-  EXPECT_EQ(st.kv_blocks_used, 0);
-  EXPECT_EQ(st.num_running, 0);
-  EXPECT_EQ(st.num_waiting, 0);
-}
+void ExpectAllFreed(Engine* e) { test_util::ExpectIdleAndFreed(e); }
 
 class TinyEngineTest : public ::testing::TestWithParam<std::string> {};
 
@@ -147,16 +106,6 @@ TEST_P(TinyEngineTest, GreedyOutputDoesNotDependOnTheBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyEngineTest, ::testing::Values("llama", "qwen2", "gemma3"));
-
-GenerateRequest Greedy(const std::string& id, Ids prompt, int max_tokens) {
-  GenerateRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = max_tokens;
-  return r;
-}
 
 Ids Prompt(int n, int32_t first) {
   Ids p;

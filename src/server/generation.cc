@@ -37,6 +37,7 @@ MaybeError Generation::Submit() {
     g.prompt = req_.prompts[p];
     g.params = req_.params;
     g.n = req_.n;
+    g.grammar = req_.compiled_grammar;
     StatusOr<std::shared_ptr<RequestStream>> s = engine_->Submit(std::move(g));
     if (!s.ok()) {
       AbortAll();

@@ -260,8 +260,43 @@ std::string_view OpenApiJson() {
           "stop_token_ids": {"type": "array", "nullable": true, "maxItems": 1024, "items": {"type": "integer", "minimum": 0, "maximum": 2147483647}, "description": "Generation stops when one of these token ids is sampled (vLLM extension)"},
           "stream": {"type": "boolean", "nullable": true, "default": false},
           "stream_options": {"$ref": "#/components/schemas/StreamOptions"},
-          "logit_bias": {"type": "object", "nullable": true, "maxProperties": 0, "description": "Not supported: only an empty object is accepted"},
+          "logit_bias": {"type": "object", "nullable": true, "maxProperties": 1024, "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}, "description": "Token id (as a decimal string, below the vocabulary size) -> bias added to its logit before sampling; -100 bans, +100 all but forces"},
+          "response_format": {"$ref": "#/components/schemas/ResponseFormat"},
+          "guided_json": {"nullable": true, "anyOf": [{"type": "object"}, {"type": "string"}], "description": "vLLM extension: the output follows this JSON Schema (an object, or its JSON text)"},
+          "guided_regex": {"type": "string", "nullable": true, "description": "vLLM extension: the output matches this regular expression"},
+          "guided_choice": {"type": "array", "nullable": true, "minItems": 1, "maxItems": 1024, "items": {"type": "string"}, "description": "vLLM extension: the output is one of these strings"},
+          "guided_grammar": {"type": "string", "nullable": true, "description": "vLLM extension: the output follows this GBNF grammar (llama.cpp notation, start rule root)"},
+          "structured_outputs": {
+            "type": "object",
+            "nullable": true,
+            "description": "vLLM extension: the same constraints as guided_json / guided_regex / guided_choice / guided_grammar; at most one constraint per request in all",
+            "properties": {
+              "json": {"nullable": true, "anyOf": [{"type": "object"}, {"type": "string"}]},
+              "regex": {"type": "string", "nullable": true},
+              "choice": {"type": "array", "nullable": true, "minItems": 1, "items": {"type": "string"}},
+              "grammar": {"type": "string", "nullable": true}
+            }
+          },
           "user": {"type": "string", "nullable": true, "description": "Accepted and ignored"}
+        }
+      },
+      "ResponseFormat": {
+        "type": "object",
+        "nullable": true,
+        "required": ["type"],
+        "description": "text: free text; json_object: any JSON object; json_schema: JSON that follows json_schema.schema (OpenAI's structured-outputs subset; an unsupported keyword is a 400 naming it). Constrained output ends by itself (finish_reason stop) once the document is complete.",
+        "properties": {
+          "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+          "json_schema": {
+            "type": "object",
+            "required": ["schema"],
+            "properties": {
+              "name": {"type": "string"},
+              "description": {"type": "string"},
+              "schema": {"type": "object"},
+              "strict": {"type": "boolean", "nullable": true}
+            }
+          }
         }
       },
       "TokenIds": {
@@ -332,14 +367,7 @@ std::string_view OpenApiJson() {
               "add_generation_prompt": {"type": "boolean", "nullable": true, "default": true},
               "continue_final_message": {"type": "boolean", "nullable": true, "enum": [false, null], "description": "Not supported: only false is accepted"},
               "chat_template_kwargs": {"type": "object", "nullable": true, "description": "Extra variables for the chat template"},
-              "tools": {"type": "array", "nullable": true, "maxItems": 0, "items": {}, "description": "Not supported: only an empty list is accepted"},
-              "response_format": {
-                "type": "object",
-                "nullable": true,
-                "required": ["type"],
-                "description": "Only the type \"text\" is supported",
-                "properties": {"type": {"type": "string", "enum": ["text"]}}
-              }
+              "tools": {"type": "array", "nullable": true, "maxItems": 0, "items": {}, "description": "Not supported: only an empty list is accepted"}
             }
           }
         ]

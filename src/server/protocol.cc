@@ -1,9 +1,11 @@
 #include "server/protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
+#include "grammar/gbnf_builder.h"
 #include "tokenizer/tokenizer.h"
 #include "template/chat_template.h"
 
@@ -148,6 +150,145 @@ MaybeError ParseStop(const FieldReader& r, SamplingParams* p) {
   return std::nullopt;
 }
 
+// logit_bias: {"token id": bias}, OpenAI's shape (keys are decimal ids).
+MaybeError ParseLogitBias(const FieldReader& r, SamplingParams* p) {
+  const json* lb = r.Get("logit_bias");
+  if (!lb) return std::nullopt;
+  if (!lb->is_object()) return InvalidType("logit_bias", "an object", *lb);
+  if (lb->size() > kMaxLogitBias) return TooMany("logit_bias", lb->size(), kMaxLogitBias);
+  p->logit_bias.clear();
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec != std::errc() || ptr != end || id < 0 ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return BadRequest("logit_bias key '" + key + "' is not a token id", "logit_bias",
+                        "invalid_value");
+    }
+    if (!value.is_number()) return InvalidType("logit_bias", "a number", value);
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return BadRequest("logit_bias[" + key + "] = " + value.dump() + ": must be in [-100, 100]",
+                        "logit_bias", "invalid_value");
+    }
+    p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias));
+  }
+  std::sort(p->logit_bias.begin(), p->logit_bias.end());
+  auto dup = std::adjacent_find(p->logit_bias.begin(), p->logit_bias.end(),
+                                [](const auto& a, const auto& b) { return a.first == b.first; });
+  if (dup != p->logit_bias.end()) {
+    return BadRequest("logit_bias names token " + std::to_string(dup->first) + " twice",
+                      "logit_bias", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+// A JSON Schema given inline or as JSON text (vLLM accepts both for guided_json).
+MaybeError SchemaGrammar(const json& schema, const std::string& param, std::string* out) {
+  json parsed;
+  const json* s = &schema;
+  if (schema.is_string()) {
+    if (auto e = ParseJsonBody(schema.get_ref<const std::string&>(), &parsed)) {
+      return BadRequest(param + " is not valid JSON: " + e->message, param, "invalid_value");
+    }
+    s = &parsed;
+  }
+  if (!s->is_object() && !s->is_boolean()) return InvalidType(param, "a JSON Schema object", *s);
+  StatusOr<std::string> g = grammar::JsonSchemaToGbnf(*s);
+  if (!g.ok()) return BadRequest(param + ": " + g.status().message(), param, "invalid_value");
+  *out = std::move(*g);
+  return std::nullopt;
+}
+
+// The output constraint of a request: response_format, or one of vLLM's guided_* fields (also
+// spelled structured_outputs.{json, regex, choice, grammar}). At most one may be given.
+MaybeError ParseStructuredOutput(const FieldReader& r, ParsedRequest* out) {
+  struct Source {
+    std::string param;
+    const json* value;
+    bool json_object = false;  // response_format json_object: any JSON object
+  };
+  std::vector<Source> given;
+  for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
+    if (const json* v = r.Get(name); v && !v->is_null()) given.push_back({name, v});
+  }
+  if (const json* so = r.Get("structured_outputs"); so && !so->is_null()) {
+    if (!so->is_object()) return InvalidType("structured_outputs", "an object", *so);
+    for (const char* key : {"json", "regex", "choice", "grammar"}) {
+      auto it = so->find(key);
+      if (it != so->end() && !it->is_null())
+        given.push_back({std::string("structured_outputs.") + key, &*it});
+    }
+  }
+  if (const json* rf = r.Get("response_format"); rf && !rf->is_null()) {
+    if (!rf->is_object()) return InvalidType("response_format", "an object", *rf);
+    auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) {
+      return BadRequest("response_format.type must be a string", "response_format");
+    }
+    const std::string& t = type->get_ref<const std::string&>();
+    if (t == "json_object") {
+      given.push_back({"response_format", rf, true});
+    } else if (t == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object()) {
+        return BadRequest("response_format.json_schema must be an object with a 'schema'",
+                          "response_format", "invalid_value");
+      }
+      auto schema = js->find("schema");
+      if (schema == js->end()) {
+        return BadRequest("response_format.json_schema.schema is required", "response_format",
+                          "invalid_value");
+      }
+      if (auto strict = js->find("strict"); strict != js->end() && !strict->is_null() &&
+                                            !strict->is_boolean()) {
+        return InvalidType("response_format.json_schema.strict", "a boolean", *strict);
+      }
+      given.push_back({"response_format", &*schema});
+    } else if (t != "text") {
+      return BadRequest("response_format type '" + t + "' is not supported (text, json_object, "
+                        "json_schema)", "response_format", "invalid_value");
+    }
+  }
+  if (given.empty()) return std::nullopt;
+  if (given.size() > 1) {
+    return BadRequest("only one output constraint may be given, got " + given[0].param +
+                          " and " + given[1].param, given[1].param, "invalid_value");
+  }
+  const std::string& param = given[0].param;
+  const json& v = *given[0].value;
+  out->grammar_param = param;
+  if (given[0].json_object) {
+    out->grammar = grammar::JsonObjectGbnf();
+    return std::nullopt;
+  }
+  if (param == "response_format" || param.ends_with("json")) {
+    return SchemaGrammar(v, param, &out->grammar);
+  }
+  if (param.ends_with("regex")) {
+    if (!v.is_string()) return InvalidType(param, "a string", v);
+    StatusOr<std::string> g = grammar::RegexToGbnf(v.get_ref<const std::string&>());
+    if (!g.ok()) return BadRequest(param + ": " + g.status().message(), param, "invalid_value");
+    out->grammar = std::move(*g);
+    return std::nullopt;
+  }
+  if (param.ends_with("choice")) {
+    if (!v.is_array() || v.empty()) return InvalidType(param, "a non-empty array of strings", v);
+    if (v.size() > kMaxChoices) return TooMany("guided_choice", v.size(), kMaxChoices);
+    std::vector<std::string> choices;
+    for (const json& c : v) {
+      if (!c.is_string()) return InvalidType(param, "a non-empty array of strings", c);
+      choices.push_back(c.get<std::string>());
+    }
+    out->grammar = grammar::ChoiceToGbnf(choices);
+    return std::nullopt;
+  }
+  if (!v.is_string()) return InvalidType(param, "a string (GBNF)", v);  // grammar
+  out->grammar = v.get<std::string>();
+  return std::nullopt;
+}
+
 // Fields both endpoints share.
 MaybeError ParseCommon(const FieldReader& r, ParsedRequest* out) {
   SamplingParams& p = out->params;
@@ -195,10 +336,9 @@ MaybeError ParseCommon(const FieldReader& r, ParsedRequest* out) {
       return BadRequest("stream_options is only allowed when stream is true", "stream_options");
     }
   }
-  if (const json* lb = r.Get("logit_bias")) {
-    if (!lb->is_object()) return InvalidType("logit_bias", "an object", *lb);
-    if (!lb->empty()) return BadRequest("logit_bias is not supported", "logit_bias");
-  }
+  if (auto e = ParseLogitBias(r, &p)) return e;
+  p.skip_special_tokens = skip_special;
+  if (auto e = ParseStructuredOutput(r, out)) return e;
   if (const json* u = r.Get("user")) {
     if (!u->is_string()) return InvalidType("user", "a string", *u);
   }
@@ -374,18 +514,6 @@ MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
   if (const json* tools = r.Get("tools")) {
     if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
     if (!tools->empty()) return BadRequest("tools are not supported", "tools");
-  }
-  if (const json* rf = r.Get("response_format")) {
-    if (!rf->is_object()) return InvalidType("response_format", "an object", *rf);
-    auto type = rf->find("type");
-    if (type == rf->end() || !type->is_string()) {
-      return BadRequest("response_format.type must be a string", "response_format");
-    }
-    if (*type != "text") {
-      return BadRequest("response_format type '" + type->get<std::string>() +
-                            "' is not supported",
-                        "response_format");
-    }
   }
   return std::nullopt;
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,9 @@
 namespace peng {
 
 class Tokenizer;
+namespace grammar {
+class CompiledGrammar;
+}
 
 namespace server {
 
@@ -51,6 +55,8 @@ inline constexpr size_t kMaxMessages = 4096;      // chat messages
 inline constexpr size_t kMaxStopStrings = 32;     // "stop"
 inline constexpr size_t kMaxStopStringBytes = 4096;
 inline constexpr size_t kMaxStopTokenIds = 1024;  // "stop_token_ids"
+inline constexpr size_t kMaxLogitBias = 1024;     // "logit_bias" entries
+inline constexpr size_t kMaxChoices = 1024;       // "guided_choice" entries
 
 // Parses a request body into *out: a body nested deeper than kMaxJsonDepth or that is not
 // valid JSON is a 400 (checked before any recursive structure is built).
@@ -75,6 +81,13 @@ struct ParsedRequest {
   bool echo = false;                       // completions
   bool logprobs = false;                   // return logprobs
   int top_logprobs = 0;                    // alternatives per token
+  // GBNF grammar the output must follow (grammar/grammar.h), from response_format
+  // (json_object, json_schema), vLLM's guided_json / guided_regex / guided_choice /
+  // guided_grammar (or structured_outputs.{json,regex,choice,grammar}), or a forced tool
+  // call; empty = free text. `grammar_param` names the field it came from (for errors).
+  std::string grammar;
+  std::string grammar_param;
+  std::shared_ptr<const grammar::CompiledGrammar> compiled_grammar;  // set by the server
 };
 
 // Parses the body of a request for `endpoint`. Does not tokenize.

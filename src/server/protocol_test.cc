@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/gbnf_builder.h"
+
 namespace peng::server {
 namespace {
 
@@ -45,6 +47,95 @@ TEST(ProtocolTest, OutOfRangeUsesValidateMessage) {
   EXPECT_EQ(ParseError(R"({"prompt": [1], "logprobs": 21})"),
             R"({"error":{"code":"invalid_value","message":"logprobs = 21: must be in [0, 20]",)"
             R"("param":"logprobs","type":"invalid_request_error"}})");
+}
+
+ParsedRequest Parsed(const std::string& body, Endpoint ep = Endpoint::kCompletions) {
+  ParsedRequest req;
+  MaybeError e = ParseRequest(json::parse(body), ep, &req);
+  EXPECT_FALSE(e) << e->ToJson().dump();
+  return req;
+}
+
+TEST(ProtocolTest, LogitBias) {
+  ParsedRequest r = Parsed(R"({"prompt": [1], "logit_bias": {"50": -100, "7": 2.5}})");
+  using Bias = std::vector<std::pair<int32_t, float>>;
+  EXPECT_EQ(r.params.logit_bias, (Bias{{7, 2.5f}, {50, -100.0f}}));
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logit_bias": {"x": 1}})"),
+            R"({"error":{"code":"invalid_value","message":"logit_bias key 'x' is not a token )"
+            R"(id","param":"logit_bias","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logit_bias": {"-3": 1}})"),
+            R"({"error":{"code":"invalid_value","message":"logit_bias key '-3' is not a token )"
+            R"(id","param":"logit_bias","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logit_bias": {"3": 101}})"),
+            R"({"error":{"code":"invalid_value","message":"logit_bias[3] = 101: must be in )"
+            R"([-100, 100]","param":"logit_bias","type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logit_bias": {"3": "a"}})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'logit_bias': )"
+            R"(expected a number, but got a string instead.","param":"logit_bias",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": [1], "logit_bias": {"3": 1, "03": 1}})"),
+            R"({"error":{"code":"invalid_value","message":"logit_bias names token 3 twice",)"
+            R"("param":"logit_bias","type":"invalid_request_error"}})");
+}
+
+TEST(ProtocolTest, SkipSpecialTokens) {
+  EXPECT_TRUE(Parsed(R"({"prompt": [1]})").params.skip_special_tokens);
+  EXPECT_FALSE(Parsed(R"({"prompt": [1], "skip_special_tokens": false})")
+                   .params.skip_special_tokens);
+}
+
+TEST(ProtocolTest, OutputConstraintsBecomeGrammars) {
+  const char* chat = R"("messages": [{"role": "user", "content": "hi"}])";
+  ParsedRequest r = Parsed(std::string("{") + chat +
+                               R"(, "response_format": {"type": "json_object"}})",
+                           Endpoint::kChat);
+  EXPECT_EQ(r.grammar, grammar::JsonObjectGbnf());
+  EXPECT_EQ(r.grammar_param, "response_format");
+  const std::string schema = R"({"type": "object", "properties": {"a": {"type": "integer"}},
+                                 "required": ["a"]})";
+  r = Parsed(std::string("{") + chat + R"(, "response_format": {"type": "json_schema",
+             "json_schema": {"name": "x", "strict": true, "schema": )" + schema + "}}}",
+             Endpoint::kChat);
+  EXPECT_EQ(r.grammar, *grammar::JsonSchemaToGbnf(json::parse(schema)));
+  // Completions too, and vLLM's spellings (guided_json also as JSON text).
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "guided_json": )" + schema + "}").grammar, r.grammar);
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "guided_json": )" + json(schema).dump() + "}").grammar,
+            r.grammar);
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "structured_outputs": {"json": )" + schema + "}}")
+                .grammar, r.grammar);
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "guided_regex": "[0-9]+"})").grammar,
+            *grammar::RegexToGbnf("[0-9]+"));
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "guided_choice": ["a", "b"]})").grammar,
+            grammar::ChoiceToGbnf({"a", "b"}));
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "guided_grammar": "root ::= \"a\""})").grammar,
+            "root ::= \"a\"");
+  EXPECT_EQ(Parsed(R"({"prompt": "x", "response_format": {"type": "text"}})").grammar, "");
+}
+
+TEST(ProtocolTest, OutputConstraintErrors) {
+  EXPECT_EQ(ParseError(R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})"),
+            R"({"error":{"code":"invalid_value","message":"only one output constraint may be )"
+            R"(given, got guided_regex and guided_choice","param":"guided_choice",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": "x", "response_format": {"type": "xml"}})"),
+            R"({"error":{"code":"invalid_value","message":"response_format type 'xml' is not )"
+            R"(supported (text, json_object, json_schema)","param":"response_format",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"),
+            R"({"error":{"code":"invalid_value","message":"response_format.json_schema must )"
+            R"(be an object with a 'schema'","param":"response_format",)"
+            R"("type":"invalid_request_error"}})");
+  EXPECT_EQ(ParseError(R"({"prompt": "x", "guided_choice": []})"),
+            R"({"error":{"code":"invalid_type","message":"Invalid type for 'guided_choice': )"
+            R"(expected a non-empty array of strings, but got an array instead.",)"
+            R"("param":"guided_choice","type":"invalid_request_error"}})");
+  // An unsupported schema keyword is named.
+  const std::string e = ParseError(
+      R"({"prompt": "x", "guided_json": {"type": "object", "patternProperties": {}}})");
+  EXPECT_NE(e.find("patternProperties"), std::string::npos) << e;
+  EXPECT_NE(e.find(R"("param":"guided_json")"), std::string::npos) << e;
+  EXPECT_NE(ParseError(R"({"prompt": "x", "guided_json": "{not json"})")
+                .find("guided_json is not valid JSON"), std::string::npos);
 }
 
 TEST(ProtocolTest, MissingAndEmptyPrompt) {

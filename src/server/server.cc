@@ -167,6 +167,7 @@ Server::Server(Engine* engine, ServerOptions options)
       options_(std::move(options)),
       metrics_(options_.served_model_name),
       created_(static_cast<int64_t>(std::time(nullptr))),
+      grammars_(std::make_unique<GrammarCache>(engine->tokenizer())),
       http_(std::make_unique<http::HttpServer>(this, [&] {
         http::HttpOptions h;
         h.host = options_.host;
@@ -256,7 +257,16 @@ MaybeError Server::Prepare(const http::Request& http_req, bool chat, ParsedReque
   PromptLimits limits;
   limits.max_model_len = engine_->max_model_len();
   limits.vocab_size = engine_->model_config().vocab_size;
-  return PreparePrompts(req, engine_->tokenizer(), limits);
+  if (auto e = PreparePrompts(req, engine_->tokenizer(), limits)) return e;
+  if (!req->grammar.empty()) {
+    auto g = grammars_->Get(req->grammar);
+    if (!g.ok()) {
+      return BadRequest(req->grammar_param + ": " + g.status().message(), req->grammar_param,
+                        "invalid_value");
+    }
+    req->compiled_grammar = *g;
+  }
+  return std::nullopt;
 }
 
 void Server::StartGeneration(http::Request http_req, std::shared_ptr<http::Responder> out,

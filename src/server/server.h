@@ -29,6 +29,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "server/grammar_cache.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
@@ -93,6 +94,7 @@ class Server : public http::Handler {
   std::condition_variable cv_;
   int active_ = 0;  // generation requests still being answered; guarded by mu_
   int64_t created_ = 0;
+  std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars
   // Destroyed first (explicitly, in ~Server): their queued work refers to the members above.
   std::unique_ptr<http::HttpServer> http_;
   class Workers;
