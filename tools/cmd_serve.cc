@@ -27,6 +27,7 @@ struct ServeArgs {
   bool no_prefix_caching = false;
   double drain_timeout_s = 30;
   double idle_timeout_s = 60;
+  std::string tool_call_parser = "auto";
 };
 
 int RunServe(ServeArgs& a) {
@@ -36,6 +37,9 @@ int RunServe(ServeArgs& a) {
     a.engine.kv_cache_bytes = *bytes;
   }
   a.engine.enable_prefix_caching = !a.no_prefix_caching;
+  StatusOr<server::ToolCallFormat> parser = server::ParseToolCallFormat(a.tool_call_parser);
+  if (!parser.ok()) return Fail(parser.status().message());
+  a.server.tool_call_parser = *parser;
   if (a.server.served_model_name.empty()) a.server.served_model_name = a.engine.model_path;
   auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
   a.server.drain_timeout = ms(a.drain_timeout_s);
@@ -139,6 +143,11 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
   c->add_flag("--no-prefix-caching", a->no_prefix_caching, "Disable automatic prefix caching");
+  c->add_option("--tool-call-parser", a->tool_call_parser,
+                "Tool-call syntax of the model: auto (from the chat template), hermes, "
+                "llama3_json, deepseek_v3 or none")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "deepseek_v3", "none"}))
+      ->capture_default_str();
   c->callback([a, exit_code] { *exit_code = RunServe(*a); });
 }
 

@@ -91,6 +91,11 @@ bool Generation::Next(int* choice, RequestOutput* out) {
   return false;
 }
 
+bool Generation::ParsesToolCalls() const {
+  return meta_.endpoint == Endpoint::kChat && req_.tools.parse_output() &&
+         req_.tool_format != ToolCallFormat::kNone && req_.tool_format != ToolCallFormat::kAuto;
+}
+
 bool Generation::AllStreamsDone() const {
   for (bool d : stream_done_) {
     if (!d) return false;
@@ -150,11 +155,37 @@ void Generation::StreamEvent(int c, const RequestOutput& out, std::string* sse) 
   ChunkChoice cc;
   cc.index = c;
   cc.text = out.text;
+  std::optional<std::string> finish_reason = out.finish_reason;
+  if (ParsesToolCalls()) {  // content that cannot be a call marker now, calls once complete
+    Choice& ch = choices_[c];
+    if (!ch.tool_parser) ch.tool_parser.emplace(req_.tool_format);
+    const int first_call = ch.tool_parser->calls();
+    ParsedToolOutput parsed = ch.tool_parser->Push(out.text);
+    if (out.finish_reason) {
+      ParsedToolOutput rest = ch.tool_parser->Finish();
+      parsed.content += rest.content;
+      for (ToolCall& call : rest.calls) parsed.calls.push_back(std::move(call));
+      if (*out.finish_reason == "stop" && ch.tool_parser->calls() > 0) {
+        finish_reason = "tool_calls";
+      }
+    }
+    cc.text = std::move(parsed.content);
+    if (!parsed.calls.empty()) {
+      cc.tool_calls = json::array();
+      for (size_t k = 0; k < parsed.calls.size(); ++k) {
+        cc.tool_calls.push_back(parsed.calls[k].ToDeltaJson(first_call + static_cast<int>(k)));
+      }
+    }
+    if (cc.text.empty() && cc.tool_calls.is_null() && !has_logprobs && !finish_reason &&
+        !bare_ids) {
+      return;  // everything held back
+    }
+  }
   if (has_logprobs) {
     cc.logprobs = chat ? ChatLogprobs(out.logprobs, tokenizer_)
                        : CompletionLogprobs(out.logprobs, tokenizer_, &choices_[c].text_offset);
   }
-  cc.finish_reason = out.finish_reason;
+  cc.finish_reason = finish_reason;
   std::optional<Usage> usage;
   if (req_.include_usage && req_.continuous_usage) usage = CurrentUsage();
   *sse += SseData(StreamChunk(meta_, cc, req_.include_usage, usage));
@@ -214,6 +245,15 @@ json Generation::Result() {
     r.text = req_.echo ? EchoText(static_cast<int>(i) / req_.n) + c.text : c.text;
     r.logprobs = std::move(c.logprobs);
     r.finish_reason = c.finish_reason.value_or("abort");
+    if (ParsesToolCalls()) {
+      ParsedToolOutput parsed = ParseToolCalls(r.text, req_.tool_format);
+      r.text = std::move(parsed.content);
+      if (!parsed.calls.empty()) {
+        r.tool_calls = json::array();
+        for (const ToolCall& call : parsed.calls) r.tool_calls.push_back(call.ToJson());
+        if (r.finish_reason == "stop") r.finish_reason = "tool_calls";
+      }
+    }
     results.push_back(std::move(r));
   }
   return FinalResponse(meta_, results, CurrentUsage(), req_.logprobs, tokenizer_);

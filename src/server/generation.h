@@ -60,11 +60,14 @@ class Generation {
     int64_t completion_tokens = 0;
     int64_t text_offset = 0;  // completions logprobs text_offset
     Clock::time_point last_token;
+    std::optional<ToolCallStreamParser> tool_parser;  // streaming chat with tools
   };
 
   // One ready event (any stream, in turn): true with *choice/*out set; false when none is.
   bool Next(int* choice, RequestOutput* out);
   bool AllStreamsDone() const;
+  // Chat with tools and tool_choice != "none": the output is parsed for tool calls.
+  bool ParsesToolCalls() const;
   void Account(int choice, const RequestOutput& out);
   void StreamEvent(int choice, const RequestOutput& out, std::string* sse);
   void Finish(std::string* sse);

@@ -41,6 +41,7 @@ ApiError InvalidType(const std::string& field, const char* expected, const json&
 class FieldReader {
  public:
   explicit FieldReader(const json& body) : body_(body) {}
+  const json& body() const { return body_; }
 
   const json* Get(const char* name) const {
     auto it = body_.find(name);
@@ -485,6 +486,9 @@ MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
   for (size_t i = 0; i < msgs->size(); ++i) {
     json m;
     if (auto e = NormalizeMessage((*msgs)[i], i, &m)) return e;
+    if (auto e = CheckToolMessage((*msgs)[i], i, &m)) {
+      return BadRequest(e->message, e->param, e->code);
+    }
     out->messages.push_back(std::move(m));
   }
   if (auto e = ParseMaxTokens(r, "max_tokens", out)) return e;
@@ -511,9 +515,8 @@ MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
     if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);
     out->chat_template_kwargs = *kw;
   }
-  if (const json* tools = r.Get("tools")) {
-    if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
-    if (!tools->empty()) return BadRequest("tools are not supported", "tools");
+  if (auto e = ParseToolFields(r.body(), &out->tools)) {
+    return BadRequest(e->message, e->param, e->code);
   }
   return std::nullopt;
 }
@@ -651,10 +654,29 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
       return id >= 0 && id < tokenizer->vocab_size() ? tokenizer->token_piece(id)
                                                      : std::string();
     };
-    StatusOr<std::string> text =
-        ApplyChatTemplate(tokenizer->chat_template(), req->messages, req->add_generation_prompt,
-                          piece(tokenizer->bos_id()), piece(tokenizer->eos_id()),
-                          req->chat_template_kwargs);
+    // Tool calling: the tools and tool_calls as the template wants them, the call syntax, and
+    // the grammar of a forced call (tool_calls.h).
+    const std::string& source = tokenizer->chat_template();
+    if (req->tool_format == ToolCallFormat::kAuto) req->tool_format = DetectToolCallFormat(source);
+    if (req->tools.forced() && req->tool_format == ToolCallFormat::kNone) {
+      req->tool_format = ToolCallFormat::kHermes;  // some syntax to force and parse
+    }
+    json extra = req->chat_template_kwargs;
+    if (!req->tools.tools.is_null()) extra["tools"] = req->tools.tools;
+    if (req->tools.forced()) {
+      if (!req->grammar.empty()) {
+        return BadRequest("a forced tool_choice cannot be combined with " + req->grammar_param,
+                          "tool_choice", "invalid_value");
+      }
+      StatusOr<std::string> g = ToolCallGrammar(req->tools, req->tool_format);
+      if (!g.ok()) return BadRequest(g.status().message(), "tools", "invalid_value");
+      req->grammar = std::move(*g);
+      req->grammar_param = "tools";
+    }
+    StatusOr<std::string> text = ApplyChatTemplate(
+        source, MessagesForTemplate(req->messages, TemplateWantsArgumentObjects(source)),
+        req->add_generation_prompt, piece(tokenizer->bos_id()), piece(tokenizer->eos_id()),
+        extra);
     if (!text.ok()) {
       return BadRequest("chat template failed: " + text.status().message(), "messages");
     }

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "engine/sampling_params.h"
+#include "server/tool_calls.h"
 
 namespace peng {
 
@@ -88,6 +89,11 @@ struct ParsedRequest {
   std::string grammar;
   std::string grammar_param;
   std::shared_ptr<const grammar::CompiledGrammar> compiled_grammar;  // set by the server
+  // Chat tool calling (tool_calls.h): tools / tool_choice / parallel_tool_calls, and the
+  // model's call syntax (kAuto: PreparePrompts detects it from the chat template; the server
+  // sets it from --tool-call-parser). A forced choice fills `grammar` in PreparePrompts.
+  ToolRequest tools;
+  ToolCallFormat tool_format = ToolCallFormat::kAuto;
 };
 
 // Parses the body of a request for `endpoint`. Does not tokenize.

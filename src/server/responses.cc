@@ -97,6 +97,10 @@ json FinalResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
     json choice = {{"index", c.index}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.is_null()) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = c.tool_calls;
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -119,8 +123,10 @@ json StreamChunk(const ResponseMeta& meta, const ChunkChoice& c, bool include_us
   if (chat) {
     json delta = json::object();
     if (c.role) delta["role"] = "assistant";
-    if (!c.text.empty() || (!c.role && !c.finish_reason)) delta["content"] = c.text;
+    const bool calls = !c.tool_calls.is_null();
+    if (!c.text.empty() || (!c.role && !c.finish_reason && !calls)) delta["content"] = c.text;
     if (c.role && c.text.empty()) delta["content"] = "";
+    if (calls) delta["tool_calls"] = c.tool_calls;
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = c.text;

@@ -40,6 +40,9 @@ struct ChoiceResult {
   std::string text;
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;
+  // Chat tool calling: the parsed calls ([{id, type, function}]), null when none; then
+  // `text` is the content besides them and an empty one is written as null.
+  nlohmann::json tool_calls;
 };
 
 // "cmpl-" / "chatcmpl-" followed by 32 random hex digits.
@@ -62,11 +65,14 @@ nlohmann::json FinalResponse(const ResponseMeta& meta, const std::vector<ChoiceR
                              const Usage& usage, bool with_logprobs, const Tokenizer* tokenizer);
 
 // One streamed choice delta. Chat: `role` adds "role": "assistant" to the delta (first chunk
-// of a choice); `text` becomes "content" (omitted when empty and `role` or finishing).
+// of a choice); `text` becomes "content" (omitted when empty and `role`, finishing or carrying
+// tool calls); `tool_calls` (tool-call deltas [{index, id, type, function}], null when none)
+// becomes "tool_calls".
 struct ChunkChoice {
   int index = 0;
   std::string text;
   bool role = false;
+  nlohmann::json tool_calls;
   nlohmann::json logprobs;                   // null or a logprobs object
   std::optional<std::string> finish_reason;
 };

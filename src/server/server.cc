@@ -248,6 +248,7 @@ MaybeError Server::Prepare(const http::Request& http_req, bool chat, ParsedReque
   json body;
   if (auto e = ParseJsonBody(http_req.body, &body)) return e;
   if (auto e = ParseRequest(body, chat ? Endpoint::kChat : Endpoint::kCompletions, req)) return e;
+  req->tool_format = options_.tool_call_parser;
   if (!req->model.empty() && req->model != options_.served_model_name) {
     ApiError e = MakeError(404, "The model `" + req->model + "` does not exist.",
                            "invalid_request_error", "model_not_found");

@@ -49,6 +49,8 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{60000};    // keep-alive connection without a request
   std::chrono::milliseconds header_timeout{10000};  // to receive a request's headers
   std::chrono::milliseconds drain_timeout{30000};   // Shutdown(): running requests get this
+  // Tool-call syntax of the model (tool_calls.h); kAuto: detected from the chat template.
+  ToolCallFormat tool_call_parser = ToolCallFormat::kAuto;
 };
 
 class Server : public http::Handler {
