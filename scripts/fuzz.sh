@@ -15,7 +15,7 @@ set -euo pipefail
 
 secs="${1:-30}"
 shift || true
-all_targets=(gguf safetensors request jinja tokenizer)
+all_targets=(gguf safetensors request jinja tokenizer grammar)
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all_targets[@]}")
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -109,9 +109,9 @@ PY
 
 # Per target: longest input, per-input time limit (s), memory limit (MB; also the largest
 # single allocation). Request bodies go up to 64 KB (plus the 9 bytes of endpoint and seed).
-declare -A max_len=([gguf]=4096 [safetensors]=4096 [request]=65545 [jinja]=16384 [tokenizer]=8192)
-declare -A timeout=([gguf]=10 [safetensors]=10 [request]=30 [jinja]=30 [tokenizer]=10)
-declare -A rss=([gguf]=2048 [safetensors]=2048 [request]=2048 [jinja]=2560 [tokenizer]=2048)
+declare -A max_len=([gguf]=4096 [safetensors]=4096 [request]=65545 [jinja]=16384 [tokenizer]=8192 [grammar]=4096)
+declare -A timeout=([gguf]=10 [safetensors]=10 [request]=30 [jinja]=30 [tokenizer]=10 [grammar]=10)
+declare -A rss=([gguf]=2048 [safetensors]=2048 [request]=2048 [jinja]=2560 [tokenizer]=2048 [grammar]=2048)
 
 status=0
 run() {
