@@ -340,15 +340,100 @@ std::string_view OpenApiJson() {
       "ChatMessage": {
         "type": "object",
         "required": ["role"],
-        "description": "Passed to the chat template as it is, except that `content` is flattened to a string (text parts joined by newlines; null or absent is \"\")",
+        "description": "Passed to the chat template as it is, except that `content` is flattened to a string (text parts joined by newlines; null or absent is \"\", but stays null in an assistant message with `tool_calls`). An assistant message's `tool_calls` reach the template with their arguments as JSON objects (as JSON text for templates that concatenate it, DeepSeek's); a `tool` message carries a tool's result.",
         "properties": {
-          "role": {"type": "string", "description": "system, user, assistant, ... as the model's chat template knows them"},
+          "role": {"type": "string", "description": "system, user, assistant, tool, ... as the model's chat template knows them"},
           "content": {
             "anyOf": [
               {"type": "string"},
               {"type": "array", "items": {"$ref": "#/components/schemas/TextContentPart"}},
               {"$ref": "#/components/schemas/Null"}
             ]
+          },
+          "name": {"type": "string", "nullable": true},
+          "tool_calls": {"type": "array", "nullable": true, "maxItems": 128, "items": {"$ref": "#/components/schemas/ToolCallIn"}, "description": "assistant messages: the calls the model made"},
+          "tool_call_id": {"type": "string", "nullable": true, "description": "tool messages: the call this is the result of"}
+        }
+      },
+      "ToolCallIn": {
+        "type": "object",
+        "required": ["function"],
+        "properties": {
+          "id": {"type": "string", "nullable": true},
+          "type": {"type": "string", "nullable": true, "enum": ["function", null]},
+          "function": {
+            "type": "object",
+            "required": ["name", "arguments"],
+            "properties": {
+              "name": {"type": "string"},
+              "arguments": {"anyOf": [{"type": "string"}, {"type": "object"}], "description": "JSON text of an object (an object is accepted too); invalid JSON is a 400"}
+            }
+          }
+        }
+      },
+      "Tool": {
+        "type": "object",
+        "required": ["type", "function"],
+        "properties": {
+          "type": {"type": "string", "enum": ["function"]},
+          "function": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+              "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$", "description": "Unique among the tools"},
+              "description": {"type": "string", "nullable": true},
+              "parameters": {"type": "object", "nullable": true, "description": "JSON Schema of the arguments (type object). With a forced tool_choice it must use the JSON Schema subset of response_format json_schema (else a 400 naming the keyword)."},
+              "strict": {"type": "boolean", "nullable": true}
+            }
+          }
+        }
+      },
+      "ToolChoice": {
+        "description": "none: no tool calls are parsed (the tools still reach the template, like vLLM); auto (the default with tools): the output is parsed for calls; required: one or more calls are forced by grammar (one with parallel_tool_calls false); a named function: calls of that function are forced. required and a named function need tools and exclude response_format json_object / json_schema and the guided_* constraints.",
+        "anyOf": [
+          {"type": "string", "enum": ["none", "auto", "required"]},
+          {
+            "type": "object",
+            "required": ["type", "function"],
+            "properties": {
+              "type": {"type": "string", "enum": ["function"]},
+              "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "description": "One of the tools"}}}
+            }
+          },
+          {"$ref": "#/components/schemas/Null"}
+        ]
+      },
+      "ToolCallOut": {
+        "type": "object",
+        "required": ["id", "type", "function"],
+        "properties": {
+          "id": {"type": "string", "pattern": "^call_[A-Za-z0-9]{24}$"},
+          "type": {"type": "string", "enum": ["function"]},
+          "function": {
+            "type": "object",
+            "required": ["name", "arguments"],
+            "properties": {
+              "name": {"type": "string"},
+              "arguments": {"type": "string", "description": "Compact JSON text of an object"}
+            }
+          }
+        }
+      },
+      "ToolCallDelta": {
+        "type": "object",
+        "required": ["index", "id", "type", "function"],
+        "description": "A complete call in one delta (calls are streamed once they are complete)",
+        "properties": {
+          "index": {"type": "integer", "minimum": 0, "description": "The call's position among the choice's calls"},
+          "id": {"type": "string", "pattern": "^call_[A-Za-z0-9]{24}$"},
+          "type": {"type": "string", "enum": ["function"]},
+          "function": {
+            "type": "object",
+            "required": ["name", "arguments"],
+            "properties": {
+              "name": {"type": "string"},
+              "arguments": {"type": "string"}
+            }
           }
         }
       },
@@ -367,7 +452,9 @@ std::string_view OpenApiJson() {
               "add_generation_prompt": {"type": "boolean", "nullable": true, "default": true},
               "continue_final_message": {"type": "boolean", "nullable": true, "enum": [false, null], "description": "Not supported: only false is accepted"},
               "chat_template_kwargs": {"type": "object", "nullable": true, "description": "Extra variables for the chat template"},
-              "tools": {"type": "array", "nullable": true, "maxItems": 0, "items": {}, "description": "Not supported: only an empty list is accepted"}
+              "tools": {"type": "array", "nullable": true, "maxItems": 128, "items": {"$ref": "#/components/schemas/Tool"}, "description": "Function tools, passed to the chat template; the model's calls come back in message.tool_calls (delta.tool_calls when streaming), parsed in the model family's syntax (peng serve --tool-call-parser). An empty list is the same as none."},
+              "tool_choice": {"$ref": "#/components/schemas/ToolChoice"},
+              "parallel_tool_calls": {"type": "boolean", "nullable": true, "default": true, "description": "With a forced tool_choice: whether more than one call may be made"}
             }
           }
         ]
@@ -383,8 +470,8 @@ std::string_view OpenApiJson() {
       },
       "FinishReason": {
         "type": "string",
-        "enum": ["stop", "length", "abort", "error"],
-        "description": "stop: EOS, a stop string or a stop token; length: max_tokens or the context is full; abort: the server stopped the request (shutdown); error: the generation failed (streams only)"
+        "enum": ["stop", "length", "abort", "error", "tool_calls"],
+        "description": "stop: EOS, a stop string or a stop token; tool_calls: like stop, and the output held tool calls (chat with tools); length: max_tokens or the context is full; abort: the server stopped the request (shutdown); error: the generation failed (streams only)"
       },
       "CompletionLogprobs": {
         "type": "object",
@@ -448,7 +535,8 @@ std::string_view OpenApiJson() {
         "required": ["role", "content"],
         "properties": {
           "role": {"type": "string", "enum": ["assistant"]},
-          "content": {"type": "string"}
+          "content": {"type": "string", "nullable": true, "description": "null when the output held tool calls and nothing else"},
+          "tool_calls": {"type": "array", "items": {"$ref": "#/components/schemas/ToolCallOut"}, "description": "Present when the output held tool calls"}
         }
       },
       "ChatCompletionChoice": {
@@ -520,7 +608,8 @@ std::string_view OpenApiJson() {
                   "type": "object",
                   "properties": {
                     "role": {"type": "string", "enum": ["assistant"]},
-                    "content": {"type": "string"}
+                    "content": {"type": "string"},
+                    "tool_calls": {"type": "array", "items": {"$ref": "#/components/schemas/ToolCallDelta"}}
                   }
                 },
                 "logprobs": {"anyOf": [{"$ref": "#/components/schemas/ChatLogprobs"}, {"$ref": "#/components/schemas/Null"}]},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -200,6 +201,36 @@ TEST(OpenApiTest, ResponseObjectsMatchTheirSchemas) {
   ExpectShape(doc, "ErrorResponse", e.ToJson());
   ExpectShape(doc, "Error", e.ToJson()["error"]);
   ExpectShape(doc, "Error", BadRequest("bad").ToJson()["error"]);
+}
+
+// Tool calling: the request fields' limits, and the message / delta with tool calls.
+TEST(OpenApiTest, ToolCallShapes) {
+  const json doc = Spec();
+  EXPECT_EQ(RequestField(doc, "ChatCompletionRequest", "tools").at("maxItems"), kMaxTools);
+  EXPECT_EQ(Schema(doc, "Tool").at("properties").at("function").at("properties").at("name").at(
+                "pattern"),
+            "^[a-zA-Z0-9_-]{1,64}$");
+  ResponseMeta meta;
+  meta.endpoint = Endpoint::kChat;
+  meta.id = NewResponseId(Endpoint::kChat);
+  meta.model = "m";
+  const ToolCall call{NewToolCallId(), "get_time", "{}"};
+  ChoiceResult c;
+  c.finish_reason = "tool_calls";
+  c.tool_calls = json::array({call.ToJson()});
+  const json full = FinalResponse(meta, {c}, Usage{3, 1}, false, nullptr);
+  const json& message = full["choices"][0]["message"];
+  ExpectShape(doc, "ChatMessageOut", message);
+  EXPECT_TRUE(message["content"].is_null());
+  ExpectShape(doc, "ToolCallOut", message["tool_calls"][0]);
+  ExpectShape(doc, "ChatCompletionChoice", full["choices"][0]);
+  const json& finish = Schema(doc, "FinishReason").at("enum");
+  EXPECT_NE(std::find(finish.begin(), finish.end(), "tool_calls"), finish.end());
+  ChunkChoice cc;
+  cc.tool_calls = json::array({call.ToDeltaJson(0)});
+  const json chunk = StreamChunk(meta, cc, false, std::nullopt);
+  ExpectShape(doc, "ChatCompletionChunk", chunk);
+  ExpectShape(doc, "ToolCallDelta", chunk["choices"][0]["delta"]["tool_calls"][0]);
 }
 
 }  // namespace
