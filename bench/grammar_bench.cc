@@ -42,6 +42,11 @@ const char* kJsonText = R"({
   "description": "A small C++ engine that loads GGUF files and serves an OpenAI-style API. 日本語も少し。"
 })";
 
+// Same grammar, other content and nesting: its states are mostly new to the per-state cache.
+const char* kOtherText = R"([{"id": 1, "items": [{"sku": "A-1", "qty": 2, "meta": {"color": "red", "tags": []}},
+ {"sku": "B-22", "qty": 10, "meta": {"color": "blue \/ green", "tags": ["x", "y"]}}],
+ "total": 1.5E+2, "paid": false, "note": "Ça va? 🙂"}, [[[["deep"]]]], {"empty": {}}])";
+
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
@@ -107,12 +112,13 @@ int main(int argc, char** argv) {
   std::printf("TokenVocab::Build %.1f ms, ParseGbnf %.3f ms, CompiledGrammar::Create %.3f ms\n\n",
               vocab_ms, parse_ms, compile_ms);
   std::printf("%-34s %9s %9s %9s %9s\n", "FillMask per step (ms)", "mean", "median", "p90", "max");
+  auto other = (*tok)->Encode(kOtherText, false);
   for (int batch : {1, 32}) {
-    auto fresh = CompiledGrammar::Create(*g, vocab);  // empty cache
-    std::string cold = "cold, batch " + std::to_string(batch);
-    std::string warm = "warm, batch " + std::to_string(batch);
-    Run(*fresh, ids, batch, n).Print(cold.c_str());
-    Run(*fresh, ids, batch, n).Print(warm.c_str());
+    auto fresh = CompiledGrammar::Create(*g, vocab);  // empty caches
+    std::string b = ", batch " + std::to_string(batch);
+    Run(*fresh, ids, batch, n).Print(("cold (new grammar)" + b).c_str());
+    Run(*fresh, ids, batch, n).Print(("warm (same text again)" + b).c_str());
+    Run(*fresh, other, batch, n).Print(("new states (2nd text)" + b).c_str());
   }
   return 0;
 }

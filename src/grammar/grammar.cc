@@ -12,7 +12,7 @@ namespace peng::grammar {
 
 // ---- MaskCache ----
 
-size_t MaskCache::KeyHash::operator()(const std::vector<int32_t>& k) const {
+size_t IntsHash::operator()(const std::vector<int32_t>& k) const {
   uint64_t h = 0x9E3779B97F4A7C15ULL ^ k.size();
   for (int32_t v : k) {
     h ^= uint32_t(v);
@@ -47,29 +47,6 @@ void MaskCache::Insert(std::vector<int32_t> key,
     bytes_ -= m->size() * sizeof(uint32_t) + k.size() * sizeof(int32_t) * 2 + 64;
     index_.erase(k);
     lru_.pop_back();
-  }
-}
-
-// ---- mask computation ----
-
-void ComputeTokenMask(const GrammarImpl& g, const TokenVocab::Impl& vocab,
-                      const std::vector<Top>& tops, const FrameTable& frames, uint32_t* mask) {
-  Stepper st(g);
-  st.frames() = frames;
-  std::vector<std::vector<Top>> level(size_t(vocab.max_depth) + 1);
-  level[0] = tops;
-  const int32_t nodes = int32_t(vocab.byte.size());
-  for (int32_t i = 1; i < nodes;) {
-    uint16_t d = vocab.depth[i];
-    if (!st.Step(level[d - 1], vocab.byte[i], &level[d]) || level[d].empty()) {
-      i = vocab.skip[i];
-      continue;
-    }
-    for (int32_t t = vocab.tok_begin[i]; t < vocab.tok_begin[i + 1]; ++t) {
-      int32_t id = vocab.tok_ids[t];
-      mask[id >> 5] |= 1u << (id & 31);
-    }
-    ++i;
   }
 }
 
@@ -173,7 +150,7 @@ void Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
     auto cached = c.cache.Find(key);
     if (!cached) {
       auto fresh = std::make_shared<std::vector<uint32_t>>(MaskWords(int64_t(v.tokens.size())), 0);
-      ComputeTokenMask(*c.grammar.impl(), v, state_->tops, state_->frames, fresh->data());
+      ComputeTokenMask(c, state_->tops, state_->frames, fresh->data());
       cached = fresh;
       c.cache.Insert(std::move(key), std::move(fresh));
     }

@@ -20,7 +20,16 @@
 // sentence of the grammar (IsComplete()); other special/control tokens (empty byte string)
 // are never allowed. Masks are computed by walking the vocabulary trie with the matcher's
 // stack set (pruned as soon as no stack survives a byte) and memoized per matcher state in
-// the CompiledGrammar, so a state met again costs a copy of vocab/32 words.
+// the CompiledGrammar (LRU, 256 MiB), so a state met again costs a copy of vocab/32 words. A
+// state not met before mostly reuses per-position work: for each stack top, the tokens
+// accepted whatever lies more than 3 frames below it are computed once per (position, 3
+// return positions) and kept; only tokens that reach below are walked with the real stack.
+//
+// Limits: grammars over 2^20 elements after expanding repetitions ({m,n} counts up to 100000)
+// are rejected. A matcher state holds at most 8192 stacks: a byte that would lead past that (a
+// highly ambiguous grammar) is treated as not allowed, never as unbounded growth.
+// After an end-of-generation token is accepted the matcher has ended: IsComplete() and
+// IsTerminated() are true, FillMask allows only end-of-generation ids and Accept only them.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +87,9 @@ class CompiledGrammar;
 // Mask words: bit (id % 32) of word (id / 32) set = token id allowed.
 inline size_t MaskWords(int64_t vocab) { return static_cast<size_t>((vocab + 31) / 32); }
 
-// One generation's position in a grammar. Copyable (n > 1 completions fork it). Not
+// One generation's position in a grammar: a deduplicated set of parse stacks (positions in
+// the rules) over the bytes so far. Copyable (n > 1 completions fork it; a copy costs the
+// stacks, a few hundred bytes typically). Holds a reference to its CompiledGrammar. Not
 // thread-safe; different Matchers of one CompiledGrammar may run on different threads.
 class Matcher {
  public:

@@ -62,6 +62,10 @@ inline constexpr size_t kMaxStacks = 8192;
 // A stack: top position in the high 32 bits, frame id + 1 in the low 32 (0 = root frame).
 using Top = uint64_t;
 inline constexpr Top kAcceptTop = ~uint64_t{0};
+// In a context mask walk (mask.cc): the kept frames were all popped, what follows depends on
+// the frames below them. Frames with this return position stand for those unknown frames.
+inline constexpr Top kContextTop = kAcceptTop - 1;
+inline constexpr int32_t kUnknownRet = -5;
 inline Top MakeTop(int32_t pos, int32_t frame) {
   return (uint64_t(uint32_t(pos)) << 32) | uint32_t(frame + 1);
 }
@@ -111,8 +115,9 @@ class Stepper {
   // out = stacks of `in` that accept byte b, advanced and expanded; sorted, unique. False if
   // the result would exceed kMaxStacks (out is then cleared).
   bool Step(const std::vector<Top>& in, uint8_t b, std::vector<Top>* out);
-  // Memo of closures is per frame table content; call when frames are cleared.
-  void ResetMemo();
+  // out = the stacks continuing at `pos` over `frame` (calls expanded, ends popped); sorted,
+  // unique. False on overflow.
+  bool Expand(int32_t pos, int32_t frame, std::vector<Top>* out);
 
  private:
   bool Closure(int32_t pos, int32_t frame, std::vector<Top>* out);
@@ -148,6 +153,11 @@ struct TokenVocab::Impl {
   uint16_t max_depth = 0;
 };
 
+// Hash of an int sequence (cache keys).
+struct IntsHash {
+  size_t operator()(const std::vector<int32_t>& k) const;
+};
+
 // Bounded LRU of masks keyed by canonical state.
 class MaskCache {
  public:
@@ -158,9 +168,7 @@ class MaskCache {
   size_t misses() const { return misses_; }
 
  private:
-  struct KeyHash {
-    size_t operator()(const std::vector<int32_t>& k) const;
-  };
+  using KeyHash = IntsHash;
   using Entry = std::pair<std::vector<int32_t>, std::shared_ptr<const std::vector<uint32_t>>>;
   std::mutex mu_;
   std::list<Entry> lru_;  // front = most recent
@@ -170,17 +178,36 @@ class MaskCache {
   size_t hits_ = 0, misses_ = 0;
 };
 
+// Tokens accepted from one stack top whatever lies below its first kContextFrames frames
+// (mask.cc): `accepted` holds in any context; after the bytes of trie node `ctx_nodes[i]` the
+// kept frames were all popped, so the tokens below that node depend on the context.
+inline constexpr int kContextFrames = 3;
+struct ContextMask {
+  std::vector<uint32_t> accepted;
+  std::vector<int32_t> ctx_nodes;
+};
+
 struct CompiledGrammar::Impl {
   Grammar grammar;
   std::shared_ptr<const TokenVocab> vocab;
   std::vector<Top> initial;  // the start state, over initial_frames
   FrameTable initial_frames;
   mutable MaskCache cache{size_t(256) << 20};
+  // Context masks by key (top position, kept return positions, whether frames lie below).
+  mutable std::mutex ctx_mu;
+  mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const ContextMask>, IntsHash>
+      ctx_masks;
+  mutable size_t ctx_bytes = 0;
 };
 
-// Computes the mask (MaskWords(vocab.size()) words) of the stack set `tops` over `frames`
-// (eos ids not included). Walks the trie with a private Stepper.
-void ComputeTokenMask(const GrammarImpl& g, const TokenVocab::Impl& vocab,
-                      const std::vector<Top>& tops, const FrameTable& frames, uint32_t* mask);
+// ORs into `mask` (MaskWords(vocab size) words, eos ids not included) the tokens allowed by the
+// stack set `tops` over `frames`: per top, its context mask (computed once per key and kept in
+// `c`), plus the tokens below its context nodes, walked from the real frames below.
+void ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& tops,
+                      const FrameTable& frames, uint32_t* mask);
+// The same by walking the whole trie with the stack set (reference for tests / fallback).
+void ComputeTokenMaskByWalk(const GrammarImpl& g, const TokenVocab::Impl& vocab,
+                            const std::vector<Top>& tops, const FrameTable& frames,
+                            uint32_t* mask);
 
 }  // namespace peng::grammar

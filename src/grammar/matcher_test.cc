@@ -8,6 +8,7 @@
 #include <random>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_internal.h"
 #include "tokenizer/tokenizer.h"
 
 namespace peng::grammar {
@@ -81,10 +82,10 @@ TEST(Matcher, RandomWalksMatchBruteForce) {
       auto compiled = CompiledGrammar::Create(*g, tv.vocab);
       ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
       const int32_t n = tv.vocab->size();
-      for (int walk = 0; walk < 6; ++walk) {
+      for (int walk = 0; walk < 4; ++walk) {
         Matcher m(*compiled);
         std::string prefix;
-        for (int step = 0; step < 40; ++step) {
+        for (int step = 0; step < 32; ++step) {
           // Padded logits row: ids past the vocabulary stay disallowed.
           auto mask = Mask(m, n + 37);
           ++checked_masks;
@@ -236,6 +237,23 @@ TEST(Matcher, QwenJsonStart) {
   }
   EXPECT_TRUE(m.IsComplete());
   EXPECT_TRUE(m.Accept((*tok)->eos_id()));
+
+  // Masks from context masks (the fast path) equal plain whole-trie walks, state by state,
+  // through nesting deeper than the kept frames.
+  const CompiledGrammar::Impl& ci = (*c)->impl();
+  Stepper st(*g->impl());
+  st.frames() = ci.initial_frames;
+  std::vector<Top> tops = ci.initial, next;
+  std::string text = R"({"a":[{"b":{"c":[[-1,{"d":"x\\\"y\n"}]]},"e":"é€😀"}],"f":{}})";
+  for (size_t i = 0; i <= text.size(); ++i) {
+    std::vector<uint32_t> fast(MaskWords(vocab->size())), slow(fast.size());
+    ComputeTokenMask(ci, tops, st.frames(), fast.data());
+    ComputeTokenMaskByWalk(*g->impl(), vocab->impl(), tops, st.frames(), slow.data());
+    ASSERT_EQ(fast, slow) << text.substr(0, i);
+    if (i == text.size()) break;
+    ASSERT_TRUE(st.Step(tops, uint8_t(text[i]), &next) && !next.empty()) << text.substr(0, i + 1);
+    tops.swap(next);
+  }
 }
 
 }  // namespace

@@ -68,10 +68,16 @@ void FrameTable::Clear() {
   index_.Clear();
 }
 
-void Stepper::ResetMemo() {
-  memo_index_.Clear();
-  memo_ranges_.clear();
-  memo_tops_.clear();
+bool Stepper::Expand(int32_t pos, int32_t frame, std::vector<Top>* out) {
+  out->clear();
+  seen_.Clear();
+  if (!Closure(pos, frame, out)) {
+    out->clear();
+    return false;
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return true;
 }
 
 bool Stepper::Closure(int32_t pos, int32_t frame, std::vector<Top>* out) {
@@ -92,6 +98,8 @@ bool Stepper::Closure(int32_t pos, int32_t frame, std::vector<Top>* out) {
       case ElemKind::kEnd:
         if (f < 0) {
           out->push_back(kAcceptTop);
+        } else if (frames_[f].first == kUnknownRet) {
+          out->push_back(kContextTop);
         } else {
           work_.push_back(frames_[f]);
         }
@@ -126,7 +134,7 @@ bool Stepper::Start(int32_t rule, std::vector<Top>* out) {
 bool Stepper::Step(const std::vector<Top>& in, uint8_t b, std::vector<Top>* out) {
   out->clear();
   for (Top t : in) {
-    if (t == kAcceptTop) continue;
+    if (t >= kContextTop) continue;
     int32_t p = TopPos(t);
     if (!HasByte(g_.byte_sets[g_.elems[p].arg], b)) continue;
     int32_t q = p + 1;
