@@ -40,6 +40,9 @@ class GbnfBuilder {
  public:
   // Each Add* returns the name of the rule that matches the construct; names are unique in
   // this builder (helper rules get derived names).
+  // Properties are emitted in the schema's key order: pass an ordered_json parsed from the
+  // request to keep declaration order (a plain json's keys are sorted).
+  StatusOr<std::string> AddJsonSchema(const nlohmann::ordered_json& schema);
   StatusOr<std::string> AddJsonSchema(const nlohmann::json& schema);
   std::string AddJsonValue();   // any JSON value
   std::string AddJsonObject();  // any JSON object (response_format json_object)
@@ -55,13 +58,22 @@ class GbnfBuilder {
   static std::string Quote(std::string_view text);
 
  private:
+  friend class SchemaConverter;  // json_schema.cc
   std::string UniqueName(std::string_view hint);
-  std::map<std::string, std::string> rules_;  // name -> body
-  // (implementation state for schema conversion: $defs being converted, etc.)
-  std::map<std::string, std::string> ref_rules_;
+  // Adds rule `name` (from UniqueName) with `body`, or replaces the body of a reserved name.
+  void SetRule(const std::string& name, std::string body);
+  // The shared rule for a JSON primitive ("value", "object", "array", "string", "char",
+  // "number", "integer", "boolean", "null"), added with its dependencies on first use.
+  std::string Primitive(std::string_view kind);
+
+  std::map<std::string, std::string> rules_;  // name -> body ("" while reserved)
+  std::vector<std::string> order_;            // rule names in the order they were created
+  std::map<std::string, std::string, std::less<>> primitives_;  // kind -> rule name
+  size_t text_size_ = 0;                      // bytes of rule bodies so far
 };
 
 // Convenience wrappers: a whole grammar text for one construct.
+StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::ordered_json& schema);
 StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::json& schema);
 StatusOr<std::string> RegexToGbnf(std::string_view regex);
 std::string ChoiceToGbnf(const std::vector<std::string>& choices);
