@@ -158,7 +158,7 @@ void Generation::StreamEvent(int c, const RequestOutput& out, std::string* sse) 
   std::optional<std::string> finish_reason = out.finish_reason;
   if (ParsesToolCalls()) {  // content that cannot be a call marker now, calls once complete
     Choice& ch = choices_[c];
-    if (!ch.tool_parser) ch.tool_parser.emplace(req_.tool_format);
+    if (!ch.tool_parser) ch.tool_parser.emplace(req_.tool_format, req_.tools.names());
     const int first_call = ch.tool_parser->calls();
     ParsedToolOutput parsed = ch.tool_parser->Push(out.text);
     if (out.finish_reason) {
@@ -246,7 +246,7 @@ json Generation::Result() {
     r.logprobs = std::move(c.logprobs);
     r.finish_reason = c.finish_reason.value_or("abort");
     if (ParsesToolCalls()) {
-      ParsedToolOutput parsed = ParseToolCalls(r.text, req_.tool_format);
+      ParsedToolOutput parsed = ParseToolCalls(r.text, req_.tool_format, req_.tools.names());
       r.text = std::move(parsed.content);
       if (!parsed.calls.empty()) {
         r.tool_calls = json::array();

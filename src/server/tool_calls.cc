@@ -526,8 +526,9 @@ std::string NewToolCallId() {
   return id;
 }
 
-ParsedToolOutput ParseToolCalls(std::string_view text, ToolCallFormat format) {
-  ToolCallStreamParser p(format);
+ParsedToolOutput ParseToolCalls(std::string_view text, ToolCallFormat format,
+                                const std::vector<std::string>& tool_names) {
+  ToolCallStreamParser p(format, tool_names);
   ParsedToolOutput out = p.Push(text);
   ParsedToolOutput end = p.Finish();
   out.content += end.content;
@@ -535,7 +536,27 @@ ParsedToolOutput ParseToolCalls(std::string_view text, ToolCallFormat format) {
   return out;
 }
 
-ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format) : format_(format) {}
+ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format,
+                                           std::vector<std::string> tool_names)
+    : format_(format), tool_names_(std::move(tool_names)) {}
+
+bool ToolCallStreamParser::HoldBareJson(bool final) {
+  if (lead_mode_ == 0) {
+    const std::string_view s = Trim(pending_);
+    if (s.empty()) {
+      if (!final) return true;
+      lead_mode_ = 1;
+    } else if (s.front() == '{' || (format_ == ToolCallFormat::kLlama3Json &&
+                                    StartsWith(s, kPythonTag))) {
+      lead_mode_ = 2;
+    } else if (format_ == ToolCallFormat::kLlama3Json && StartsWith(kPythonTag, s) && !final) {
+      return true;  // may still become <|python_tag|>
+    } else {
+      lead_mode_ = 1;
+    }
+  }
+  return lead_mode_ == 2 && !final;
+}
 
 ParsedToolOutput ToolCallStreamParser::Push(std::string_view delta) {
   ParsedToolOutput out;
@@ -557,6 +578,24 @@ ParsedToolOutput ToolCallStreamParser::Finish() {
 void ToolCallStreamParser::Scan(ParsedToolOutput* out, bool final) {
   switch (format_) {
     case ToolCallFormat::kHermes:
+      if (!tool_names_.empty()) {  // untagged calls: {"name": ..., "arguments": ...}
+        if (HoldBareJson(final)) return;
+        if (lead_mode_ == 2) {
+          lead_mode_ = 1;
+          std::optional<std::vector<ToolCall>> calls = LlamaCalls(pending_);
+          const bool known =
+              calls && std::all_of(calls->begin(), calls->end(), [&](const ToolCall& c) {
+                return std::find(tool_names_.begin(), tool_names_.end(), c.name) !=
+                       tool_names_.end();
+              });
+          if (known) {
+            for (ToolCall& c : *calls) EmitCall(std::move(c), out);
+            pending_.clear();
+            return;
+          }
+        }
+      }
+      return ScanMarkers(out, final);
     case ToolCallFormat::kDeepSeekV3:
       return ScanMarkers(out, final);
     case ToolCallFormat::kLlama3Json:
@@ -669,25 +708,12 @@ void ToolCallStreamParser::ScanMarkers(ParsedToolOutput* out, bool final) {
 }
 
 void ToolCallStreamParser::ScanLlama(ParsedToolOutput* out, bool final) {
-  if (llama_mode_ == 0) {
-    const std::string_view s = Trim(pending_);
-    if (s.empty()) {
-      if (!final) return;
-      llama_mode_ = 1;
-    } else if (s.front() == '{' || StartsWith(s, kPythonTag)) {
-      llama_mode_ = 2;
-    } else if (StartsWith(kPythonTag, s) && !final) {
-      return;  // may still become <|python_tag|>
-    } else {
-      llama_mode_ = 1;
-    }
-  }
-  if (llama_mode_ == 1) {
+  if (HoldBareJson(final)) return;  // a call attempt is decided on the whole output
+  if (lead_mode_ == 1) {
     EmitContent(pending_, out);
     pending_.clear();
     return;
   }
-  if (!final) return;  // a call attempt is decided on the whole output
   if (std::optional<std::vector<ToolCall>> calls = LlamaCalls(pending_)) {
     for (ToolCall& c : *calls) EmitCall(std::move(c), out);
   } else {

@@ -12,7 +12,9 @@
 //
 // Output side: per-family parsers turn the model's text back into content + tool calls:
 //   hermes       Hermes / Qwen2.5: <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>,
-//                any number of them, text before/between them is content;
+//                any number of them, text before/between them is content; small Qwen models
+//                often leave the tags out, so an output that is nothing but such JSON objects
+//                (';'-separated) naming declared tools counts as calls too;
 //   llama3_json  Llama 3.x: the whole output is {"name": N, "parameters": {...}} (or
 //                "arguments"), several separated by ';', optionally after <|python_tag|>;
 //   deepseek_v3  DeepSeek V2.5/V3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
@@ -73,6 +75,11 @@ struct ToolRequest {
   bool parallel = true;           // parallel_tool_calls
   // Whether the output is parsed for tool calls.
   bool parse_output() const { return !specs.empty() && choice != ToolChoice::kNone; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const ToolSpec& s : specs) out.push_back(s.name);
+    return out;
+  }
   // Whether a call is forced (by grammar).
   bool forced() const {
     return !specs.empty() && (choice == ToolChoice::kRequired || choice == ToolChoice::kNamed);
@@ -130,11 +137,14 @@ struct ParsedToolOutput {
 };
 
 // Splits a whole output into content and calls (the streaming parser, fed at once).
-ParsedToolOutput ParseToolCalls(std::string_view text, ToolCallFormat format);
+// `tool_names`: the request's tools (hermes: bare JSON calls must name one of them).
+ParsedToolOutput ParseToolCalls(std::string_view text, ToolCallFormat format,
+                                const std::vector<std::string>& tool_names = {});
 
 class ToolCallStreamParser {
  public:
-  explicit ToolCallStreamParser(ToolCallFormat format);
+  explicit ToolCallStreamParser(ToolCallFormat format,
+                                std::vector<std::string> tool_names = {});
 
   // Feeds a text delta; returns the content that may be sent now and the calls completed.
   ParsedToolOutput Push(std::string_view delta);
@@ -147,11 +157,15 @@ class ToolCallStreamParser {
   void Scan(ParsedToolOutput* out, bool final);
   void ScanMarkers(ParsedToolOutput* out, bool final);
   void ScanLlama(ParsedToolOutput* out, bool final);
+  // Whether the output so far is still undecided or held as a bare JSON call attempt
+  // (lead_mode_); false = go on with the family's normal scan.
+  bool HoldBareJson(bool final);
   void EmitContent(std::string_view text, ParsedToolOutput* out);
   void EmitCall(ToolCall call, ParsedToolOutput* out);
   void FlushContentAtEnd(ParsedToolOutput* out);
 
   ToolCallFormat format_;
+  std::vector<std::string> tool_names_;
   std::string pending_;       // received, not yet classified
   bool in_block_ = false;     // inside open..close marker
   size_t close_scan_ = 0;     // pending_ offset already searched for the close marker
@@ -160,8 +174,9 @@ class ToolCallStreamParser {
   bool after_call_ = false;   // drop leading whitespace (right after a parsed call)
   bool any_content_ = false;  // non-whitespace content emitted
   int calls_ = 0;
-  // Llama: 0 = deciding, 1 = content (plain text), 2 = holding a call attempt.
-  int llama_mode_ = 0;
+  // Llama, and hermes' untagged calls: 0 = deciding, 1 = not bare JSON (llama: content;
+  // hermes: marker scan), 2 = output starts with '{': held until the end.
+  int lead_mode_ = 0;
   bool finished_ = false;
 };
 

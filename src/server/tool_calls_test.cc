@@ -239,6 +239,7 @@ struct ParseCase {
   std::string text;
   std::string content;
   json calls;  // [[name, arguments]]
+  std::vector<std::string> names = {};  // the request's tools (hermes' untagged calls)
 };
 
 const std::string kDsCalls = "<｜tool▁calls▁begin｜>";
@@ -279,6 +280,19 @@ std::vector<ParseCase> Cases() {
       // A bad call between good ones stays content.
       {H, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>oops</tool_call>\nDone.",
        "<tool_call>oops</tool_call>\nDone.", json::parse(R"([["get_time", "{}"]])")},
+      // Untagged hermes calls (small Qwen models) count when they name declared tools.
+      {H, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", "",
+       json::parse(R"([["get_weather", "{\"city\":\"Paris\"}"]])"), {"get_weather", "get_time"}},
+      {H, " {\"name\": \"get_time\", \"arguments\": {}}; {\"name\": \"get_time\", \"arguments\": {}}\n", "",
+       json::parse(R"([["get_time", "{}"], ["get_time", "{}"]])"), {"get_weather", "get_time"}},
+      {H, "{\"name\": \"rm_rf\", \"arguments\": {}}", "{\"name\": \"rm_rf\", \"arguments\": {}}",
+       json::array(), {"get_weather", "get_time"}},
+      {H, "{\"name\": \"get_time\", \"arguments\": {}}", "{\"name\": \"get_time\", \"arguments\": {}}",
+       json::array()},
+      {H, "{\"a\": 1} <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", "{\"a\": 1}",
+       json::parse(R"([["get_time", "{}"]])"), {"get_weather", "get_time"}},
+      {H, "Hi {\"name\": \"get_time\", \"arguments\": {}}", "Hi {\"name\": \"get_time\", \"arguments\": {}}",
+       json::array(), {"get_time"}},
       // Llama 3.x JSON
       {L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
        json::parse(R"([["get_weather", "{\"city\":\"Paris\"}"]])")},
@@ -310,7 +324,7 @@ std::vector<ParseCase> Cases() {
 TEST(ToolParserTest, FullText) {
   for (const ParseCase& c : Cases()) {
     SCOPED_TRACE(std::string(ToolCallFormatName(c.format)) + ": " + c.text);
-    const ParsedToolOutput p = ParseToolCalls(c.text, c.format);
+    const ParsedToolOutput p = ParseToolCalls(c.text, c.format, c.names);
     EXPECT_EQ(p.content, c.content);
     EXPECT_EQ(Calls(p), c.calls);
   }
@@ -323,7 +337,7 @@ TEST(ToolParserTest, StreamingMatchesFullText) {
     for (size_t step : {size_t{1}, size_t{3}, size_t{7}}) {
       SCOPED_TRACE(std::string(ToolCallFormatName(c.format)) + " step " + std::to_string(step) +
                    ": " + c.text);
-      ToolCallStreamParser s(c.format);
+      ToolCallStreamParser s(c.format, c.names);
       ParsedToolOutput all;
       for (size_t i = 0; i < c.text.size(); i += step) {
         ParsedToolOutput d = s.Push(std::string_view(c.text).substr(i, step));
