@@ -56,7 +56,16 @@ inline std::vector<Result> RunBatch(Engine* e, const std::vector<GenerateRequest
   }
   std::vector<Result> out;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    out.push_back(streams[i] ? Collect(streams[i].get(), reqs[i].n) : Result{});
+    if (streams[i]) {
+      out.push_back(Collect(streams[i].get(), reqs[i].n));
+    } else {  // refused: empty completions, so that callers can still index them
+      Result r;
+      r.tokens.resize(reqs[i].n);
+      r.text.resize(reqs[i].n);
+      r.finish.resize(reqs[i].n);
+      r.logprobs.resize(reqs[i].n);
+      out.push_back(std::move(r));
+    }
   }
   return out;
 }
@@ -75,7 +84,8 @@ inline GenerateRequest Greedy(const std::string& id, Ids prompt, int max_tokens,
   return r;
 }
 
-// Waits for the engine to go idle; then no block may be in use and no request queued.
+// Waits for the engine to go idle (Drain: it takes no new requests afterwards); then no block
+// may be in use and no request queued.
 inline void ExpectIdleAndFreed(Engine* e) {
   ASSERT_TRUE(e->Drain(std::chrono::seconds(60)));
   const EngineStats st = e->GetStats();

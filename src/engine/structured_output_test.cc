@@ -39,6 +39,7 @@ class StructuredOutput : public ::testing::Test {
         grammar::TokenVocab::Build(*engine_->tokenizer()));
   }
   static void TearDownTestSuite() {
+    if (engine_) test_util::ExpectIdleAndFreed(engine_);
     delete engine_;
     delete vocab_;
     engine_ = nullptr;
@@ -99,7 +100,6 @@ TEST_F(StructuredOutput, ChoiceWithNAndSeeds) {
   // The same seed gives the same completions.
   r.id = "choice-again";
   EXPECT_EQ(RunOne(engine_, r).tokens, got.tokens);
-  test_util::ExpectIdleAndFreed(engine_);
 }
 
 TEST_F(StructuredOutput, RegexIsFollowedByEverySample) {
