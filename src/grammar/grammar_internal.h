@@ -182,6 +182,10 @@ class MaskCache {
 // (mask.cc): `accepted` holds in any context; after the bytes of trie node `ctx_nodes[i]` the
 // kept frames were all popped, so the tokens below that node depend on the context.
 inline constexpr int kContextFrames = 3;
+// Memory bounds of one CompiledGrammar's two mask caches (a Qwen2.5 mask is 19 KB, so each
+// holds ~850 of them); the server keeps up to 32 compiled grammars (GrammarCache).
+inline constexpr size_t kMaskCacheBytes = size_t(16) << 20;
+inline constexpr size_t kContextMaskBytes = size_t(16) << 20;
 struct ContextMask {
   std::vector<uint32_t> accepted;
   std::vector<int32_t> ctx_nodes;
@@ -192,7 +196,7 @@ struct CompiledGrammar::Impl {
   std::shared_ptr<const TokenVocab> vocab;
   std::vector<Top> initial;  // the start state, over initial_frames
   FrameTable initial_frames;
-  mutable MaskCache cache{size_t(256) << 20};
+  mutable MaskCache cache{kMaskCacheBytes};
   // Context masks by key (top position, kept return positions, whether frames lie below).
   mutable std::mutex ctx_mu;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const ContextMask>, IntsHash>

@@ -128,7 +128,7 @@ std::shared_ptr<const ContextMask> GetContextMask(const CompiledGrammar::Impl& c
   auto cm = BuildContextMask(c, key);
   size_t cost = cm->accepted.size() * 4 + cm->ctx_nodes.size() * 4 + key.size() * 8 + 128;
   std::lock_guard<std::mutex> lock(c.ctx_mu);
-  if (c.ctx_bytes + cost > (size_t(256) << 20)) {  // full: drop all, start over
+  if (c.ctx_bytes + cost > kContextMaskBytes) {  // full: drop all, start over
     c.ctx_masks.clear();
     c.ctx_bytes = 0;
   }

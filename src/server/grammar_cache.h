@@ -28,7 +28,7 @@ namespace server {
 class GrammarCache {
  public:
   // `tokenizer` may be null (then every Get() fails); it must outlive the cache.
-  explicit GrammarCache(const Tokenizer* tokenizer, size_t capacity = 64);
+  explicit GrammarCache(const Tokenizer* tokenizer, size_t capacity = 32);
   ~GrammarCache();
 
   // The grammar `gbnf` compiled for the tokenizer; InvalidArgument for a bad grammar.
