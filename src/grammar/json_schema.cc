@@ -116,6 +116,27 @@ const char* FormatRegex(const std::string& format) {
   return nullptr;  // other formats are annotations only
 }
 
+// One JSON value as GBNF: its compact text, with the optional space after ':' and ','.
+std::string ValueLiteral(const ordered_json& v) {
+  const std::string sep = " \",\" \" \"? ";
+  if (v.is_object() && !v.empty()) {
+    std::string s = "\"{\"";
+    bool first = true;
+    for (const auto& [key, x] : v.items()) {
+      s += (first ? " " : sep) + GbnfBuilder::Quote(ordered_json(key).dump() + ":") + " \" \"? " +
+           ValueLiteral(x);
+      first = false;
+    }
+    return s + " \"}\"";
+  }
+  if (v.is_array() && !v.empty()) {
+    std::string s = "\"[\"";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : " ") + ValueLiteral(v[i]);
+    return s + " \"]\"";
+  }
+  return GbnfBuilder::Quote(v.dump());
+}
+
 bool HasType(const ordered_json& v, const std::string& type) {
   if (type == "string") return v.is_string();
   if (type == "number") return v.is_number();
@@ -138,8 +159,9 @@ class SchemaConverter {
 
   StatusOr<std::string> Top() {
     PENG_ASSIGN_OR_RETURN(std::string e, Convert(root_, "#", "schema", 0));
+    const std::string name = Named("schema", e);
     PENG_RETURN_IF_ERROR(CheckLimits("#"));
-    return Named("schema", e);
+    return name;
   }
 
  private:
@@ -343,7 +365,7 @@ class SchemaConverter {
     for (const auto& v : values) {
       bool ok = types.empty();
       for (const auto& t : types) ok = ok || HasType(v, t);
-      if (ok) alts.push_back(GbnfBuilder::Quote(v.dump()));
+      if (ok) alts.push_back(ValueLiteral(v));
     }
     if (alts.empty()) {
       return InvalidArgument("'" + std::string(s.contains("const") ? "const" : "enum") + "' at " +
@@ -607,6 +629,7 @@ class SchemaConverter {
       } else {
         first = "(" + with + " | " + first + ")";
       }
+      if (named_tails && i > 0) first = Named(hint + "-from", first);
     }
     if (first.empty()) return std::string("\"{}\"");
     return "\"{\" " + first + " \"}\"";

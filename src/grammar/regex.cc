@@ -107,7 +107,7 @@ std::string CharSet::ToGbnf() const {
     return s + "\"";
   }
   // The shorter of [...] and [^...].
-  const CharSet comp = Complement();
+  const CharSet comp = Complement().Minus(Range(0xD800, 0xDFFF));  // never in UTF-8 text
   const bool negate = comp.ranges_.size() < ranges_.size() && !comp.ranges_.empty();
   std::string s = negate ? "[^" : "[";
   for (const auto& r : (negate ? comp : *this).ranges_) {
@@ -654,7 +654,7 @@ class Emitter {
           }
           flush();
           PENG_ASSIGN_OR_RETURN(std::string e, Emit(k));
-          parts.push_back(k.kind == Node::kAlt ? e : Atom(e));
+          parts.push_back(e);  // alternatives come parenthesized
         }
         flush();
         if (parts.empty()) return std::string("\"\"");
