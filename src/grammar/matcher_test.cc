@@ -229,7 +229,9 @@ TEST(Matcher, QwenJsonStart) {
   EXPECT_FALSE(vocab->eos_ids().empty());
   // Every allowed token starts with '{'.
   for (int32_t id = 0; id < vocab->size(); ++id) {
-    if (Bit(mask, id)) ASSERT_EQ(vocab->bytes(id)[0], '{') << id;
+    if (Bit(mask, id)) {
+      ASSERT_EQ(vocab->bytes(id)[0], '{') << id;
+    }
   }
   for (int32_t id : (*tok)->Encode("{\"key\":[1,-2,{\"é\":\"x\\n\"}]}", false)) {
     ASSERT_TRUE(Bit(Mask(m, vocab->size()), id)) << id;

@@ -119,7 +119,7 @@ TEST(ProtocolTest, OutputConstraintErrors) {
             R"("type":"invalid_request_error"}})");
   EXPECT_EQ(ParseError(R"({"prompt": "x", "response_format": {"type": "xml"}})"),
             R"({"error":{"code":"invalid_value","message":"response_format type 'xml' is not )"
-            R"(supported (text, json_object, json_schema)","param":"response_format",)"
+            R"x(supported (text, json_object, json_schema)","param":"response_format",)x"
             R"("type":"invalid_request_error"}})");
   EXPECT_EQ(ParseError(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"),
             R"({"error":{"code":"invalid_value","message":"response_format.json_schema must )"
