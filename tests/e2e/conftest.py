@@ -3,7 +3,8 @@
 Each server is started on a free port (`--port 0`; the port is read from the server's log
 line "... on http://HOST:PORT ..."), waited for until GET /health answers 200, and killed
 when its fixture goes out of scope. PENG_BIN selects the binary (default build/tools/peng),
-PENG_E2E_MODEL the model (default models/smollm2-135m-instruct-q4_1.gguf).
+PENG_E2E_MODEL the model (default models/smollm2-135m-instruct-q4_1.gguf); a fixture may pass
+another model (PengServer(..., model=path)).
 """
 
 import os
@@ -29,13 +30,14 @@ START_TIMEOUT_S = 180
 class PengServer:
     """One `peng serve` child process."""
 
-    def __init__(self, *extra_args, api_key=None):
+    def __init__(self, *extra_args, api_key=None, model=None):
         if not PENG_BIN.exists():
             pytest.fail(f"{PENG_BIN} not found: build the peng target or set PENG_BIN")
-        if not MODEL.exists():
-            pytest.fail(f"{MODEL} not found: run scripts/fetch_models.sh")
+        model = Path(model) if model is not None else MODEL
+        if not model.exists():
+            pytest.fail(f"{model} not found: run scripts/fetch_models.sh")
         self.api_key = api_key
-        args = [str(PENG_BIN), "serve", str(MODEL), "--host", "127.0.0.1", "--port", "0",
+        args = [str(PENG_BIN), "serve", str(model), "--host", "127.0.0.1", "--port", "0",
                 "--served-model-name", MODEL_NAME, "--threads", THREADS, *extra_args]
         if api_key:
             args += ["--api-key", api_key]
