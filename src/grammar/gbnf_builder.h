@@ -8,21 +8,36 @@
 // model let loose on free whitespace can loop on newlines until max_tokens).
 //
 // JSON Schema supported: type (string / number / integer / boolean / null / object / array,
-// or a list of them), properties, required (others optional, emitted in declaration order),
-// additionalProperties (false, true or a schema; default false when properties are given,
-// any value when not), enum, const, anyOf / oneOf (as anyOf), allOf of one schema, $ref to
-// #/$defs/... and #/definitions/... (recursive refs allowed), items, prefixItems, minItems /
-// maxItems, minLength / maxLength, pattern (a regex, anchored), format (date-time, date, time,
-// uuid, email as patterns), minimum / maximum / exclusiveMinimum / exclusiveMaximum for
-// integers (digit-range rules when bounded), nullable. Keywords that carry no constraint
-// (title, description, default, examples, $schema, $id, $comment, strict) are ignored. Any
-// other keyword is an InvalidArgument naming it: "unsupported JSON Schema keyword
-// 'patternProperties' at #/properties/x".
+// or a list of them; without a type, the one the other keywords imply, else any value),
+// properties, required (others optional, emitted in declaration order -- the schema's key
+// order, so pass an ordered_json), additionalProperties (false, true or a schema; default
+// false when properties are given, any value when not; extra keys come after the declared
+// ones and never repeat one), enum, const (objects/arrays in them with the optional spaces),
+// anyOf / oneOf (as anyOf; sibling constraints are merged into each branch), allOf (merged:
+// properties and required united, other keywords must agree), $ref to any local JSON pointer
+// (#/$defs/..., #/definitions/..., #; recursive refs allowed, a ref cycle that consumes no
+// text is an error), items, prefixItems (without items: no further items), minItems /
+// maxItems, minLength / maxLength, pattern (a regex matching the whole string), format
+// (date-time, date, time, uuid, email, ipv4, hostname as regexes; other formats are
+// annotations), minimum / maximum / exclusiveMinimum / exclusiveMaximum (also draft-4
+// booleans) for integers (digit-range rules) and numbers (integer part ranges, no exponent;
+// fractional bounds rounded inwards), nullable (OpenAPI). Keywords that carry no constraint
+// (title, description, default, examples, example, $schema, $id, $comment, strict, readOnly,
+// writeOnly, deprecated, $defs, definitions) are ignored. Any other keyword is an
+// InvalidArgument naming it: "unsupported JSON Schema keyword 'patternProperties' at
+// #/properties/x"; so are pattern/format together with minLength/maxLength, and schemas
+// deeper than 64, needing over 10,000 rules or over 1 MB of grammar text.
+//
+// The grammar accepts a subset of the valid instances: compact separators, declared
+// properties in order, integers without fraction/exponent, strings without \u escapes of
+// surrogates, enum values in their compact spelling.
 //
 // Regex (vLLM guided_regex / schema pattern): literals, escapes (\d \w \s \D \W \S \. \\ \n
-// \t \uHHHH ...), classes [...] / [^...], `.`, groups ( ), (?: ), alternation |, quantifiers
-// * + ? {m} {m,} {m,n} (lazy variants accepted as greedy), ^ and $ at the ends only.
-// Backreferences, lookaround and other anchors are InvalidArgument naming the construct.
+// \t \xHH \uHHHH ...; ASCII meanings), classes [...] / [^...], `.` (not newline), groups ( ),
+// (?: ), (?P<name> ), alternation |, quantifiers * + ? {m} {m,} {m,n} {,n} (lazy variants
+// accepted as greedy), ^ and $ at the ends only. Backreferences, lookaround, other anchors,
+// inline flags, possessive quantifiers and repetitions expanding past 1,000,000 characters
+// are InvalidArgument naming the construct.
 #pragma once
 
 #include <map>
@@ -47,7 +62,8 @@ class GbnfBuilder {
   std::string AddJsonValue();   // any JSON value
   std::string AddJsonObject();  // any JSON object (response_format json_object)
   StatusOr<std::string> AddRegex(std::string_view regex);
-  std::string AddChoice(const std::vector<std::string>& choices);  // one of these texts
+  // One of these texts (an empty list gives a rule matching only "": callers refuse it first).
+  std::string AddChoice(const std::vector<std::string>& choices);
   std::string AddLiteral(std::string_view text);
   // A rule with a raw GBNF body, e.g. AddRule("call", "\"<a>\" " + obj + " \"</a>\"").
   std::string AddRule(std::string_view name_hint, std::string_view body);

@@ -46,6 +46,13 @@ std::string RegexError(const std::string& regex) {
   return text.status().message();
 }
 
+std::shared_ptr<const TokenVocab> ByteVocab() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  tokens.push_back("");  // end of generation
+  return TokenVocab::FromTokens(tokens, {256});
+}
+
 // JSON with ", " and ": " separators (Python's json.dumps default).
 std::string Spaced(const ordered_json& j) {
   if (j.is_object()) {
@@ -458,14 +465,23 @@ TEST(GbnfBuilderCorpus, EveryInstance) {
     auto text = JsonSchemaToGbnf(doc.at("schema"));
     ASSERT_TRUE(text.ok()) << text.status().ToString();
     Grammar g = Parse(*text);
+    // The Matcher too (the path generation takes), over a vocabulary of single bytes.
+    auto compiled = CompiledGrammar::Create(g, ByteVocab());
+    ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+    auto matcher_accepts = [&](const std::string& s) {
+      Matcher m(*compiled);
+      return m.AcceptBytes(s) && m.IsComplete();
+    };
     for (const auto& v : doc.at("valid")) {
       EXPECT_TRUE(g.Matches(v.dump(), true)) << "valid: " << v.dump();
       EXPECT_TRUE(g.Matches(Spaced(v), true)) << "valid: " << Spaced(v);
+      EXPECT_TRUE(matcher_accepts(v.dump())) << "valid: " << v.dump();
       ++checked;
     }
     for (const auto& v : doc.at("invalid")) {
       EXPECT_FALSE(g.Matches(v.dump(), true)) << "invalid: " << v.dump();
       EXPECT_FALSE(g.Matches(Spaced(v), true)) << "invalid: " << Spaced(v);
+      EXPECT_FALSE(matcher_accepts(v.dump())) << "invalid: " << v.dump();
       ++checked;
     }
     // Valid instances outside the grammar's subset (documented in the file's "notes").
