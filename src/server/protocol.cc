@@ -661,7 +661,7 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
     if (req->tools.forced() && req->tool_format == ToolCallFormat::kNone) {
       req->tool_format = ToolCallFormat::kHermes;  // some syntax to force and parse
     }
-    json extra = req->chat_template_kwargs;
+    nlohmann::ordered_json extra = req->chat_template_kwargs;
     if (!req->tools.tools.is_null()) extra["tools"] = req->tools.tools;
     if (req->tools.forced()) {
       if (!req->grammar.empty()) {
@@ -673,7 +673,7 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
       req->grammar = std::move(*g);
       req->grammar_param = "tools";
     }
-    StatusOr<std::string> text = ApplyChatTemplate(
+    StatusOr<std::string> text = ApplyChatTemplateOrdered(
         source, MessagesForTemplate(req->messages, TemplateWantsArgumentObjects(source)),
         req->add_generation_prompt, piece(tokenizer->bos_id()), piece(tokenizer->eos_id()),
         extra);

@@ -423,23 +423,23 @@ std::optional<ToolError> CheckToolMessage(const json& m, size_t index, json* nor
   return std::nullopt;
 }
 
-json MessagesForTemplate(const json& messages, bool arguments_as_objects) {
-  json out = messages;
-  for (json& m : out) {
+ordered_json MessagesForTemplate(const json& messages, bool arguments_as_objects) {
+  ordered_json out = messages;
+  for (ordered_json& m : out) {
     if (!m.is_object()) continue;
     auto calls = m.find("tool_calls");
     if (calls == m.end() || !calls->is_array()) continue;
-    for (json& c : *calls) {
+    for (ordered_json& c : *calls) {
       if (!c.is_object()) continue;
       auto fn = c.find("function");
       if (fn == c.end() || !fn->is_object()) continue;
       auto args = fn->find("arguments");
       if (args == fn->end()) continue;
       if (arguments_as_objects && args->is_string()) {
-        json v = json::parse(args->get<std::string>(), nullptr, false);
+        ordered_json v = ordered_json::parse(args->get<std::string>(), nullptr, false);
         if (!v.is_discarded()) *args = std::move(v);
       } else if (!arguments_as_objects && !args->is_string()) {
-        *args = args->dump(-1, ' ', false, json::error_handler_t::replace);
+        *args = args->dump(-1, ' ', false, ordered_json::error_handler_t::replace);
       }
       if (c.find("type") == c.end()) c["type"] = "function";
     }

@@ -68,7 +68,9 @@ struct ToolSpec {
 
 // The tool fields of a request.
 struct ToolRequest {
-  nlohmann::json tools;           // the `tools` array as sent (for the template); null if none
+  // The `tools` array for the template; null if none. Ordered: the server puts the client's
+  // key order back (`tools | tojson` shows it), as transformers renders the dicts it is given.
+  nlohmann::ordered_json tools;
   std::vector<ToolSpec> specs;
   ToolChoice choice = ToolChoice::kAuto;
   std::string named;              // kNamed: the function
@@ -107,8 +109,9 @@ std::optional<ToolError> CheckToolMessage(const nlohmann::json& message, size_t 
                                           nlohmann::json* normalized);
 
 // The messages as the chat template gets them: tool_calls' arguments parsed into JSON
-// objects (arguments_as_objects) or kept as JSON text.
-nlohmann::json MessagesForTemplate(const nlohmann::json& messages, bool arguments_as_objects);
+// objects in their key order (arguments_as_objects) or kept as JSON text.
+nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages,
+                                           bool arguments_as_objects);
 // Whether the template wants argument objects (not DeepSeek's string concatenation).
 bool TemplateWantsArgumentObjects(std::string_view chat_template);
 

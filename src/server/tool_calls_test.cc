@@ -175,9 +175,14 @@ TEST(ToolRequestTest, ToolMessages) {
   EXPECT_TRUE(req.messages[1]["content"].is_null());  // templates test `content is none`
   EXPECT_EQ(req.messages[2]["tool_call_id"], "call_1");
   // Arguments as objects for most templates, as JSON text for DeepSeek's.
-  const json as_objects = MessagesForTemplate(req.messages, true);
-  EXPECT_EQ(as_objects[1]["tool_calls"][0]["function"]["arguments"], json({{"city", "Paris"}}));
-  const json as_text = MessagesForTemplate(req.messages, false);
+  const nlohmann::ordered_json as_objects = MessagesForTemplate(req.messages, true);
+  EXPECT_EQ(as_objects[1]["tool_calls"][0]["function"]["arguments"].dump(), "{\"city\":\"Paris\"}");
+  // Argument objects keep the key order of their JSON text.
+  json reordered = req.messages;
+  reordered[1]["tool_calls"][0]["function"]["arguments"] = "{\"z\": 1, \"a\": 2}";
+  EXPECT_EQ(MessagesForTemplate(reordered, true)[1]["tool_calls"][0]["function"]["arguments"].dump(),
+            "{\"z\":1,\"a\":2}");
+  const nlohmann::ordered_json as_text = MessagesForTemplate(req.messages, false);
   EXPECT_EQ(as_text[1]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
 
   json bad = body;
@@ -508,6 +513,10 @@ TEST(ToolTemplateTest, QwenRoundTrip) {
       json::parse(R"({"role": "tool", "tool_call_id": "call_1", "content": "22 C, sunny"})"));
   ParsedRequest req;
   ASSERT_FALSE(ParseRequest(body, Endpoint::kChat, &req));
+  // As the server does: the tools in the client's key order.
+  req.tools.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "description": "Current weather in a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
   PromptLimits limits{4096, (*tok)->vocab_size()};
   MaybeError e = PreparePrompts(&req, tok->get(), limits);
   ASSERT_FALSE(e) << e->message;
@@ -516,8 +525,9 @@ TEST(ToolTemplateTest, QwenRoundTrip) {
   EXPECT_NE(req.grammar.find("get_weather"), std::string::npos);
   const std::string prompt = (*tok)->Decode(req.prompts[0]);
   EXPECT_NE(prompt.find("# Tools"), std::string::npos) << prompt;
-  EXPECT_NE(prompt.find("<tools>\n{\"function\": {\"description\": \"Current weather in a city\", "
-                        "\"name\": \"get_weather\""),
+  EXPECT_NE(prompt.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                        "\"description\": \"Current weather in a city\", \"parameters\": {\"type\": "
+                        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}\n"),
             std::string::npos)
       << prompt;
   EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "

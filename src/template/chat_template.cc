@@ -46,17 +46,20 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context
   return RenderValue(tmpl::Value::FromJson(context));
 }
 
-StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohmann::json& messages,
-                                        bool add_generation_prompt, const std::string& bos_token,
-                                        const std::string& eos_token, const nlohmann::json& extra,
-                                        const tmpl::RenderLimits& limits) {
+namespace {
+
+template <typename Json>
+StatusOr<std::string> Apply(const std::string& source, const Json& messages,
+                            bool add_generation_prompt, const std::string& bos_token,
+                            const std::string& eos_token, const Json& extra,
+                            const tmpl::RenderLimits& limits) {
   PENG_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::Parse(source));
   t.set_limits(limits);
   // Checked before the copies below, which recurse as deep as the values go.
   const int depth_limit = limits.max_value_depth - 1;
   if (DeeperThan(messages, depth_limit)) return TooDeep("messages", depth_limit);
   if (DeeperThan(extra, depth_limit)) return TooDeep("variables", depth_limit);
-  nlohmann::json context = nlohmann::json::object();
+  Json context = Json::object();
   context["messages"] = messages;
   context["tools"] = nullptr;  // transformers always passes tools and documents, None when absent
   context["documents"] = nullptr;
@@ -69,6 +72,25 @@ StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohman
     return InvalidArgument("ApplyChatTemplate: extra must be a JSON object");
   }
   return t.Render(context);
+}
+
+}  // namespace
+
+StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohmann::json& messages,
+                                        bool add_generation_prompt, const std::string& bos_token,
+                                        const std::string& eos_token, const nlohmann::json& extra,
+                                        const tmpl::RenderLimits& limits) {
+  return Apply(source, messages, add_generation_prompt, bos_token, eos_token, extra, limits);
+}
+
+StatusOr<std::string> ApplyChatTemplateOrdered(const std::string& source,
+                                               const nlohmann::ordered_json& messages,
+                                               bool add_generation_prompt,
+                                               const std::string& bos_token,
+                                               const std::string& eos_token,
+                                               const nlohmann::ordered_json& extra,
+                                               const tmpl::RenderLimits& limits) {
+  return Apply(source, messages, add_generation_prompt, bos_token, eos_token, extra, limits);
 }
 
 }  // namespace peng

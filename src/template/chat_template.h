@@ -46,5 +46,14 @@ StatusOr<std::string> ApplyChatTemplate(const std::string& source, const nlohman
                                         const std::string& eos_token,
                                         const nlohmann::json& extra = {},
                                         const tmpl::RenderLimits& limits = {});
+// The same with ordered JSON, so that objects keep the caller's key order where the template
+// prints them (`tools | tojson`, tool-call arguments), as transformers renders Python dicts.
+StatusOr<std::string> ApplyChatTemplateOrdered(const std::string& source,
+                                               const nlohmann::ordered_json& messages,
+                                               bool add_generation_prompt,
+                                               const std::string& bos_token,
+                                               const std::string& eos_token,
+                                               const nlohmann::ordered_json& extra,
+                                               const tmpl::RenderLimits& limits = {});
 
 }  // namespace peng
