@@ -41,9 +41,11 @@ std::string GbnfBuilder::Primitive(std::string_view kind) {
   } else if (kind == "string") {
     body = "\"\\\"\" " + Primitive("char") + "* \"\\\"\"";
   } else if (kind == "integer") {
-    body = R"("-"? ("0" | [1-9] [0-9]*))";
+    // At most 16 integer digits, 15 fraction digits and a 3-digit exponent: the precision and
+    // range of a double; without a bound a small model can write digits until max_tokens.
+    body = R"("-"? ("0" | [1-9] [0-9]{0,15}))";
   } else if (kind == "number") {
-    body = Primitive("integer") + R"( ("." [0-9]+)? ([eE] ("-" | "+")? [0-9]+)?)";
+    body = Primitive("integer") + R"( ("." [0-9]{1,15})? ([eE] ("-" | "+")? [0-9]{1,3})?)";
   } else if (kind == "boolean") {
     body = R"("true" | "false")";
   } else if (kind == "null") {
