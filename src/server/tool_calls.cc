@@ -22,6 +22,7 @@ constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kJsonFence = "```json";
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -540,17 +541,20 @@ ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format,
                                            std::vector<std::string> tool_names)
     : format_(format), tool_names_(std::move(tool_names)) {}
 
+std::string_view ToolCallStreamParser::LeadMarker() const {
+  return format_ == ToolCallFormat::kLlama3Json ? kPythonTag : kJsonFence;
+}
+
 bool ToolCallStreamParser::HoldBareJson(bool final) {
   if (lead_mode_ == 0) {
     const std::string_view s = Trim(pending_);
     if (s.empty()) {
       if (!final) return true;
       lead_mode_ = 1;
-    } else if (s.front() == '{' || (format_ == ToolCallFormat::kLlama3Json &&
-                                    StartsWith(s, kPythonTag))) {
+    } else if (s.front() == '{' || StartsWith(s, LeadMarker())) {
       lead_mode_ = 2;
-    } else if (format_ == ToolCallFormat::kLlama3Json && StartsWith(kPythonTag, s) && !final) {
-      return true;  // may still become <|python_tag|>
+    } else if (StartsWith(LeadMarker(), s) && !final) {
+      return true;  // may still become the marker
     } else {
       lead_mode_ = 1;
     }
@@ -582,7 +586,12 @@ void ToolCallStreamParser::Scan(ParsedToolOutput* out, bool final) {
         if (HoldBareJson(final)) return;
         if (lead_mode_ == 2) {
           lead_mode_ = 1;
-          std::optional<std::vector<ToolCall>> calls = LlamaCalls(pending_);
+          std::string_view body = Trim(pending_);
+          if (StartsWith(body, kJsonFence)) {  // ```json\n{...}\n```
+            body = Trim(body.substr(kJsonFence.size()));
+            if (body.size() >= 3 && body.substr(body.size() - 3) == "```") body.remove_suffix(3);
+          }
+          std::optional<std::vector<ToolCall>> calls = LlamaCalls(body);
           const bool known =
               calls && std::all_of(calls->begin(), calls->end(), [&](const ToolCall& c) {
                 return std::find(tool_names_.begin(), tool_names_.end(), c.name) !=

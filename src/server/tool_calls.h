@@ -14,7 +14,8 @@
 //   hermes       Hermes / Qwen2.5: <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>,
 //                any number of them, text before/between them is content; small Qwen models
 //                often leave the tags out, so an output that is nothing but such JSON objects
-//                (';'-separated) naming declared tools counts as calls too;
+//                (';'-separated, possibly in a ```json fence) naming declared tools counts as
+//                calls too (such output is held back until it ends);
 //   llama3_json  Llama 3.x: the whole output is {"name": N, "parameters": {...}} (or
 //                "arguments"), several separated by ';', optionally after <|python_tag|>;
 //   deepseek_v3  DeepSeek V2.5/V3: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
@@ -163,6 +164,8 @@ class ToolCallStreamParser {
   // Whether the output so far is still undecided or held as a bare JSON call attempt
   // (lead_mode_); false = go on with the family's normal scan.
   bool HoldBareJson(bool final);
+  // What may precede bare JSON calls: llama <|python_tag|>, hermes a ```json fence.
+  std::string_view LeadMarker() const;
   void EmitContent(std::string_view text, ParsedToolOutput* out);
   void EmitCall(ToolCall call, ParsedToolOutput* out);
   void FlushContentAtEnd(ParsedToolOutput* out);

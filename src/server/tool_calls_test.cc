@@ -296,6 +296,10 @@ std::vector<ParseCase> Cases() {
        json::array()},
       {H, "{\"a\": 1} <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", "{\"a\": 1}",
        json::parse(R"([["get_time", "{}"]])"), {"get_weather", "get_time"}},
+      {H, "```json\n{\n  \"name\": \"get_time\",\n  \"arguments\": {}\n}\n```", "",
+       json::parse(R"([["get_time", "{}"]])"), {"get_time"}},
+      {H, "```json\n{\"a\": 1}\n```", "```json\n{\"a\": 1}\n```", json::array(), {"get_time"}},
+      {H, "```python\nprint(1)\n```", "```python\nprint(1)\n```", json::array(), {"get_time"}},
       {H, "Hi {\"name\": \"get_time\", \"arguments\": {}}", "Hi {\"name\": \"get_time\", \"arguments\": {}}",
        json::array(), {"get_time"}},
       // Llama 3.x JSON
