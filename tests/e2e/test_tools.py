@@ -4,7 +4,7 @@ A module-scoped `peng serve` runs Qwen2.5-Coder 0.5B (its chat template writes H
 <tool_call> JSON, detected by --tool-call-parser auto). PENG_E2E_TOOLS_MODEL selects another
 GGUF with a tool-aware template; the module is skipped when the model is absent.
 
-Covered: tool_choice "required" and a named function, streaming and not (tool_calls with
+Covered: tool_choice "required" and a named function, streaming and not, n = 2 (tool_calls with
 valid JSON arguments that follow the tool's schema, finish_reason "tool_calls", the streamed
 calls equal to the non-streamed ones at temperature 0), parallel_tool_calls false, the round
 trip (the call and a `tool` message with its result sent back, a normal answer), "auto" on
@@ -157,6 +157,26 @@ def test_forced_call_streaming(tclient, choice):
     # Greedy: the stream carries exactly the non-streamed calls.
     whole = create(tclient, tool_choice=choice).choices[0].message.tool_calls
     assert got == [(c.function.name, json.loads(c.function.arguments)) for c in whole]
+
+
+def test_n2_streaming_each_choice_calls(tclient):
+    """n = 2 sampled choices, streamed: each choice's calls arrive with their own indexes and
+    each choice finishes with tool_calls."""
+    calls, finish = {}, {}
+    for chunk in create(tclient, tool_choice="required", n=2, temperature=0.8, seed=7,
+                        stream=True):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                slot = calls.setdefault(ch.index, {}).setdefault(
+                    tc.index, {"id": tc.id, "name": "", "arguments": ""})
+                slot["name"] += tc.function.name or ""
+                slot["arguments"] += tc.function.arguments or ""
+            if ch.finish_reason:
+                finish[ch.index] = ch.finish_reason
+    assert finish == {0: "tool_calls", 1: "tool_calls"}
+    for i in (0, 1):
+        assert sorted(calls[i]) == list(range(len(calls[i])))
+        check_calls(as_objects([calls[i][k] for k in sorted(calls[i])]))
 
 
 def test_parallel_tool_calls_false_gives_one_call(tclient):
