@@ -24,6 +24,36 @@ constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kJsonFence = "```json";
 
+// Calls nested deeper than this stay content (their JSON is re-serialized recursively).
+constexpr int kMaxCallDepth = 64;
+
+// Whether JSON text nests arrays/objects deeper than kMaxCallDepth (brackets in strings
+// do not count).
+bool TooDeep(std::string_view s) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxCallDepth) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// Parses JSON text of a call; discarded when invalid or too deep.
+ordered_json ParseCallJson(std::string_view text) {
+  if (TooDeep(text)) return ordered_json(ordered_json::value_t::discarded);
+  return ordered_json::parse(text, nullptr, false);
+}
+
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 std::string_view Trim(std::string_view s) {
@@ -141,9 +171,7 @@ std::optional<ToolCall> CallFromObject(const ordered_json& obj) {
   if (args == obj.end()) args = obj.find("parameters");
   if (args == obj.end()) return std::nullopt;
   ordered_json value = *args;
-  if (value.is_string()) {
-    value = ordered_json::parse(args->get<std::string>(), nullptr, false);
-  }
+  if (value.is_string()) value = ParseCallJson(args->get<std::string>());
   if (!value.is_object()) return std::nullopt;
   ToolCall call;
   call.id = NewToolCallId();
@@ -153,7 +181,7 @@ std::optional<ToolCall> CallFromObject(const ordered_json& obj) {
 }
 
 std::optional<ToolCall> CallFromJsonText(std::string_view text) {
-  ordered_json obj = ordered_json::parse(Trim(text), nullptr, false);
+  ordered_json obj = ParseCallJson(Trim(text));
   if (obj.is_discarded()) return std::nullopt;
   return CallFromObject(obj);
 }
@@ -183,7 +211,7 @@ std::optional<ToolCall> DeepSeekCall(std::string_view body) {
   args = Trim(args);
   if (args.size() >= 3 && args.substr(args.size() - 3) == "```") args.remove_suffix(3);
   if (name.empty()) return std::nullopt;
-  ordered_json value = ordered_json::parse(Trim(args), nullptr, false);
+  ordered_json value = ParseCallJson(Trim(args));
   if (value.is_discarded() || !value.is_object()) return std::nullopt;
   ToolCall call;
   call.id = NewToolCallId();

@@ -302,6 +302,14 @@ std::vector<ParseCase> Cases() {
       {H, "```python\nprint(1)\n```", "```python\nprint(1)\n```", json::array(), {"get_time"}},
       {H, "Hi {\"name\": \"get_time\", \"arguments\": {}}", "Hi {\"name\": \"get_time\", \"arguments\": {}}",
        json::array(), {"get_time"}},
+      // Calls nested deeper than 64 levels stay content.
+      {H, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(70, '[') +
+              std::string(70, ']') + "}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(70, '[') +
+           std::string(70, ']') + "}}\n</tool_call>",
+       json::array()},
+      {H, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"[[[[\" }}\n</tool_call>", "",
+       json::parse(R"([["f", "{\"a\":\"[[[[\"}"]])")},
       // Llama 3.x JSON
       {L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
        json::parse(R"([["get_weather", "{\"city\":\"Paris\"}"]])")},
