@@ -340,7 +340,7 @@ std::string_view OpenApiJson() {
       "ChatMessage": {
         "type": "object",
         "required": ["role"],
-        "description": "Passed to the chat template as it is, except that `content` is flattened to a string (text parts joined by newlines; null or absent is \"\", but stays null in an assistant message with `tool_calls`). An assistant message's `tool_calls` reach the template with their arguments as JSON objects (as JSON text for templates that concatenate it, DeepSeek's); a `tool` message carries a tool's result.",
+        "description": "Passed to the chat template as it is, except that `content` is flattened to a string (text parts joined by newlines; null or absent is \"\", but stays null in an assistant message with `tool_calls` when the template knows `tool_calls`). An assistant message's `tool_calls` reach the template with their arguments as JSON objects (as JSON text for templates that concatenate it, DeepSeek's); a `tool` message carries a tool's result.",
         "properties": {
           "role": {"type": "string", "description": "system, user, assistant, tool, ... as the model's chat template knows them"},
           "content": {

@@ -674,7 +674,7 @@ MaybeError PreparePrompts(ParsedRequest* req, const Tokenizer* tokenizer,
       req->grammar_param = "tools";
     }
     StatusOr<std::string> text = ApplyChatTemplateOrdered(
-        source, MessagesForTemplate(req->messages, TemplateWantsArgumentObjects(source)),
+        source, MessagesForChatTemplate(req->messages, source),
         req->add_generation_prompt, piece(tokenizer->bos_id()), piece(tokenizer->eos_id()),
         extra);
     if (!text.ok()) {

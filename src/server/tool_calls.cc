@@ -476,6 +476,16 @@ ordered_json MessagesForTemplate(const json& messages, bool arguments_as_objects
   return out;
 }
 
+ordered_json MessagesForChatTemplate(const json& messages, std::string_view chat_template) {
+  ordered_json out = MessagesForTemplate(messages, TemplateWantsArgumentObjects(chat_template));
+  if (chat_template.find("tool_calls") == std::string_view::npos) {
+    for (ordered_json& m : out) {
+      if (m.is_object() && m.contains("content") && m["content"].is_null()) m["content"] = "";
+    }
+  }
+  return out;
+}
+
 StatusOr<std::string> ToolCallGrammar(const ToolRequest& request, ToolCallFormat format) {
   // Per family: around all calls, around each call, between calls, and each call's text
   // before the name, between name and arguments, after the arguments.

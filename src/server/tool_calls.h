@@ -113,6 +113,10 @@ std::optional<ToolError> CheckToolMessage(const nlohmann::json& message, size_t 
 // objects in their key order (arguments_as_objects) or kept as JSON text.
 nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages,
                                            bool arguments_as_objects);
+// MessagesForTemplate as `chat_template` wants them (TemplateWantsArgumentObjects); a template
+// that knows nothing of tool_calls gets "" for a null content (it would fail on null).
+nlohmann::ordered_json MessagesForChatTemplate(const nlohmann::json& messages,
+                                               std::string_view chat_template);
 // Whether the template wants argument objects (not DeepSeek's string concatenation).
 bool TemplateWantsArgumentObjects(std::string_view chat_template);
 

@@ -182,6 +182,10 @@ TEST(ToolRequestTest, ToolMessages) {
   reordered[1]["tool_calls"][0]["function"]["arguments"] = "{\"z\": 1, \"a\": 2}";
   EXPECT_EQ(MessagesForTemplate(reordered, true)[1]["tool_calls"][0]["function"]["arguments"].dump(),
             "{\"z\":1,\"a\":2}");
+  // A template without tool support gets "" for the null content.
+  EXPECT_TRUE(MessagesForChatTemplate(req.messages, "{{ messages[1].tool_calls }}")[1]["content"]
+                  .is_null());
+  EXPECT_EQ(MessagesForChatTemplate(req.messages, "{{ messages }}")[1]["content"], "");
   const nlohmann::ordered_json as_text = MessagesForTemplate(req.messages, false);
   EXPECT_EQ(as_text[1]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
 
