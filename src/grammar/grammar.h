@@ -20,7 +20,7 @@
 // sentence of the grammar (IsComplete()); other special/control tokens (empty byte string)
 // are never allowed. Masks are computed by walking the vocabulary trie with the matcher's
 // stack set (pruned as soon as no stack survives a byte) and memoized per matcher state in
-// the CompiledGrammar (LRU, 256 MiB), so a state met again costs a copy of vocab/32 words. A
+// the CompiledGrammar (LRU, 16 MiB), so a state met again costs a copy of vocab/32 words. A
 // state not met before mostly reuses per-position work: for each stack top, the tokens
 // accepted whatever lies more than 3 frames below it are computed once per (position, 3
 // return positions) and kept; only tokens that reach below are walked with the real stack.
