@@ -38,6 +38,8 @@
 #include "core/check.h"
 #include "core/test_paths.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
+#include "server/grammar_cache.h"
 #include "engine/sampling_params.h"
 #include "server/protocol.h"
 #include "server/responses.h"
@@ -56,6 +58,7 @@ enum class SamplerMode { kFull, kFinite, kOff };
 
 struct Fixture {
   std::unique_ptr<peng::Tokenizer> tokenizer;
+  std::unique_ptr<peng::server::GrammarCache> grammars;  // as the server compiles them
   PromptLimits limits;
   SamplerMode sampler = SamplerMode::kFull;
   bool verbose = false;
@@ -75,6 +78,7 @@ const Fixture& GetFixture() {
       std::abort();
     }
     f->tokenizer = std::move(tok).value();
+    f->grammars = std::make_unique<peng::server::GrammarCache>(f->tokenizer.get());
     std::ifstream in(dir + "/config.json");
     const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
     PENG_CHECK(config.is_object() && config.contains("vocab_size"));
@@ -270,7 +274,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&seed, data + 1, sizeof(seed));
   const std::string_view body(reinterpret_cast<const char*>(data + 9), size - 9);
 
-  nlohmann::json json;
+  nlohmann::ordered_json json;
   if (MaybeError e = peng::server::ParseJsonBody(body, &json)) {
     CheckError(*e, fx);
     return 0;
@@ -299,6 +303,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (fx.verbose) {
     std::fprintf(stderr, "request_fuzz: accepted: %zu prompt(s), n=%d\n", req.prompts.size(), req.n);
+  }
+  // An output constraint: compiled as the server does (a bad grammar is a 400 with a message);
+  // then a few steps of the matcher, each over a fresh mask, taking the lowest allowed token.
+  if (!req.grammar.empty()) {
+    auto g = fx.grammars->Get(req.grammar);
+    if (!g.ok()) {
+      PENG_CHECK(!g.status().message().empty());
+      return 0;
+    }
+    peng::grammar::Matcher m(*g);
+    std::vector<uint32_t> mask(peng::grammar::MaskWords(fx.limits.vocab_size));
+    for (int step = 0; step < 8 && !m.IsTerminated(); ++step) {
+      m.FillMask(mask.data(), fx.limits.vocab_size);
+      int32_t pick = -1;
+      for (int32_t id = 0; id < fx.limits.vocab_size && pick < 0; ++id)
+        if (mask[id / 32] >> (id % 32) & 1) pick = id;
+      if (pick < 0) break;  // a dead end (the engine fails such a request)
+      PENG_CHECK(m.Accept(pick));
+    }
   }
   if (fx.sampler == SamplerMode::kOff) return 0;
   Rng rng{seed};

@@ -12,7 +12,7 @@
 namespace peng::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr int kMaxN = 128;
 constexpr int kMaxLogprobs = 20;
@@ -523,11 +523,11 @@ MaybeError ParseChatFields(const FieldReader& r, ParsedRequest* out) {
 
 }  // namespace
 
-json ApiError::ToJson() const {
-  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+nlohmann::json ApiError::ToJson() const {
+  nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return json{{"error", std::move(e)}};
+  return nlohmann::json{{"error", std::move(e)}};
 }
 
 ApiError BadRequest(std::string message, std::string param, std::string code) {

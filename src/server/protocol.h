@@ -61,7 +61,9 @@ inline constexpr size_t kMaxChoices = 1024;       // "guided_choice" entries
 
 // Parses a request body into *out: a body nested deeper than kMaxJsonDepth or that is not
 // valid JSON is a 400 (checked before any recursive structure is built).
-MaybeError ParseJsonBody(std::string_view body, nlohmann::json* out);
+// Objects keep the client's key order (a JSON Schema's properties, tools): what the model sees
+// in its prompt and writes follows that order, as with transformers / the OpenAI API.
+MaybeError ParseJsonBody(std::string_view body, nlohmann::ordered_json* out);
 
 // A parsed request: one or more prompts (batch completions), each sampled `n` times.
 struct ParsedRequest {
@@ -70,9 +72,9 @@ struct ParsedRequest {
   std::vector<std::vector<int32_t>> prompts;  // token ids; filled by Tokenize*()
   std::vector<std::string> prompt_texts;   // completions: string prompts (for echo)
   bool prompt_is_text = false;
-  nlohmann::json messages;                 // chat: normalized (content flattened to strings)
+  nlohmann::ordered_json messages;         // chat: normalized (content flattened to strings)
   bool add_generation_prompt = true;
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   SamplingParams params;
   bool max_tokens_given = false;
   int n = 1;
@@ -97,7 +99,8 @@ struct ParsedRequest {
 };
 
 // Parses the body of a request for `endpoint`. Does not tokenize.
-MaybeError ParseRequest(const nlohmann::json& body, Endpoint endpoint, ParsedRequest* out);
+MaybeError ParseRequest(const nlohmann::ordered_json& body, Endpoint endpoint,
+                        ParsedRequest* out);
 
 // Context the prompt checks need.
 struct PromptLimits {

@@ -292,7 +292,7 @@ TEST(ProtocolTest, FromStatusMapsCodes) {
 
 // Bounds that keep one body from costing unbounded stack, memory or time.
 TEST(ProtocolTest, BodyNestingAndListSizesAreBounded) {
-  json body;
+  nlohmann::ordered_json body;
   const std::string deep64 = std::string(63, '[') + std::string(63, ']');
   EXPECT_FALSE(ParseJsonBody("{\"a\": " + deep64 + "}", &body));
   MaybeError e = ParseJsonBody("{\"a\": " + std::string(64, '[') + std::string(64, ']') + "}",

@@ -245,14 +245,10 @@ http::Response Server::Models() const {
 }
 
 MaybeError Server::Prepare(const http::Request& http_req, bool chat, ParsedRequest* req) const {
-  json body;
+  nlohmann::ordered_json body;
   if (auto e = ParseJsonBody(http_req.body, &body)) return e;
   if (auto e = ParseRequest(body, chat ? Endpoint::kChat : Endpoint::kCompletions, req)) return e;
   req->tool_format = options_.tool_call_parser;
-  if (!req->tools.tools.is_null()) {  // the template prints the tools in the client's key order
-    auto ordered = nlohmann::ordered_json::parse(http_req.body, nullptr, false);
-    if (ordered.is_object() && ordered.contains("tools")) req->tools.tools = ordered["tools"];
-  }
   if (!req->model.empty() && req->model != options_.served_model_name) {
     ApiError e = MakeError(404, "The model `" + req->model + "` does not exist.",
                            "invalid_request_error", "model_not_found");

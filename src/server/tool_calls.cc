@@ -9,7 +9,7 @@
 namespace peng::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // request bodies keep the client's key order
 using nlohmann::ordered_json;
 
 // Call markers. DeepSeek's are written with U+FF5C (fullwidth vertical line) and U+2581
@@ -315,7 +315,7 @@ bool TemplateWantsArgumentObjects(std::string_view chat_template) {
   return DetectToolCallFormat(chat_template) != ToolCallFormat::kDeepSeekV3;
 }
 
-std::optional<ToolError> ParseToolFields(const json& body, ToolRequest* out) {
+std::optional<ToolError> ParseToolFields(const ordered_json& body, ToolRequest* out) {
   *out = ToolRequest();
   if (const json* tools = Field(body, "tools")) {
     if (!tools->is_array()) return WrongType("tools", "an array", *tools, "tools");
@@ -402,7 +402,8 @@ std::optional<ToolError> ParseToolFields(const json& body, ToolRequest* out) {
   return std::nullopt;
 }
 
-std::optional<ToolError> CheckToolMessage(const json& m, size_t index, json* normalized) {
+std::optional<ToolError> CheckToolMessage(const ordered_json& m, size_t index,
+                                          ordered_json* normalized) {
   if (!m.is_object()) return std::nullopt;
   const std::string where = "messages[" + std::to_string(index) + "]";
   auto role = m.find("role");
@@ -452,7 +453,7 @@ std::optional<ToolError> CheckToolMessage(const json& m, size_t index, json* nor
   return std::nullopt;
 }
 
-ordered_json MessagesForTemplate(const json& messages, bool arguments_as_objects) {
+ordered_json MessagesForTemplate(const ordered_json& messages, bool arguments_as_objects) {
   ordered_json out = messages;
   for (ordered_json& m : out) {
     if (!m.is_object()) continue;
@@ -476,7 +477,8 @@ ordered_json MessagesForTemplate(const json& messages, bool arguments_as_objects
   return out;
 }
 
-ordered_json MessagesForChatTemplate(const json& messages, std::string_view chat_template) {
+ordered_json MessagesForChatTemplate(const ordered_json& messages,
+                                     std::string_view chat_template) {
   ordered_json out = MessagesForTemplate(messages, TemplateWantsArgumentObjects(chat_template));
   if (chat_template.find("tool_calls") == std::string_view::npos) {
     for (ordered_json& m : out) {
@@ -542,14 +544,14 @@ StatusOr<std::string> ToolCallGrammar(const ToolRequest& request, ToolCallFormat
   return b.Build(root);
 }
 
-json ToolCall::ToJson() const {
-  return json{{"id", id},
+nlohmann::json ToolCall::ToJson() const {
+  return nlohmann::json{{"id", id},
               {"type", "function"},
               {"function", {{"name", name}, {"arguments", arguments}}}};
 }
 
-json ToolCall::ToDeltaJson(int index) const {
-  return json{{"index", index},
+nlohmann::json ToolCall::ToDeltaJson(int index) const {
+  return nlohmann::json{{"index", index},
               {"id", id},
               {"type", "function"},
               {"function", {{"name", name}, {"arguments", arguments}}}};

@@ -64,7 +64,7 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ToolSpec {
   std::string name;
-  nlohmann::json parameters;  // the JSON Schema as sent; null when absent
+  nlohmann::ordered_json parameters;  // the JSON Schema as sent; null when absent
 };
 
 // The tool fields of a request.
@@ -99,23 +99,23 @@ struct ToolError {
 // Reads tools / tool_choice / parallel_tool_calls of a chat request body (a JSON object).
 // A forced tool_choice together with a response_format that constrains the output
 // (json_object / json_schema) is an error too.
-std::optional<ToolError> ParseToolFields(const nlohmann::json& body, ToolRequest* out);
+std::optional<ToolError> ParseToolFields(const nlohmann::ordered_json& body, ToolRequest* out);
 
 // Checks message `index` of the request for tool use: an assistant message's `tool_calls`
 // (an array of {"id"?, "type": "function", "function": {"name", "arguments"}}; arguments a
 // JSON text or an object) and a tool message's `tool_call_id` (a string). `normalized` is the
 // message after content flattening: an assistant message with tool_calls and null/absent
 // content keeps content null there (templates test `content is none`).
-std::optional<ToolError> CheckToolMessage(const nlohmann::json& message, size_t index,
-                                          nlohmann::json* normalized);
+std::optional<ToolError> CheckToolMessage(const nlohmann::ordered_json& message, size_t index,
+                                          nlohmann::ordered_json* normalized);
 
 // The messages as the chat template gets them: tool_calls' arguments parsed into JSON
 // objects in their key order (arguments_as_objects) or kept as JSON text.
-nlohmann::ordered_json MessagesForTemplate(const nlohmann::json& messages,
+nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& messages,
                                            bool arguments_as_objects);
 // MessagesForTemplate as `chat_template` wants them (TemplateWantsArgumentObjects); a template
 // that knows nothing of tool_calls gets "" for a null content (it would fail on null).
-nlohmann::ordered_json MessagesForChatTemplate(const nlohmann::json& messages,
+nlohmann::ordered_json MessagesForChatTemplate(const nlohmann::ordered_json& messages,
                                                std::string_view chat_template);
 // Whether the template wants argument objects (not DeepSeek's string concatenation).
 bool TemplateWantsArgumentObjects(std::string_view chat_template);
