@@ -2,6 +2,7 @@
 // [lo, hi], split by digit count and then digit by digit, and JSON numbers between integer
 // bounds (integer part in range, fraction constrained only at the ends). Used for JSON Schema
 // minimum / maximum / exclusiveMinimum / exclusiveMaximum (json_schema.cc).
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,15 +102,21 @@ std::string NonNegative(long long lo, std::optional<long long> hi) {
     const long long b = hi && d == dh ? *hi : Pow10(d) - 1;
     alts.push_back(SameLength(std::to_string(a), std::to_string(b)));
   }
-  if (!hi) alts.push_back("[1-9] [0-9]{" + std::to_string(dl) + ",}");
+  // No upper bound: up to 16 digits (a double's precision), as the unbounded integer rule.
+  if (!hi) {
+    alts.push_back("[1-9] [0-9]{" + std::to_string(dl) + "," +
+                   std::to_string(std::max<size_t>(dl, 15)) + "}");
+  }
   return Alts(alts);
 }
 
 // Non-negative JSON numbers (no exponent) m with lo <(=) m <(=) hi.
 std::string Magnitude(long long lo, bool lo_excl, std::optional<long long> hi, bool hi_excl) {
-  const std::string any_frac = "(\".\" [0-9]+)?";
-  const std::string zero_frac = "(\".\" \"0\"+)?";
-  const std::string pos_frac = "\".\" [0-9]* [1-9] [0-9]*";
+  // Fractions are bounded like the unbounded number rule's (15 digits; a non-zero fraction's
+  // last non-zero digit within 15, then at most 14 zeros): a model cannot loop on digits.
+  const std::string any_frac = "(\".\" [0-9]{1,15})?";
+  const std::string zero_frac = "(\".\" \"0\"{1,15})?";
+  const std::string pos_frac = "\".\" [0-9]{0,14} [1-9] \"0\"{0,14}";
   const long long lo2 = lo + (lo_excl ? 1 : 0);
   std::vector<std::string> alts;
   std::optional<long long> int_hi;

@@ -138,3 +138,22 @@ def server():
 @pytest.fixture(scope="session")
 def client(server):
     return server.client()
+
+
+# A trained instruct model with a tool-aware chat template, for what needs a model that follows
+# instructions (tool calls, structured output over the schema corpus): Qwen2.5-Coder 0.5B
+# unless PENG_E2E_QWEN_MODEL says otherwise. These tests run in the default pass only: with
+# PENG_E2E_MODEL set (the DeepSeek fixture pass) they are skipped, as they do not depend on it.
+QWEN_MODEL = Path(os.environ.get(
+    "PENG_E2E_QWEN_MODEL", ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+
+
+@pytest.fixture(scope="session")
+def qwen_server():
+    if os.environ.get("PENG_E2E_MODEL"):
+        pytest.skip("runs in the default e2e pass only")
+    if not QWEN_MODEL.exists():
+        pytest.skip(f"{QWEN_MODEL} not found: run scripts/fetch_models.sh")
+    s = PengServer("--max-num-seqs", "16", "--max-model-len", "2048", model=QWEN_MODEL)
+    yield s
+    s.kill()

@@ -1,8 +1,8 @@
 """Tool calling end to end (issue 13) with the official `openai` client on a real model.
 
-A module-scoped `peng serve` runs Qwen2.5-Coder 0.5B (its chat template writes Hermes-style
-<tool_call> JSON, detected by --tool-call-parser auto). PENG_E2E_TOOLS_MODEL selects another
-GGUF with a tool-aware template; the module is skipped when the model is absent.
+The session's Qwen2.5-Coder 0.5B server (conftest.qwen_server: its chat template writes
+Hermes-style <tool_call> JSON, detected by --tool-call-parser auto; PENG_E2E_QWEN_MODEL selects
+another GGUF with a tool-aware template; skipped when the model is absent).
 
 Covered: tool_choice "required" and a named function, streaming and not, n = 2 (tool_calls with
 valid JSON arguments that follow the tool's schema, finish_reason "tool_calls", the streamed
@@ -21,10 +21,7 @@ import openai
 import pytest
 import requests
 
-from conftest import MODEL_NAME, ROOT, PengServer
-
-TOOLS_MODEL = Path(os.environ.get(
-    "PENG_E2E_TOOLS_MODEL", ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
+from conftest import MODEL_NAME
 
 WEATHER = {
     "type": "function",
@@ -61,12 +58,8 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture(scope="module")
-def tserver():
-    if not TOOLS_MODEL.exists():
-        pytest.skip(f"{TOOLS_MODEL} not found: run scripts/fetch_models.sh")
-    s = PengServer("--max-num-seqs", "8", "--max-model-len", "2048", model=TOOLS_MODEL)
-    yield s
-    s.kill()
+def tserver(qwen_server):
+    return qwen_server
 
 
 @pytest.fixture(scope="module")
