@@ -13,6 +13,8 @@ logit_bias and the 400s on the default server.
 
 import json
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,6 +52,15 @@ def schema_request(path, i):
                             "json_schema": {"name": name, "schema": schema, "strict": True}},
         "temperature": 0.8, "frequency_penalty": 0.5, "seed": 1000 + i, "max_tokens": 1000,
     }
+
+
+def test_schema_corpus_instances_agree_with_jsonschema():
+    """The corpus' own valid/invalid instances (which the grammar unit tests accept/reject)
+    are valid/invalid for the jsonschema package too."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "check_schema_corpus.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().endswith("0 failures"), r.stdout
 
 
 def test_schema_corpus_outputs_validate(qwen_server):
