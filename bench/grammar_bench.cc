@@ -3,13 +3,23 @@
 // JSON text token by token -- cold (a fresh CompiledGrammar: empty mask cache) and warm (every
 // state already cached), for 1 and 32 matchers per step.
 //
-//   grammar_bench [model.gguf]   (default models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)
+// Then the schema corpus (tests/data/json_schemas): per schema, JSON Schema -> GBNF, parse,
+// compile and the first mask (what a new schema adds to a request's time to first token).
+//
+//   grammar_bench [model.gguf] [corpus_dir]
+//   (defaults models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, tests/data/json_schemas)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/gbnf_builder.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -85,6 +95,69 @@ Stats Run(const std::shared_ptr<const CompiledGrammar>& c, const std::vector<int
 
 }  // namespace
 
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+// Compile cost of every schema of the corpus: to GBNF, parse, compile, first mask (cold).
+int Corpus(const std::string& dir, const std::shared_ptr<const TokenVocab>& vocab) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  if (files.empty()) {
+    std::fprintf(stderr, "no schemas in %s\n", dir.c_str());
+    return 1;
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<double> to_gbnf, parse, create, first_mask, total;
+  size_t max_bytes = 0;
+  std::string slowest;
+  std::vector<uint32_t> mask(MaskWords(vocab->size()));
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    const auto doc = nlohmann::ordered_json::parse(in);
+    auto t0 = std::chrono::steady_clock::now();
+    auto gbnf = JsonSchemaToGbnf(doc.at("schema"));
+    auto t1 = std::chrono::steady_clock::now();
+    if (!gbnf.ok()) {
+      std::fprintf(stderr, "%s: %s\n", f.c_str(), gbnf.status().ToString().c_str());
+      return 1;
+    }
+    auto g = Grammar::ParseGbnf(*gbnf);
+    auto t2 = std::chrono::steady_clock::now();
+    if (!g.ok()) return 1;
+    auto c = CompiledGrammar::Create(*g, vocab);
+    auto t3 = std::chrono::steady_clock::now();
+    if (!c.ok()) return 1;
+    Matcher m(*c);
+    m.FillMask(mask.data(), vocab->size());
+    auto t4 = std::chrono::steady_clock::now();
+    to_gbnf.push_back(Ms(t1 - t0));
+    parse.push_back(Ms(t2 - t1));
+    create.push_back(Ms(t3 - t2));
+    first_mask.push_back(Ms(t4 - t3));
+    total.push_back(Ms(t4 - t0));
+    if (total.back() >= *std::max_element(total.begin(), total.end())) slowest = f.filename();
+    max_bytes = std::max(max_bytes, gbnf->size());
+  }
+  std::printf("\nschema corpus: %zu schemas (largest grammar %zu bytes)\n", files.size(),
+              max_bytes);
+  std::printf("%-34s %9s %9s %9s\n", "per schema (ms)", "median", "p90", "max");
+  auto row = [](const char* name, const std::vector<double>& v) {
+    std::printf("%-34s %9.3f %9.3f %9.3f\n", name, Percentile(v, 0.5), Percentile(v, 0.9),
+                Percentile(v, 1.0));
+  };
+  row("JSON Schema -> GBNF", to_gbnf);
+  row("ParseGbnf", parse);
+  row("CompiledGrammar::Create", create);
+  row("first FillMask (cold)", first_mask);
+  row("total", total);
+  std::printf("slowest: %s\n", slowest.c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string path = argc > 1 ? argv[1] : "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
   auto tok = Tokenizer::ForModel(path);
@@ -120,5 +193,5 @@ int main(int argc, char** argv) {
     Run(*fresh, ids, batch, n).Print(("warm (same text again)" + b).c_str());
     Run(*fresh, other, batch, n).Print(("new states (2nd text)" + b).c_str());
   }
-  return 0;
+  return Corpus(argc > 2 ? argv[2] : "tests/data/json_schemas", vocab);
 }
