@@ -95,6 +95,28 @@ Stats Run(const std::shared_ptr<const CompiledGrammar>& c, const std::vector<int
 
 }  // namespace
 
+// What the engine adds per sequence and step: ApplyMask on a logits row (mask from the cache
+// or computed, then -inf on every disallowed id) and Accept of the sampled token. Timed per
+// step over `batch` sequences; the logits are restored between steps, untimed.
+Stats RunEngineRows(const std::shared_ptr<const CompiledGrammar>& c,
+                    const std::vector<int32_t>& ids, int batch, int64_t vocab) {
+  std::vector<Matcher> ms(batch, Matcher(c));
+  std::vector<float> base(vocab);
+  for (int64_t v = 0; v < vocab; ++v) base[v] = static_cast<float>((v * 7919) % 1000) / 100.0f;
+  std::vector<std::vector<float>> rows(batch, base);
+  Stats s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (auto& r : rows) std::copy(base.begin(), base.end(), r.begin());
+    auto t0 = std::chrono::steady_clock::now();
+    for (int b = 0; b < batch; ++b) {
+      ms[b].ApplyMask(rows[b].data(), vocab);
+      if (!ms[b].Accept(ids[i])) std::exit(1);
+    }
+    s.ms.push_back(Ms(std::chrono::steady_clock::now() - t0));
+  }
+  return s;
+}
+
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
@@ -192,6 +214,13 @@ int main(int argc, char** argv) {
     Run(*fresh, ids, batch, n).Print(("cold (new grammar)" + b).c_str());
     Run(*fresh, ids, batch, n).Print(("warm (same text again)" + b).c_str());
     Run(*fresh, other, batch, n).Print(("new states (2nd text)" + b).c_str());
+  }
+  std::printf("\n%-34s %9s %9s %9s %9s\n", "ApplyMask + Accept per step (ms)", "mean", "median",
+              "p90", "max");
+  for (int batch : {1, 32}) {
+    auto fresh = CompiledGrammar::Create(*g, vocab);
+    RunEngineRows(*fresh, ids, batch, n);  // warms the caches
+    RunEngineRows(*fresh, ids, batch, n).Print(("warm, batch " + std::to_string(batch)).c_str());
   }
   return Corpus(argc > 2 ? argv[2] : "tests/data/json_schemas", vocab);
 }

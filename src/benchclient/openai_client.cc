@@ -127,7 +127,8 @@ std::string OpenAiClient::RequestBody(const std::string& prompt, int max_tokens)
     body["prompt"] = prompt;
   }
   if (!options_.extra_body.empty()) {
-    for (const auto& [key, value] : Json::parse(options_.extra_body).items()) body[key] = value;
+    const Json extra = Json::parse(options_.extra_body);
+    for (const auto& [key, value] : extra.items()) body[key] = value;
   }
   return body.dump();
 }

@@ -166,11 +166,21 @@ void Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
 }
 
 void Matcher::ApplyMask(float* logits, int64_t vocab) const {
-  std::vector<uint32_t> mask(MaskWords(vocab));
+  thread_local std::vector<uint32_t> mask;  // scratch: no allocation per call
+  mask.resize(MaskWords(vocab));
   FillMask(mask.data(), vocab);
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (!((mask[i >> 5] >> (i & 31)) & 1)) logits[i] = ninf;
+  // A word at a time: whole words of disallowed ids (most of the vocabulary in most states)
+  // are one fill, whole allowed words are skipped.
+  for (int64_t w = 0, base = 0; base < vocab; ++w, base += 32) {
+    const uint32_t bits = mask[w];
+    const int64_t n = std::min<int64_t>(32, vocab - base);
+    if (bits == 0) {
+      std::fill_n(logits + base, n, ninf);
+    } else if (bits != 0xffffffffu) {
+      for (int64_t i = 0; i < n; ++i)
+        if (!((bits >> i) & 1)) logits[base + i] = ninf;
+    }
   }
 }
 
