@@ -31,6 +31,7 @@
 
 #include "core/test_paths.h"
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "engine/llm.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors.h"
@@ -452,15 +453,7 @@ std::vector<Out> RunAll(Engine* e, const std::vector<GenerateRequest>& reqs) {
   return out;
 }
 
-GenerateRequest Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  GenerateRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.ignore_eos = true;
-  r.params.max_tokens = max_tokens;
-  return r;
-}
+using test_util::Greedy;
 
 // Single-sequence greedy ids (Llm, F16 KV cache like the engine).
 std::vector<int32_t> LlmGreedy(Llm* m, const std::vector<int32_t>& prompt, int n) {

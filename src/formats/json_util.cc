@@ -32,4 +32,19 @@ StatusOr<nlohmann::json> ParseJsonFile(const std::string& path) {
   return ParseJson(text, path);
 }
 
+const char* JsonTypeName(nlohmann::json::value_t type) {
+  using T = nlohmann::json::value_t;
+  switch (type) {
+    case T::null: return "null";
+    case T::boolean: return "a boolean";
+    case T::string: return "a string";
+    case T::array: return "an array";
+    case T::object: return "an object";
+    case T::number_integer:
+    case T::number_unsigned: return "an integer";
+    case T::number_float: return "a decimal";
+    default: return "an unknown type";
+  }
+}
+
 }  // namespace peng

@@ -17,4 +17,8 @@ StatusOr<nlohmann::json> ParseJsonFile(const std::string& path);
 // Parses text; `name` (a file name, "safetensors header of x") starts error messages.
 StatusOr<nlohmann::json> ParseJson(std::string_view text, const std::string& name);
 
+// The kind of a JSON value in OpenAI's error wording: "null", "a boolean", "a string", "an
+// array", "an object", "an integer", "a decimal".
+const char* JsonTypeName(nlohmann::json::value_t type);
+
 }  // namespace peng

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "formats/json_util.h"
 #include "grammar/gbnf_builder.h"
 #include "tokenizer/tokenizer.h"
 #include "template/chat_template.h"
@@ -17,23 +18,9 @@ using json = nlohmann::ordered_json;
 constexpr int kMaxN = 128;
 constexpr int kMaxLogprobs = 20;
 
-const char* JsonTypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a decimal";
-    default: return "an unknown type";
-  }
-}
-
 ApiError InvalidType(const std::string& field, const char* expected, const json& got) {
   return BadRequest("Invalid type for '" + field + "': expected " + expected + ", but got " +
-                        JsonTypeName(got) + " instead.",
+                        JsonTypeName(got.type()) + " instead.",
                     field, "invalid_type");
 }
 

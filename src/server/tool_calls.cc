@@ -4,6 +4,7 @@
 #include <random>
 #include <set>
 
+#include "formats/json_util.h"
 #include "grammar/gbnf_builder.h"
 
 namespace peng::server {
@@ -64,20 +65,6 @@ std::string_view Trim(std::string_view s) {
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-const char* TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a decimal";
-    default: return "an unknown type";
-  }
-}
-
 ToolError Invalid(std::string message, std::string param, std::string code = "invalid_value") {
   return ToolError{std::move(message), std::move(param), std::move(code)};
 }
@@ -85,7 +72,7 @@ ToolError Invalid(std::string message, std::string param, std::string code = "in
 ToolError WrongType(const std::string& field, const char* expected, const json& got,
                     const std::string& param) {
   return Invalid("Invalid type for '" + field + "': expected " + expected + ", but got " +
-                     TypeName(got) + " instead.",
+                     JsonTypeName(got.type()) + " instead.",
                  param, "invalid_type");
 }
 

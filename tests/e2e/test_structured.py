@@ -23,7 +23,7 @@ import pytest
 import requests
 from pydantic import BaseModel
 
-from conftest import MODEL_NAME, ROOT
+from conftest import MODEL, MODEL_NAME, PENG_BIN, ROOT
 
 CORPUS_ALL = sorted((ROOT / "tests" / "data" / "json_schemas").glob("*.json"))
 CORPUS = [p for p in CORPUS_ALL if json.loads(p.read_text()).get("sampling", True)]
@@ -175,16 +175,21 @@ def test_openai_client_parse_with_pydantic(qwen_server):
 
 
 def test_logit_bias_through_the_api(server):
+    out = subprocess.run([str(PENG_BIN), "tokenize", "-m", str(MODEL), "--text", " the",
+                          "--no-bos"], capture_output=True, text=True, timeout=120, check=True)
+    ids = json.loads(out.stdout)
+    assert len(ids) == 1, ids
+    the = str(ids[0])
     body = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0,
             "logprobs": 0}
-    plain = complete(server, body).json()["choices"][0]["logprobs"]["tokens"]
-    forced = complete(server, {**body, "logit_bias": {"1000": 100}}).json()["choices"][0]
-    tokens = forced["logprobs"]["tokens"]
-    assert len(tokens) == 3 and tokens[0] == tokens[1] == tokens[2], tokens
-    assert tokens != plain
-    # -100 on the token just forced: it never comes back.
-    banned = complete(server, {**body, "logit_bias": {"1000": -100}}).json()["choices"][0]
-    assert tokens[0] not in banned["logprobs"]["tokens"]
+    forced = complete(server, {**body, "logit_bias": {the: 100}})
+    assert forced.status_code == 200, forced.text
+    assert forced.json()["choices"][0]["text"] == " the the the"
+    # -100 on it: it never comes, whatever the prompt asks for.
+    banned = complete(server, {**body, "prompt": "the the the the the the the",
+                               "logit_bias": {the: -100}, "max_tokens": 8})
+    assert banned.status_code == 200, banned.text
+    assert " the" not in banned.json()["choices"][0]["logprobs"]["tokens"]
 
 
 def test_unsupported_constraints_are_400s(server):
