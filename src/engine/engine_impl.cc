@@ -344,7 +344,9 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
   }
   for (const auto& [id, bias] : p.logit_bias) row[id] += bias;
   if (c->matcher) {
-    c->matcher->ApplyMask(row, vocab_);
+    if (!c->matcher->ApplyMask(row, vocab_))
+      throw std::runtime_error("the grammar is too ambiguous to follow: one token mask went over "
+                               "its work budget");
     // ignore_eos: the output goes on while the grammar allows more (benchmarks).
     if (p.ignore_eos && !c->matcher->IsTerminated()) {
       for (int32_t id : c->req->in.grammar->vocab().eos_ids())

@@ -139,7 +139,7 @@ bool Matcher::Accept(int32_t id) {
   return AcceptBytes(v.tokens[id]);
 }
 
-void Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
+bool Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
   const size_t words = MaskWords(vocab);
   std::memset(mask, 0, words * sizeof(uint32_t));
   const CompiledGrammar::Impl& c = grammar_->impl();
@@ -150,7 +150,10 @@ void Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
     auto cached = c.cache.Find(key);
     if (!cached) {
       auto fresh = std::make_shared<std::vector<uint32_t>>(MaskWords(int64_t(v.tokens.size())), 0);
-      ComputeTokenMask(c, state_->tops, state_->frames, fresh->data());
+      if (!ComputeTokenMask(c, state_->tops, state_->frames, fresh->data())) {
+        std::memset(mask, 0, words * sizeof(uint32_t));  // over the work budget: nothing
+        return false;
+      }
       cached = fresh;
       c.cache.Insert(std::move(key), std::move(fresh));
     }
@@ -163,12 +166,13 @@ void Matcher::FillMask(uint32_t* mask, int64_t vocab) const {
       if (id < vocab) mask[id >> 5] |= 1u << (id & 31);
     }
   }
+  return true;
 }
 
-void Matcher::ApplyMask(float* logits, int64_t vocab) const {
+bool Matcher::ApplyMask(float* logits, int64_t vocab) const {
   thread_local std::vector<uint32_t> mask;  // scratch: no allocation per call
   mask.resize(MaskWords(vocab));
-  FillMask(mask.data(), vocab);
+  const bool ok = FillMask(mask.data(), vocab);
   const float ninf = -std::numeric_limits<float>::infinity();
   // A word at a time: whole words of disallowed ids (most of the vocabulary in most states)
   // are one fill, whole allowed words are skipped.
@@ -182,6 +186,7 @@ void Matcher::ApplyMask(float* logits, int64_t vocab) const {
         if (!((bits >> i) & 1)) logits[base + i] = ninf;
     }
   }
+  return ok;
 }
 
 }  // namespace peng::grammar

@@ -26,8 +26,10 @@
 // return positions) and kept; only tokens that reach below are walked with the real stack.
 //
 // Limits: grammars over 2^20 elements after expanding repetitions ({m,n} counts up to 100000)
-// are rejected. A matcher state holds at most 8192 stacks: a byte that would lead past that (a
-// highly ambiguous grammar) is treated as not allowed, never as unbounded growth.
+// are rejected. A matcher state holds at most 1024 stacks: a byte that would lead past that (a
+// highly ambiguous grammar) is treated as not allowed, never as unbounded growth. One token
+// mask may take at most kMaskWorkBudget steps (grammar_internal.h): FillMask returns false
+// past it rather than hold the engine thread.
 // After an end-of-generation token is accepted the matcher has ended: IsComplete() and
 // IsTerminated() are true, FillMask allows only end-of-generation ids and Accept only them.
 #pragma once
@@ -99,10 +101,13 @@ class Matcher {
   ~Matcher();
 
   // Writes MaskWords(vocab) words for ids [0, vocab): `vocab` may exceed the TokenVocab's
-  // size (a model's padded logits row); ids beyond it are disallowed.
-  void FillMask(uint32_t* mask, int64_t vocab) const;
-  // Sets logits of disallowed ids to -inf (uses FillMask).
-  void ApplyMask(float* logits, int64_t vocab) const;
+  // size (a model's padded logits row); ids beyond it are disallowed. False (and an empty mask)
+  // when computing this state's mask went over the work budget (kMaskWorkBudget stack steps: a
+  // grammar ambiguous enough to keep thousands of stacks alive); the caller should give up on
+  // the request rather than hold everyone else up.
+  bool FillMask(uint32_t* mask, int64_t vocab) const;
+  // Sets logits of disallowed ids to -inf (uses FillMask; the same return value).
+  bool ApplyMask(float* logits, int64_t vocab) const;
   // Advances by one token. Returns false (state unchanged) if the token is not allowed.
   // Accepting an end-of-generation id is allowed only when IsComplete(); it ends the matcher.
   bool Accept(int32_t id);

@@ -57,7 +57,15 @@ inline constexpr size_t kMaxGrammarElems = 1 << 20;
 inline constexpr int32_t kMaxRepetition = 100000;
 // Most stacks a matcher state may hold. A step that would exceed it (a highly ambiguous
 // grammar) counts as a rejected byte: the matcher never grows past it.
-inline constexpr size_t kMaxStacks = 8192;
+inline constexpr size_t kMaxStacks = 1024;
+// Most work one token mask may take: the sum of the stack-set sizes of every fresh byte
+// transition of its trie walks (memoized transitions are free). The coldest mask of a JSON
+// grammar on Qwen2.5's vocabulary takes ~8,500 (grammar_bench); a grammar whose stack set is new
+// after every byte of most tokens (a deepening recursion over a wide character class) takes
+// ~10^6 per mask, about a second each, on the engine thread, for everyone. Past this budget the
+// mask fails instead (the request ends with an error; the server refuses a grammar whose first
+// mask fails with a 400) and nothing is cached.
+inline constexpr size_t kMaskWorkBudget = size_t(1) << 18;
 
 // A stack: top position in the high 32 bits, frame id + 1 in the low 32 (0 = root frame).
 using Top = uint64_t;
@@ -206,8 +214,9 @@ struct CompiledGrammar::Impl {
 
 // ORs into `mask` (MaskWords(vocab size) words, eos ids not included) the tokens allowed by the
 // stack set `tops` over `frames`: per top, its context mask (computed once per key and kept in
-// `c`), plus the tokens below its context nodes, walked from the real frames below.
-void ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& tops,
+// `c`), plus the tokens below its context nodes, walked from the real frames below. False when
+// it went over kMaskWorkBudget (the mask is then incomplete).
+bool ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& tops,
                       const FrameTable& frames, uint32_t* mask);
 // The same by walking the whole trie with the stack set (reference for tests / fallback).
 void ComputeTokenMaskByWalk(const GrammarImpl& g, const TokenVocab::Impl& vocab,

@@ -33,7 +33,10 @@ inline void SetTokens(const TokenVocab::Impl& v, int32_t node, uint32_t* mask) {
 // same), so a trie node usually costs one hash probe instead of a step.
 class SetGraph {
  public:
-  explicit SetGraph(Stepper& st) : st_(st) {}
+  // `work` counts, over one whole mask computation, the stacks stepped by fresh transitions;
+  // past kMaskWorkBudget every transition fails (the walk then ends quickly) and over() says so.
+  SetGraph(Stepper& st, size_t* work) : st_(st), work_(work) {}
+  bool over() const { return *work_ > kMaskWorkBudget; }
   int32_t Intern(const std::vector<Top>& set) {
     auto [it, inserted] = index_.emplace(set, int32_t(sets_.size()));
     if (inserted) sets_.push_back(set);
@@ -45,6 +48,8 @@ class SetGraph {
     int32_t& slot = trans_.FindOrInsert((uint64_t(uint32_t(id)) << 8) | b, -1, &fresh);
     if (!fresh) return slot;
     int32_t next = -1;
+    *work_ += sets_[id].size();
+    if (over()) return -1;  // not memoized: nothing more is computed anyway
     if (st_.Step(sets_[id], b, &tmp_) && !tmp_.empty()) next = Intern(tmp_);
     // Intern does not touch trans_, so the slot is still valid.
     slot = next;
@@ -61,6 +66,7 @@ class SetGraph {
     }
   };
   Stepper& st_;
+  size_t* work_;
   std::vector<std::vector<Top>> sets_;
   std::unordered_map<std::vector<Top>, int32_t, TopsHash> index_;
   U64Map trans_;
@@ -102,8 +108,10 @@ void ContextKey(Top t, const FrameTable& frames, std::vector<int32_t>* key, int3
   *below = f;
 }
 
+// Null when the walk went over the work budget.
 std::shared_ptr<const ContextMask> BuildContextMask(const CompiledGrammar::Impl& c,
-                                                    const std::vector<int32_t>& key) {
+                                                    const std::vector<int32_t>& key,
+                                                    size_t* work) {
   const GrammarImpl& g = *c.grammar.impl();
   const TokenVocab::Impl& v = c.vocab->impl();
   auto cm = std::make_shared<ContextMask>();
@@ -112,20 +120,21 @@ std::shared_ptr<const ContextMask> BuildContextMask(const CompiledGrammar::Impl&
   int32_t f = key.back() == -3 ? st.frames().Intern(kUnknownRet, -1) : -1;
   for (size_t i = key.size() - 2; i >= 1; --i) f = st.frames().Intern(key[i], f);
   std::vector<int32_t> level(size_t(v.max_depth) + 1);
-  SetGraph sg(st);
+  SetGraph sg(st, work);
   WalkSubtree(sg, v, 0, sg.Intern({MakeTop(key[0], f)}), level, cm->accepted.data(),
               &cm->ctx_nodes);
-  return cm;
+  return sg.over() ? nullptr : cm;
 }
 
 std::shared_ptr<const ContextMask> GetContextMask(const CompiledGrammar::Impl& c,
-                                                  const std::vector<int32_t>& key) {
+                                                  const std::vector<int32_t>& key, size_t* work) {
   {
     std::lock_guard<std::mutex> lock(c.ctx_mu);
     auto it = c.ctx_masks.find(key);
     if (it != c.ctx_masks.end()) return it->second;
   }
-  auto cm = BuildContextMask(c, key);
+  auto cm = BuildContextMask(c, key, work);
+  if (!cm) return nullptr;  // over budget: nothing kept
   size_t cost = cm->accepted.size() * 4 + cm->ctx_nodes.size() * 4 + key.size() * 8 + 128;
   std::lock_guard<std::mutex> lock(c.ctx_mu);
   if (c.ctx_bytes + cost > kContextMaskBytes) {  // full: drop all, start over
@@ -139,7 +148,7 @@ std::shared_ptr<const ContextMask> GetContextMask(const CompiledGrammar::Impl& c
 
 }  // namespace
 
-void ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& tops,
+bool ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& tops,
                       const FrameTable& frames, uint32_t* mask) {
   const GrammarImpl& g = *c.grammar.impl();
   const TokenVocab::Impl& v = c.vocab->impl();
@@ -158,13 +167,15 @@ void ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& to
   Stepper st(g);
   st.frames() = frames;
   std::vector<int32_t> level(size_t(v.max_depth) + 1);
-  SetGraph sg(st);
+  size_t work = 0;
+  SetGraph sg(st, &work);
   std::vector<Top> start;
   const std::vector<int32_t>* last_key = nullptr;
   std::shared_ptr<const ContextMask> cm;
   for (const auto& [k, below] : groups) {
     if (!last_key || *last_key != k) {
-      cm = GetContextMask(c, k);
+      cm = GetContextMask(c, k, &work);
+      if (!cm) return false;
       for (size_t w = 0; w < words; ++w) mask[w] |= cm->accepted[w];
       last_key = &k;
     }
@@ -173,7 +184,9 @@ void ComputeTokenMask(const CompiledGrammar::Impl& c, const std::vector<Top>& to
     if (!st.Expand(frames[below].first, frames[below].second, &start) || start.empty()) continue;
     int32_t start_id = sg.Intern(start);
     for (int32_t node : cm->ctx_nodes) WalkSubtree(sg, v, node, start_id, level, mask, nullptr);
+    if (sg.over()) return false;
   }
+  return true;
 }
 
 void ComputeTokenMaskByWalk(const GrammarImpl& g, const TokenVocab::Impl& vocab,
@@ -183,7 +196,8 @@ void ComputeTokenMaskByWalk(const GrammarImpl& g, const TokenVocab::Impl& vocab,
   st.frames() = frames;
   std::vector<int32_t> level(size_t(vocab.max_depth) + 1);
   if (tops.empty()) return;
-  SetGraph sg(st);
+  size_t work = 0;  // the reference walk has no budget
+  SetGraph sg(st, &work);
   WalkSubtree(sg, vocab, 0, sg.Intern(tops), level, mask, nullptr);
 }
 

@@ -3,6 +3,8 @@
 // state, the ambiguity cap, and the real Qwen2.5 vocabulary (skipped without the model).
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -201,6 +203,32 @@ TEST(Matcher, AmbiguityIsCapped) {
   EXPECT_FALSE(m.AcceptBytes(std::string(20, 'a')));
   EXPECT_TRUE(m.AcceptBytes("bcbc"));
   EXPECT_TRUE(g->Matches("aaaaaaaabcbc", false));
+}
+
+// A recursion that deepens over a wide character class makes every trie node a new stack set:
+// a mask over Qwen2.5's vocabulary would take about a second. It fails fast instead (and the
+// engine ends that request), while an ordinary JSON grammar's masks stay far below the budget.
+TEST(Matcher, WorkBudgetStopsRunawayMasks) {
+  std::string path = std::string(PENG_SOURCE_DIR) + "/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
+  auto tok = Tokenizer::ForModel(path);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocab::Build(**tok);
+  auto g = Grammar::ParseGbnf("root ::= a\na ::= [a-z ] a [a-z ] | [a-z ] a | \"\"");
+  ASSERT_TRUE(g.ok());
+  auto c = CompiledGrammar::Create(*g, vocab);
+  ASSERT_TRUE(c.ok());
+  Matcher m(*c);
+  std::vector<uint32_t> mask(MaskWords(vocab->size()));
+  bool failed = false;
+  for (int i = 0; i < 16 && !failed; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    failed = !m.FillMask(mask.data(), vocab->size());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+    ASSERT_TRUE(m.AcceptBytes("vectorimport"));
+  }
+  EXPECT_TRUE(failed);
+  for (uint32_t w : mask) EXPECT_EQ(w, 0u);  // a failed mask allows nothing
 }
 
 TEST(Matcher, QwenJsonStart) {

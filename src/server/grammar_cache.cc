@@ -1,5 +1,7 @@
 #include "server/grammar_cache.h"
 
+#include <vector>
+
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,6 +37,13 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::Get(
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
       grammar::CompiledGrammar::Create(*parsed, std::move(vocab));
   if (!compiled.ok()) return compiled.status();
+  // The first mask, here on a worker thread (the engine finds it cached): a grammar whose very
+  // first mask goes over the work budget is refused now, as a bad request.
+  std::vector<uint32_t> mask(grammar::MaskWords((*compiled)->vocab().size()));
+  if (!grammar::Matcher(*compiled).FillMask(mask.data(), (*compiled)->vocab().size())) {
+    return InvalidArgument("the grammar is too ambiguous to follow (its first token mask went "
+                           "over the work budget)");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(gbnf); it != index_.end()) {
     lru_.erase(it->second);
