@@ -530,23 +530,14 @@ ApiError BadRequest(std::string message, std::string param, std::string code) {
 // strings (with escapes) do not count. Malformed JSON is left to the parser.
 static int JsonDepth(std::string_view body, int limit) {
   int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+  ScanJsonBrackets(body, 0, [&](size_t, char c) {
+    if (c == '[' || c == '{') {
       max_depth = std::max(max_depth, ++depth);
-      if (max_depth > limit) break;
-    } else if (c == ']' || c == '}') {
-      --depth;
+      return max_depth <= limit;
     }
-  }
+    --depth;
+    return true;
+  });
   return max_depth;
 }
 

@@ -211,25 +211,16 @@ std::optional<ToolCall> DeepSeekCall(std::string_view body) {
 // does not close in s. Brackets inside strings do not count.
 size_t ObjectEnd(std::string_view s, size_t start) {
   int depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = start; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+  size_t end = std::string_view::npos;
+  ScanJsonBrackets(s, start, [&](size_t i, char c) {
+    if (c == '{' || c == '[') {
       ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-      if (depth < 0) return std::string_view::npos;
+      return true;
     }
-  }
-  return std::string_view::npos;
+    if (--depth == 0) end = i + 1;
+    return depth > 0;  // closed (found) or unbalanced (npos): stop
+  });
+  return end;
 }
 
 // Llama 3 JSON: [<|python_tag|>] obj (; obj)*, each a call. nullopt if anything else.
