@@ -420,22 +420,15 @@ std::string_view OpenApiJson() {
         }
       },
       "ToolCallDelta": {
-        "type": "object",
-        "required": ["index", "id", "type", "function"],
-        "description": "A complete call in one delta (calls are streamed once they are complete)",
-        "properties": {
-          "index": {"type": "integer", "minimum": 0, "description": "The call's position among the choice's calls"},
-          "id": {"type": "string", "pattern": "^call_[A-Za-z0-9]{24}$"},
-          "type": {"type": "string", "enum": ["function"]},
-          "function": {
+        "description": "A complete call in one delta (calls are streamed once they are complete): a ToolCallOut plus its index",
+        "allOf": [
+          {"$ref": "#/components/schemas/ToolCallOut"},
+          {
             "type": "object",
-            "required": ["name", "arguments"],
-            "properties": {
-              "name": {"type": "string"},
-              "arguments": {"type": "string"}
-            }
+            "required": ["index"],
+            "properties": {"index": {"type": "integer", "minimum": 0, "description": "The call's position among the choice's calls"}}
           }
-        }
+        ]
       },
       "ChatCompletionRequest": {
         "allOf": [

@@ -47,12 +47,27 @@ const json& RequestField(const json& doc, const std::string& request, const std:
 
 // The fields of `object` match the schema's properties: every required one present, no
 // unknown one.
+// Properties and required names of an object schema, through allOf and component $refs.
+void CollectShape(const json& doc, const json& s, std::set<std::string>* props,
+                  std::set<std::string>* required) {
+  if (s.contains("$ref")) {
+    const std::string ref = s.at("$ref");
+    return CollectShape(doc, Schema(doc, ref.substr(ref.rfind('/') + 1)), props, required);
+  }
+  const json all_of = s.value("allOf", json::array());
+  const json properties = s.value("properties", json::object());
+  const json req = s.value("required", json::array());
+  for (const json& part : all_of) CollectShape(doc, part, props, required);
+  for (const auto& [k, v] : properties.items()) props->insert(k);
+  for (const json& r : req) required->insert(r.get<std::string>());
+}
+
 void ExpectShape(const json& doc, const std::string& schema_name, const json& object) {
-  const json& s = Schema(doc, schema_name);
-  std::set<std::string> props;
-  for (const auto& [k, v] : s.at("properties").items()) props.insert(k);
-  for (const json& r : s.value("required", json::array())) {
-    EXPECT_TRUE(object.contains(r.get<std::string>())) << schema_name << " needs " << r;
+  std::set<std::string> props, required;
+  CollectShape(doc, Schema(doc, schema_name), &props, &required);
+  ASSERT_FALSE(props.empty()) << schema_name << " documents no properties";
+  for (const std::string& r : required) {
+    EXPECT_TRUE(object.contains(r)) << schema_name << " needs " << r;
   }
   for (const auto& [k, v] : object.items()) {
     EXPECT_TRUE(props.count(k)) << schema_name << " does not document " << k;
