@@ -41,11 +41,13 @@ std::string GbnfBuilder::Primitive(std::string_view kind) {
   } else if (kind == "string") {
     body = "\"\\\"\" " + Primitive("char") + "* \"\\\"\"";
   } else if (kind == "integer") {
-    // At most 16 integer digits, 15 fraction digits and a 3-digit exponent: the precision and
-    // range of a double; without a bound a small model can write digits until max_tokens.
-    body = R"("-"? ("0" | [1-9] [0-9]{0,15}))";
+    // Digit counts bounded (internal::kMax*Digits).
+    body = R"("-"? ("0" | [1-9] [0-9]{0,)" + std::to_string(internal::kMaxIntegerDigits - 1) +
+           "})";
   } else if (kind == "number") {
-    body = Primitive("integer") + R"( ("." [0-9]{1,15})? ([eE] ("-" | "+")? [0-9]{1,3})?)";
+    body = Primitive("integer") + R"( ("." [0-9]{1,)" +
+           std::to_string(internal::kMaxFractionDigits) + R"(})? ([eE] ("-" | "+")? [0-9]{1,)" +
+           std::to_string(internal::kMaxExponentDigits) + "})?";
   } else if (kind == "boolean") {
     body = R"("true" | "false")";
   } else if (kind == "null") {

@@ -14,6 +14,13 @@
 
 namespace peng::grammar::internal {
 
+// JSON numbers in generated grammars: at most 16 integer digits, 15 fraction digits and a
+// 3-digit exponent -- the precision and range of a double. Without a bound a small model can
+// write digits until max_tokens.
+inline constexpr int kMaxIntegerDigits = 16;
+inline constexpr int kMaxFractionDigits = 15;
+inline constexpr int kMaxExponentDigits = 3;
+
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 // A set of code points as sorted, disjoint, non-adjacent closed ranges.

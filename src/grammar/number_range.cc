@@ -105,7 +105,7 @@ std::string NonNegative(long long lo, std::optional<long long> hi) {
   // No upper bound: up to 16 digits (a double's precision), as the unbounded integer rule.
   if (!hi) {
     alts.push_back("[1-9] [0-9]{" + std::to_string(dl) + "," +
-                   std::to_string(std::max<size_t>(dl, 15)) + "}");
+                   std::to_string(std::max<size_t>(dl, kMaxIntegerDigits - 1)) + "}");
   }
   return Alts(alts);
 }
@@ -114,9 +114,11 @@ std::string NonNegative(long long lo, std::optional<long long> hi) {
 std::string Magnitude(long long lo, bool lo_excl, std::optional<long long> hi, bool hi_excl) {
   // Fractions are bounded like the unbounded number rule's (15 digits; a non-zero fraction's
   // last non-zero digit within 15, then at most 14 zeros): a model cannot loop on digits.
-  const std::string any_frac = "(\".\" [0-9]{1,15})?";
-  const std::string zero_frac = "(\".\" \"0\"{1,15})?";
-  const std::string pos_frac = "\".\" [0-9]{0,14} [1-9] \"0\"{0,14}";
+  const std::string f = std::to_string(kMaxFractionDigits);
+  const std::string f1 = std::to_string(kMaxFractionDigits - 1);
+  const std::string any_frac = "(\".\" [0-9]{1," + f + "})?";
+  const std::string zero_frac = "(\".\" \"0\"{1," + f + "})?";
+  const std::string pos_frac = "\".\" [0-9]{0," + f1 + "} [1-9] \"0\"{0," + f1 + "}";
   const long long lo2 = lo + (lo_excl ? 1 : 0);
   std::vector<std::string> alts;
   std::optional<long long> int_hi;
