@@ -15,7 +15,8 @@ other, half streaming (SSE) and half not, max_tokens 16..32 with ignore_eos, eac
 connection with a client timeout (a request that runs into it is "hung"). A request
 succeeds when it gets 200 and a complete answer: a JSON completion with a finish_reason, or
 SSE events that are all valid JSON completions chunks, end with `data: [DONE]` and a clean
-end of the chunked body. Which replica answered comes from nginx's X-Peng-Upstream header
+end of the chunked body; either with finish_reason "length" or "stop" (not "abort": a drain
+that runs out of time loses the request as surely as a cut connection does). Which replica answered comes from nginx's X-Peng-Upstream header
 (the last address when nginx retried), which arrives with the response headers, before the
 stream's first event.
 
@@ -59,6 +60,10 @@ PROMPTS = [
     "To make a cup of tea, first",
     "In the year 2050, cities will",
 ]
+
+# A request that ran to its end (with ignore_eos: "length"); "abort" (the drain timeout ran
+# out, or the server stopped) and "error" are failures.
+FINISHED = ("length", "stop")
 
 now = time.monotonic
 
@@ -184,8 +189,10 @@ class Load:
             else:
                 data = json.loads(resp.read())
                 choice = data["choices"][0]
-                if not isinstance(choice.get("text"), str) or not choice.get("finish_reason"):
+                if not isinstance(choice.get("text"), str):
                     rec["error"] = "bad_answer"
+                elif choice.get("finish_reason") not in FINISHED:
+                    rec["error"] = f"finish_reason_{choice.get('finish_reason')}"
             rec["ok"] = rec["error"] is None
         except TimeoutError:
             rec["error"] = "hung"
@@ -206,6 +213,7 @@ class Load:
     @staticmethod
     def read_stream(resp, rec, deadline):
         done = False
+        finish = None
         while True:
             if now() > deadline:
                 raise TimeoutError
@@ -229,7 +237,11 @@ class Load:
             if event.get("object") != "text_completion":
                 return "bad_event"
             rec["events"] += 1
-        return None if done and rec["events"] > 0 else "truncated"
+            for choice in event.get("choices", []):
+                finish = choice.get("finish_reason") or finish
+        if not done or rec["events"] == 0:
+            return "truncated"
+        return None if finish in FINISHED else f"finish_reason_{finish}"
 
     def find_mid_stream(self, addr):
         """A stream served by `addr` that has sent at least one event and not ended."""
@@ -293,8 +305,10 @@ def main():
                     help="kill -> every new request succeeds, at most this many s")
     ap.add_argument("--max-takes-load", type=float, default=30.0,
                     help="restarted replica healthy -> serves a response, at most (s)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="kill + drain rounds (each on other replicas)")
+    ap.add_argument("--events", default="kill,drain",
+                    help="the events of one round, in order: kill and/or drain, comma-separated;"
+                         " round r's event j hits replica r + j")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of --events")
     ap.add_argument("--steady", type=float, default=5.0,
                     help="s of load before each event and after each restart")
     ap.add_argument("--down", type=float, default=3.0,
@@ -306,6 +320,9 @@ def main():
         if urlparse(u).hostname not in ("127.0.0.1", "localhost", "::1"):
             print("failover_load: loopback only", file=sys.stderr)
             return 2
+    if any(k.strip() not in ("kill", "drain", "") for k in args.events.split(",")):
+        print("failover_load: --events takes kill and drain", file=sys.stderr)
+        return 2
     if len(args.port) < 2:
         print("failover_load: need two or more --port", file=sys.stderr)
         return 2
@@ -328,10 +345,11 @@ def main():
                 raise RuntimeError(f"{r.addr} served nothing through nginx in 60 s")
         log("load running, every replica serving")
 
-        plan = []
-        for i in range(args.rounds):
-            plan.append(("kill", replicas[(2 * i) % len(replicas)]))
-            plan.append(("drain", replicas[(2 * i + 1) % len(replicas)]))
+        kinds = [k.strip() for k in args.events.split(",") if k.strip()]
+        # Round r, event j hits replica r + j: with kill,drain and two replicas, round 0 kills
+        # the first and drains the second, round 1 the other way round.
+        plan = [(kind, replicas[(r + j) % len(replicas)])
+                for r in range(args.rounds) for j, kind in enumerate(kinds)]
         for kind, r in plan:
             time.sleep(args.steady)
             events.append(run_event(kind, r, load, args))
@@ -426,10 +444,11 @@ def analyze(records, events, args, t0, t_load_end, problems):
         cats[rec["category"]] += 1
 
     out_events = []
-    for i, e in enumerate(events):
+    for e in events:
         # The event's window: from the signal until the replica served again after its
-        # restart (plus the steady period after it, up to the next event).
-        w_end = events[i + 1]["t"] if i + 1 < len(events) else t_load_end
+        # restart (what happens in the steady periods between events counts in the totals;
+        # a window reaching to the next event would blame its failures on this one).
+        w_end = e["t_end"]
         sent_after = [r for r in records if e["t"] <= r["t_start"] < w_end]
         overlapping = [r for r in records if r["t_end"] >= e["t"] and r["t_start"] < w_end]
         o = {"kind": e["kind"], "replica": e["replica"],

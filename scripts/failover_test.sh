@@ -21,6 +21,10 @@
 #   FAILOVER_PORT     nginx port (default 18000); the replicas use the next two
 #   FAILOVER_THREADS  compute threads per replica (default 1; this machine has 2 cores)
 #   FAILOVER_KEEP=1   keep the temporary folder (nginx and replica logs) even on success
+#   FAILOVER_NGINX_CONF  the nginx configuration to render and test (default
+#                     deploy/nginx/peng.conf; for trying a change before making it)
+#   FAILOVER_ARGS     more scripts/failover_load.py options, e.g. "--events drain --rounds 10"
+#                     (a drain stress test)
 # Exit status: 0 pass, 1 a check failed, 2 setup error (no nginx, no binary, no model).
 # Installs nothing: without nginx it says to run scripts/install_deps.sh and exits 2.
 set -uo pipefail
@@ -39,6 +43,7 @@ PORT=${FAILOVER_PORT:-18000}
 P1=$((PORT + 1))
 P2=$((PORT + 2))
 THREADS=${FAILOVER_THREADS:-1}
+CONF=${FAILOVER_NGINX_CONF:-deploy/nginx/peng.conf}
 
 fail() { echo "failover_test.sh: $*" >&2; exit 2; }
 NGINX=$(command -v nginx || true)
@@ -83,11 +88,11 @@ trap 'exit 130' INT TERM
 sed -e "s/server 127\.0\.0\.1:8001 /server 127.0.0.1:$P1 /" \
     -e "s/server 127\.0\.0\.1:8002 /server 127.0.0.1:$P2 /" \
     -e "s/^\( *\)listen 8000;/\1listen 127.0.0.1:$PORT;/" \
-    deploy/nginx/peng.conf >"$tmp/peng.conf" || exit 2
+    "$CONF" >"$tmp/peng.conf" || exit 2
 for want in "server 127.0.0.1:$P1 " "server 127.0.0.1:$P2 " "listen 127.0.0.1:$PORT;"; do
-  grep -qF "$want" "$tmp/peng.conf" || fail "rendering deploy/nginx/peng.conf: no '$want'"
+  grep -qF "$want" "$tmp/peng.conf" || fail "rendering $CONF: no '$want'"
 done
-echo "=== nginx -t ($NGINX, deploy/nginx/peng.conf for ports $PORT -> $P1, $P2)"
+echo "=== nginx -t ($NGINX, $CONF for ports $PORT -> $P1, $P2)"
 "$NGINX" -t -p "$tmp/" -c "$tmp/peng.conf" || { echo "failover_test.sh: nginx -t failed" >&2; exit 1; }
 "$NGINX" -p "$tmp/" -c "$tmp/peng.conf" || { echo "failover_test.sh: nginx did not start" >&2; exit 1; }
 python3 - "http://127.0.0.1:$PORT/health" <<'EOF' || { echo "failover_test.sh: nginx /health never answered" >&2; exit 1; }
@@ -114,7 +119,7 @@ python3 scripts/failover_load.py --url "http://127.0.0.1:$PORT" --peng "$PENG_BI
   --model "$MODEL" --port "$P1" --port "$P2" --workdir "$tmp" --threads "$THREADS" \
   --nginx-error-log "$tmp/logs/error.log" --concurrency 4 --request-timeout 30 \
   --drain-timeout 30 --max-recovery 1.0 --max-takes-load 30 \
-  ${FAILOVER_OUT:+--out "$FAILOVER_OUT"} "${opts[@]}"
+  ${FAILOVER_OUT:+--out "$FAILOVER_OUT"} "${opts[@]}" ${FAILOVER_ARGS:-}
 rc=$?
 if [[ $rc -ne 0 ]]; then
   echo "--- nginx error.log (last 20 lines)" >&2
