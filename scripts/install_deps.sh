@@ -13,6 +13,7 @@ PACKAGES=(
   python3 python3-venv python3-pip
   unzip ca-certificates iproute2
   prometheus  # promtool, to check /metrics in the tests
+  nginx       # the proxy of deploy/nginx/peng.conf, for scripts/failover_test.sh
 )
 
 missing=()
