@@ -44,6 +44,9 @@ step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
 # the 10,000-request soak of docs/benchmarks.md.
 step soak env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" SOAK_REQUESTS=300 STRESS_HOLD=10 \
   SOAK_OUT=out/soak-ci bash scripts/soak_test.sh
+# Failover behind nginx (deploy/nginx/peng.conf): one replica SIGKILLed and one drained
+# mid-load, both restarted (docs/operations.md).
+step failover env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" FAILOVER_SHORT=1 bash scripts/failover_test.sh
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi
