@@ -357,6 +357,9 @@ def main():
     except RuntimeError as e:
         problems.append(str(e))
         log(f"ERROR: {e}")
+    except KeyboardInterrupt:
+        problems.append("interrupted")
+        log("interrupted")
     finally:
         t_load_end = now()
         if not load.stop():
