@@ -28,6 +28,9 @@ struct ServeArgs {
   double drain_timeout_s = 30;
   double idle_timeout_s = 60;
   std::string tool_call_parser = "auto";
+  double peak_bandwidth_gbs = 0;   // 0 = measure at start-up
+  double peak_gflops = 0;
+  double peak_int8_gops = 0;
 };
 
 int RunServe(ServeArgs& a) {
@@ -37,6 +40,9 @@ int RunServe(ServeArgs& a) {
     a.engine.kv_cache_bytes = *bytes;
   }
   a.engine.enable_prefix_caching = !a.no_prefix_caching;
+  a.engine.peak_read_bytes_per_s = a.peak_bandwidth_gbs * 1e9;
+  a.engine.peak_flops_f32_per_s = a.peak_gflops * 1e9;
+  a.engine.peak_ops_int8_per_s = a.peak_int8_gops * 1e9;
   StatusOr<server::ToolCallFormat> parser = server::ParseToolCallFormat(a.tool_call_parser);
   if (!parser.ok()) return Fail(parser.status().message());
   a.server.tool_call_parser = *parser;
@@ -78,6 +84,12 @@ int RunServe(ServeArgs& a) {
                a.engine.model_path.c_str(), a.server.served_model_name.c_str(),
                a.server.host.c_str(), srv.port(),
                static_cast<long long>((*engine)->max_model_len()));
+  const EngineStats peaks = (*engine)->GetStats();
+  std::fprintf(stderr,
+               "peng: machine peaks (utilization denominators): read %.1f GB/s, FP32 %.0f "
+               "GFLOP/s, int8 %.0f GOP/s\n",
+               peaks.peak_read_bytes_per_s / 1e9, peaks.peak_flops_f32_per_s / 1e9,
+               peaks.peak_ops_int8_per_s / 1e9);
   Status served = srv.Serve();
   served_done = true;
   pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter (a blocked signal queues)
@@ -148,6 +160,16 @@ void RegisterServe(CLI::App& app, int* exit_code) {
                 "llama3_json, deepseek_v3 or none")
       ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "deepseek_v3", "none"}))
       ->capture_default_str();
+  c->add_option("--peak-bandwidth", a->peak_bandwidth_gbs,
+                "Memory read bandwidth in GB/s for the utilization gauges (0 = measure at "
+                "start-up)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--peak-gflops", a->peak_gflops,
+                "FP32 peak in GFLOP/s for the utilization gauges (0 = measure)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--peak-int8-gops", a->peak_int8_gops,
+                "int8 dot-product peak in GOP/s for the utilization gauges (0 = measure)")
+      ->check(CLI::NonNegativeNumber);
   c->callback([a, exit_code] { *exit_code = RunServe(*a); });
 }
 

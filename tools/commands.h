@@ -17,6 +17,7 @@ void RegisterInfo(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc
 void RegisterQuantize(CLI::App& app, int* exit_code);  // tools/cmd_quantize.cc
+void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   peng::tools::RegisterServe(app, &exit_code);
   peng::tools::RegisterEval(app, &exit_code);
   peng::tools::RegisterQuantize(app, &exit_code);
+  peng::tools::RegisterTop(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

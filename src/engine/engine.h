@@ -38,6 +38,14 @@ struct EngineOptions {
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
+  // The machine's peaks, the denominators of the utilization gauges (EngineStats): measured
+  // once per process at start-up on the engine's threads (kernels/probe.h, ~0.3 s) unless
+  // given here (> 0); measure_peaks = false leaves unset ones at 0 (utilization then 0).
+  bool measure_peaks = true;
+  double peak_read_bytes_per_s = 0;
+  double peak_flops_f32_per_s = 0;
+  double peak_ops_int8_per_s = 0;
+  double utilization_window_s = 2.0;  // the gauges cover the steps that ended this long ago
 };
 
 // One generation request. `n` > 1 samples several completions of one prompt; they share the
@@ -114,7 +122,39 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
+
+  // Utilization. The kernels count their work (kernels/work_counter.h): weight and KV-cache
+  // bytes read, FP32 FLOPs and int8 ops (2 per multiply-add). Totals since start:
+  int64_t weight_bytes_total = 0;
+  int64_t kv_bytes_total = 0;
+  int64_t flops_f32_total = 0;
+  int64_t ops_int8_total = 0;
+  double busy_seconds_total = 0;  // inside steps (the sum of the four phases)
+  // Per phase of a step: admit + schedule + batch assembly, the model's forward pass,
+  // sampling (logits checks, bias, grammar mask, sampler), emitting (detokenize, stop checks,
+  // stream events, stats). Indexed by StepPhase.
+  double phase_seconds_total[4] = {0, 0, 0, 0};
+  double queue_wait_seconds_sum = 0;  // submission -> first scheduled, over requests
+  int64_t queue_wait_count = 0;
+  // Over the steps that ended in the last utilization_window_s seconds (EngineOptions): the
+  // share of that
+  // time spent in steps, and, per second of step time, bytes read (weights + KV) and ops
+  // (FP32 FLOPs + int8 ops); the utilizations divide them by the peaks: bandwidth =
+  // read rate / peak bandwidth, compute = sum over the two kinds of ops / their peaks.
+  double busy_fraction = 0;
+  double read_bytes_per_s = 0;
+  double ops_per_s = 0;
+  double bandwidth_utilization = 0;
+  double compute_utilization = 0;
+  // The peaks in use (EngineOptions).
+  double peak_read_bytes_per_s = 0;
+  double peak_flops_f32_per_s = 0;
+  double peak_ops_int8_per_s = 0;
 };
+
+enum StepPhase { kPhaseSchedule = 0, kPhaseForward, kPhaseSample, kPhaseEmit };
+inline constexpr const char* kStepPhaseNames[4] = {"schedule", "forward", "sample", "emit"};
+
 
 class Model;
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -27,6 +28,8 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "grammar/grammar.h"
+#include "kernels/probe.h"
+#include "kernels/work_counter.h"
 #include "kv/kv_cache_manager.h"
 #include "model/registry.h"
 #include "tokenizer/streaming_decoder.h"
@@ -35,6 +38,9 @@ namespace peng {
 namespace {
 
 using Stream = QueueStream;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 struct Request;
 
@@ -58,6 +64,15 @@ struct Request {
   std::vector<std::unique_ptr<Completion>> completions;  // [0] first; the rest after prefill
   int num_done = 0;
   bool forked = false;
+  Clock::time_point submitted;  // for the queue wait
+  bool scheduled = false;       // has been in a step
+};
+
+// One step's times and kernel work, for the utilization window (EngineStats).
+struct StepRecord {
+  Clock::time_point end;
+  double seconds = 0;
+  kernels::WorkCounts work;
 };
 
 int64_t PhysicalMemoryBytes() {
@@ -78,6 +93,16 @@ class EngineImpl : public Engine {
         max_model_len_(max_model_len),
         vocab_(model_->config().vocab_size) {
     stats_.kv_blocks_total = kvm_.num_blocks();
+    stats_.peak_read_bytes_per_s = o.peak_read_bytes_per_s;
+    stats_.peak_flops_f32_per_s = o.peak_flops_f32_per_s;
+    stats_.peak_ops_int8_per_s = o.peak_ops_int8_per_s;
+    if (o.measure_peaks && (o.peak_read_bytes_per_s <= 0 || o.peak_flops_f32_per_s <= 0 ||
+                            o.peak_ops_int8_per_s <= 0)) {
+      const kernels::MachinePeaks m = kernels::MeasureMachinePeaks(&pool_);
+      if (o.peak_read_bytes_per_s <= 0) stats_.peak_read_bytes_per_s = m.read_bytes_per_s;
+      if (o.peak_flops_f32_per_s <= 0) stats_.peak_flops_f32_per_s = m.flops_f32_per_s;
+      if (o.peak_ops_int8_per_s <= 0) stats_.peak_ops_int8_per_s = m.ops_int8_per_s;
+    }
     thread_ = std::thread([this] { Loop(); });
   }
   ~EngineImpl() override { Stop(); }
@@ -88,10 +113,7 @@ class EngineImpl : public Engine {
     aborts_.push_back(id);
     cv_.notify_all();
   }
-  EngineStats GetStats() const override {
-    std::lock_guard<std::mutex> lk(mu_);
-    return stats_;
-  }
+  EngineStats GetStats() const override;
   const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
   const ModelConfig& model_config() const override { return model_->config(); }
   int64_t max_model_len() const override { return max_model_len_; }
@@ -120,7 +142,9 @@ class EngineImpl : public Engine {
   void AbortRequest(Request* r) { EndRequest(r, "abort", ""); }
   void FailRequest(Request* r, const std::string& error);
   void RetireRequest(Request* r);
-  void PublishStats();
+  // `step_begin`: the step that began then has just ended; its times and work are added.
+  void PublishStats(const Clock::time_point* step_begin = nullptr);
+  void RecordStepLocked(Clock::time_point begin, Clock::time_point end);
   bool IsEndOfGeneration(int32_t id) const {
     return tokenizer_ ? tokenizer_->IsEndOfGeneration(id) : id == model_->config().eos_id;
   }
@@ -144,6 +168,13 @@ class EngineImpl : public Engine {
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
   int64_t failed_total_ = 0;
   int64_t steps_total_ = 0;
+  // The current step's phase boundaries, sampling time and forward-pass work (RecordStep).
+  Clock::time_point forward_begin_, forward_end_;
+  bool forward_ran_ = false;
+  double sample_seconds_ = 0;
+  kernels::WorkCounts step_work_;
+  double queue_wait_sum_ = 0;
+  int64_t queue_wait_count_ = 0;
 
   // Shared with the API threads.
   mutable std::mutex mu_;
@@ -157,6 +188,7 @@ class EngineImpl : public Engine {
   EngineStats stats_;
   double frag_sum_ = 0;    // sum of kv_fragmentation over steps with running sequences
   int64_t frag_steps_ = 0;
+  std::deque<StepRecord> recent_steps_;  // those that ended in the last utilization window
   std::thread thread_;
 };
 
@@ -193,6 +225,7 @@ StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest requ
     return ResourceExhausted("too many waiting requests");
   in_flight_.insert(request.id);
   idle_ = false;
+  r->submitted = Clock::now();
   r->in = std::move(request);
   submitted_.push_back(std::move(r));
   cv_.notify_all();
@@ -210,13 +243,15 @@ void EngineImpl::Loop() {
       fresh.swap(submitted_);
       aborts.swap(aborts_);
     }
+    const Clock::time_point begin = Clock::now();
     for (auto& r : fresh) Admit(std::move(r));
     fresh.clear();
     for (const std::string& id : aborts)
       if (auto it = active_.find(id); it != active_.end()) AbortRequest(it->second.get());
     aborts.clear();
-    if (!sched_.empty()) Step();
-    PublishStats();
+    const bool stepped = !sched_.empty();
+    if (stepped) Step();
+    PublishStats(stepped ? &begin : nullptr);
   }
   for (auto& r : submitted_) active_[r->in.id] = std::move(r);  // aborted below
   submitted_.clear();
@@ -244,6 +279,9 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
 }
 
 void EngineImpl::Step() {
+  forward_ran_ = false;
+  sample_seconds_ = 0;
+  step_work_ = {};
   const SchedulerOutput& out = sched_.Schedule();
   for (Sequence* s : out.too_long) {  // outgrew the whole KV pool: ends like max_model_len
     auto* c = static_cast<Completion*>(s);
@@ -253,6 +291,14 @@ void EngineImpl::Step() {
     FinishCompletion(c, std::move(ev), "length");
   }
   if (out.scheduled.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (const ScheduledSeq& sc : out.scheduled) {
+    Request* r = static_cast<Completion*>(sc.seq)->req;
+    if (r->scheduled) continue;
+    r->scheduled = true;
+    queue_wait_sum_ += Seconds(now - r->submitted);
+    ++queue_wait_count_;
+  }
   for (const BlockCopy& cp : out.copies) kv_->CopyBlock(cp.src, cp.dst);
   batch_.tokens.clear();
   batch_.seqs.clear();
@@ -271,11 +317,16 @@ void EngineImpl::Step() {
   }
   logits_.resize(std::max<size_t>(logits_.size(), batch_.NumLogitRows() * vocab_));
   Status st = OkStatus();
+  const kernels::WorkCounts work_before = kernels::ThreadWork();
+  forward_ran_ = true;
+  forward_begin_ = Clock::now();
   try {
     st = model_->Forward(batch_, kv_.get(), logits_.data(), &pool_);
   } catch (const std::exception& e) {
     st = Internal(std::string("exception in the forward pass: ") + e.what());
   }
+  forward_end_ = Clock::now();
+  step_work_ = kernels::ThreadWork() - work_before;
   ++steps_total_;
   if (!st.ok()) {  // the batch's KV writes are not trusted: its requests end, nothing is cached
     std::vector<Request*> failed;
@@ -296,11 +347,13 @@ void EngineImpl::Step() {
     Request* r = c->req;
     try {
       // A NaN anywhere (or +inf, which the softmax cannot weigh) means this row is garbage.
+      const Clock::time_point check_begin = Clock::now();
       for (int64_t v = 0; v < vocab_; ++v) {
         if (std::isnan(logits[v]) || logits[v] == std::numeric_limits<float>::infinity())
           throw std::runtime_error("the model produced a non-finite logit (token " +
                                    std::to_string(v) + ")");
       }
+      sample_seconds_ += Seconds(Clock::now() - check_begin);
       if (r->in.n > 1 && !r->forked) Fork(r, logits);
       SampleAndEmit(c, logits);
     } catch (const std::exception& e) {
@@ -335,6 +388,7 @@ void EngineImpl::Fork(Request* r, const float* row) {
 }
 
 void EngineImpl::SampleAndEmit(Completion* c, float* row) {
+  const Clock::time_point sample_begin = Clock::now();
   const SamplingParams& p = c->req->in.params;
   RequestOutput ev;
   TokenLogprob lp;
@@ -366,6 +420,7 @@ void EngineImpl::SampleAndEmit(Completion* c, float* row) {
   if (c->matcher && !c->matcher->Accept(id))
     throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
                              " was drawn); min_tokens too large for the format?");
+  sample_seconds_ += Seconds(Clock::now() - sample_begin);  // the rest is emitting
   c->tokens.push_back(id);
   c->history.Append(id);
   ++c->num_output;
@@ -467,10 +522,12 @@ void EngineImpl::FailRequest(Request* r, const std::string& error) {
 
 // Drops the requests finished this step and publishes the stats; Drain() returns only after
 // a publication that found the engine idle, so the stats it then reads are final.
-void EngineImpl::PublishStats() {
+void EngineImpl::PublishStats(const Clock::time_point* step_begin) {
   for (const std::string& id : finished_ids_) active_.erase(id);
   finished_ids_.clear();
+  const Clock::time_point step_end = Clock::now();
   std::lock_guard<std::mutex> lk(mu_);
+  if (step_begin) RecordStepLocked(*step_begin, step_end);
   idle_ = active_.empty();
   if (idle_) done_cv_.notify_all();
   stats_.num_running = sched_.num_running();
@@ -500,10 +557,67 @@ void EngineImpl::PublishStats() {
   stats_.requests_finished_total = finished_total_;
   stats_.requests_failed_total = failed_total_;
   stats_.steps_total = steps_total_;
+  stats_.queue_wait_seconds_sum = queue_wait_sum_;
+  stats_.queue_wait_count = queue_wait_count_;
+}
+
+// Adds the step [begin, end) to the phase totals and the utilization window (under mu_).
+void EngineImpl::RecordStepLocked(Clock::time_point begin, Clock::time_point end) {
+  double phase[4] = {0, 0, 0, 0};
+  if (forward_ran_) {
+    phase[kPhaseSchedule] = Seconds(forward_begin_ - begin);
+    phase[kPhaseForward] = Seconds(forward_end_ - forward_begin_);
+    phase[kPhaseSample] = sample_seconds_;
+    phase[kPhaseEmit] = std::max(0.0, Seconds(end - forward_end_) - sample_seconds_);
+  } else {
+    phase[kPhaseSchedule] = Seconds(end - begin);
+  }
+  StepRecord rec;
+  rec.end = end;
+  rec.seconds = Seconds(end - begin);
+  rec.work = step_work_;
+  for (int i = 0; i < 4; ++i) stats_.phase_seconds_total[i] += phase[i];
+  stats_.busy_seconds_total += rec.seconds;
+  stats_.weight_bytes_total += rec.work.weight_bytes;
+  stats_.kv_bytes_total += rec.work.kv_bytes;
+  stats_.flops_f32_total += rec.work.flops_f32;
+  stats_.ops_int8_total += rec.work.ops_int8;
+  const auto window = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt_.utilization_window_s));
+  while (!recent_steps_.empty() && recent_steps_.front().end < end - window)
+    recent_steps_.pop_front();
+  recent_steps_.push_back(rec);
+}
+
+EngineStats EngineImpl::GetStats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats s = stats_;
+  const Clock::time_point now = Clock::now();
+  const auto window = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt_.utilization_window_s));
+  double busy = 0;
+  kernels::WorkCounts work;
+  for (const StepRecord& r : recent_steps_) {
+    if (r.end < now - window) continue;
+    busy += r.seconds;
+    work += r.work;
+  }
+  s.busy_fraction = std::min(1.0, busy / opt_.utilization_window_s);
+  if (busy > 0) {
+    s.read_bytes_per_s = static_cast<double>(work.weight_bytes + work.kv_bytes) / busy;
+    s.ops_per_s = static_cast<double>(work.flops_f32 + work.ops_int8) / busy;
+    if (s.peak_read_bytes_per_s > 0) s.bandwidth_utilization = s.read_bytes_per_s / s.peak_read_bytes_per_s;
+    double compute_seconds = 0;  // the time each kind of op would take at its peak
+    if (s.peak_flops_f32_per_s > 0) compute_seconds += work.flops_f32 / s.peak_flops_f32_per_s;
+    if (s.peak_ops_int8_per_s > 0) compute_seconds += work.ops_int8 / s.peak_ops_int8_per_s;
+    s.compute_utilization = compute_seconds / busy;
+  }
+  return s;
 }
 
 Status ValidateOptions(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
       o.num_kv_blocks < 0)

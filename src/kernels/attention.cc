@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "kernels/attention_ops.h"
 #include "kernels/ref/ops_ref.h"
+#include "kernels/work_counter.h"
 
 namespace peng::kernels {
 namespace {
@@ -133,6 +134,10 @@ void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
   const int64_t n_items = n_q * p.n_heads;
+  // Per (query, key): a dk-dot for the score and a dv-axpy for the output, in every head.
+  CountAttentionWork(n_q, pos0, p.sliding_window,
+                     static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
+                     2 * int64_t{p.n_heads} * (dk + dv));
   // Item i = (token i / n_heads, head i % n_heads). Items are dealt round-robin so that the
   // long rows at the end of a causal prefill chunk spread over all workers.
   auto run = [&](int64_t begin, int64_t step) {

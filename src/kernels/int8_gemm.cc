@@ -10,6 +10,7 @@
 #include "kernels/isa.h"
 #include "kernels/ops.h"
 #include "kernels/ref/int8_ref.h"
+#include "kernels/work_counter.h"
 
 namespace peng::kernels {
 namespace {
@@ -35,6 +36,12 @@ Int8Kernels ResolveKernels(Isa isa) {
   if (!k.w8a8) k.w8a8 = &ref::Int8MatMulW8A8;
   if (!k.w8a16) k.w8a16 = &ref::Int8MatMulW8A16;
   return k;
+}
+
+// Work counts (kernels/work_counter.h): int8 weights plus one FP32 scale per row, read once.
+void CountWork(const Int8Weights& w, int64_t n_tokens, int64_t* ops) {
+  ThreadWork().weight_bytes += w.rows * (w.cols + static_cast<int64_t>(sizeof(float)));
+  *ops += 2 * w.rows * w.cols * n_tokens;
 }
 
 void CheckWeights(const Int8Weights& w) {
@@ -110,6 +117,7 @@ void Int8MatMul(const Int8Weights& w, const int8_t* xq, const float* x_scales, i
   args.xq = xq;
   args.x_scales = x_scales;
   args.y = y;
+  CountWork(w, n_tokens, &ThreadWork().ops_int8);
   Run(ResolveKernels(ActiveIsa()).w8a8, args, n_tokens, pool);
 }
 
@@ -120,6 +128,7 @@ void Int8MatMulW8A16(const Int8Weights& w, const float* x, int64_t n_tokens, flo
   args.w = w;
   args.x = x;
   args.y = y;
+  CountWork(w, n_tokens, &ThreadWork().flops_f32);  // int8 weights widened to FP32 FMAs
   Run(ResolveKernels(ActiveIsa()).w8a16, args, n_tokens, pool);
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/work_counter.h"
 
 namespace peng::kernels {
 namespace {
@@ -181,6 +182,11 @@ void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const f
     MatMulRows(DequantizedCopy(w), row_begin, row_end, x, n_tokens, y, ldy, pool);
     return;
   }
+  // Work counts (kernels/work_counter.h): the rows are read once whatever n_tokens is.
+  WorkCounts& work = ThreadWork();
+  work.weight_bytes += rows * args.row_bytes;
+  (GetDTypeInfo(w.dtype).quantized ? work.ops_int8 : work.flops_f32) +=
+      2 * rows * args.cols * n_tokens;
   if (GetDTypeInfo(w.dtype).quantized)
     args.a = QuantizeActivations(w.dtype, x, n_tokens, args.cols, ResolveQuantize(isa), pool);
   const MatMulKernel kernel = ResolveKernel(w.dtype, isa);

@@ -17,6 +17,7 @@
 #include "kernels/isa.h"
 #include "kernels/attention_ops.h"
 #include "kernels/ref/ops_ref.h"
+#include "kernels/work_counter.h"
 
 namespace peng::kernels {
 namespace {
@@ -123,6 +124,9 @@ void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaPa
   const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, r = p.kv_lora_rank;
   const int64_t dqk = dn + dr, row = r + dr, head_rows = dn + p.d_v;
+  WorkCounts& work = ThreadWork();  // W_UK: H x dn x r FP32, read once
+  work.weight_bytes += H * dn * r * static_cast<int64_t>(sizeof(float));
+  work.flops_f32 += 2 * n_q * H * dn * r;
   ForItems(pool, n_q * H, [&](int64_t i) {
     const int64_t h = i % H;
     const float* qn = q + i * dqk;
@@ -138,6 +142,9 @@ void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const
   const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dv = p.d_v, r = p.kv_lora_rank;
   const int64_t head_rows = dn + dv;
+  WorkCounts& work = ThreadWork();  // W_UV: H x dv x r FP32, read once
+  work.weight_bytes += H * dv * r * static_cast<int64_t>(sizeof(float));
+  work.flops_f32 += 2 * n_q * H * dv * r;
   ForItems(pool, n_q * H, [&](int64_t i) {
     const int64_t h = i % H;
     ops.dot_f32(o_lat + i * r, w_kvb + (h * head_rows + dn) * r, r, dv, r, out + i * dv);
@@ -153,6 +160,9 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   const AttnOps ops = SelectAttnOps();
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;
+  // Per (query, key) in every head: a dk-dot for the score and an r-axpy for the latent output.
+  CountAttentionWork(n_q, pos0, 0, static_cast<int64_t>(RowBytes(kv.dtype, dk)),
+                     2 * int64_t{p.n_heads} * (dk + r));
   ForItems(pool, n_q * p.n_heads, [&](int64_t i) {
     const int64_t t = i / p.n_heads;
     AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
@@ -165,6 +175,10 @@ void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float
   const AttnOps ops = SelectAttnOps();
   const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, dv = p.d_v, r = p.kv_lora_rank;
   const int64_t dqk = dn + dr, row = r + dr, kv_stride = H * (dn + dv);
+  // Reads every position's expanded k_nope | v (FP32) and its k_pe; per (query, key) in every
+  // head a (dn + dr)-dot and a dv-axpy.
+  CountAttentionWork(n_q, pos0, 0, (kv_stride + dr) * static_cast<int64_t>(sizeof(float)),
+                     2 * H * (dqk + dv));
   ForItems(pool, n_q * H, [&](int64_t i) {
     const int64_t h = i % H, pos = pos0 + i / H;
     const float* qn = q + i * dqk;

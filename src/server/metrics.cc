@@ -149,6 +149,58 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
           static_cast<double>(s.prompt_tokens_total));
   counter("generation_tokens_total", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens_total));
+  counter("engine_steps_total", "Engine steps run.", static_cast<double>(s.steps_total));
+  // Utilization: what the kernels counted (kernels/work_counter.h) against the machine's
+  // peaks (kernels/probe.h); rates over the steps of the last utilization window (2 s by default).
+  counter("weight_read_bytes_total", "Bytes of weights the kernels read.",
+          static_cast<double>(s.weight_bytes_total));
+  counter("kv_cache_read_bytes_total", "Bytes of KV cache the attention kernels read.",
+          static_cast<double>(s.kv_bytes_total));
+  Header("peng_compute_ops_total", "counter",
+         "Arithmetic the kernels did, 2 per multiply-add, by kind (FP32 FMAs or int8 dot "
+         "products).", &out);
+  Sample("peng_compute_ops_total", l + ",kind=\"fp32\"", static_cast<double>(s.flops_f32_total),
+         &out);
+  Sample("peng_compute_ops_total", l + ",kind=\"int8\"", static_cast<double>(s.ops_int8_total),
+         &out);
+  counter("engine_busy_seconds_total", "Seconds the engine spent in steps.",
+          s.busy_seconds_total);
+  Header("peng_step_phase_seconds_total", "counter",
+         "Seconds of engine steps by phase: schedule (admit, schedule, batch), forward (the "
+         "model), sample (logits checks, bias, grammar, sampler), emit (detokenize, stop "
+         "checks, stream events).", &out);
+  for (int i = 0; i < 4; ++i) {
+    Sample("peng_step_phase_seconds_total",
+           l + ",phase=\"" + std::string(kStepPhaseNames[i]) + "\"", s.phase_seconds_total[i],
+           &out);
+  }
+  Header("peng_request_queue_time_seconds", "summary",
+         "Seconds requests waited from submission to their first engine step.", &out);
+  Sample("peng_request_queue_time_seconds_sum", l, s.queue_wait_seconds_sum, &out);
+  Sample("peng_request_queue_time_seconds_count", l, static_cast<double>(s.queue_wait_count),
+         &out);
+  gauge("engine_busy_perc", "Share of the last seconds the engine spent in steps (0-1).",
+        s.busy_fraction);
+  gauge("read_bandwidth_bytes_per_second",
+        "Bytes (weights + KV cache) the kernels read per second of step time, last seconds.",
+        s.read_bytes_per_s);
+  gauge("read_bandwidth_utilization_perc",
+        "read_bandwidth_bytes_per_second over the measured peak read bandwidth (0-1).",
+        s.bandwidth_utilization);
+  gauge("compute_ops_per_second",
+        "Arithmetic ops (FP32 FLOPs + int8 ops) per second of step time, last seconds.",
+        s.ops_per_s);
+  gauge("compute_utilization_perc",
+        "Step time the ops would take at the measured peaks over the step time (0-1).",
+        s.compute_utilization);
+  gauge("peak_read_bandwidth_bytes_per_second",
+        "The machine's read bandwidth, measured at start-up with the widest loads on every "
+        "engine thread (or given by flag).",
+        s.peak_read_bytes_per_s);
+  Header("peng_peak_compute_ops_per_second", "gauge",
+         "The machine's arithmetic peak by kind, measured at start-up (or given by flag).", &out);
+  Sample("peng_peak_compute_ops_per_second", l + ",kind=\"fp32\"", s.peak_flops_f32_per_s, &out);
+  Sample("peng_peak_compute_ops_per_second", l + ",kind=\"int8\"", s.peak_ops_int8_per_s, &out);
   std::lock_guard<std::mutex> lock(mu_);
   Header("peng_request_success_total", "counter", "Count of successfully processed requests.",
          &out);

@@ -7,6 +7,7 @@
 
 #include "kernels/mla.h"
 #include "kernels/ops.h"
+#include "kernels/work_counter.h"
 #include "model/config_reader.h"
 #include "model/registry.h"
 
@@ -637,7 +638,9 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
     mine[ti].push_back(e);
   }
   if (static_cast<int>(expert_scratch_.size()) < nt) expert_scratch_.resize(nt);
+  std::vector<kernels::WorkCounts> work(nt);  // the experts' kernel work, moved to this thread
   pool->Run([&](int ti, int) {
+    kernels::WorkCapture capture;
     ExpertScratch& s = expert_scratch_[ti];
     s.o.assign(T * D, 0.f);
     for (const int32_t e : mine[ti]) {
@@ -655,7 +658,9 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
         for (int64_t d = 0; d < D; ++d) dst[d] += w * src[d];
       }
     }
+    work[ti] = capture.Take();
   });
+  for (const kernels::WorkCounts& w : work) kernels::ThreadWork() += w;
   for (int ti = 0; ti < nt; ++ti) kernels::AddInPlace(o_.data(), expert_scratch_[ti].o.data(), T * D);
 }
 
