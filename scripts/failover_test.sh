@@ -17,7 +17,7 @@
 #   FAILOVER_SHORT=1  the short form for CI (also: --short): one kill and one drain with short
 #                     steady periods, well under 2 minutes; the full form runs two rounds
 #                     (each replica killed once and drained once) with longer ones, ~3 minutes
-#   FAILOVER_OUT      write the JSON summary to this file (relative: to the repository root)
+#   FAILOVER_OUT      write the JSON summary to this file
 #   FAILOVER_PORT     nginx port (default 18000); the replicas use the next two
 #   FAILOVER_THREADS  compute threads per replica (default 1; this machine has 2 cores)
 #   FAILOVER_KEEP=1   keep the temporary folder (nginx and replica logs) even on success
@@ -28,6 +28,10 @@
 # Exit status: 0 pass, 1 a check failed, 2 setup error (no nginx, no binary, no model).
 # Installs nothing: without nginx it says to run scripts/install_deps.sh and exits 2.
 set -uo pipefail
+# Paths given relative to where the script was started from stay valid after the cd.
+for v in PENG_BIN MODEL FAILOVER_OUT FAILOVER_NGINX_CONF; do
+  [[ -n ${!v:-} && ${!v} != /* ]] && printf -v "$v" '%s' "$PWD/${!v}"
+done
 cd "$(dirname "$0")/.." || exit 2
 
 short=${FAILOVER_SHORT:-0}
@@ -63,8 +67,11 @@ mkdir -p "$tmp/logs" "$tmp/run" "$tmp/tmp"
 cleanup() {
   local rc=$?
   if [[ -f $tmp/run/nginx.pid ]]; then
-    "$NGINX" -p "$tmp/" -c "$tmp/peng.conf" -s stop 2>/dev/null ||
-      kill "$(cat "$tmp/run/nginx.pid")" 2>/dev/null
+    local npid
+    npid=$(cat "$tmp/run/nginx.pid")
+    kill "$npid" 2>/dev/null  # SIGTERM: nginx's fast shutdown
+    for _ in $(seq 50); do kill -0 "$npid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$npid" 2>/dev/null && kill -9 "$npid" 2>/dev/null
   fi
   for f in "$tmp"/replica-*.pid; do  # replicas the driver started and may have left behind
     [[ -f $f ]] || continue
