@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/status.h"
 #include "engine/llm.h"
 #include "kernels/isa.h"
 #include "tools/commands.h"
@@ -18,10 +19,7 @@ namespace peng::tools {
 namespace {
 
 struct BenchArgs {
-  LlmOptions llm;
-  int pp = 512;
-  int tg = 128;
-  int reps = 5;
+  OfflineBenchOptions bench;
   bool json = false;
 };
 
@@ -65,38 +63,42 @@ Stats Summarize(std::vector<double> v) {
   return {med, v.front(), v.back()};
 }
 
-int RunBench(const BenchArgs& a) {
-  LlmOptions o = a.llm;
+}  // namespace
+
+StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
+  LlmOptions o;
+  o.model_path = a.model_path;
+  o.threads = a.threads;
   o.max_context = std::max<int64_t>(o.max_context, a.pp + a.tg + 1);
   o.prefill_chunk = std::max(o.prefill_chunk, a.pp);
   auto llm = Llm::Load(o);
-  if (!llm.ok()) return Fail(llm.status().ToString());
+  if (!llm.ok()) return llm.status();
   Llm& m = **llm;
   if (a.pp + 1 > m.max_context() || a.tg + 1 > m.max_context())
-    return Fail("--pp/--tg exceed the model's context length");
+    return InvalidArgument("--pp/--tg exceed the model's context length");
   std::mt19937 rng(1234);
   const int64_t V = m.model().config().vocab_size;
   std::vector<int32_t> prompt(a.pp);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
   // Warm-up: touches all weights once.
-  if (auto w = m.BenchDecode(2); !w.ok()) return Fail(w.status().ToString());
+  if (auto w = m.BenchDecode(2); !w.ok()) return w.status();
   std::vector<double> pp_tps, tg_tps;
   for (int r = 0; r < a.reps; ++r) {
     if (a.pp > 0) {
       auto s = m.BenchPrefill(prompt);
-      if (!s.ok()) return Fail(s.status().ToString());
+      if (!s.ok()) return s.status();
       pp_tps.push_back(a.pp / *s);
     }
     if (a.tg > 0) {
       auto s = m.BenchDecode(a.tg);
-      if (!s.ok()) return Fail(s.status().ToString());
+      if (!s.ok()) return s.status();
       tg_tps.push_back(a.tg / *s);
     }
   }
   const double bw = MeasureReadBandwidth(m.pool());
   const int64_t bytes = m.model().WeightBytesPerToken();
   nlohmann::json j;
-  j["model"] = a.llm.model_path;
+  j["model"] = a.model_path;
   j["threads"] = m.pool().num_threads();
   j["isa"] = kernels::IsaName(kernels::ActiveIsa());
   j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
@@ -104,20 +106,32 @@ int RunBench(const BenchArgs& a) {
   j["weight_bytes_per_token"] = bytes;
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
+  return j;
+}
+
+namespace {
+
+int RunBench(const BenchArgs& a) {
+  StatusOr<nlohmann::json> r = RunOfflineBench(a.bench);
+  if (!r.ok()) return Fail(r.status().ToString());
+  const nlohmann::json& j = *r;
   if (a.json) {
     std::puts(j.dump(2).c_str());
     return 0;
   }
-  std::printf("model: %s\nthreads: %d  isa: %s\n", a.llm.model_path.c_str(),
-              m.pool().num_threads(), kernels::IsaName(kernels::ActiveIsa()));
+  const std::vector<double> pp_tps = j["pp"]["tokens_per_s"], tg_tps = j["tg"]["tokens_per_s"];
+  const double bw = j["mem_bandwidth_gbs"];
+  const int64_t bytes = j["weight_bytes_per_token"];
+  std::printf("model: %s\nthreads: %d  isa: %s\n", a.bench.model_path.c_str(),
+              j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
   std::printf("%-8s %10s %10s %10s\n", "test", "median", "min", "max");
   if (!pp_tps.empty()) {
     Stats s = Summarize(pp_tps);
-    std::printf("pp%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.pp, s.median, s.min, s.max);
+    std::printf("pp%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.bench.pp, s.median, s.min, s.max);
   }
   if (!tg_tps.empty()) {
     Stats s = Summarize(tg_tps);
-    std::printf("tg%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.tg, s.median, s.min, s.max);
+    std::printf("tg%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.bench.tg, s.median, s.min, s.max);
   }
   std::printf("weights read per token: %.1f MB; read bandwidth: %.1f GB/s; bound: %.1f tok/s\n",
               bytes / 1e6, bw, bw * 1e9 / bytes);
@@ -129,21 +143,22 @@ int RunBench(const BenchArgs& a) {
 void RegisterBench(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Prompt-processing and generation speed");
-  // Required unless the `serve` subcommand is given (checked in the callback).
-  c->add_option("-m,--model", a->llm.model_path, "GGUF file or Hugging Face model folder");
-  c->add_option("--pp", a->pp, "Prompt tokens per prefill test (0 = skip)")
+  // Required unless the `serve` or `suite` subcommand is given (checked in the callback).
+  c->add_option("-m,--model", a->bench.model_path, "GGUF file or Hugging Face model folder");
+  c->add_option("--pp", a->bench.pp, "Prompt tokens per prefill test (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
-  c->add_option("--tg", a->tg, "Generated tokens per decode test (0 = skip)")
+  c->add_option("--tg", a->bench.tg, "Generated tokens per decode test (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
-  c->add_option("--reps", a->reps, "Repetitions")->check(CLI::Range(1, 1000));
-  c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
+  c->add_option("--reps", a->bench.reps, "Repetitions")->check(CLI::Range(1, 1000));
+  c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_flag("--json", a->json, "Print JSON");
   CLI::App* serve = RegisterBenchServe(*c, exit_code);
+  CLI::App* suite = RegisterBenchSuite(*c, exit_code);
   c->require_subcommand(0, 1);
-  c->callback([a, exit_code, serve] {
-    if (serve->parsed()) return;
-    if (a->llm.model_path.empty()) {
+  c->callback([a, exit_code, serve, suite] {
+    if (serve->parsed() || suite->parsed()) return;
+    if (a->bench.model_path.empty()) {
       std::fprintf(stderr, "peng: error: bench: --model is required\n");
       *exit_code = 2;
       return;

@@ -4,6 +4,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "core/status.h"
 
 namespace peng::tools {
 
@@ -13,6 +17,22 @@ void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 // `peng bench serve`, a subcommand of `bench` (tools/cmd_bench_serve.cc).
 CLI::App* RegisterBenchServe(CLI::App& bench, int* exit_code);
+// `peng bench suite`, the monthly benchmark (tools/cmd_bench_suite.cc).
+CLI::App* RegisterBenchSuite(CLI::App& bench, int* exit_code);
+
+// The offline benchmark of `peng bench` (tools/cmd_bench.cc), also run in-process by
+// `peng bench suite`: after one warm-up, `reps` times one prefill of `pp` random tokens and
+// `tg` decode steps, then the machine's read bandwidth. Returns the `peng bench --json`
+// document: model, threads, isa, pp / tg {n, tokens_per_s: [one per rep]},
+// weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s.
+struct OfflineBenchOptions {
+  std::string model_path;
+  int threads = 0;  // 0 = physical cores
+  int pp = 512;
+  int tg = 128;
+  int reps = 5;
+};
+StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <vector>
 
 namespace peng::benchclient {
@@ -215,6 +216,98 @@ std::string RenderSvg(const Json& report) {
   s += Text(kWidth / 2, 20, Escape(title), "middle", 13);
   s += CdfPanel(series);
   s += TimelinePanel(report["requests"]);
+  return s + "</svg>\n";
+}
+
+namespace {
+
+constexpr double kChartWidth = 540, kChartHeight = 410;
+
+// The step of about `target` ticks between 0 and `max`: 1, 2 or 5 x 10^k.
+double NiceStep(double max, int target) {
+  const double raw = max / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * mag >= raw) return m * mag;
+  return 10 * mag;
+}
+
+std::string ChartPanel(const LineChart& c, double x0) {
+  const double left = x0 + 75, right = x0 + kChartWidth - 25, top = 70, bottom = 330;
+  std::string s = Text((left + right) / 2, top - 20, Escape(c.title), "middle", 15);
+  s += Line(left, bottom, right, bottom, "stroke:#333");
+  s += Line(left, top, left, bottom, "stroke:#333");
+  s += Text((left + right) / 2, bottom + 36, Escape(c.x_label));
+  s += Text(left - 55, (top + bottom) / 2, Escape(c.y_label), "middle", 12)
+           .insert(6, Fmt("transform=\"rotate(-90 %.1f ", left - 55) +
+                          Fmt("%.1f)\" ", (top + bottom) / 2));
+  std::set<double> xs;
+  double y_max = 0;
+  for (const LineSeries& se : c.series)
+    for (const auto& [x, y] : se.points) {
+      if (c.log2_x && !(x > 0)) continue;
+      xs.insert(x);
+      y_max = std::max(y_max, y);
+    }
+  if (xs.empty()) return s + Text((left + right) / 2, (top + bottom) / 2, "no data");
+  auto tx = [&](double x) { return c.log2_x ? std::log2(x) : x; };
+  double lo = tx(*xs.begin()), hi = tx(*xs.rbegin());
+  if (hi - lo < 1e-9) lo -= 1, hi += 1;
+  const double pad = (hi - lo) * 0.05;
+  lo -= pad, hi += pad;
+  auto x_of = [&](double x) { return left + (right - left) * (tx(x) - lo) / (hi - lo); };
+  if (!(y_max > 0)) y_max = 1;
+  const double step = NiceStep(y_max, 5);
+  const double y_top = std::ceil(y_max / step) * step;
+  auto y_of = [&](double y) { return bottom - (bottom - top) * y / y_top; };
+  for (int i = 0; i * step <= y_top * 1.0001; ++i) {
+    const double y = y_of(i * step);
+    if (i > 0) s += Line(left, y, right, y, "stroke:#ddd");
+    s += Text(left - 6, y + 4, Fmt("%g", i * step), "end", 11);
+  }
+  // Ticks at the data's x values on a log axis; five even ones on a linear axis.
+  std::vector<double> ticks(xs.begin(), xs.end());
+  if (!c.log2_x) {
+    ticks.clear();
+    for (int i = 0; i <= 4; ++i)
+      ticks.push_back(*xs.begin() + (*xs.rbegin() - *xs.begin()) * i / 4);
+  }
+  for (double t : ticks) {
+    s += Line(x_of(t), top, x_of(t), bottom, "stroke:#eee");
+    s += Text(x_of(t), bottom + 16, Fmt("%g", t), "middle", 11);
+  }
+  double legend_x = left - 40;
+  const double legend_y = bottom + 60;
+  for (const LineSeries& se : c.series) {
+    std::string pts, dots;
+    for (const auto& [x, y] : se.points) {
+      if (c.log2_x && !(x > 0)) continue;
+      pts += Fmt("%.1f,", x_of(x)) + Fmt("%.1f ", y_of(y));
+      dots += "<circle cx=\"" + Fmt("%.1f", x_of(x)) + "\" cy=\"" + Fmt("%.1f", y_of(y)) +
+              "\" r=\"3\" fill=\"" + se.color + "\"/>\n";
+    }
+    const std::string dash = se.dashed ? "\" stroke-dasharray=\"6,4" : "";
+    s += "<polyline fill=\"none\" stroke=\"" + se.color + "\" stroke-width=\"2" + dash +
+         "\" points=\"" + pts + "\"/>\n" + dots;
+    s += "<line x1=\"" + Fmt("%.1f", legend_x) + "\" y1=\"" + Fmt("%.1f", legend_y - 4) +
+         "\" x2=\"" + Fmt("%.1f", legend_x + 18) + "\" y2=\"" + Fmt("%.1f", legend_y - 4) +
+         "\" stroke=\"" + se.color + "\" stroke-width=\"3" + dash + "\"/>\n";
+    s += Text(legend_x + 22, legend_y, Escape(se.name), "start", 11);
+    legend_x += 30 + 6.5 * static_cast<double>(se.name.size());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string RenderLineCharts(const std::string& title, const std::vector<LineChart>& charts) {
+  const double width = std::max<size_t>(charts.size(), 1) * kChartWidth;
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Fmt("%.0f", width) +
+                  "\" height=\"" + Fmt("%.0f", kChartHeight) +
+                  "\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" "
+                  "fill=\"white\"/>\n";
+  s += Text(width / 2, 20, Escape(title), "middle", 13);
+  for (size_t i = 0; i < charts.size(); ++i) s += ChartPanel(charts[i], i * kChartWidth);
   return s + "</svg>\n";
 }
 
