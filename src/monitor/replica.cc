@@ -14,10 +14,19 @@ namespace {
 
 constexpr double kLatencyWindowS = 60;  // percentiles over the last minute
 constexpr double kRateWindowS = 5;      // rates over the last few seconds
-constexpr size_t kSparkPoints = 60;
+constexpr size_t kSparkPoints = 30;  // the sparkline's width
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double Or0(double v) { return std::isnan(v) ? 0 : v; }
+
+std::string HttpError(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "cannot connect";
+    case httplib::Error::ConnectionTimeout: return "connect timed out";
+    case httplib::Error::Read: return "no answer (read failed or timed out)";
+    default: return httplib::to_string(e);
+  }
+}
 
 // The scrape at least `window` seconds older than the newest that is closest to it (else the
 // oldest one that has metrics).
@@ -97,7 +106,7 @@ void ReplicaMonitor::Poll(double t) {
   httplib::Result health = http.Get(parsed->prefix + "/health");
   if (!health) {
     s.state = "down";
-    s.error = "GET /health: " + httplib::to_string(health.error());
+    s.error = "GET /health: " + HttpError(health.error());
     AddScrape(std::move(s));
     return;
   }
@@ -110,7 +119,7 @@ void ReplicaMonitor::Poll(double t) {
     else s.error = samples.status().message();
   } else if (s.state != "down") {
     s.error = metrics ? "/metrics answered " + std::to_string(metrics->status)
-                      : "GET /metrics: " + httplib::to_string(metrics.error());
+                      : "GET /metrics: " + HttpError(metrics.error());
   }
   AddScrape(std::move(s));
 }
@@ -209,7 +218,7 @@ std::string RenderTable(const std::vector<ReplicaRow>& rows, bool color) {
   std::snprintf(line, sizeof(line),
                 "%-24s %-8s %4s %4s %5s %5s %8s %8s %5s %6s %5s %11s %11s  %s\n", "REPLICA",
                 "STATE", "RUN", "WAIT", "KV", "HIT", "PROMPT/s", "GEN/s", "BW", "GB/s", "COMP",
-                "TTFT50/99ms", "ITL50/99ms", "GEN/s (last 60 polls)");
+                "TTFT50/99ms", "ITL50/99ms", "GEN/s, last 30 polls");
   out += color ? "\x1b[1m" + std::string(line) + "\x1b[0m" : std::string(line);
   for (const ReplicaRow& r : rows) {
     std::string url = r.url.size() > 24 ? "…" + r.url.substr(r.url.size() - 23) : r.url;
@@ -231,7 +240,7 @@ std::string RenderTable(const std::vector<ReplicaRow>& rows, bool color) {
                   url.c_str(), state.c_str(), r.running, r.waiting, pct(r.kv_usage).c_str(),
                   pct(r.prefix_hit_rate).c_str(), r.prompt_tps, r.gen_tps,
                   pct(r.bandwidth_util).c_str(), r.read_gbs, pct(r.compute_util).c_str(),
-                  ttft.c_str(), itl.c_str(), Sparkline(r.gen_tps_history, 30).c_str());
+                  ttft.c_str(), itl.c_str(), Sparkline(r.gen_tps_history, static_cast<int>(kSparkPoints)).c_str());
     out += line;
   }
   return out;
