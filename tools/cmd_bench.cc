@@ -1,7 +1,8 @@
 // peng bench: prompt-processing and generation speed, like llama-bench (pp N: one prefill of N
 // tokens; tg N: N single-token decode steps from an empty context), repeated --reps times,
-// plus the machine's measured memory read bandwidth and the bandwidth bound of decoding
-// (weight bytes read per token / bandwidth).
+// plus the machine's memory read bandwidth (measured with the widest loads the active ISA has,
+// on every thread) and the bandwidth bound of decoding (weight bytes read per token /
+// bandwidth).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "core/status.h"
 #include "engine/llm.h"
 #include "kernels/isa.h"
+#include "kernels/probe.h"
 #include "tools/commands.h"
 
 namespace peng::tools {
@@ -22,36 +24,6 @@ struct BenchArgs {
   OfflineBenchOptions bench;
   bool json = false;
 };
-
-// Read bandwidth in GB/s: every thread sums its share of a 1 GiB buffer; best of 3 passes.
-double MeasureReadBandwidth(ThreadPool& pool) {
-  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
-  pool.ParallelFor(static_cast<int64_t>(n), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i);
-  });
-  double best = 0;
-  std::vector<uint64_t> sink(pool.num_threads() * 8);
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.Run([&](int ti, int nt) {
-      const size_t chunk = (n + nt - 1) / nt;
-      const size_t b = ti * chunk, e = std::min(n, b + chunk);
-      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      for (size_t i = b; i + 4 <= e; i += 4) {
-        a0 += buf[i];
-        a1 += buf[i + 1];
-        a2 += buf[i + 2];
-        a3 += buf[i + 3];
-      }
-      sink[ti * 8] = a0 + a1 + a2 + a3;
-    });
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, n * sizeof(uint64_t) / s / 1e9);
-  }
-  return best;
-}
 
 struct Stats {
   double median, min, max;
@@ -95,7 +67,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
       tg_tps.push_back(a.tg / *s);
     }
   }
-  const double bw = MeasureReadBandwidth(m.pool());
+  // The widest loads of the active ISA on every thread, 1 GiB, best of 3 (kernels/probe.h).
+  const double bw = kernels::MeasureReadBandwidth(&m.pool(), int64_t{1} << 30, 3) / 1e9;
   const int64_t bytes = m.model().WeightBytesPerToken();
   nlohmann::json j;
   j["model"] = a.model_path;
