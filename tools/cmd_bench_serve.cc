@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <memory>
 
@@ -28,14 +27,6 @@ struct BenchServeArgs {
   std::string plot_path;
   bool no_ignore_eos = false;
 };
-
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) return IoError(path + ": cannot write");
-  return OkStatus();
-}
 
 int RunBenchServe(BenchServeArgs a) {
   benchclient::BenchConfig& cfg = a.config;

@@ -50,14 +50,6 @@ struct SuiteArgs {
 // How long a server gets to exit after SIGTERM (peng drains; nothing is running by then).
 constexpr double kStopTimeoutS = 30;
 
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) return IoError(path + ": cannot write");
-  return OkStatus();
-}
-
 StatusOr<Json> ReadJson(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return NotFound(path + ": cannot open");

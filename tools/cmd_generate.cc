@@ -1,5 +1,6 @@
 // peng generate: stream a completion of a prompt to stdout; timings to stderr.
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "core/cpu_features.h"
@@ -12,6 +13,14 @@ namespace peng::tools {
 int Fail(const std::string& what) {
   std::fprintf(stderr, "peng: error: %s\n", what.c_str());
   return 1;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) return IoError(path + ": cannot write");
+  return OkStatus();
 }
 
 namespace {

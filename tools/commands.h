@@ -41,5 +41,7 @@ void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);
+// Writes `text` to `path` (replacing it); IoError naming the path when that fails.
+Status WriteFile(const std::string& path, const std::string& text);
 
 }  // namespace peng::tools

@@ -16,12 +16,25 @@
 namespace peng {
 namespace {
 
-TEST(Utilization, SmolLM2DecodeMatchesTheFileAndTheWallClock) {
-  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
-  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
+class Utilization : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (path_.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
+  }
+  EngineOptions Options(int threads, int64_t max_model_len) const {
+    EngineOptions o;
+    o.model_path = path_;
+    o.threads = threads;
+    o.max_model_len = max_model_len;
+    return o;
+  }
+  const std::string path_ = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
+};
+
+TEST_F(Utilization, SmolLM2DecodeMatchesTheFileAndTheWallClock) {
   // Independent of the kernels' counters: every 2-D weight is read once per step (the tied
   // token embedding as the LM head); norms are 1-D. Arithmetic: 2 per weight per token.
-  auto gguf = GgufFile::Open(path);
+  auto gguf = GgufFile::Open(path_);
   ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
   int64_t file_bytes = 0, params = 0;
   for (const TensorView& t : (*gguf)->tensors()) {
@@ -29,10 +42,7 @@ TEST(Utilization, SmolLM2DecodeMatchesTheFileAndTheWallClock) {
     file_bytes += static_cast<int64_t>(t.size_bytes);
     params += t.numel();
   }
-  EngineOptions o;
-  o.model_path = path;
-  o.threads = 2;
-  o.max_model_len = 1024;
+  EngineOptions o = Options(2, 1024);
   // The gauges cover the whole run, so that they and the test's wall clock measure the same
   // period (the default 2 s window is the last part of it; the machine may be shared).
   o.utilization_window_s = 600;
@@ -96,20 +106,15 @@ TEST(Utilization, SmolLM2DecodeMatchesTheFileAndTheWallClock) {
               100 * s.bandwidth_utilization, s.busy_seconds_total, wall);
 }
 
-TEST(Utilization, TheWindowEmptiesWhenIdle) {
-  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
-  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
-  EngineOptions o;
-  o.model_path = path;
-  o.threads = 1;
-  o.max_model_len = 64;
-  o.utilization_window_s = 0.3;
+TEST_F(Utilization, TheWindowEmptiesWhenIdle) {
+  EngineOptions o = Options(1, 64);
+  o.utilization_window_s = 1.0;
   auto e = Engine::Create(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   test_util::RunOne(e->get(), test_util::Greedy("a", {1, 2, 3}, 4));
   EXPECT_GT((*e)->GetStats().busy_fraction, 0);
   EXPECT_GT((*e)->GetStats().read_bytes_per_s, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   const EngineStats idle = (*e)->GetStats();
   EXPECT_EQ(idle.busy_fraction, 0);
   EXPECT_EQ(idle.read_bytes_per_s, 0);
@@ -119,13 +124,8 @@ TEST(Utilization, TheWindowEmptiesWhenIdle) {
   EXPECT_EQ(Engine::Create(o).status().message(), "utilization_window_s must be > 0");
 }
 
-TEST(Utilization, PeaksGivenByOptionsAreKept) {
-  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
-  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
-  EngineOptions o;
-  o.model_path = path;
-  o.threads = 1;
-  o.max_model_len = 64;
+TEST_F(Utilization, PeaksGivenByOptionsAreKept) {
+  EngineOptions o = Options(1, 64);
   o.peak_read_bytes_per_s = 1e10;
   o.peak_flops_f32_per_s = 2e11;
   o.peak_ops_int8_per_s = 3e11;
