@@ -84,6 +84,10 @@ if [ -f "$model" ]; then
   expect "prompt longer than context" 1 "exceeds the context length" \
     "$peng" generate -m "$model" -c 16 -n 4 -p "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
   expect "token id out of range" 1 "out of range" "$peng" logits -m "$model" --tokens 1,999999 --out "$tmp/o.npy"
+  # peng bench --batch: the engine's batched decode is reported next to the offline numbers.
+  expect "bench batched decode" 0 '"batch1_tokens_per_s"' \
+    "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --batch 2 --json
+  expect "bench bad batch" 2 "batch" "$peng" bench -m "$model" --batch -1
   # peng eval compare: the honest INT8 model passes, one corrupted scale (x10) fails and is named.
   "$peng" quantize -q "$model" "$tmp/smol_w8a8" --scheme w8a8 > /dev/null
   cp -r "$tmp/smol_w8a8" "$tmp/smol_bad"

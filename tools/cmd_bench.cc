@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "engine/engine.h"
 #include "engine/llm.h"
 #include "kernels/isa.h"
 #include "kernels/probe.h"
@@ -33,6 +35,53 @@ Stats Summarize(std::vector<double> v) {
   const size_t m = v.size() / 2;
   const double med = v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
   return {med, v.front(), v.back()};
+}
+
+// Decode rate of the engine (the serving path) with `batch` sequences decoding together:
+// `batch` requests of 16 random prompt tokens and `tg` output tokens (greedy, ignore_eos) are
+// submitted at once; the clock runs from the step in which every sequence has its first token
+// (all prompts are prefilled in one step) to the last token, so only decode steps count:
+// batch x (tg - 1) tokens. One warm-up, then `reps` runs; tokens/s of each run.
+StatusOr<std::vector<double>> BenchBatchedDecode(Engine* engine, int batch, int tg, int reps,
+                                                 int64_t vocab) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kPromptLen = 16;
+  std::mt19937 rng(99);
+  std::vector<double> out;
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    const int64_t gen0 = engine->GetStats().generation_tokens_total;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < batch; ++i) {
+      GenerateRequest req;
+      req.id = "bench-" + std::to_string(r) + "-" + std::to_string(i);
+      for (int k = 0; k < kPromptLen; ++k) req.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+      req.params.temperature = 0;
+      req.params.max_tokens = tg;
+      req.params.ignore_eos = true;
+      auto s = engine->Submit(std::move(req));
+      if (!s.ok()) return s.status();
+      streams.push_back(*s);
+    }
+    auto generated = [&] { return engine->GetStats().generation_tokens_total - gen0; };
+    const auto deadline = Clock::now() + std::chrono::minutes(30);
+    while (generated() < batch && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    const auto t0 = Clock::now();
+    while (generated() < int64_t{batch} * tg && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (Clock::now() >= deadline) return Internal("batched decode did not finish in 30 min");
+    for (auto& st : streams) {  // the requests are done: read their events to the end
+      RequestOutput ev;
+      bool timed_out = false;
+      while (st->Next(&ev, std::chrono::milliseconds(60000), &timed_out) && !timed_out) {
+        if (ev.finish_reason && *ev.finish_reason != "length")
+          return Internal("batched decode: a request ended with " + *ev.finish_reason);
+      }
+    }
+    if (r >= 0) out.push_back(static_cast<double>(batch) * (tg - 1) / s);
+  }
+  return out;
 }
 
 }  // namespace
@@ -79,6 +128,28 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["weight_bytes_per_token"] = bytes;
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
+  if (a.batch > 0 && a.tg > 1) {
+    llm->reset();  // one copy of the weights at a time
+    EngineOptions eo;
+    eo.model_path = a.model_path;
+    eo.threads = a.threads;
+    eo.max_num_seqs = a.batch;
+    eo.max_model_len = 16 + a.tg + 1;
+    eo.max_num_batched_tokens = std::max<int64_t>(512, int64_t{16} * a.batch);
+    eo.max_waiting = std::max(256, a.batch);
+    eo.measure_peaks = false;
+    auto engine = Engine::Create(eo);
+    if (!engine.ok()) return engine.status();
+    const int64_t vocab = (*engine)->model_config().vocab_size;
+    auto batched = BenchBatchedDecode(engine->get(), a.batch, a.tg, a.reps, vocab);
+    if (!batched.ok()) return batched.status();
+    auto single = BenchBatchedDecode(engine->get(), 1, a.tg, a.reps, vocab);
+    if (!single.ok()) return single.status();
+    j["batch"] = {{"n", a.batch},
+                  {"tg", a.tg},
+                  {"tokens_per_s", *batched},
+                  {"batch1_tokens_per_s", *single}};
+  }
   return j;
 }
 
@@ -108,6 +179,14 @@ int RunBench(const BenchArgs& a) {
   }
   std::printf("weights read per token: %.1f MB; read bandwidth: %.1f GB/s; bound: %.1f tok/s\n",
               bytes / 1e6, bw, bw * 1e9 / bytes);
+  if (j.contains("batch")) {
+    const Stats b = Summarize(j["batch"]["tokens_per_s"].get<std::vector<double>>());
+    const Stats one = Summarize(j["batch"]["batch1_tokens_per_s"].get<std::vector<double>>());
+    std::printf("engine decode, %d sequences: %.1f tokens/s (%.1f per sequence); 1 sequence: "
+                "%.1f tokens/s; scaling %.2fx (medians)\n",
+                a.bench.batch, b.median, b.median / a.bench.batch, one.median,
+                b.median / one.median);
+  }
   return 0;
 }
 
@@ -125,6 +204,10 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("--reps", a->bench.reps, "Repetitions")->check(CLI::Range(1, 1000));
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
+  c->add_option("--batch", a->bench.batch,
+                "Also decode --tg tokens in this many sequences at once through the engine "
+                "(and in one, for the scaling)")
+      ->check(CLI::Range(0, 4096));
   c->add_flag("--json", a->json, "Print JSON");
   CLI::App* serve = RegisterBenchServe(*c, exit_code);
   CLI::App* suite = RegisterBenchSuite(*c, exit_code);

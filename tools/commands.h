@@ -24,13 +24,16 @@ CLI::App* RegisterBenchSuite(CLI::App& bench, int* exit_code);
 // `peng bench suite`: after one warm-up, `reps` times one prefill of `pp` random tokens and
 // `tg` decode steps, then the machine's read bandwidth. Returns the `peng bench --json`
 // document: model, threads, isa, pp / tg {n, tokens_per_s: [one per rep]},
-// weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s.
+// weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s; with batch > 0
+// also batch {n, tg, tokens_per_s, batch1_tokens_per_s}: decoding through the engine (the
+// serving path) with `batch` sequences at once and, for the scaling, with one.
 struct OfflineBenchOptions {
   std::string model_path;
   int threads = 0;  // 0 = physical cores
   int pp = 512;
   int tg = 128;
   int reps = 5;
+  int batch = 0;    // > 0: also the engine's batched decode (tg tokens per sequence)
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);
