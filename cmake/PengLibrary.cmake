@@ -1,7 +1,9 @@
 # peng_library(NAME DIR LIBS ...): a static library from every *.cc under DIR (recursively)
-# except *_test.cc and *_fuzz.cc; SIMD files get per-file target flags by suffix
-# (*_avx2.cc, *_avx512.cc, *_neon.cc), never -march=native. Every *_test.cc under DIR becomes a
-# GoogleTest executable linked to the library, labelled by TEST_LABEL (default "unit").
+# except *_test.cc and *_fuzz.cc; SIMD files get per-file target flags by suffix (*_avx2.cc,
+# *_avx512.cc; on ARM64 one per kernels::Isa level: *_neon.cc = ARMv8.0 NEON, *_dotprod.cc =
+# +dotprod+fp16, *_i8mm.cc = +dotprod+fp16+i8mm), never -march=native. Every *_test.cc under
+# DIR becomes a GoogleTest executable linked to the library, labelled by TEST_LABEL (default
+# "unit").
 function(peng_library name)
   cmake_parse_arguments(L "" "TEST_LABEL" "LIBS;TEST_LIBS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
@@ -30,7 +32,18 @@ function(peng_library name)
       if(NOT PENG_ARM64)
         continue()
       endif()
+      set_source_files_properties(${s} PROPERTIES COMPILE_OPTIONS "-march=armv8-a")
+    elseif(s MATCHES "_dotprod\\.cc$")
+      if(NOT PENG_ARM64)
+        continue()
+      endif()
       set_source_files_properties(${s} PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+fp16")
+    elseif(s MATCHES "_i8mm\\.cc$")
+      if(NOT PENG_ARM64)
+        continue()
+      endif()
+      set_source_files_properties(${s} PROPERTIES COMPILE_OPTIONS
+        "-march=armv8.2-a+dotprod+fp16+i8mm")
     endif()
     list(APPEND kept ${s})
   endforeach()

@@ -65,7 +65,17 @@ CpuFeatures Detect() {
 #if defined(__aarch64__)
   f.neon = true;
 #if defined(__linux__)
-  f.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  // The bit values are the kernel ABI (arch/arm64/include/uapi/asm/hwcap.h); spelled out in
+  // case the build's kernel headers predate them.
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  constexpr unsigned long kFphp = 1ul << 9, kAsimdhp = 1ul << 10, kAsimddp = 1ul << 20,
+                          kSve = 1ul << 22, kI8mm2 = 1ul << 13, kBf162 = 1ul << 14;
+  f.neon = (hw & HWCAP_ASIMD) != 0;
+  f.dotprod = (hw & kAsimddp) != 0;
+  f.fp16 = (hw & kFphp) != 0 && (hw & kAsimdhp) != 0;
+  f.sve = (hw & kSve) != 0;
+  f.i8mm = (hw2 & kI8mm2) != 0;
+  f.bf16 = (hw2 & kBf162) != 0;
 #endif
 #endif
   f.logical_cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -94,6 +104,10 @@ std::string CpuFeatures::ToString() const {
   add(avxvnni, "avxvnni");
   add(neon, "neon");
   add(dotprod, "dotprod");
+  add(fp16, "fp16");
+  add(i8mm, "i8mm");
+  add(bf16, "bf16");
+  add(sve, "sve");
   return s.empty() ? "none" : s;
 }
 

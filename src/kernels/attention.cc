@@ -37,7 +37,10 @@ AttnOps SelectAttnOps() {
     case Isa::kAvx2: return PENG_ATTN_OPS_(avx2);
 #endif
 #if defined(__aarch64__)
-    case Isa::kNeon: return PENG_ATTN_OPS_(neon);
+    // The attention loops are FP32 / F16 FMAs: plain NEON at every ARM64 level.
+    case Isa::kNeon:
+    case Isa::kNeonDot:
+    case Isa::kNeonI8mm: return PENG_ATTN_OPS_(neon);
 #endif
     default: return PENG_ATTN_OPS_(ref);
   }

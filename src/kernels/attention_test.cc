@@ -30,7 +30,7 @@ struct Case {
 
 std::vector<Isa> AllIsas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
+  for (Isa isa : kAllIsas)
     if (IsaSupported(isa)) out.push_back(isa);
   return out;
 }

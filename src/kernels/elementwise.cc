@@ -12,8 +12,11 @@ namespace peng::kernels {
   case Isa::kAvx512: return avx512::fn(__VA_ARGS__);      \
   case Isa::kAvx2: return avx2::fn(__VA_ARGS__);
 #elif defined(__aarch64__)
-#define PENG_SIMD_CASES_(fn, ...) \
-  case Isa::kNeon: return neon::fn(__VA_ARGS__);
+// Element-wise ops need no ARMv8.2 extension: plain NEON at every ARM64 level.
+#define PENG_SIMD_CASES_(fn, ...)  \
+  case Isa::kNeon:                 \
+  case Isa::kNeonDot:              \
+  case Isa::kNeonI8mm: return neon::fn(__VA_ARGS__);
 #else
 #define PENG_SIMD_CASES_(fn, ...)
 #endif

@@ -30,6 +30,8 @@ Int8Kernels ResolveKernels(Isa isa) {
     case Isa::kAvx512: k = Avx512Int8Kernels(); break;
 #elif defined(__aarch64__)
     case Isa::kNeon: k = NeonInt8Kernels(); break;
+    case Isa::kNeonDot: k = NeonDotInt8Kernels(); break;
+    case Isa::kNeonI8mm: k = NeonI8mmInt8Kernels(); break;
 #endif
     default: break;
   }

@@ -13,7 +13,7 @@
 // kInt8MaxCols.
 //
 // Each call dispatches on kernels::ActiveIsa() to AVX-512 VNNI (vpdpbusd), AVX2
-// (vpmaddubsw/vpmaddwd), NEON (vdotq_s32) or the scalar reference in ref/int8_ref.h. The int32
+// (vpmaddubsw/vpmaddwd), NEON (vmull/vpadal, sdot, smmla by level) or the scalar reference in ref/int8_ref.h. The int32
 // group dot products are exact on every path; only the FP32 accumulation order differs (so
 // with unit scales and |sums| < 2^24 every path gives identical results, which the conformance
 // tests check). The weight rows are split across the ThreadPool (nullptr = single thread). The
@@ -90,7 +90,9 @@ Int8Kernels Avx2Int8Kernels();    // cpu/int8_avx2.cc
 Int8Kernels Avx512Int8Kernels();  // cpu/int8_avx512.cc
 #endif
 #if defined(__aarch64__)
-Int8Kernels NeonInt8Kernels();    // cpu/int8_neon.cc
+Int8Kernels NeonInt8Kernels();      // cpu/int8_neon.cc (ARMv8.0: vmull/vpadal)
+Int8Kernels NeonDotInt8Kernels();   // cpu/int8_dotprod.cc (sdot)
+Int8Kernels NeonI8mmInt8Kernels();  // cpu/int8_i8mm.cc (smmla 2x2 tiles, sdot for one token)
 #endif
 
 }  // namespace peng::kernels

@@ -81,7 +81,7 @@ OwnedWeights QuantizedWeights(int64_t rows, int64_t cols, std::mt19937& rng) {
 
 std::vector<Isa> SimdIsas() {
   std::vector<Isa> v;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm})
     if (IsaSupported(isa)) v.push_back(isa);
   return v;
 }

@@ -11,7 +11,7 @@ namespace {
 
 Isa InitialIsa() {
   if (const char* env = std::getenv("PENG_ISA")) {
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    for (Isa isa : kAllIsas) {
       if (std::strcmp(env, IsaName(isa)) == 0 && IsaSupported(isa)) return isa;
     }
   }
@@ -31,6 +31,8 @@ const char* IsaName(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kNeon: return "neon";
+    case Isa::kNeonDot: return "dotprod";
+    case Isa::kNeonI8mm: return "i8mm";
   }
   return "?";
 }
@@ -46,13 +48,15 @@ bool IsaSupported(Isa isa) {
 #endif
 #if defined(__aarch64__)
     case Isa::kNeon: return f.neon;
+    case Isa::kNeonDot: return f.neon && f.dotprod && f.fp16;
+    case Isa::kNeonI8mm: return f.neon && f.dotprod && f.fp16 && f.i8mm;
 #endif
     default: return false;
   }
 }
 
 Isa BestIsa() {
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeonI8mm, Isa::kNeonDot, Isa::kNeon})
     if (IsaSupported(isa)) return isa;
   return Isa::kScalar;
 }

@@ -1,6 +1,6 @@
 // MatMul / MatMulRows / DequantizeRow / MatMulSupports: ISA dispatch, activation quantization
 // into a reusable workspace and the split of weight rows across the thread pool. The compute
-// kernels live in ref/ (scalar oracle) and cpu/ (AVX2, AVX-512, NEON).
+// kernels live in ref/ (scalar oracle) and cpu/ (AVX2, AVX-512, NEON / dotprod / i8mm).
 //
 // Workspace: the quantized activations go into a grow-only thread_local buffer, so steady-state
 // calls allocate nothing. It is per calling thread (the engine thread), so concurrent MatMul
@@ -63,6 +63,8 @@ MatMulKernel ResolveKernel(DType t, Isa isa) {
     case Isa::kAvx512: k = Avx512MatMulKernel(t); break;
 #elif defined(__aarch64__)
     case Isa::kNeon: k = NeonMatMulKernel(t); break;
+    case Isa::kNeonDot: k = NeonDotMatMulKernel(t); break;
+    case Isa::kNeonI8mm: k = NeonI8mmMatMulKernel(t); break;
 #endif
     default: break;
   }
@@ -76,7 +78,9 @@ QuantizeActFn ResolveQuantize(Isa isa) {
     case Isa::kAvx2: f = Avx2QuantizeAct(); break;
     case Isa::kAvx512: f = Avx512QuantizeAct(); break;
 #elif defined(__aarch64__)
-    case Isa::kNeon: f = NeonQuantizeAct(); break;
+    case Isa::kNeon:
+    case Isa::kNeonDot:
+    case Isa::kNeonI8mm: f = NeonQuantizeAct(); break;
 #endif
     default: break;
   }

@@ -2,6 +2,7 @@
 // (exact), every SIMD ISA against the scalar reference (tight tolerance), the reference against
 // a double-precision dot of dequantized operands, odd shapes, row slices and thread pools.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
@@ -172,7 +174,7 @@ TEST_P(MatMulTypeTest, EveryIsaMatchesReference) {
       std::vector<float> y_ref;
       std::vector<double> mag;
       Reference(t, w, rows, cols, x, n_tokens, &y_ref, &mag);
-      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+      for (Isa isa : kAllIsas) {
         if (!IsaSupported(isa)) continue;
         SetActiveIsa(isa);
         std::vector<float> y(rows * n_tokens, -1.f);
@@ -252,6 +254,42 @@ TEST_P(MatMulTypeTest, RowsSlicesAndPools) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTypeTest, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// IsaName / BestIsa / IsaSupported agree: names are unique and round-trip through PENG_ISA's
+// spelling, the best level is supported, each ARM64 level implies the ones below it, and (when
+// the test runner says which CPU it emulates, scripts/test_arm64.sh) the runtime choice is the
+// expected one: PENG_EXPECT_ISA=dotprod under -cpu cortex-a76, i8mm under -cpu max.
+TEST(MatMulTest, IsaLevelsAreCoherent) {
+  std::printf("cpu features: %s; best ISA: %s\n", GetCpuFeatures().ToString().c_str(),
+              IsaName(BestIsa()));
+  EXPECT_TRUE(IsaSupported(BestIsa()));
+  EXPECT_TRUE(IsaSupported(Isa::kScalar));
+  for (Isa a : kAllIsas) {
+    for (Isa b : kAllIsas) {
+      if (a != b) {
+        EXPECT_STRNE(IsaName(a), IsaName(b));
+      }
+    }
+  }
+  if (IsaSupported(Isa::kNeonI8mm)) {
+    EXPECT_TRUE(IsaSupported(Isa::kNeonDot));
+  }
+  if (IsaSupported(Isa::kNeonDot)) {
+    EXPECT_TRUE(IsaSupported(Isa::kNeon));
+  }
+#if defined(__aarch64__)
+  EXPECT_TRUE(IsaSupported(Isa::kNeon));
+  EXPECT_FALSE(IsaSupported(Isa::kAvx2));
+  EXPECT_EQ(IsaSupported(Isa::kNeonDot), GetCpuFeatures().dotprod && GetCpuFeatures().fp16);
+#else
+  EXPECT_FALSE(IsaSupported(Isa::kNeon));
+  EXPECT_FALSE(IsaSupported(Isa::kNeonDot));
+  EXPECT_FALSE(IsaSupported(Isa::kNeonI8mm));
+#endif
+  if (const char* want = std::getenv("PENG_EXPECT_ISA")) {
+    EXPECT_STREQ(IsaName(BestIsa()), want);
+  }
+}
 
 TEST(MatMulTest, Supports) {
   for (DType t : kAllTypes) EXPECT_TRUE(MatMulSupports(t)) << DTypeName(t);

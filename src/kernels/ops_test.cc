@@ -26,7 +26,7 @@ class IsaGuard {
 
 std::vector<Isa> SimdIsas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon})
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon, Isa::kNeonDot, Isa::kNeonI8mm})
     if (IsaSupported(isa)) out.push_back(isa);
   return out;
 }

@@ -59,7 +59,9 @@ namespace {
   case Isa::kAvx512: return avx512::fn(__VA_ARGS__); \
   case Isa::kAvx2: return avx2::fn(__VA_ARGS__);
 #elif defined(__aarch64__)
-#define PENG_PROBE_CASES_(fn, ...) \
+#define PENG_PROBE_CASES_(fn, ...)                  \
+  case Isa::kNeonI8mm: return i8mm::fn(__VA_ARGS__); \
+  case Isa::kNeonDot: return dotprod::fn(__VA_ARGS__); \
   case Isa::kNeon: return neon::fn(__VA_ARGS__);
 #else
 #define PENG_PROBE_CASES_(fn, ...)

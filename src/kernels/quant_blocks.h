@@ -151,9 +151,11 @@ using QuantizeActFn = void (*)(const float* x, int64_t n, int ab, int8_t* qs, fl
 MatMulKernel RefMatMulKernel(DType t);
 MatMulKernel Avx2MatMulKernel(DType t);
 MatMulKernel Avx512MatMulKernel(DType t);
-MatMulKernel NeonMatMulKernel(DType t);
+MatMulKernel NeonMatMulKernel(DType t);      // cpu/matmul_neon.cc (ARMv8.0)
+MatMulKernel NeonDotMatMulKernel(DType t);   // cpu/matmul_dotprod.cc (sdot)
+MatMulKernel NeonI8mmMatMulKernel(DType t);  // cpu/matmul_i8mm.cc (smmla + sdot)
 QuantizeActFn Avx2QuantizeAct();
 QuantizeActFn Avx512QuantizeAct();
-QuantizeActFn NeonQuantizeAct();
+QuantizeActFn NeonQuantizeAct();  // every ARM64 level (needs no extension)
 
 }  // namespace peng::kernels

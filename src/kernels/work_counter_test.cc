@@ -131,6 +131,19 @@ TEST(Probe, SimdLoopsAgreeWithTheReference) {
     EXPECT_EQ(neon::ReadSum(buf.get(), n), want);
     EXPECT_EQ(neon::FmaLoop(10, &fs), 10 * 12 * 4 * 2);
     EXPECT_EQ(neon::Int8DotLoop(10, &is), 10 * 12 * 16 * 2);
+    EXPECT_EQ(is, 4 * 12 * 10 * (4 * (3 * -2)) + 4 * 66);  // 4 lanes x 12 chains, k = 0..11
+  }
+  if (IsaSupported(Isa::kNeonDot)) {
+    EXPECT_EQ(dotprod::ReadSum(buf.get(), n), want);
+    EXPECT_EQ(dotprod::FmaLoop(10, &fs), 10 * 12 * 4 * 2);
+    EXPECT_EQ(dotprod::Int8DotLoop(10, &is), 10 * 12 * 16 * 2);
+    EXPECT_EQ(is, 4 * 12 * 10 * (4 * (3 * -2)) + 4 * 66);
+  }
+  if (IsaSupported(Isa::kNeonI8mm)) {
+    EXPECT_EQ(i8mm::ReadSum(buf.get(), n), want);
+    EXPECT_EQ(i8mm::FmaLoop(10, &fs), 10 * 12 * 4 * 2);
+    EXPECT_EQ(i8mm::Int8DotLoop(10, &is), 10 * 12 * 32 * 2);
+    EXPECT_EQ(is, 4 * 12 * 10 * (8 * (3 * -2)) + 4 * 66);  // smmla: 8 products per lane
   }
 #endif
 }

@@ -30,9 +30,15 @@ PENG_DECLARE_PROBES_
 }  // namespace avx512
 #endif
 #if defined(__aarch64__)
-namespace neon {
+namespace neon {  // ARMv8.0: int8 dots by vmull/vpadal (cpu/probe_neon.cc)
 PENG_DECLARE_PROBES_
 }  // namespace neon
+namespace dotprod {  // sdot (cpu/probe_dotprod.cc)
+PENG_DECLARE_PROBES_
+}  // namespace dotprod
+namespace i8mm {  // smmla (cpu/probe_i8mm.cc)
+PENG_DECLARE_PROBES_
+}  // namespace i8mm
 #endif
 
 #undef PENG_DECLARE_PROBES_
