@@ -47,6 +47,10 @@ step soak env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" SOAK_REQUESTS=300 S
 # Failover behind nginx (deploy/nginx/peng.conf): one replica SIGKILLed and one drained
 # mid-load, both restarted (docs/operations.md).
 step failover env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" FAILOVER_SHORT=1 bash scripts/failover_test.sh
+# ARM64 (docs/arm64.md): cross build of the kernel and golden tests, all kernel conformance tests
+# under qemu-aarch64 as a Kunpeng 920 class CPU (dotprod) and as -cpu max (i8mm, SVE), and the
+# SmolLM2 golden test under both; scripts/test_arm64.sh without --ci runs everything.
+step arm64 bash scripts/test_arm64.sh --ci
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi

@@ -15,13 +15,14 @@
 #          cli_errors_test, a shell script that would need binfmt_misc), the golden tests on
 #          SmolLM2 and the tiny DeepSeek fixtures included, then one short OpenAI e2e run
 #          (tests/e2e, -k "test_completion or test_chat") against `peng serve` under qemu.
-#   BUILD_DIR   (default build-arm64)   ARM64_CPUS  (default "cortex-a76 max")
+#   ARM64_BUILD_DIR (default build-arm64; not BUILD_DIR, which scripts/test.sh uses for x86)
+#   ARM64_CPUS  (default "cortex-a76 max")
 #   JOBS        ctest / build parallelism (default nproc)
 # Exits non-zero when any step fails; the last line is a one-line summary.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-export BUILD_DIR=${BUILD_DIR:-build-arm64}
+export BUILD_DIR=${ARM64_BUILD_DIR:-build-arm64}  # for scripts/build_arm64.sh
 JOBS=${JOBS:-$(nproc)}
 CPUS=${ARM64_CPUS:-cortex-a76 max}
 mode=full
