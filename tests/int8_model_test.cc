@@ -352,6 +352,17 @@ TEST_F(Int8SmolLm, F32ConversionReproducesTheGguf) {
   fs::remove_all(dir);
 }
 
+// The skipped embedding (SmolLM2 ties it to the LM head, read in full every decode step) comes
+// from a block-quantized GGUF tensor and is written as F16 by default, not F32: half the bytes.
+TEST_F(Int8SmolLm, SkippedBlockQuantTensorsAreF16) {
+  auto st = SafetensorsFile::Open(base_ + "/w8a8/model.safetensors");
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const TensorView* e = (*st)->FindTensor("model.embed_tokens.weight");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->dtype, DType::kF16);
+  EXPECT_EQ(e->size_bytes, static_cast<size_t>(e->numel() * 2));
+}
+
 // Perplexity of W8A16 and W8A8 within 1% of the full-precision reference on 1024 tokens
 // (measured ratios 1.0018 and 1.0004; on 512 tokens window noise alone moves them by ~1%).
 TEST_F(Int8SmolLm, PerplexityWithinOnePercent) {

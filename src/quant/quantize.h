@@ -37,8 +37,10 @@ struct QuantizeOptions {
   std::vector<std::string> skip;  // extra glob patterns (fnmatch) over HF names
   bool default_skip = true;
   // dtype of matrices left unquantized whose source is not a plain float type (GGUF block
-  // quants): kF32 keeps them exact.
-  DType float_dtype = DType::kF32;
+  // quants: embeddings, LM head). F16 holds their values to 2^-11 relative (a block quant's
+  // value is a few-bit integer times an F16 scale), at half the bytes of F32 -- the LM head is
+  // read in full every decode step; kF32 keeps them exact.
+  DType float_dtype = DType::kF16;
   int threads = 0;
   // Called after each tensor: done/total bytes of source tensors processed, tensor name.
   std::function<void(int64_t done, int64_t total, const std::string& name)> progress;
