@@ -14,6 +14,7 @@ PACKAGES=(
   unzip ca-certificates iproute2
   prometheus  # promtool, to check /metrics in the tests
   nginx       # the proxy of deploy/nginx/peng.conf, for scripts/failover_test.sh
+  valgrind    # bench/insn_count.sh: instruction counts of a fixed decode (CI work counter)
 )
 
 missing=()
