@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything and runs the whole test suite (what CI runs through .ci/run):
 # Debian packages, Release build with tests, all three models, ctest, the OpenAI e2e suite
-# (with schemathesis) on two models, a short soak and connection stress, a short fuzz run.
+# (with schemathesis) on two models, a short soak and connection stress, the failover test
+# behind nginx, the ARM64 cross build under qemu, the instruction-count work counter, a short
+# fuzz run.
 # Exits non-zero when any step fails; the last line is a one-line summary.
 # BUILD_DIR (default build) is passed on to scripts/build.sh.
 set -uo pipefail
@@ -51,6 +53,9 @@ step failover env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" FAILOVER_SHORT=
 # under qemu-aarch64 as a Kunpeng 920 class CPU (dotprod) and as -cpu max (i8mm, SVE), and the
 # SmolLM2 golden test under both; scripts/test_arm64.sh without --ci runs everything.
 step arm64 bash scripts/test_arm64.sh --ci
+# A deterministic work counter: instructions of a fixed SmolLM2 prefill and decode step under
+# callgrind against bench/insn_baseline.json (more than 2% more work fails; docs/benchmarks.md).
+step insn-count env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash bench/insn_count.sh
 if [[ -f scripts/fuzz.sh ]]; then
   step fuzz bash scripts/fuzz.sh 20
 fi
