@@ -188,6 +188,29 @@ TEST_P(MatMulTypeTest, EveryIsaMatchesReference) {
   }
 }
 
+// A token's outputs are bit-identical whether it is multiplied alone (decode) or in a batch
+// (prefill): every level keeps the per-output arithmetic independent of the tile shape (the
+// engine's batched greedy output relies on it; on i8mm smmla tiles vs the sdot decode tile).
+TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
+  const DType t = GetParam();
+  std::mt19937 rng(13);
+  const int64_t cols = ColsFor(t, 4), rows = 23, n_tokens = 7;
+  const auto w = RandomWeights(t, rows, cols, rng);
+  const auto x = RandomActs(cols * n_tokens, rng);
+  for (Isa isa : kAllIsas) {
+    if (!IsaSupported(isa)) continue;
+    SetActiveIsa(isa);
+    std::vector<float> batch(rows * n_tokens), one(rows);
+    MatMul(View(t, rows, cols, w), x.data(), n_tokens, batch.data(), nullptr);
+    for (int64_t tk = 0; tk < n_tokens; ++tk) {
+      MatMul(View(t, rows, cols, w), x.data() + tk * cols, 1, one.data(), nullptr);
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(batch[tk * rows + r], one[r])
+            << DTypeName(t) << " " << IsaName(isa) << " token " << tk << " row " << r;
+    }
+  }
+}
+
 // The reference equals a double-precision dot of the dequantized weights with the dequantized
 // quantized activations, and stays close to the unquantized product.
 TEST_P(MatMulTypeTest, ReferenceMatchesDoubleDot) {

@@ -3,10 +3,10 @@
 // 8x2 block of two tokens' activations into a 2x2 int32 tile, so each instruction does 32
 // multiply-adds (sdot: 16) and the four lanes of the accumulator are four outputs (no
 // horizontal sums). Tiles of up to 4 rows x 4 tokens; an odd last row or token is paired with
-// itself, so every output has the same arithmetic whatever the batch size or row range (for a
-// single token half of each smmla is the duplicate: 16 useful multiply-adds per instruction,
-// like sdot; i8mm pays off for batches >= 2). W8A16 as at the dotprod level. Compiled only on
-// aarch64.
+// itself, so every output has the same arithmetic whatever the batch size or row range. A
+// chunk of a single token (decode) uses sdot (TileDot1, bit-identical to TileMM's lanes): smmla
+// would spend half its lanes on the duplicate, no more useful work than sdot; i8mm pays off
+// for batches >= 2. W8A16 as at the dotprod level. Compiled only on aarch64.
 #if defined(__aarch64__)
 
 #include "kernels/cpu/int8_neon_impl.h"
@@ -93,7 +93,36 @@ void TokensMM(const Int8Args& a, int64_t r, int nr, int64_t t0, int64_t t1) {
   }
 }
 
+// One token, rows r0 .. r0 + nr - 1 (nr <= 4; missing rows repeat the last, not stored): sdot
+// with each group's lanes added up (vpaddq) before scaling, so every output is
+// fma(acc, float(exact group sum), x_scale) as in a lane of TileMM (bit-identical), at sdot's
+// 16 useful multiply-adds per instruction.
+void TileDot1(const Int8Args& a, int64_t r0, int64_t t, int nr) {
+  const int64_t cols = a.w.cols, groups = cols / kInt8ActGroup;
+  const int8_t* w[4];
+  for (int r = 0; r < 4; ++r) w[r] = a.w.q + (r0 + (r < nr ? r : nr - 1)) * cols;
+  const int8_t* x = a.xq + t * cols;
+  float32x4_t acc = vdupq_n_f32(0.f);
+  for (int64_t c = 0; c < cols; c += 32) {
+    const int8x16_t x0 = vld1q_s8(x + c), x1 = vld1q_s8(x + c + 16);
+    int32x4_t p[4];
+    for (int r = 0; r < 4; ++r)
+      p[r] = vdotq_s32(vdotq_s32(vdupq_n_s32(0), vld1q_s8(w[r] + c), x0), vld1q_s8(w[r] + c + 16),
+                       x1);
+    const int32x4_t sums = vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]));
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), vdupq_n_f32(a.x_scales[t * groups + c / 32]));
+  }
+  float o[4];
+  vst1q_f32(o, acc);
+  for (int r = 0; r < nr; ++r) a.y[t * a.w.rows + r0 + r] = o[r] * a.w.scales[r0 + r];
+}
+
 void W8A8MM(const Int8Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 == 1) {
+    for (int64_t r = r0; r < r1; r += 4)
+      TileDot1(a, r, t0, r1 - r < 4 ? static_cast<int>(r1 - r) : 4);
+    return;
+  }
   for (int64_t r = r0; r < r1; r += 4) {
     const int nr = r1 - r < 4 ? static_cast<int>(r1 - r) : 4;
     if (nr > 2) {

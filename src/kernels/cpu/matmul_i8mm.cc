@@ -5,11 +5,13 @@
 // 32-value block, and the tile's lanes are four outputs, scaled by {dw_r * da_t} in one FMA (no
 // horizontal sums). Tiles of up to 4 rows x 4 tokens. An odd last row or token is paired with
 // itself, so every output goes through the same arithmetic whatever the batch size or the row
-// slice (results are bit-identical between decode and prefill and across MatMulRows slices);
-// for a single token (decode) half of each smmla is such a duplicate, i.e. 16 useful
-// multiply-adds per instruction, the same as sdot -- i8mm pays off for batches >= 2 (prefill,
-// batched decode); docs/arm64.md. The K-quants and the float weights use the sdot code of
-// cpu/matmul_neon_impl.h at this level. Compiled only on aarch64.
+// slice (results are bit-identical between decode and prefill and across MatMulRows slices).
+// A single token (decode) goes through sdot instead (TileDot1): smmla would waste half its
+// lanes on the duplicate and do no more useful work than sdot, with more shuffling -- i8mm pays
+// off for batches >= 2 (prefill, batched decode); docs/arm64.md. TileDot1 reduces each block's
+// sdot lanes to the exact block sum before scaling, so its outputs are bit-identical to
+// TileMM's. The K-quants and the float weights use the sdot code of cpu/matmul_neon_impl.h at
+// this level. Compiled only on aarch64.
 #if defined(__aarch64__)
 
 #include "kernels/cpu/matmul_neon_impl.h"
@@ -109,8 +111,52 @@ void TokensMM(const MatMulArgs& g, int64_t r, int nr) {
   }
 }
 
+// One token (decode), rows r0 .. r0 + nr - 1 (nr <= 4; missing rows repeat the last and are
+// not stored): sdot, whose per-lane partial sums are added across lanes per block (vpaddq), so
+// each output is fma(acc, float(exact block sum), dw * da) -- the same arithmetic as a lane of
+// TileMM, at sdot's 16 useful multiply-adds per instruction (smmla with the token paired with
+// itself would do as many useful ones, with more shuffling).
+template <class K>
+void TileDot1(const MatMulArgs& g, int64_t r0, int64_t t, int nr) {
+  using B = typename K::B;
+  const int64_t nb = g.cols / kQK;
+  const B* w[4];
+  for (int r = 0; r < 4; ++r)
+    w[r] = reinterpret_cast<const B*>(g.w + (r0 + (r < nr ? r : nr - 1)) * g.row_bytes);
+  float32x4_t acc = vdupq_n_f32(0.f);
+  float macc[4] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const int8_t* ap = g.a.qs + t * g.a.qs_stride + b * kQK;
+    const int8x16_t a0 = vld1q_s8(ap), a1 = vld1q_s8(ap + 16);
+    const float da = g.a.d[t * g.a.d_stride + b];
+    int32x4_t p[4];
+    float dw[4];
+    for (int r = 0; r < 4; ++r) {
+      const Q32 q = K::Q(w[r] + b);
+      p[r] = vdotq_s32(vdotq_s32(vdupq_n_s32(0), q.lo, a0), q.hi, a1);
+      dw[r] = Half(w[r][b].d);
+    }
+    const int32x4_t sums = vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]));
+    const float sc[4] = {dw[0] * da, dw[1] * da, dw[2] * da, dw[3] * da};
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), vld1q_f32(sc));
+    if constexpr (K::kMin) {
+      const int16_t* s = g.a.sums + t * g.a.sums_stride + 2 * b;
+      const float sa = static_cast<float>(s[0] + s[1]);
+      for (int r = 0; r < 4; ++r) macc[r] += K::M(w[r] + b) * da * sa;
+    }
+  }
+  float o[4];
+  vst1q_f32(o, acc);
+  for (int r = 0; r < nr; ++r) g.y[t * g.ldy + r0 + r] = o[r] + macc[r];
+}
+
 template <class K>
 void Kernel32MM(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  if (g.n_tokens == 1) {
+    for (int64_t r = r0; r < r1; r += 4)
+      TileDot1<K>(g, r, 0, r1 - r < 4 ? static_cast<int>(r1 - r) : 4);
+    return;
+  }
   for (int64_t r = r0; r < r1; r += 4) {
     const int nr = r1 - r < 4 ? static_cast<int>(r1 - r) : 4;
     if (nr > 2) {
