@@ -5,9 +5,10 @@
 #
 # One decode step = count(peng generate -n 3) - count(peng generate -n 2): both runs load the
 # model, prefill the same prompt and decode; the difference is exactly one more decode step
-# (one token through the model + sampling). Prefill of 15 tokens = count(16-token prompt, -n 1)
-# - count(1-token prompt, -n 1). Single-threaded (--threads 1: the plugin's counter is not
-# atomic), greedy, deterministic: the same binary gives the same counts on every run.
+# (one token through the model + sampling). Prefill of 17 tokens = count(18-token prompt, -n 1)
+# - count(1-token prompt, -n 1) (SmolLM2's tokenizer: "Hi" is 1 token, LONG 18). Single-threaded (--threads 1: the plugin's counter is not
+# atomic), greedy: the same binary gives the same counts on every run to within ~1e-7 (a few
+# dozen instructions of timing-dependent code).
 # Every level is forced with PENG_ISA under `-cpu max` (which supports all of them).
 #
 # Usage: bench/arm64_insn_count.sh   (after scripts/build_arm64.sh; prints a Markdown table)
@@ -41,7 +42,7 @@ count() {  # count ISA MAX_TOKENS PROMPT -> guest instructions of the whole run
   sed -n 's/^insn_count: //p' <<<"$out"
 }
 
-echo "| level (PENG_ISA) | instructions / decode step | vs scalar | prefill, 15 tokens | vs scalar |"
+echo "| level (PENG_ISA) | instructions / decode step | vs scalar | prefill, 17 tokens | vs scalar |"
 echo "|---|---:|---:|---:|---:|"
 base_d="" base_p=""
 for isa in $ISAS; do
