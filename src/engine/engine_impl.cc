@@ -168,7 +168,8 @@ class EngineImpl : public Engine {
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
   int64_t failed_total_ = 0;
   int64_t steps_total_ = 0;
-  // The current step's phase boundaries, sampling time and forward-pass work (RecordStep).
+  // The current step's phase boundaries, sampling time and forward-pass work
+  // (RecordStepLocked).
   Clock::time_point forward_begin_, forward_end_;
   bool forward_ran_ = false;
   double sample_seconds_ = 0;
