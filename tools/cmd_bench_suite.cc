@@ -30,6 +30,7 @@
 #include "benchclient/runner.h"
 #include "benchclient/suite_report.h"
 #include "core/cpu_features.h"
+#include "core/mapped_file.h"
 #include "kernels/isa.h"
 #include "tools/commands.h"
 
@@ -51,11 +52,8 @@ struct SuiteArgs {
 constexpr double kStopTimeoutS = 30;
 
 StatusOr<Json> ReadJson(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  Json j = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  PENG_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("models"))
     return InvalidArgument(path + ": not a peng bench suite report");
   return j;

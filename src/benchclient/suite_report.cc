@@ -4,12 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "benchclient/svg_plot.h"
+#include "core/mapped_file.h"
 
 namespace peng::benchclient {
 namespace {
@@ -332,11 +331,9 @@ StatusOr<SuiteConfig> ParseSuiteConfig(const Json& j, bool check_files) {
 }
 
 StatusOr<SuiteConfig> LoadSuiteConfig(const std::string& path, Json* raw) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound(path + ": cannot open the configuration file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  Json j = Json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return NotFound(path + ": cannot open the configuration file");
+  Json j = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
   StatusOr<SuiteConfig> c = ParseSuiteConfig(j);
   if (!c.ok()) return Status(c.status().code(), path + ": " + c.status().message());
