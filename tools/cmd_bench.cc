@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -39,8 +38,8 @@ Stats Summarize(std::vector<double> v) {
 
 // Decode rate of the engine (the serving path) with `batch` sequences decoding together:
 // `batch` requests of 16 random prompt tokens and `tg` output tokens (greedy, ignore_eos) are
-// submitted at once; the clock runs from the step in which every sequence has its first token
-// (all prompts are prefilled in one step) to the last token, so only decode steps count:
+// submitted at once; the clock runs from every sequence's first token (all prompts are
+// prefilled in one step) to the last token, so only decode steps count:
 // batch x (tg - 1) tokens. One warm-up, then `reps` runs; tokens/s of each run.
 StatusOr<std::vector<double>> BenchBatchedDecode(Engine* engine, int batch, int tg, int reps,
                                                  int64_t vocab) {
@@ -49,7 +48,6 @@ StatusOr<std::vector<double>> BenchBatchedDecode(Engine* engine, int batch, int 
   std::mt19937 rng(99);
   std::vector<double> out;
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
-    const int64_t gen0 = engine->GetStats().generation_tokens_total;
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < batch; ++i) {
       GenerateRequest req;
@@ -62,23 +60,31 @@ StatusOr<std::vector<double>> BenchBatchedDecode(Engine* engine, int batch, int 
       if (!s.ok()) return s.status();
       streams.push_back(*s);
     }
-    auto generated = [&] { return engine->GetStats().generation_tokens_total - gen0; };
-    const auto deadline = Clock::now() + std::chrono::minutes(30);
-    while (generated() < batch && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    const auto t0 = Clock::now();
-    while (generated() < int64_t{batch} * tg && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (Clock::now() >= deadline) return Internal("batched decode did not finish in 30 min");
-    for (auto& st : streams) {  // the requests are done: read their events to the end
-      RequestOutput ev;
+    // Events wait in their streams, so reading the streams one after the other misses no
+    // time: every stream's first event (its first token, from the one prefill step) starts
+    // the clock, the end of the last stream stops it.
+    auto read = [](RequestStream* st, RequestOutput* ev) -> StatusOr<bool> {
       bool timed_out = false;
-      while (st->Next(&ev, std::chrono::milliseconds(60000), &timed_out) && !timed_out) {
-        if (ev.finish_reason && *ev.finish_reason != "length")
-          return Internal("batched decode: a request ended with " + *ev.finish_reason);
+      *ev = RequestOutput();
+      const bool more = st->Next(ev, std::chrono::minutes(30), &timed_out);
+      if (timed_out) return Internal("batched decode: no token in 30 min");
+      if (more && ev->finish_reason && *ev->finish_reason != "length")
+        return Internal("batched decode: a request ended with " + *ev->finish_reason);
+      return more;
+    };
+    RequestOutput ev;
+    for (auto& st : streams) {
+      PENG_ASSIGN_OR_RETURN(const bool more, read(st.get(), &ev));
+      if (!more) return Internal("batched decode: a request ended before its first token");
+    }
+    const auto t0 = Clock::now();
+    for (auto& st : streams) {
+      for (;;) {
+        PENG_ASSIGN_OR_RETURN(const bool more, read(st.get(), &ev));
+        if (!more) break;
       }
     }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (r >= 0) out.push_back(static_cast<double>(batch) * (tg - 1) / s);
   }
   return out;
