@@ -129,11 +129,14 @@ struct EngineStats {
   int64_t kv_bytes_total = 0;
   int64_t flops_f32_total = 0;
   int64_t ops_int8_total = 0;
-  double busy_seconds_total = 0;  // inside steps (the sum of the four phases)
   // Per phase of a step: admit + schedule + batch assembly, the model's forward pass,
   // sampling (logits checks, bias, grammar mask, sampler), emitting (detokenize, stop checks,
-  // stream events, stats). Indexed by StepPhase.
+  // stream events, stats). Indexed by StepPhase; they partition each step's time.
   double phase_seconds_total[4] = {0, 0, 0, 0};
+  double busy_seconds_total() const {  // inside steps
+    return phase_seconds_total[0] + phase_seconds_total[1] + phase_seconds_total[2] +
+           phase_seconds_total[3];
+  }
   double queue_wait_seconds_sum = 0;  // submission -> first scheduled, over requests
   int64_t queue_wait_count = 0;
   // Over the steps that ended in the last utilization_window_s seconds (EngineOptions): the

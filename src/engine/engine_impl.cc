@@ -578,7 +578,6 @@ void EngineImpl::RecordStepLocked(Clock::time_point begin, Clock::time_point end
   rec.seconds = Seconds(end - begin);
   rec.work = step_work_;
   for (int i = 0; i < 4; ++i) stats_.phase_seconds_total[i] += phase[i];
-  stats_.busy_seconds_total += rec.seconds;
   stats_.weight_bytes_total += rec.work.weight_bytes;
   stats_.kv_bytes_total += rec.work.kv_bytes;
   stats_.flops_f32_total += rec.work.flops_f32;

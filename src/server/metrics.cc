@@ -164,7 +164,7 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   Sample("peng_compute_ops_total", l + ",kind=\"int8\"", static_cast<double>(s.ops_int8_total),
          &out);
   counter("engine_busy_seconds_total", "Seconds the engine spent in steps.",
-          s.busy_seconds_total);
+          s.busy_seconds_total());
   Header("peng_step_phase_seconds_total", "counter",
          "Seconds of engine steps by phase: schedule (admit, schedule, batch), forward (the "
          "model), sample (logits checks, bias, grammar, sampler), emit (detokenize, stop "
