@@ -20,6 +20,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
 #include "kernels/ref/matmul_ref.h"
+#include "kernels/test_util.h"
 
 namespace peng::kernels {
 namespace {
@@ -98,14 +99,7 @@ std::vector<float> RandomActs(int64_t n, std::mt19937& rng) {
   return x;
 }
 
-TensorView View(DType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& w) {
-  TensorView v;
-  v.dtype = t;
-  v.shape = {rows, cols};
-  v.data = w.data();
-  v.size_bytes = w.size();
-  return v;
-}
+using test_util::View;
 
 // y_ref[t * rows + r] from the scalar reference, and mag = sum |w| |x| (the error scale).
 void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,

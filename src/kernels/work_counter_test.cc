@@ -14,19 +14,13 @@
 #include "kernels/mla.h"
 #include "kernels/ops.h"
 #include "kernels/probe.h"
+#include "kernels/test_util.h"
 #include "kernels/work_counter.h"
 
 namespace peng::kernels {
 namespace {
 
-TensorView View(DType t, int64_t rows, int64_t cols, const std::vector<uint8_t>& w) {
-  TensorView v;
-  v.dtype = t;
-  v.shape = {rows, cols};
-  v.data = w.data();
-  v.size_bytes = w.size();
-  return v;
-}
+using test_util::View;
 
 TEST(WorkCounter, MatMulCountsTheWeightBytesOnceAndTwoOpsPerMultiplyAdd) {
   ThreadPool pool(2);
