@@ -11,6 +11,7 @@
 
 #include <arm_neon.h>
 
+#include "kernels/cpu/neon_dot.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
 
@@ -18,16 +19,6 @@ namespace peng::kernels {
 namespace {
 
 using TileFn = void (*)(const Int8Args& a, int64_t r0, int64_t t0);
-
-inline int32x4_t Dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
-  return vdotq_s32(acc, a, b);
-#else
-  const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-  const int16x8_t hi = vmull_high_s8(a, b);
-  return vpadalq_s16(vpadalq_s16(acc, lo), hi);
-#endif
-}
 
 template <int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "kernels/cpu/neon_dot.h"
 #include "kernels/quant_blocks.h"
 
 namespace peng::kernels {
@@ -27,16 +28,6 @@ inline float Half(uint16_t h) {
   __fp16 v;
   std::memcpy(&v, &h, sizeof v);
   return static_cast<float>(v);
-}
-
-inline int32x4_t Dot(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__ARM_FEATURE_DOTPROD)
-  return vdotq_s32(acc, a, b);
-#else
-  const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
-  const int16x8_t hi = vmull_high_s8(a, b);
-  return vpadalq_s16(vpadalq_s16(acc, lo), hi);
-#endif
 }
 
 struct Q32 {
