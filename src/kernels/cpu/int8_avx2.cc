@@ -6,6 +6,7 @@
 // R x T register tiles (up to 4 rows x 2 tokens, within the 16 ymm registers).
 #include <immintrin.h>
 
+#include "kernels/cpu/prefetch.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
 
@@ -31,7 +32,11 @@ void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 32) {  // one activation group per step
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     const int64_t g = c / kInt8ActGroup;
     __m256i x[T];
     __m256 sc[T];
@@ -63,7 +68,11 @@ void TileW8A16(const Int8Args& a, int64_t r0, int64_t t0) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 8) {
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     __m256 xv[T];
     for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * cols + c);
     for (int r = 0; r < R; ++r) {

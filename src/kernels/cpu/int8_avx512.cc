@@ -6,6 +6,7 @@
 // multiple of 32, not 64) uses masked loads.
 #include <immintrin.h>
 
+#include "kernels/cpu/prefetch.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
 
@@ -30,7 +31,11 @@ void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 64) {
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     // 64 columns = two activation groups (lanes 0-7 and 8-15 of the int32 dot); the last step
     // may hold one group (cols a multiple of 32): masked loads give zeros above it.
     const int64_t g = c / kInt8ActGroup;
@@ -71,7 +76,11 @@ void TileW8A16(const Int8Args& a, int64_t r0, int64_t t0) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 16) {
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     __m512 xv[T];
     for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x + t * cols + c);
     for (int r = 0; r < R; ++r) {

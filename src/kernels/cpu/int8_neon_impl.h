@@ -12,6 +12,7 @@
 #include <arm_neon.h>
 
 #include "kernels/cpu/neon_dot.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
 
@@ -29,7 +30,11 @@ void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
   float32x4_t acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_f32(0.f);
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 32) {  // one activation group per step
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     const int64_t g = c / kInt8ActGroup;
     int8x16_t x0[T], x1[T];
     for (int t = 0; t < T; ++t) {
@@ -59,7 +64,11 @@ void TileW8A16(const Int8Args& a, int64_t r0, int64_t t0) {
   float32x4_t acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_f32(0.f);
+  const int64_t ahead = PrefetchAhead(R * cols);
   for (int64_t c = 0; c < cols; c += 8) {
+    if constexpr (T == 1)
+      if (c % 64 == 0)
+        for (int r = 0; r < R; ++r) PrefetchStream<64>(wq + r * cols + c, ahead);
     float32x4_t x0[T], x1[T];
     for (int t = 0; t < T; ++t) {
       x0[t] = vld1q_f32(x + t * cols + c);

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/prefetch.h"
 #include "kernels/quant_blocks.h"
 
 namespace peng::kernels {
@@ -81,9 +82,12 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     __m256i q[R];
     __m256 dw[R], mw[R];
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b);
       dw[r] = _mm256_set1_ps(Half(w[r][b].d));
@@ -191,8 +195,11 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   __m256 facc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) facc[r][t] = _mm256_setzero_ps();
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     RowK p[R];
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) K::Prep(w[r] + b, &p[r]);
     __m256i iacc[R][T];
     for (int r = 0; r < R; ++r)
@@ -246,7 +253,12 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   const int64_t main = g.cols & ~int64_t{7};
+  constexpr int64_t kElem = kT == DType::kF32 ? 4 : 2;
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < main; c += 8) {
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r)
+        PrefetchStream<8 * kElem>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     __m256 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW<kT>(g.w + (r0 + r) * g.row_bytes, c);
     for (int t = 0; t < T; ++t) {

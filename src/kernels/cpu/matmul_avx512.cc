@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/prefetch.h"
 #include "kernels/quant_blocks.h"
 
 // GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics.
@@ -114,11 +115,14 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const __m512i zero = _mm512_setzero_si512();
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; b += 2) {
     const bool tail = b + 1 == nb;
     const int64_t b1 = tail ? b : b + 1;
     __m512i q[R];
     __m512 dw[R], mw[R];
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r) PrefetchStream<2 * sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b, w[r] + b1);
       dw[r] = K::D(w[r] + b, w[r] + b1);
@@ -252,8 +256,11 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) facc[r][t] = _mm512_setzero_ps();
   const __m512i zero = _mm512_setzero_si512();
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     RowK p[R];
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) K::Prep(w[r] + b, &p[r]);
     __m512i iacc[R][T];
     for (int r = 0; r < R; ++r)
@@ -299,8 +306,13 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  constexpr int64_t kElem = kT == DType::kF32 ? 4 : 2;
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < g.cols; c += 16) {
     const __mmask16 m = g.cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.cols - c)) - 1);
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r)
+        PrefetchStream<16 * kElem>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     __m512 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW<kT>(g.w + (r0 + r) * g.row_bytes, c, m);
     for (int t = 0; t < T; ++t) {

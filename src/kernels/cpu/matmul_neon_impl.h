@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/neon_dot.h"
 #include "kernels/quant_blocks.h"
 
@@ -95,9 +96,12 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
   float macc[R][T] = {};
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_f32(0.f);
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     Q32 q[R];
     float dw[R], mw[R];
+    if constexpr (T == 1)
+      for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b);
       dw[r] = Half(w[r][b].d);
@@ -178,8 +182,11 @@ inline float DotQ6K(const BlockQ6_K& b, const int8_t* a, float da) {
 template <class B>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
   const int64_t nb = g.cols / kQKK;
+  const int64_t ahead = PrefetchAhead(g.row_bytes);
   for (int64_t r = r0; r < r1; ++r) {
     const B* w = reinterpret_cast<const B*>(g.w + r * g.row_bytes);
+    if (g.n_tokens == 1)
+      for (int64_t b = 0; b < nb; ++b) PrefetchStream<sizeof(B)>(w + b, ahead);
     for (int64_t t = 0; t < g.n_tokens; ++t) {
       const int8_t* a = g.a.qs + t * g.a.qs_stride;
       const float* d = g.a.d + t * g.a.d_stride;
@@ -223,7 +230,13 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = vdupq_n_f32(0.f);
   const int64_t main = g.cols & ~int64_t{3};
+  constexpr int64_t kElem = kT == DType::kF32 ? 4 : 2;
+  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < main; c += 4) {
+    if constexpr (T == 1)
+      if ((c * kElem) % 64 == 0)
+        for (int r = 0; r < R; ++r)
+          PrefetchStream<64>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     float32x4_t wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW<kT>(g.w + (r0 + r) * g.row_bytes, c);
     for (int t = 0; t < T; ++t) {
