@@ -48,9 +48,10 @@ struct Workspace {
   }
 };
 
-Workspace& ThreadWorkspace() {
-  thread_local Workspace ws;
-  return ws;
+// Two slots: a MatMulGroup may need activations in both block sizes (32 and 256) at once.
+Workspace& ThreadWorkspace(int slot) {
+  thread_local Workspace ws[2];
+  return ws[slot];
 }
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -89,7 +90,7 @@ QuantizeActFn ResolveQuantize(Isa isa) {
 
 // Quantizes all token rows of x into the workspace; returns the view.
 ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t cols,
-                            QuantizeActFn quantize, ThreadPool* pool) {
+                            QuantizeActFn quantize, ThreadPool* pool, int slot = 0) {
   const int ab = ActBlockSize(t);
   PENG_CHECK_MSG(cols % ab == 0, "MatMul: cols must be a multiple of the block size");
   ActRows a;
@@ -100,7 +101,7 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
   const size_t qs_bytes = static_cast<size_t>(a.qs_stride) * n_tokens;
   const size_t d_bytes = sizeof(float) * a.d_stride * n_tokens;
   const size_t s_bytes = sizeof(int16_t) * a.sums_stride * n_tokens;
-  uint8_t* base = ThreadWorkspace().Get(qs_bytes + d_bytes + s_bytes);
+  uint8_t* base = ThreadWorkspace(slot).Get(qs_bytes + d_bytes + s_bytes);
   int8_t* qs = reinterpret_cast<int8_t*>(base);
   float* d = reinterpret_cast<float*>(base + qs_bytes);
   int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
@@ -165,15 +166,21 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   ref::DequantizeRow(t, src, dst, n);
 }
 
-void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
-                int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool) {
-  PENG_CHECK_MSG(MatMulSupports(w.dtype), "MatMul: unsupported weight type");
-  PENG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= w.rows());
-  const int64_t rows = row_end - row_begin;
-  if (rows == 0 || n_tokens <= 0) return;
-  PENG_CHECK(ldy >= rows);
-  const Isa isa = ActiveIsa();
+namespace {
+
+// One matrix of a MatMulRows / MatMulGroup call, ready for its kernel.
+struct Part {
   MatMulArgs args;
+  MatMulKernel kernel = nullptr;
+  int64_t rows = 0;
+};
+
+Part MakePart(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+              int64_t n_tokens, float* y, int64_t ldy) {
+  Part p;
+  p.rows = row_end - row_begin;
+  p.kernel = ResolveKernel(w.dtype, ActiveIsa());
+  MatMulArgs& args = p.args;
   args.type = w.dtype;
   args.w = w.row(row_begin);
   args.row_bytes = w.row_bytes();
@@ -182,42 +189,126 @@ void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const f
   args.x = x;
   args.y = y;
   args.ldy = ldy;
+  // Work counts (kernels/work_counter.h): the rows are read once whatever n_tokens is.
+  WorkCounts& work = ThreadWork();
+  work.weight_bytes += p.rows * args.row_bytes;
+  (GetDTypeInfo(w.dtype).quantized ? work.ops_int8 : work.flops_f32) +=
+      2 * p.rows * args.cols * n_tokens;
+  return p;
+}
+
+// Rows [r0, r1) of the part (relative to its first row) for all tokens, a chunk of tokens at a
+// time.
+void RunPartRows(const Part& p, int64_t r0, int64_t r1) {
+  const MatMulArgs& args = p.args;
+  for (int64_t t0 = 0; t0 < args.n_tokens; t0 += kTokenChunk) {
+    MatMulArgs c = args;
+    c.n_tokens = std::min(kTokenChunk, args.n_tokens - t0);
+    c.x = args.x + t0 * args.cols;
+    c.a.qs = args.a.qs + t0 * args.a.qs_stride;
+    c.a.d = args.a.d + t0 * args.a.d_stride;
+    c.a.sums = args.a.sums + t0 * args.a.sums_stride;
+    c.y = args.y + t0 * args.ldy;
+    p.kernel(c, r0, r1);
+  }
+}
+
+// Runs all rows of all parts in one parallel region. Each thread gets an equal share of the
+// weight bytes (GEMV is memory bound), cut at multiples of kRowAlign rows within a part, so
+// every thread streams one contiguous range that may span parts.
+void RunParts(const Part* parts, int n, ThreadPool* pool) {
+  int64_t total_rows = 0, total_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    total_rows += parts[i].rows;
+    total_bytes += parts[i].rows * parts[i].args.row_bytes;
+  }
+  const int nt = pool ? pool->num_threads() : 1;
+  if (nt <= 1 || total_rows < 2 * kRowAlign) {
+    for (int i = 0; i < n; ++i) RunPartRows(parts[i], 0, parts[i].rows);
+    return;
+  }
+  struct Cut {
+    int part;
+    int64_t row;
+  };
+  // Cut k at byte k * total / nt, rounded to the nearest kRowAlign rows (monotonic in k).
+  auto cut_at = [&](int k) {
+    if (k == nt) return Cut{n - 1, parts[n - 1].rows};
+    const int64_t target = total_bytes * k / nt;
+    int64_t acc = 0;
+    for (int i = 0; i < n; ++i) {
+      const int64_t bytes = parts[i].rows * parts[i].args.row_bytes;
+      if (target < acc + bytes || i == n - 1) {
+        const int64_t row = (target - acc) / parts[i].args.row_bytes;
+        return Cut{i, std::min(parts[i].rows, (row + kRowAlign / 2) / kRowAlign * kRowAlign)};
+      }
+      acc += bytes;
+    }
+    return Cut{n - 1, parts[n - 1].rows};
+  };
+  pool->Run([&](int ti, int) {
+    const Cut b = cut_at(ti), e = cut_at(ti + 1);
+    for (int i = b.part; i <= e.part; ++i) {
+      const int64_t r0 = i == b.part ? b.row : 0;
+      const int64_t r1 = i == e.part ? e.row : parts[i].rows;
+      if (r0 < r1) RunPartRows(parts[i], r0, r1);
+    }
+  });
+}
+
+}  // namespace
+
+void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
+                int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool) {
+  PENG_CHECK_MSG(MatMulSupports(w.dtype), "MatMul: unsupported weight type");
+  PENG_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= w.rows());
+  if (row_end == row_begin || n_tokens <= 0) return;
+  PENG_CHECK(ldy >= row_end - row_begin);
   if (g_exact_activations && GetDTypeInfo(w.dtype).quantized) {
     MatMulRows(DequantizedCopy(w), row_begin, row_end, x, n_tokens, y, ldy, pool);
     return;
   }
-  // Work counts (kernels/work_counter.h): the rows are read once whatever n_tokens is.
-  WorkCounts& work = ThreadWork();
-  work.weight_bytes += rows * args.row_bytes;
-  (GetDTypeInfo(w.dtype).quantized ? work.ops_int8 : work.flops_f32) +=
-      2 * rows * args.cols * n_tokens;
+  Part p = MakePart(w, row_begin, row_end, x, n_tokens, y, ldy);
   if (GetDTypeInfo(w.dtype).quantized)
-    args.a = QuantizeActivations(w.dtype, x, n_tokens, args.cols, ResolveQuantize(isa), pool);
-  const MatMulKernel kernel = ResolveKernel(w.dtype, isa);
+    p.args.a = QuantizeActivations(w.dtype, x, n_tokens, p.args.cols,
+                                   ResolveQuantize(ActiveIsa()), pool);
+  RunParts(&p, 1, pool);
+}
 
-  auto run_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
-      MatMulArgs c = args;
-      c.n_tokens = std::min(kTokenChunk, n_tokens - t0);
-      c.x = args.x + t0 * args.cols;
-      c.a.qs = args.a.qs + t0 * args.a.qs_stride;
-      c.a.d = args.a.d + t0 * args.a.d_stride;
-      c.a.sums = args.a.sums + t0 * args.a.sums_stride;
-      c.y = args.y + t0 * ldy;
-      kernel(c, r0, r1);
-    }
-  };
-  const int nt = pool ? pool->num_threads() : 1;
-  if (nt <= 1 || rows < 2 * kRowAlign) {
-    run_rows(0, rows);
+void MatMulGroup(const MatMulOut* outs, int n, const float* x, int64_t n_tokens,
+                 ThreadPool* pool) {
+  if (n <= 0 || n_tokens <= 0) return;
+  bool any_quantized = false;
+  for (int i = 0; i < n; ++i) {
+    PENG_CHECK_MSG(MatMulSupports(outs[i].w->dtype), "MatMul: unsupported weight type");
+    PENG_CHECK(outs[i].w->cols() == outs[0].w->cols());
+    any_quantized |= GetDTypeInfo(outs[i].w->dtype).quantized;
+  }
+  if (g_exact_activations && any_quantized) {
+    for (int i = 0; i < n; ++i) MatMul(*outs[i].w, x, n_tokens, outs[i].y, pool);
     return;
   }
-  const int64_t per = RoundUp((rows + nt - 1) / nt, kRowAlign);
-  pool->Run([&](int ti, int) {
-    const int64_t r0 = std::min(rows, ti * per);
-    const int64_t r1 = std::min(rows, r0 + per);
-    if (r0 < r1) run_rows(r0, r1);
-  });
+  constexpr int kMaxParts = 8;
+  PENG_CHECK(n <= kMaxParts);
+  Part parts[kMaxParts];
+  // Quantized activations once per activation block size (32 or 256), each in its own slot.
+  ActRows acts[2];
+  int acts_block[2] = {0, 0};
+  for (int i = 0; i < n; ++i) {
+    const TensorView& w = *outs[i].w;
+    parts[i] = MakePart(w, 0, w.rows(), x, n_tokens, outs[i].y, w.rows());
+    if (!GetDTypeInfo(w.dtype).quantized) continue;
+    const int ab = ActBlockSize(w.dtype);
+    int slot = 0;
+    while (acts_block[slot] != 0 && acts_block[slot] != ab) ++slot;
+    if (acts_block[slot] == 0) {
+      acts[slot] = QuantizeActivations(w.dtype, x, n_tokens, w.cols(),
+                                       ResolveQuantize(ActiveIsa()), pool, slot);
+      acts_block[slot] = ab;
+    }
+    parts[i].args.a = acts[slot];
+  }
+  RunParts(parts, n, pool);
 }
 
 void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {

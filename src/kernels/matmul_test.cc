@@ -269,6 +269,41 @@ TEST_P(MatMulTypeTest, RowsSlicesAndPools) {
   }
 }
 
+// MatMulGroup over matrices of mixed types (both activation block sizes, float and quantized)
+// gives exactly each matrix's own MatMul, for GEMV and GEMM and for pools of 1, 2 and 3 threads
+// (whose byte-balanced cuts fall inside and between the matrices).
+TEST(MatMulTest, GroupEqualsSeparateProducts) {
+  std::mt19937 rng(11);
+  const int64_t cols = 512;
+  const DType types[] = {DType::kQ5_0, DType::kQ4_K, DType::kF16, DType::kQ8_0, DType::kQ6_K};
+  const int64_t rows[] = {200, 48, 17, 130, 64};
+  constexpr int n = 5;
+  std::vector<std::vector<uint8_t>> w(n);
+  std::vector<TensorView> v(n);
+  for (int i = 0; i < n; ++i) {
+    w[i] = RandomWeights(types[i], rows[i], cols, rng);
+    v[i] = View(types[i], rows[i], cols, w[i]);
+  }
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  for (int64_t n_tokens : {1, 7}) {
+    const auto x = RandomActs(cols * n_tokens, rng);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2, &pool3}) {
+      std::vector<std::vector<float>> want(n), got(n);
+      MatMulOut outs[n];
+      for (int i = 0; i < n; ++i) {
+        want[i].resize(rows[i] * n_tokens);
+        got[i].assign(rows[i] * n_tokens, 42.f);
+        MatMul(v[i], x.data(), n_tokens, want[i].data(), nullptr);
+        outs[i] = {&v[i], got[i].data()};
+      }
+      MatMulGroup(outs, n, x.data(), n_tokens, pool);
+      for (int i = 0; i < n; ++i)
+        EXPECT_EQ(got[i], want[i]) << DTypeName(types[i]) << " tokens " << n_tokens << " threads "
+                                   << (pool ? pool->num_threads() : 0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTypeTest, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 

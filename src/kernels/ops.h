@@ -31,6 +31,17 @@ void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, Thr
 void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                 int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool);
 
+// Several products with the same input, y_i[t * rows_i + r] = sum_c W_i[r, c] x[t * cols + c]
+// (Q/K/V, gate/up): the activations are quantized once per block size and all rows run in one
+// parallel region, split across threads by weight bytes. Same results as MatMul on each. At most
+// 8 matrices, all with the same column count.
+struct MatMulOut {
+  const TensorView* w;
+  float* y;
+};
+void MatMulGroup(const MatMulOut* outs, int n, const float* x, int64_t n_tokens,
+                 ThreadPool* pool);
+
 // dst[0..n) = float values of the first n values at src (n a multiple of the block size).
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 

@@ -152,9 +152,11 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
 
   // --- attention block
   const Int8Acts* hq = Norm(x_.data(), L.attn_norm, h_.data(), T, L.wq);
-  L.wq.Forward(h_.data(), hq, T, q_.data(), pool, &acts_scratch_);  // [T, n_heads * hd]
-  L.wk.Forward(h_.data(), hq, T, k_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
-  L.wv.Forward(h_.data(), hq, T, v_.data(), pool, &acts_scratch_);  // [T, n_kv_heads * hd]
+  {  // q [T, n_heads * hd], k and v [T, n_kv_heads * hd]
+    const Linear* ls[] = {&L.wq, &L.wk, &L.wv};
+    float* ys[] = {q_.data(), k_.data(), v_.data()};
+    Linear::ForwardGroup(ls, ys, 3, h_.data(), hq, T, pool, &acts_scratch_);
+  }
   kernels::AddBiasRows(q_.data(), L.bq, T, qd);
   kernels::AddBiasRows(k_.data(), L.bk, T, kvd);
   kernels::AddBiasRows(v_.data(), L.bv, T, kvd);
@@ -189,8 +191,11 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
 
   // --- feed-forward block
   hq = Norm(x_.data(), L.ffn_norm, h_.data(), T, L.w_gate);
-  L.w_gate.Forward(h_.data(), hq, T, gate_.data(), pool, &acts_scratch_);  // [T, ffn]
-  L.w_up.Forward(h_.data(), hq, T, up_.data(), pool, &acts_scratch_);      // [T, ffn]
+  {  // gate and up [T, ffn]
+    const Linear* ls[] = {&L.w_gate, &L.w_up};
+    float* ys[] = {gate_.data(), up_.data()};
+    Linear::ForwardGroup(ls, ys, 2, h_.data(), hq, T, pool, &acts_scratch_);
+  }
   if (c.activation == Activation::kSilu) {
     kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
   } else {

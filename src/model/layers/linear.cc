@@ -150,6 +150,21 @@ void Linear::Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float
   kernels::Int8MatMul(Int8View(), xq->q.data(), xq->scales.data(), n_tokens, y, pool);
 }
 
+void Linear::ForwardGroup(const Linear* const* ls, float* const* ys, int n, const float* x,
+                          const Int8Acts* xq, int64_t n_tokens, ThreadPool* pool,
+                          Int8Acts* scratch) {
+  constexpr int kMax = 8;
+  bool grouped = n <= kMax;
+  for (int i = 0; i < n && grouped; ++i) grouped = !ls[i]->int8_;
+  if (!grouped) {
+    for (int i = 0; i < n; ++i) ls[i]->Forward(x, xq, n_tokens, ys[i], pool, scratch);
+    return;
+  }
+  kernels::MatMulOut outs[kMax];
+  for (int i = 0; i < n; ++i) outs[i] = {ls[i]->w_, ys[i]};
+  kernels::MatMulGroup(outs, n, x, n_tokens, pool);
+}
+
 void Linear::DequantizeRow(int64_t r, float* out) const {
   if (!int8_) {
     kernels::DequantizeRow(w_->dtype, w_->row(r), out, cols_);

@@ -70,6 +70,12 @@ class Linear {
   // when W8A8 weights get no xq.
   void Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float* y, ThreadPool* pool,
                Int8Acts* scratch) const;
+  // Forward of several Linears with the same input x (Q/K/V, gate/up) into ys[i]: block-quantized
+  // and float weights go through one kernels::MatMulGroup (activations quantized once, one
+  // parallel region); otherwise (INT8) one Forward each. Same results as n Forwards.
+  static void ForwardGroup(const Linear* const* ls, float* const* ys, int n, const float* x,
+                           const Int8Acts* xq, int64_t n_tokens, ThreadPool* pool,
+                           Int8Acts* scratch);
   // W[r, :] as floats (embedding lookup, diagnostics).
   void DequantizeRow(int64_t r, float* out) const;
 
