@@ -48,10 +48,9 @@ struct Workspace {
   }
 };
 
-// Two slots: a MatMulGroup may need activations in both block sizes (32 and 256) at once.
-Workspace& ThreadWorkspace(int slot) {
-  thread_local Workspace ws[2];
-  return ws[slot];
+Workspace& ThreadWorkspace() {
+  thread_local Workspace ws;
+  return ws;
 }
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -88,20 +87,30 @@ QuantizeActFn ResolveQuantize(Isa isa) {
   return f ? f : &ref::QuantizeAct;
 }
 
-// Quantizes all token rows of x into the workspace; returns the view.
-ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t cols,
-                            QuantizeActFn quantize, ThreadPool* pool, int slot = 0) {
-  const int ab = ActBlockSize(t);
-  PENG_CHECK_MSG(cols % ab == 0, "MatMul: cols must be a multiple of the block size");
+// Layout of quantized activations for n_tokens rows of cols values (base pointer unset).
+// Padding lets SIMD kernels over-read (masked) one block pair past the row end.
+ActRows ActLayout(int ab, int64_t n_tokens, int64_t cols, size_t* bytes) {
   ActRows a;
-  // Padding lets SIMD kernels over-read (masked) one block pair past the row end.
   a.qs_stride = RoundUp(cols, 64) + 64;
   a.d_stride = RoundUp(cols / ab + 2, 16);
   a.sums_stride = RoundUp(cols / 16 + 2, 32);
+  *bytes = static_cast<size_t>(a.qs_stride) * n_tokens + sizeof(float) * a.d_stride * n_tokens +
+           sizeof(int16_t) * a.sums_stride * n_tokens;
+  *bytes = (*bytes + 63) & ~size_t{63};
+  return a;
+}
+
+// Quantizes all token rows of x into `base` (ActLayout's bytes, 64-byte aligned; the thread's
+// workspace when null); returns the view.
+ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t cols,
+                            QuantizeActFn quantize, ThreadPool* pool, uint8_t* base = nullptr) {
+  const int ab = ActBlockSize(t);
+  PENG_CHECK_MSG(cols % ab == 0, "MatMul: cols must be a multiple of the block size");
+  size_t bytes = 0;
+  ActRows a = ActLayout(ab, n_tokens, cols, &bytes);
+  if (!base) base = ThreadWorkspace().Get(bytes);
   const size_t qs_bytes = static_cast<size_t>(a.qs_stride) * n_tokens;
   const size_t d_bytes = sizeof(float) * a.d_stride * n_tokens;
-  const size_t s_bytes = sizeof(int16_t) * a.sums_stride * n_tokens;
-  uint8_t* base = ThreadWorkspace(slot).Get(qs_bytes + d_bytes + s_bytes);
   int8_t* qs = reinterpret_cast<int8_t*>(base);
   float* d = reinterpret_cast<float*>(base + qs_bytes);
   int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
@@ -278,35 +287,47 @@ void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const f
 void MatMulGroup(const MatMulOut* outs, int n, const float* x, int64_t n_tokens,
                  ThreadPool* pool) {
   if (n <= 0 || n_tokens <= 0) return;
+  PENG_CHECK(n <= kMaxMatMulGroup);
+  auto x_of = [&](int i) { return outs[i].x ? outs[i].x : x; };
   bool any_quantized = false;
   for (int i = 0; i < n; ++i) {
     PENG_CHECK_MSG(MatMulSupports(outs[i].w->dtype), "MatMul: unsupported weight type");
-    PENG_CHECK(outs[i].w->cols() == outs[0].w->cols());
+    PENG_CHECK(x_of(i) != nullptr);
     any_quantized |= GetDTypeInfo(outs[i].w->dtype).quantized;
   }
   if (g_exact_activations && any_quantized) {
-    for (int i = 0; i < n; ++i) MatMul(*outs[i].w, x, n_tokens, outs[i].y, pool);
+    for (int i = 0; i < n; ++i) MatMul(*outs[i].w, x_of(i), n_tokens, outs[i].y, pool);
     return;
   }
-  constexpr int kMaxParts = 8;
-  PENG_CHECK(n <= kMaxParts);
-  Part parts[kMaxParts];
-  // Quantized activations once per activation block size (32 or 256), each in its own slot.
-  ActRows acts[2];
-  int acts_block[2] = {0, 0};
+  Part parts[kMaxMatMulGroup];
+  // Quantized activations once per distinct (input, block size), all in one workspace.
+  int owner[kMaxMatMulGroup];  // the part whose activations part i uses (-1: float weights)
+  size_t offset[kMaxMatMulGroup], total = 0;
   for (int i = 0; i < n; ++i) {
     const TensorView& w = *outs[i].w;
-    parts[i] = MakePart(w, 0, w.rows(), x, n_tokens, outs[i].y, w.rows());
+    parts[i] = MakePart(w, 0, w.rows(), x_of(i), n_tokens, outs[i].y, w.rows());
+    owner[i] = -1;
     if (!GetDTypeInfo(w.dtype).quantized) continue;
-    const int ab = ActBlockSize(w.dtype);
-    int slot = 0;
-    while (acts_block[slot] != 0 && acts_block[slot] != ab) ++slot;
-    if (acts_block[slot] == 0) {
-      acts[slot] = QuantizeActivations(w.dtype, x, n_tokens, w.cols(),
-                                       ResolveQuantize(ActiveIsa()), pool, slot);
-      acts_block[slot] = ab;
-    }
-    parts[i].args.a = acts[slot];
+    owner[i] = i;
+    for (int j = 0; j < i; ++j)
+      if (owner[j] == j && x_of(j) == x_of(i) && outs[j].w->cols() == w.cols() &&
+          ActBlockSize(outs[j].w->dtype) == ActBlockSize(w.dtype))
+        owner[i] = j;
+    if (owner[i] != i) continue;
+    size_t bytes = 0;
+    ActLayout(ActBlockSize(w.dtype), n_tokens, w.cols(), &bytes);
+    offset[i] = total;
+    total += bytes;
+  }
+  uint8_t* base = total ? ThreadWorkspace().Get(total) : nullptr;
+  const QuantizeActFn quantize = ResolveQuantize(ActiveIsa());
+  for (int i = 0; i < n; ++i) {
+    if (owner[i] < 0) continue;
+    if (owner[i] == i)
+      parts[i].args.a = QuantizeActivations(outs[i].w->dtype, x_of(i), n_tokens,
+                                            parts[i].args.cols, quantize, pool, base + offset[i]);
+    else
+      parts[i].args.a = parts[owner[i]].args.a;
   }
   RunParts(parts, n, pool);
 }

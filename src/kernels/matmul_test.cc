@@ -270,7 +270,7 @@ TEST_P(MatMulTypeTest, RowsSlicesAndPools) {
 }
 
 // MatMulGroup over matrices of mixed types (both activation block sizes, float and quantized)
-// gives exactly each matrix's own MatMul, for GEMV and GEMM and for pools of 1, 2 and 3 threads
+// and inputs (shared and per part) gives exactly each matrix's own MatMul, for GEMV and GEMM and for pools of 1, 2 and 3 threads
 // (whose byte-balanced cuts fall inside and between the matrices).
 TEST(MatMulTest, GroupEqualsSeparateProducts) {
   std::mt19937 rng(11);
@@ -287,14 +287,16 @@ TEST(MatMulTest, GroupEqualsSeparateProducts) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (int64_t n_tokens : {1, 7}) {
     const auto x = RandomActs(cols * n_tokens, rng);
+    const auto own_x = RandomActs(cols * n_tokens, rng);  // parts 1 and 3 have their own input
     for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2, &pool3}) {
       std::vector<std::vector<float>> want(n), got(n);
       MatMulOut outs[n];
       for (int i = 0; i < n; ++i) {
+        const float* xi = i % 2 == 1 ? own_x.data() : nullptr;
         want[i].resize(rows[i] * n_tokens);
         got[i].assign(rows[i] * n_tokens, 42.f);
-        MatMul(v[i], x.data(), n_tokens, want[i].data(), nullptr);
-        outs[i] = {&v[i], got[i].data()};
+        MatMul(v[i], xi ? xi : x.data(), n_tokens, want[i].data(), nullptr);
+        outs[i] = {&v[i], got[i].data(), xi};
       }
       MatMulGroup(outs, n, x.data(), n_tokens, pool);
       for (int i = 0; i < n; ++i)

@@ -31,13 +31,15 @@ void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, Thr
 void MatMulRows(const TensorView& w, int64_t row_begin, int64_t row_end, const float* x,
                 int64_t n_tokens, float* y, int64_t ldy, ThreadPool* pool);
 
-// Several products with the same input, y_i[t * rows_i + r] = sum_c W_i[r, c] x[t * cols + c]
-// (Q/K/V, gate/up): the activations are quantized once per block size and all rows run in one
-// parallel region, split across threads by weight bytes. Same results as MatMul on each. At most
-// 8 matrices, all with the same column count.
+// Several products in one call, y_i[t * rows_i + r] = sum_c W_i[r, c] x_i[t * cols_i + c], where
+// x_i is the part's own input or, when null, the shared x (Q/K/V, gate/up; MLA's per-head k_b /
+// v_b): activations are quantized once per distinct input and block size, and all rows run in
+// one parallel region, split across threads by weight bytes. Same results as MatMul on each.
+inline constexpr int kMaxMatMulGroup = 128;
 struct MatMulOut {
   const TensorView* w;
   float* y;
+  const float* x = nullptr;
 };
 void MatMulGroup(const MatMulOut* outs, int n, const float* x, int64_t n_tokens,
                  ThreadPool* pool);

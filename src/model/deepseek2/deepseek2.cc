@@ -604,8 +604,9 @@ void DeepseekV2Model::RunMlpWith(const Linear& gate, const Linear& up, const Lin
   const int64_t F = gate.rows();
   if (static_cast<int64_t>(ge->size()) < T * F) ge->resize(T * F);
   if (static_cast<int64_t>(ue->size()) < T * F) ue->resize(T * F);
-  gate.Forward(x, nullptr, T, ge->data(), pool, acts);
-  up.Forward(x, nullptr, T, ue->data(), pool, acts);
+  const Linear* ls[] = {&gate, &up};
+  float* ys[] = {ge->data(), ue->data()};
+  Linear::ForwardGroup(ls, ys, 2, x, nullptr, T, pool, acts);
   kernels::SiluMul(ge->data(), ue->data(), ge->data(), T * F);
   down.Forward(ge->data(), nullptr, T, y, pool, acts);
 }
@@ -683,9 +684,27 @@ void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
     // Absorbed: q_abs = W_UK^T q_nope attends over the cached latents; o = W_UV o_lat.
     float* ql = qlat_.data() + t0 * H * row;
     float* ol = olat_.data() + t0 * H * r;
-    kernels::MlaAbsorbQuery(q, n_q, L.w_kvb, mp, ql, pool);
+    // Decode with per-head k_b / v_b in the file (kv_b_parts: k_b[h] = W_UK[h]^T [r, d_n],
+    // v_b[h] = W_UV[h] [d_v, r]): both products use the stored (quantized) weights, all heads
+    // in one parallel region, instead of the FP32 copy (8x the bytes of Q4_0).
+    const bool stored_heads = n_q == 1 && static_cast<int64_t>(L.kv_b_parts.size()) == 2 * H &&
+                              H <= kernels::kMaxMatMulGroup && !L.kv_b_parts[0].is_int8();
+    if (!stored_heads) {
+      kernels::MlaAbsorbQuery(q, n_q, L.w_kvb, mp, ql, pool);
+      kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
+      kernels::MlaProjectOutput(ol, n_q, L.w_kvb, mp, out, pool);
+      return;
+    }
+    const int64_t dr = c.qk_rope_head_dim;
+    kernels::MatMulOut heads[kernels::kMaxMatMulGroup];
+    for (int64_t h = 0; h < H; ++h) {
+      heads[h] = {&L.kv_b_parts[2 * h].tensor(), ql + h * row, q + h * dqk};
+      std::copy_n(q + h * dqk + dn, dr, ql + h * row + r);
+    }
+    kernels::MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
     kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
-    kernels::MlaProjectOutput(ol, n_q, L.w_kvb, mp, out, pool);
+    for (int64_t h = 0; h < H; ++h) heads[h] = {&L.kv_b_parts[2 * h + 1].tensor(), out + h * dv, ol + h * r};
+    kernels::MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
     return;
   }
   // Expanded: k_nope / v of every context position from its cached latent (one matrix
@@ -712,17 +731,20 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
   const int64_t r = c.kv_lora_rank, dqk = c.qk_head_dim(), row = c.cache_row();
 
   kernels::RmsNorm(x_.data(), L.attn_norm, 0.f, h_.data(), T, D, c.base.rms_eps);
+  {  // q (or its LoRA down-projection) and the latent kv_a read the same normed input
+    const bool lora = c.q_lora_rank > 0;
+    const Linear* ls[] = {lora ? &L.wq_a : &L.wq, &L.wkv_a};
+    float* ys[] = {lora ? qa_.data() : q_.data(), ckv_.data()};
+    Linear::ForwardGroup(ls, ys, 2, h_.data(), nullptr, T, pool, &acts_scratch_);
+  }
   if (c.q_lora_rank > 0) {
-    L.wq_a.Forward(h_.data(), nullptr, T, qa_.data(), pool, &acts_scratch_);
     kernels::AddBiasRows(qa_.data(), L.bq_a, T, c.q_lora_rank);
     kernels::RmsNorm(qa_.data(), L.q_a_norm, 0.f, qa_.data(), T, c.q_lora_rank, c.latent_norm_eps);
     L.wq_b.Forward(qa_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
     kernels::AddBiasRows(q_.data(), L.bq_b, T, H * dqk);
   } else {
-    L.wq.Forward(h_.data(), nullptr, T, q_.data(), pool, &acts_scratch_);
     kernels::AddBiasRows(q_.data(), L.bq, T, H * dqk);
   }
-  L.wkv_a.Forward(h_.data(), nullptr, T, ckv_.data(), pool, &acts_scratch_);
   kernels::AddBiasRows(ckv_.data(), L.bkv_a, T, row);
 
   // Latent norm, RoPE on k_pe and every head's q_pe, then the cache row of every token.
@@ -862,7 +884,7 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     // Prefill: many experts with a few tokens each run faster side by side on the threads than
     // one after another with each small GEMM split across them. (Exact mode's shared weight
     // cache is not thread-safe, so it keeps the sequential path.)
-    const bool spread = pool && pool->num_threads() > 1 && T > 1 &&
+    const bool spread = pool && pool->num_threads() > 1 &&
                         n_active >= 2 * pool->num_threads() && !kernels::ExactActivations();
     if (spread) RunExpertsParallel(L, T, pool);
     for (int64_t e = 0; e < E && !spread; ++e) {

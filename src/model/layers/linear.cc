@@ -153,7 +153,7 @@ void Linear::Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float
 void Linear::ForwardGroup(const Linear* const* ls, float* const* ys, int n, const float* x,
                           const Int8Acts* xq, int64_t n_tokens, ThreadPool* pool,
                           Int8Acts* scratch) {
-  constexpr int kMax = 8;
+  constexpr int kMax = kernels::kMaxMatMulGroup;
   bool grouped = n <= kMax;
   for (int i = 0; i < n && grouped; ++i) grouped = !ls[i]->int8_;
   if (!grouped) {
@@ -161,7 +161,7 @@ void Linear::ForwardGroup(const Linear* const* ls, float* const* ys, int n, cons
     return;
   }
   kernels::MatMulOut outs[kMax];
-  for (int i = 0; i < n; ++i) outs[i] = {ls[i]->w_, ys[i]};
+  for (int i = 0; i < n; ++i) outs[i] = {ls[i]->w_, ys[i], nullptr};
   kernels::MatMulGroup(outs, n, x, n_tokens, pool);
 }
 
