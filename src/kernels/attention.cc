@@ -130,28 +130,42 @@ void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, con
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                     const int32_t* block_table, const AttentionParams& p, float* out,
                     ThreadPool* pool) {
+  const AttentionSeq seq{q, n_q, pos0, block_table, out};
+  PagedAttentionBatch(&seq, 1, kv, p, pool);
+}
+
+void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
+                         const AttentionParams& p, ThreadPool* pool) {
   CheckLayout(kv);
   PENG_CHECK(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   const AttnOps ops = SelectAttnOps();
   const int group = p.n_heads / kv.n_kv_heads;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
-  const int64_t n_items = n_q * p.n_heads;
-  // Per (query, key): a dk-dot for the score and a dv-axpy for the output, in every head.
-  CountAttentionWork(n_q, pos0, p.sliding_window,
-                     static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
-                     2 * int64_t{p.n_heads} * (dk + dv));
-  // Item i = (token i / n_heads, head i % n_heads). Items are dealt round-robin so that the
-  // long rows at the end of a causal prefill chunk spread over all workers.
+  // Item prefix sums per sequence; item i of sequence s = (token i / n_heads, head i % n_heads).
+  int64_t n_items = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    n_items += seqs[s].n_q * p.n_heads;
+    // Per (query, key): a dk-dot for the score and a dv-axpy for the output, in every head.
+    CountAttentionWork(seqs[s].n_q, seqs[s].pos0, p.sliding_window,
+                       static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
+                       2 * int64_t{p.n_heads} * (dk + dv));
+  }
+  // Items are dealt round-robin so that the long rows at the end of a causal prefill chunk
+  // spread over all workers.
   auto run = [&](int64_t begin, int64_t step) {
+    int64_t s = 0, s_first = 0;  // sequence of item i and its first item
     for (int64_t i = begin; i < n_items; i += step) {
-      const int64_t t = i / p.n_heads;
-      const int h = static_cast<int>(i % p.n_heads);
-      AttendOne(q + (t * p.n_heads + h) * dk, pos0 + t, h / group, kv, block_table, p, ops,
-                out + (t * p.n_heads + h) * dv);
+      while (i >= s_first + seqs[s].n_q * p.n_heads) s_first += seqs[s++].n_q * p.n_heads;
+      const AttentionSeq& sq = seqs[s];
+      const int64_t j = i - s_first;
+      const int64_t t = j / p.n_heads;
+      const int h = static_cast<int>(j % p.n_heads);
+      AttendOne(sq.q + (t * p.n_heads + h) * dk, sq.pos0 + t, h / group, kv, sq.block_table, p,
+                ops, sq.out + (t * p.n_heads + h) * dv);
     }
   };
-  if (pool == nullptr || pool->num_threads() == 1 || n_items == 1) {
+  if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {
     run(0, 1);
   } else {
     pool->Run([&](int ti, int nt) { run(ti, nt); });

@@ -185,6 +185,42 @@ TEST(PagedAttention, OddDimsAndBlockSize) {
   RunCase(c);
 }
 
+// A batch of sequences (a prefill chunk next to decodes at other positions, sharing one cache
+// layer, as the engine's batches do) gives exactly PagedAttention of each, with and without a
+// pool.
+TEST(PagedAttention, BatchEqualsEachSequence) {
+  const Case c{"batch", 8, 2, 64, 64, 5, 40, DType::kF16};
+  const Data data = MakeData(c, 3);
+  PagedCache pc = MakeCache(c, 5);
+  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
+    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+            &data.v[p * c.n_kv_heads * c.v_head_dim]);
+  AttentionParams params;
+  params.n_heads = c.n_heads;
+  params.scale = 0.125f;
+  const int64_t row = c.n_heads * c.head_dim;
+  struct S {
+    int64_t first_q, n_q;
+  };
+  const S parts[] = {{0, 5}, {2, 1}, {0, 1}, {4, 1}};
+  std::vector<std::vector<float>> want(4), got(4);
+  std::vector<AttentionSeq> seqs;
+  for (int i = 0; i < 4; ++i) {
+    const float* q = data.q.data() + parts[i].first_q * row;
+    want[i].assign(parts[i].n_q * row, 0.f);
+    PagedAttention(q, parts[i].n_q, c.pos0 + parts[i].first_q, pc.view, pc.block_table.data(),
+                   params, want[i].data(), nullptr);
+    got[i].assign(parts[i].n_q * row, -1.f);
+    seqs.push_back({q, parts[i].n_q, c.pos0 + parts[i].first_q, pc.block_table.data(),
+                    got[i].data()});
+  }
+  ThreadPool pool(3);
+  for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    PagedAttentionBatch(seqs.data(), 4, pc.view, params, tp);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got[i], want[i]) << "seq " << i;
+  }
+}
+
 TEST(KvWrite, F16BitsMatchScalarConversion) {
   const Isa saved = ActiveIsa();
   const int n_kv = 2, dim = 19;

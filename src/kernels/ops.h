@@ -144,4 +144,18 @@ void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView
                     const int32_t* block_table, const AttentionParams& p, float* out,
                     ThreadPool* pool);
 
+// One sequence of a batched call: its queries, positions, block table and output as above.
+struct AttentionSeq {
+  const float* q;
+  int64_t n_q;
+  int64_t pos0;
+  const int32_t* block_table;
+  float* out;
+};
+// PagedAttention of every sequence of a batch in one parallel region over all (sequence, token,
+// head) items (a decode batch has one token per sequence: one region instead of one per
+// sequence). Same results as PagedAttention on each.
+void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
+                         const AttentionParams& p, ThreadPool* pool);
+
 }  // namespace peng::kernels

@@ -177,12 +177,15 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   ap.n_heads = static_cast<int>(c.n_heads);
   ap.scale = c.AttentionScale();
   ap.sliding_window = sliding ? c.sliding_window : 0;
+  attn_seqs_.clear();
   int64_t t0 = 0;
   for (const SeqBatchEntry& s : batch.seqs) {
-    kernels::PagedAttention(q_.data() + t0 * qd, s.n_tokens, s.pos0, kvl, s.block_table, ap,
-                            attn_.data() + t0 * qd, pool);
+    attn_seqs_.push_back({q_.data() + t0 * qd, s.n_tokens, s.pos0, s.block_table,
+                          attn_.data() + t0 * qd});
     t0 += s.n_tokens;
   }
+  kernels::PagedAttentionBatch(attn_seqs_.data(), static_cast<int64_t>(attn_seqs_.size()), kvl,
+                               ap, pool);
   L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
   if (L.post_attn_norm)
     kernels::RmsNorm(o_.data(), L.post_attn_norm, c.norm_weight_offset, o_.data(), T, D,

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/layers/linear.h"
 #include "model/model.h"
 #include "model/model_files.h"
@@ -80,6 +81,7 @@ class DecoderModel : public Model {
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   std::vector<int64_t> pos_;
   std::vector<int32_t> seq_of_token_;
+  std::vector<kernels::AttentionSeq> attn_seqs_;  // PagedAttentionBatch arguments
   std::vector<float> sel_;
   Int8Acts acts_, acts_scratch_;
 };
