@@ -536,8 +536,12 @@ int64_t DeepseekV2Model::WeightBytesPerToken() const {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
                             &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
       if (l->bound()) bytes += l->bytes();
-    // kv_b is read as its FP32 per-head copy (W_UK / W_UV), not in its stored type.
-    bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
+    // kv_b: the stored per-head k_b / v_b, or the FP32 copy (W_UK / W_UV).
+    if (DecodesWithStoredKvb(L)) {
+      for (const Linear& l : L.kv_b_parts) bytes += l.bytes();
+    } else {
+      bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
+    }
     if (L.moe && !L.exp_gate.empty()) {
       int64_t experts = 0;
       for (size_t e = 0; e < L.exp_gate.size(); ++e)
@@ -665,6 +669,12 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
   for (int ti = 0; ti < nt; ++ti) kernels::AddInPlace(o_.data(), expert_scratch_[ti].o.data(), T * D);
 }
 
+bool DeepseekV2Model::DecodesWithStoredKvb(const Layer& L) const {
+  const int64_t H = cfg_.base.n_heads;
+  return static_cast<int64_t>(L.kv_b_parts.size()) == 2 * H && H <= kernels::kMaxMatMulGroup &&
+         !L.kv_b_parts[0].is_int8();
+}
+
 void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
                              const SeqBatchEntry& s, int64_t t0, bool expanded, ThreadPool* pool) {
   const DeepseekV2Config& c = cfg_;
@@ -687,9 +697,7 @@ void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
     // Decode with per-head k_b / v_b in the file (kv_b_parts: k_b[h] = W_UK[h]^T [r, d_n],
     // v_b[h] = W_UV[h] [d_v, r]): both products use the stored (quantized) weights, all heads
     // in one parallel region, instead of the FP32 copy (8x the bytes of Q4_0).
-    const bool stored_heads = n_q == 1 && static_cast<int64_t>(L.kv_b_parts.size()) == 2 * H &&
-                              H <= kernels::kMaxMatMulGroup && !L.kv_b_parts[0].is_int8();
-    if (!stored_heads) {
+    if (n_q != 1 || !DecodesWithStoredKvb(L)) {
       kernels::MlaAbsorbQuery(q, n_q, L.w_kvb, mp, ql, pool);
       kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
       kernels::MlaProjectOutput(ol, n_q, L.w_kvb, mp, out, pool);

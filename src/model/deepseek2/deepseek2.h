@@ -149,6 +149,9 @@ class DeepseekV2Model : public Model {
 
   void EnsureScratch(int64_t n_tokens);
   void RunAttention(int il, const ForwardBatch& batch, KvCache* kv, ThreadPool* pool);
+  // True when decode multiplies by the file's per-head k_b / v_b (quantized, all heads in one
+  // MatMulGroup) instead of the FP32 kv_b copy: split layout, not INT8.
+  bool DecodesWithStoredKvb(const Layer& L) const;
   void Attend(const Layer& L, const kernels::KvLayerView& kvl, const SeqBatchEntry& s, int64_t t0,
               bool expanded, ThreadPool* pool);
   void RunMlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, int64_t T,
