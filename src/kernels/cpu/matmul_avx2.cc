@@ -86,7 +86,7 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int64_t b = 0; b < nb; ++b) {
     __m256i q[R];
     __m256 dw[R], mw[R];
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1)
       for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b);
@@ -198,7 +198,7 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     RowK p[R];
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1)
       for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) K::Prep(w[r] + b, &p[r]);
     __m256i iacc[R][T];
@@ -256,9 +256,9 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   constexpr int64_t kElem = kT == DType::kF32 ? 4 : 2;
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < main; c += 8) {
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1 && (c * kElem) % 64 == 0)
       for (int r = 0; r < R; ++r)
-        PrefetchStream<8 * kElem>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
+        PrefetchStream<64>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     __m256 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW<kT>(g.w + (r0 + r) * g.row_bytes, c);
     for (int t = 0; t < T; ++t) {

@@ -121,7 +121,7 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
     const int64_t b1 = tail ? b : b + 1;
     __m512i q[R];
     __m512 dw[R], mw[R];
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1)
       for (int r = 0; r < R; ++r) PrefetchStream<2 * sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b, w[r] + b1);
@@ -259,7 +259,7 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
     RowK p[R];
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1)
       for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) K::Prep(w[r] + b, &p[r]);
     __m512i iacc[R][T];
@@ -310,9 +310,9 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < g.cols; c += 16) {
     const __mmask16 m = g.cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.cols - c)) - 1);
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1 && (c * kElem) % 64 == 0)
       for (int r = 0; r < R; ++r)
-        PrefetchStream<16 * kElem>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
+        PrefetchStream<64>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     __m512 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW<kT>(g.w + (r0 + r) * g.row_bytes, c, m);
     for (int t = 0; t < T; ++t) {

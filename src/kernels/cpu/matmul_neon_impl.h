@@ -100,7 +100,7 @@ void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
   for (int64_t b = 0; b < nb; ++b) {
     Q32 q[R];
     float dw[R], mw[R];
-    if constexpr (T == 1)
+    if (T == 1 && g.n_tokens == 1)
       for (int r = 0; r < R; ++r) PrefetchStream<sizeof(B)>(w[r] + b, ahead);
     for (int r = 0; r < R; ++r) {
       q[r] = K::Q(w[r] + b);
@@ -233,8 +233,7 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
   constexpr int64_t kElem = kT == DType::kF32 ? 4 : 2;
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t c = 0; c < main; c += 4) {
-    if constexpr (T == 1)
-      if ((c * kElem) % 64 == 0)
+    if (T == 1 && g.n_tokens == 1 && (c * kElem) % 64 == 0)
         for (int r = 0; r < R; ++r)
           PrefetchStream<64>(g.w + (r0 + r) * g.row_bytes + c * kElem, ahead);
     float32x4_t wv[R];

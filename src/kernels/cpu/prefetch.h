@@ -18,13 +18,14 @@ inline int64_t PrefetchAhead(int64_t tile_bytes) {
   return (kPrefetchMinBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
 }
 
-// Prefetches the cache lines of [p + ahead, p + ahead + bytes) into L1 (bytes is a compile-time
-// block size, so the loop unrolls).
+// Prefetches, ahead bytes further on, one address per 64 bytes of a kBytes block (a
+// compile-time block size, so the loop unrolls): blocks are consecutive, so every cache line of
+// the stream holds one of these addresses of this or the next block (one prefetch per block of
+// up to 64 bytes, two for a Q8_0 pair or K-quant super-block half, ...).
 template <int64_t kBytes>
 inline void PrefetchStream(const void* p, int64_t ahead) {
   const char* c = static_cast<const char*>(p) + ahead;
   for (int64_t off = 0; off < kBytes; off += 64) __builtin_prefetch(c + off, 0, 3);
-  if constexpr (kBytes % 64 != 0) __builtin_prefetch(c + kBytes - 1, 0, 3);
 }
 
 }  // namespace peng::kernels
