@@ -1,11 +1,14 @@
-// AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels. Each kernel computes an R x T register tile
-// (R weight rows x T tokens): every weight block is decoded once per tile and reused for T
-// tokens, every activation block is loaded once and reused for R rows. Integer dot products
-// use vpdpbusd (u8 weights x s8 activations); a weight offset (Q4_0: 8, Q5_0: 16, Q8_0: 128
-// after flipping its sign bit) is removed exactly through a bias of -offset * sum(a) that seeds
-// the accumulator. Each 512-bit step covers two 32-value blocks or one 64-value K-quant chunk.
+// AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels. Integer dot products use vpdpbusd (u8 weights x
+// s8 activations); a weight offset (Q4_0: 8, Q5_0: 16, Q8_0: 128 after flipping its sign bit) is
+// removed exactly through -offset * sum(a). The 32-value block types run in 16-row panels (one
+// lane per row, the two blocks of a step transposed across rows; see PanelGemv / PackPanel);
+// the K-quants and float types compute R x T register tiles (R weight rows x T tokens: every
+// weight block is decoded once per tile and reused for T tokens, every activation block loaded
+// once and reused for R rows), one 64-value K-quant chunk per 512-bit step.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cpu/prefetch.h"
@@ -22,16 +25,6 @@ namespace {
 
 inline __m512i Idx2() { return _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0); }
 
-// [f0 x8, f1 x8] from two adjacent floats.
-inline __m512 Bcast2(const float* p) {
-  const __m128 v = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
-  return _mm512_permutexvar_ps(Idx2(), _mm512_castps128_ps512(v));
-}
-// [h(a) x8, h(b) x8] from two fp16 values.
-inline __m512 HalfPair(uint16_t a, uint16_t b) {
-  const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(a | uint32_t{b} << 16)));
-  return _mm512_permutexvar_ps(Idx2(), _mm512_castps128_ps512(v));
-}
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 inline uint32_t Load32(const void* p) {
   uint32_t v;
@@ -49,9 +42,23 @@ inline __m512i Nibbles2(const uint8_t* q0, const uint8_t* q1) {
   const __m512i s = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
   return _mm512_and_si512(s, _mm512_set1_epi8(0x0F));
 }
-inline __m512i AddHighBit(__m512i q, uint32_t h0, uint32_t h1) {
-  const __mmask64 m = _cvtu64_mask64(uint64_t{h0} | uint64_t{h1} << 32);
-  return _mm512_mask_or_epi32(q, 0xFFFF, q, _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(16)));
+// Q5 high bits: bit j of a block's 32-bit qh is bit 4 of its value j. Each half of the vector
+// gets its block's qh in every dword; vpshufb puts qh byte j / 8 at byte j and a test against
+// 1 << (j % 8) gives the mask (all in vector registers: no mask moves from general registers).
+inline __m512i AddHighBit(__m512i q, const uint8_t* qh0, const uint8_t* qh1) {
+  alignas(64) static constexpr uint8_t kIdx[64] = {
+      0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+      0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  alignas(64) static constexpr uint8_t kBit[64] = {
+      1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+      1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+      1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const __m512i h = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_set1_epi32(static_cast<int>(Load32(qh0)))),
+      _mm256_set1_epi32(static_cast<int>(Load32(qh1))), 1);
+  const __mmask64 m = _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, _mm512_load_si512(kIdx)),
+                                           _mm512_load_si512(kBit));
+  return _mm512_mask_add_epi8(q, m, q, _mm512_set1_epi8(16));
 }
 
 // ---- 32-value block types: decode two blocks at once.
@@ -60,36 +67,28 @@ struct KQ4_0 {
   static constexpr int kOff = 8;
   static constexpr bool kMin = false;
   static __m512i Q(const B* a, const B* b) { return Nibbles2(a->qs, b->qs); }
-  static __m512 D(const B* a, const B* b) { return HalfPair(a->d, b->d); }
-  static __m512 M(const B*, const B*) { return _mm512_setzero_ps(); }
 };
 struct KQ4_1 {
   using B = BlockQ4_1;
   static constexpr int kOff = 0;
   static constexpr bool kMin = true;
   static __m512i Q(const B* a, const B* b) { return Nibbles2(a->qs, b->qs); }
-  static __m512 D(const B* a, const B* b) { return HalfPair(a->d, b->d); }
-  static __m512 M(const B* a, const B* b) { return HalfPair(a->m, b->m); }
 };
 struct KQ5_0 {
   using B = BlockQ5_0;
   static constexpr int kOff = 16;
   static constexpr bool kMin = false;
   static __m512i Q(const B* a, const B* b) {
-    return AddHighBit(Nibbles2(a->qs, b->qs), Load32(a->qh), Load32(b->qh));
+    return AddHighBit(Nibbles2(a->qs, b->qs), a->qh, b->qh);
   }
-  static __m512 D(const B* a, const B* b) { return HalfPair(a->d, b->d); }
-  static __m512 M(const B*, const B*) { return _mm512_setzero_ps(); }
 };
 struct KQ5_1 {
   using B = BlockQ5_1;
   static constexpr int kOff = 0;
   static constexpr bool kMin = true;
   static __m512i Q(const B* a, const B* b) {
-    return AddHighBit(Nibbles2(a->qs, b->qs), Load32(a->qh), Load32(b->qh));
+    return AddHighBit(Nibbles2(a->qs, b->qs), a->qh, b->qh);
   }
-  static __m512 D(const B* a, const B* b) { return HalfPair(a->d, b->d); }
-  static __m512 M(const B* a, const B* b) { return HalfPair(a->m, b->m); }
 };
 struct KQ8_0 {
   using B = BlockQ8_0;
@@ -101,57 +100,251 @@ struct KQ8_0 {
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs)), 1);
     return _mm512_xor_si512(z, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  static __m512 D(const B* a, const B* b) { return HalfPair(a->d, b->d); }
-  static __m512 M(const B*, const B*) { return _mm512_setzero_ps(); }
 };
 
-template <class K, int R, int T>
-void Tile32(const MatMulArgs& g, int64_t r0, int64_t t0) {
-  using B = typename K::B;
-  const int64_t nb = g.cols / kQK;
-  const B* w[R];
-  for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const B*>(g.w + (r0 + r) * g.row_bytes);
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  const __m512i zero = _mm512_setzero_si512();
-  const int64_t ahead = PrefetchAhead(R * g.row_bytes);
-  for (int64_t b = 0; b < nb; b += 2) {
-    const bool tail = b + 1 == nb;
-    const int64_t b1 = tail ? b : b + 1;
-    __m512i q[R];
-    __m512 dw[R], mw[R];
-    if (T == 1 && g.n_tokens == 1)
-      for (int r = 0; r < R; ++r) PrefetchStream<2 * sizeof(B)>(w[r] + b, ahead);
-    for (int r = 0; r < R; ++r) {
-      q[r] = K::Q(w[r] + b, w[r] + b1);
-      dw[r] = K::D(w[r] + b, w[r] + b1);
-      if constexpr (K::kMin) mw[r] = K::M(w[r] + b, w[r] + b1);
-    }
-    for (int t = 0; t < T; ++t) {
-      const int8_t* ap = g.a.qs + (t0 + t) * g.a.qs_stride + b * kQK;
-      const __m512i a = tail ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, ap) : _mm512_loadu_si512(ap);
-      const __m512 da = Bcast2(g.a.d + (t0 + t) * g.a.d_stride + b);
-      if constexpr (K::kMin) {
-        const __m512i s8 = _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), a);
-        const __m512 asum = _mm512_mul_ps(_mm512_cvtepi32_ps(s8), da);
-        for (int r = 0; r < R; ++r) {
-          const __m512i s = _mm512_dpbusd_epi32(zero, q[r], a);
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][t]);
-          acc[r][t] = _mm512_fmadd_ps(mw[r], asum, acc[r][t]);
-        }
-      } else {
-        const __m512i bias = _mm512_sub_epi32(
-            zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(K::kOff)), a));
-        for (int r = 0; r < R; ++r) {
-          const __m512i s = _mm512_dpbusd_epi32(bias, q[r], a);
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][t]);
-        }
-      }
+// 32-value block types go through 16-row panels. The two blocks a K::Q step decodes for each
+// of 16 rows are transposed in registers into "panel vectors": vector j holds the 4 bytes
+// 4j..4j+3 of every row (j < 8: the first block, j >= 8: the second), so one vpdpbusd with the
+// token's 4 activation bytes broadcast advances 16 rows' dot products, and each block's exact
+// int32 dot is scaled once for all 16 rows: dot - off * sum(a) -> float, times d_w * d_a, FMA
+// into the row's accumulator (Q4_1/Q5_1: + m_w * d_a * sum(a)). A GEMV decodes and transposes
+// as it streams the rows; a GEMM packs a panel's vectors and scales once into a per-thread
+// buffer and reuses them for every token. Both do the same operations per (row, block) in the
+// same order, so a token's results do not depend on the batch (EveryIsaIsBatchInvariant).
+
+// In-place transpose of 16 x 16 dwords: v[i] dword j -> v[j] dword i.
+inline void Transpose16(__m512i v[16]) {
+  __m512i u[16];
+  for (int g = 0; g < 4; ++g) {
+    for (int p = 0; p < 2; ++p) {
+      u[4 * g + 2 * p] = _mm512_unpacklo_epi32(v[4 * g + 2 * p], v[4 * g + 2 * p + 1]);
+      u[4 * g + 2 * p + 1] = _mm512_unpackhi_epi32(v[4 * g + 2 * p], v[4 * g + 2 * p + 1]);
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) g.y[(t0 + t) * g.ldy + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  __m512i w[4][4];  // w[g][c]: lane L = rows 4g..4g+3 of dword column 4L + c
+  for (int g = 0; g < 4; ++g) {
+    w[g][0] = _mm512_unpacklo_epi64(u[4 * g], u[4 * g + 2]);
+    w[g][1] = _mm512_unpackhi_epi64(u[4 * g], u[4 * g + 2]);
+    w[g][2] = _mm512_unpacklo_epi64(u[4 * g + 1], u[4 * g + 3]);
+    w[g][3] = _mm512_unpackhi_epi64(u[4 * g + 1], u[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i a = _mm512_shuffle_i32x4(w[0][c], w[1][c], 0x44);
+    const __m512i b = _mm512_shuffle_i32x4(w[0][c], w[1][c], 0xEE);
+    const __m512i e = _mm512_shuffle_i32x4(w[2][c], w[3][c], 0x44);
+    const __m512i f = _mm512_shuffle_i32x4(w[2][c], w[3][c], 0xEE);
+    v[c] = _mm512_shuffle_i32x4(a, e, 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(a, e, 0xDD);
+    v[8 + c] = _mm512_shuffle_i32x4(b, f, 0x88);
+    v[12 + c] = _mm512_shuffle_i32x4(b, f, 0xDD);
+  }
+}
+
+// The first 4 bytes of block bb of the 16 rows (d, and m for Q4_1/Q5_1, as fp16 pairs): scalar
+// loads through a stack array measured faster than vpgatherdd here (AMD Zen 5).
+template <class B>
+inline __m512i LoadHeads(const B* const w[16], int64_t bb) {
+  alignas(64) uint32_t head[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) std::memcpy(&head[i], w[i] + bb, 4);
+  return _mm512_load_si512(head);
+}
+
+// Activations of one token: its int8 values as int32 groups, block scales and sums.
+struct TokenActs {
+  const int32_t* q4;
+  const float* d;
+  const int16_t* sums;
+};
+inline TokenActs Acts(const MatMulArgs& g, int64_t t) {
+  return {reinterpret_cast<const int32_t*>(g.a.qs + t * g.a.qs_stride), g.a.d + t * g.a.d_stride,
+          g.a.sums + t * g.a.sums_stride};
+}
+
+// acc += the 16 rows' value of block bb for one token, given the block's int32 dots.
+template <class K>
+inline __m512 ScaleBlock(__m512i dot, __m512 dw, __m512 mw, const TokenActs& a, int64_t bb,
+                         __m512 acc) {
+  const int32_t sum = a.sums[2 * bb] + a.sums[2 * bb + 1];
+  const float da = a.d[bb];
+  if constexpr (K::kOff != 0) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(K::kOff * sum));
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
+  if constexpr (K::kMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(da * static_cast<float>(sum)), acc);
+  return acc;
+}
+
+template <class K>
+inline void HeadScales(__m512i head, __m512* dw, __m512* mw) {
+  *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+  if constexpr (K::kMin) *mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+}
+
+// Row pointers of the panel at row r (rows past r_end repeat the last row; their results are
+// not stored).
+template <class K>
+inline void PanelRows(const MatMulArgs& g, int64_t r, int64_t r_end, const typename K::B* w[16]) {
+  for (int i = 0; i < 16; ++i)
+    w[i] = reinterpret_cast<const typename K::B*>(
+        g.w + std::min<int64_t>(r + i, r_end - 1) * g.row_bytes);
+}
+
+inline void StoreRows(float* y, __m512 v, int n) {
+  _mm512_mask_storeu_ps(y, static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1), v);
+}
+
+// Sums of dwords 0-7 (first block) and 8-15 (second block) of z(i), i = 0..15, as lane i of
+// *d0 / *d1 (integer adds: exact, whatever the order). z(i) is produced as the tree consumes it,
+// so only a few vectors are live (fully unrolled: the arrays stay in registers).
+template <class Z>
+inline void ReduceBlockPairs(Z&& z, __m512i* d0, __m512i* d1) {
+  __m512i t[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512i s[2];
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {  // lane L: [a0, b0, a1, b1], a = row 4q + 2p, b = the next
+      const __m512i za = z(4 * q + 2 * p), zb = z(4 * q + 2 * p + 1);
+      s[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(za, zb), _mm512_unpackhi_epi32(za, zb));
+    }
+    // lane L: rows 4q..4q+3, each the sum of its dwords 4L..4L+3
+    t[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
+  }
+  // [rows 0-3 first, rows 0-3 second, rows 4-7 first, rows 4-7 second] and rows 8-15 alike.
+  const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x88),
+                                       _mm512_shuffle_i32x4(t[0], t[1], 0xDD));
+  const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2], t[3], 0x88),
+                                       _mm512_shuffle_i32x4(t[2], t[3], 0xDD));
+  *d0 = _mm512_shuffle_i32x4(w01, w23, 0x88);
+  *d1 = _mm512_shuffle_i32x4(w01, w23, 0xDD);
+}
+
+// One token, rows [r, min(r + 16, r_end)): each row's two blocks against the token's 64
+// activation bytes (one vpdpbusd), then the 16 rows' block dots gathered into one vector per
+// block (ReduceBlockPairs) and scaled like a GEMM panel.
+template <class K>
+void PanelGemv(const MatMulArgs& g, int64_t r, int64_t r_end) {
+  using B = typename K::B;
+  const int64_t nb = g.cols / kQK;
+  const B* w[16];
+  PanelRows<K>(g, r, r_end, w);
+  const int64_t ahead = PrefetchAhead(16 * static_cast<int64_t>(g.row_bytes));
+  const TokenActs a = Acts(g, 0);
+  const int8_t* aq = g.a.qs;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc = _mm512_setzero_ps(), mw = _mm512_setzero_ps(), dw;
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;
+    const int64_t b1 = pair ? b + 1 : b;
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) PrefetchStream<2 * sizeof(B)>(w[i] + b, ahead);
+    const __m512i act = pair ? _mm512_loadu_si512(aq + b * kQK)
+                             : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, aq + b * kQK);
+    __m512i dot[2];
+    ReduceBlockPairs(
+        [&](int i) { return _mm512_dpbusd_epi32(zero, K::Q(w[i] + b, w[i] + b1), act); },
+        &dot[0], &dot[1]);
+    for (int h = 0; h < (pair ? 2 : 1); ++h) {
+      HeadScales<K>(LoadHeads(w, b + h), &dw, &mw);
+      acc = ScaleBlock<K>(dot[h], dw, mw, a, b + h, acc);
+    }
+  }
+  StoreRows(g.y + r, acc, static_cast<int>(r_end - r));
+}
+
+// A panel packed for a GEMM: per block 8 panel vectors, then d_w (and m_w) of the 16 rows.
+template <class K>
+constexpr int64_t PackedBlockVectors() {
+  return 8 + 1 + (K::kMin ? 1 : 0);
+}
+
+template <class K>
+void PackPanel(const MatMulArgs& g, int64_t r, int64_t r_end, __m512i* pack) {
+  using B = typename K::B;
+  const int64_t nb = g.cols / kQK;
+  constexpr int64_t kV = PackedBlockVectors<K>();
+  const B* w[16];
+  PanelRows<K>(g, r, r_end, w);
+  for (int64_t b = 0; b < nb; b += 2) {
+    const int64_t b1 = b + 1 < nb ? b + 1 : b;
+    __m512i v[16];
+    for (int i = 0; i < 16; ++i) v[i] = K::Q(w[i] + b, w[i] + b1);
+    Transpose16(v);
+    for (int h = 0; h < (b1 > b ? 2 : 1); ++h) {
+      __m512i* p = pack + (b + h) * kV;
+      for (int j = 0; j < 8; ++j) _mm512_store_si512(p + j, v[8 * h + j]);
+      __m512 dw, mw;
+      HeadScales<K>(LoadHeads(w, b + h), &dw, &mw);
+      _mm512_store_ps(reinterpret_cast<float*>(p + 8), dw);
+      if constexpr (K::kMin) _mm512_store_ps(reinterpret_cast<float*>(p + 9), mw);
+    }
+  }
+}
+
+// T tokens from t0 against a packed panel.
+template <class K, int T>
+void PanelTile(const MatMulArgs& g, const __m512i* pack, int64_t r, int64_t r_end, int64_t t0) {
+  const int64_t nb = g.cols / kQK;
+  constexpr int64_t kV = PackedBlockVectors<K>();
+  TokenActs a[T];
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) {
+    a[t] = Acts(g, t0 + t);
+    acc[t] = _mm512_setzero_ps();
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t bb = 0; bb < nb; ++bb) {
+    const __m512i* p = pack + bb * kV;
+    __m512i dot[T];
+    for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const __m512i v = _mm512_load_si512(p + j);
+      for (int t = 0; t < T; ++t)
+        dot[t] = _mm512_dpbusd_epi32(dot[t], v, _mm512_set1_epi32(a[t].q4[8 * bb + j]));
+    }
+    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(p + 8));
+    const __m512 mw = K::kMin ? _mm512_load_ps(reinterpret_cast<const float*>(p + 9)) : zero;
+    for (int t = 0; t < T; ++t) acc[t] = ScaleBlock<K>(dot[t], dw, mw, a[t], bb, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
+}
+
+// The per-thread panel buffer, grown as needed.
+__m512i* PanelBuffer(size_t vectors) {
+  struct Buf {
+    __m512i* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  if (vectors > buf.n) {
+    std::free(buf.p);
+    buf.p = static_cast<__m512i*>(std::aligned_alloc(64, vectors * sizeof(__m512i)));
+    buf.n = buf.p ? vectors : 0;
+  }
+  return buf.p;
+}
+
+template <class K>
+void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  if (g.n_tokens == 1) {
+    for (int64_t r = r0; r < r1; r += 16) PanelGemv<K>(g, r, std::min(r + 16, r1));
+    return;
+  }
+  constexpr int kT = 4;
+  __m512i* pack = PanelBuffer(static_cast<size_t>(g.cols / kQK * PackedBlockVectors<K>()));
+  if (!pack) std::abort();
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int64_t r_end = std::min(r + 16, r1);
+    PackPanel<K>(g, r, r_end, pack);
+    int64_t t = 0;
+    for (; t + kT <= g.n_tokens; t += kT) PanelTile<K, kT>(g, pack, r, r_end, t);
+    switch (g.n_tokens - t) {
+      case 3: PanelTile<K, 3>(g, pack, r, r_end, t); break;
+      case 2: PanelTile<K, 2>(g, pack, r, r_end, t); break;
+      case 1: PanelTile<K, 1>(g, pack, r, r_end, t); break;
+      default: break;
+    }
+  }
 }
 
 // ---- K-quants: one super-block (4 chunks of 64 values) at a time. Per-chunk integer sums are
@@ -345,18 +538,11 @@ struct Driver;
     }                                                                           \
   }
 
-PENG_DEFINE_DRIVER(Run32, Tile32, class)
 PENG_DEFINE_DRIVER(RunK, TileK, class)
 PENG_DEFINE_DRIVER(RunF, TileF, DType)
 #undef PENG_DEFINE_DRIVER
 
 // GEMV (one token) is memory bound: 4 rows in flight. GEMM tiles are sized to the 32 zmm.
-template <class K>
-void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
-  if (g.n_tokens == 1) return Run32<K, 4, 1>(g, r0, r1);
-  if constexpr (K::kMin) return Run32<K, 4, 3>(g, r0, r1);
-  return Run32<K, 4, 4>(g, r0, r1);
-}
 template <class K>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
   if (g.n_tokens == 1) return RunK<K, 4, 1>(g, r0, r1);
