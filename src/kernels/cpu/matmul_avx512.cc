@@ -115,19 +115,23 @@ struct KQ8_0 {
 // In-place transpose of 16 x 16 dwords: v[i] dword j -> v[j] dword i.
 inline void Transpose16(__m512i v[16]) {
   __m512i u[16];
+#pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
+#pragma GCC unroll 2
     for (int p = 0; p < 2; ++p) {
       u[4 * g + 2 * p] = _mm512_unpacklo_epi32(v[4 * g + 2 * p], v[4 * g + 2 * p + 1]);
       u[4 * g + 2 * p + 1] = _mm512_unpackhi_epi32(v[4 * g + 2 * p], v[4 * g + 2 * p + 1]);
     }
   }
   __m512i w[4][4];  // w[g][c]: lane L = rows 4g..4g+3 of dword column 4L + c
+#pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
     w[g][0] = _mm512_unpacklo_epi64(u[4 * g], u[4 * g + 2]);
     w[g][1] = _mm512_unpackhi_epi64(u[4 * g], u[4 * g + 2]);
     w[g][2] = _mm512_unpacklo_epi64(u[4 * g + 1], u[4 * g + 3]);
     w[g][3] = _mm512_unpackhi_epi64(u[4 * g + 1], u[4 * g + 3]);
   }
+#pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
     const __m512i a = _mm512_shuffle_i32x4(w[0][c], w[1][c], 0x44);
     const __m512i b = _mm512_shuffle_i32x4(w[0][c], w[1][c], 0xEE);
@@ -267,10 +271,12 @@ void PackPanel(const MatMulArgs& g, int64_t r, int64_t r_end, __m512i* pack) {
   for (int64_t b = 0; b < nb; b += 2) {
     const int64_t b1 = b + 1 < nb ? b + 1 : b;
     __m512i v[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) v[i] = K::Q(w[i] + b, w[i] + b1);
     Transpose16(v);
     for (int h = 0; h < (b1 > b ? 2 : 1); ++h) {
       __m512i* p = pack + (b + h) * kV;
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) _mm512_store_si512(p + j, v[8 * h + j]);
       __m512 dw, mw;
       HeadScales<K>(LoadHeads(w, b + h), &dw, &mw);
