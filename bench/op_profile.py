@@ -6,7 +6,8 @@ Samples in model loading and the bandwidth probe (tokenizer, weight binding, Rea
 the OS kernel (page faults of the mmap'd file at load, scheduler) are counted apart
 ("excluded") and the shares are of the remaining user-space samples, which are the decode
 steps. Symbols are matched by name (the kernels are templates named after their block type),
-so the classes are: GEMV per weight type (matmul tiles with one token), INT8 GEMV (W8A8 /
+so the classes are: GEMV per weight type (matmul tiles with one token, the AVX-512 PanelGemv;
+GEMM for tiles of several tokens, PanelTile, PackPanel), INT8 GEMV (W8A8 /
 W8A16), attention (paged, MLA, the dot/axpy row ops), norms, RoPE, activation functions,
 activation quantization, thread-pool waits (a thread that finished its share spinning until
 the others are done, plus waking), and other (sampler, engine, copies).
@@ -40,6 +41,9 @@ def classify(sym, kernel_mode):
     m = re.search(r"Tile(?:32|K)<[^<>]*?KQ(\w+?), (\d+), (\d+)>", sym)
     if m:
         return ("GEMV " if m.group(3) == "1" else "GEMM ") + "Q" + m.group(1)
+    m = re.search(r"(PanelGemv|PanelTile|PackPanel)<[^<>]*?KQ(\w+?)[>,]", sym)
+    if m:
+        return ("GEMV " if m.group(1) == "PanelGemv" else "GEMM ") + "Q" + m.group(2)
     m = re.search(r"TileF<\(peng::DType\)(\d+), (\d+), (\d+)>", sym)
     if m:
         name = DTYPES[int(m.group(1))] if int(m.group(1)) < len(DTYPES) else m.group(1)
