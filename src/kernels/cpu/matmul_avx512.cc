@@ -154,15 +154,14 @@ inline __m512i LoadHeads(const B* const w[16], int64_t bb) {
   return _mm512_load_si512(head);
 }
 
-// Activations of one token: its int8 values as int32 groups, block scales and sums.
+// Activations of one token: its int8 values, block scales and 16-value sums.
 struct TokenActs {
-  const int32_t* q4;
+  const int8_t* q;  // read 4 bytes at a time with Load32 (no int32 aliasing of int8 data)
   const float* d;
   const int16_t* sums;
 };
 inline TokenActs Acts(const MatMulArgs& g, int64_t t) {
-  return {reinterpret_cast<const int32_t*>(g.a.qs + t * g.a.qs_stride), g.a.d + t * g.a.d_stride,
-          g.a.sums + t * g.a.sums_stride};
+  return {g.a.qs + t * g.a.qs_stride, g.a.d + t * g.a.d_stride, g.a.sums + t * g.a.sums_stride};
 }
 
 // acc += the 16 rows' value of block bb for one token, given the block's int32 dots.
@@ -305,7 +304,8 @@ void PanelTile(const MatMulArgs& g, const __m512i* pack, int64_t r, int64_t r_en
     for (int j = 0; j < 8; ++j) {
       const __m512i v = _mm512_load_si512(p + j);
       for (int t = 0; t < T; ++t)
-        dot[t] = _mm512_dpbusd_epi32(dot[t], v, _mm512_set1_epi32(a[t].q4[8 * bb + j]));
+        dot[t] = _mm512_dpbusd_epi32(
+            dot[t], v, _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
     }
     const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(p + 8));
     const __m512 mw = K::kMin ? _mm512_load_ps(reinterpret_cast<const float*>(p + 9)) : zero;
