@@ -107,9 +107,10 @@ struct KQ8_0 {
 // 4j..4j+3 of every row (j < 8: the first block, j >= 8: the second), so one vpdpbusd with the
 // token's 4 activation bytes broadcast advances 16 rows' dot products, and each block's exact
 // int32 dot is scaled once for all 16 rows: dot - off * sum(a) -> float, times d_w * d_a, FMA
-// into the row's accumulator (Q4_1/Q5_1: + m_w * d_a * sum(a)). A GEMV decodes and transposes
-// as it streams the rows; a GEMM packs a panel's vectors and scales once into a per-thread
-// buffer and reuses them for every token. Both do the same operations per (row, block) in the
+// into the row's accumulator (Q4_1/Q5_1: + m_w * d_a * sum(a)). A GEMV keeps the row-major
+// layout (one vpdpbusd per row and block pair) and reduces the partial dots across the 16 rows
+// with integer adds (ReduceBlockPairs); a GEMM packs a panel's transposed vectors and scales
+// once into a per-thread buffer and reuses them for every token. Both do the same operations per (row, block) in the
 // same order, so a token's results do not depend on the batch (EveryIsaIsBatchInvariant).
 
 // In-place transpose of 16 x 16 dwords: v[i] dword j -> v[j] dword i.
