@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/tile_driver.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
 
@@ -19,7 +20,6 @@
 namespace peng::kernels {
 namespace {
 
-using TileFn = void (*)(const Int8Args& a, int64_t r0, int64_t t0);
 
 template <int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
@@ -97,28 +97,18 @@ void TileW8A16(const Int8Args& a, int64_t r0, int64_t t0) {
 
 #define PENG_TILE_ROW(K, R) {&K<R, 1>, &K<R, 2>, &K<R, 3>, &K<R, 4>}
 constexpr int kR = 4, kT = 4;
-constexpr TileFn kW8A8Tiles[kR][kT] = {PENG_TILE_ROW(TileW8A8, 1), PENG_TILE_ROW(TileW8A8, 2),
+constexpr Int8TileFn kW8A8Tiles[kR][kT] = {PENG_TILE_ROW(TileW8A8, 1), PENG_TILE_ROW(TileW8A8, 2),
                                        PENG_TILE_ROW(TileW8A8, 3), PENG_TILE_ROW(TileW8A8, 4)};
-constexpr TileFn kW8A16Tiles[kR][kT] = {PENG_TILE_ROW(TileW8A16, 1), PENG_TILE_ROW(TileW8A16, 2),
+constexpr Int8TileFn kW8A16Tiles[kR][kT] = {PENG_TILE_ROW(TileW8A16, 1), PENG_TILE_ROW(TileW8A16, 2),
                                         PENG_TILE_ROW(TileW8A16, 3), PENG_TILE_ROW(TileW8A16, 4)};
 #undef PENG_TILE_ROW
 
-void Tiled(const TileFn (&tiles)[kR][kT], const Int8Args& a, int64_t r0, int64_t r1, int64_t t0,
-           int64_t t1) {
-  for (int64_t r = r0; r < r1; r += kR) {
-    const int64_t nr = r1 - r < kR ? r1 - r : kR;
-    for (int64_t t = t0; t < t1; t += kT) {
-      const int64_t nt = t1 - t < kT ? t1 - t : kT;
-      tiles[nr - 1][nt - 1](a, r, t);
-    }
-  }
-}
 
 void W8A8(const Int8Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  Tiled(kW8A8Tiles, a, r0, r1, t0, t1);
+  RunInt8Tiles(kW8A8Tiles, a, r0, r1, t0, t1);
 }
 void W8A16(const Int8Args& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  Tiled(kW8A16Tiles, a, r0, r1, t0, t1);
+  RunInt8Tiles(kW8A16Tiles, a, r0, r1, t0, t1);
 }
 
 }  // namespace

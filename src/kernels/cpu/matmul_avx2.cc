@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/tile_driver.h"
 #include "kernels/quant_blocks.h"
 
 namespace peng::kernels {
@@ -235,17 +236,6 @@ inline __m256 LoadW(const uint8_t* row, int64_t c) {
   if constexpr (kT == DType::kF16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-template <DType kT>
-inline float WScalar(const uint8_t* row, int64_t c) {
-  if constexpr (kT == DType::kF32) return reinterpret_cast<const float*>(row)[c];
-  uint16_t h;
-  std::memcpy(&h, row + 2 * c, 2);
-  if constexpr (kT == DType::kF16) return Half(h);
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 template <DType kT, int R, int T>
 void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
@@ -270,31 +260,14 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
     for (int r = 0; r < R; ++r) {
       float s = Hsum(acc[r][t]);
       for (int64_t c = main; c < g.cols; ++c)
-        s += WScalar<kT>(g.w + (r0 + r) * g.row_bytes, c) * g.x[(t0 + t) * g.cols + c];
+        s += WeightScalar<kT>(g.w + (r0 + r) * g.row_bytes, c) * g.x[(t0 + t) * g.cols + c];
       g.y[(t0 + t) * g.ldy + r0 + r] = s;
     }
 }
 
-#define PENG_DEFINE_DRIVER(NAME, TILE, PARAM)                  \
-  template <PARAM K, int R, int T>                             \
-  void NAME(const MatMulArgs& g, int64_t r0, int64_t r1) {     \
-    const int64_t n = g.n_tokens;                              \
-    int64_t r = r0;                                            \
-    for (; r + R <= r1; r += R) {                              \
-      int64_t t = 0;                                           \
-      for (; t + T <= n; t += T) TILE<K, R, T>(g, r, t);       \
-      for (; t < n; ++t) TILE<K, R, 1>(g, r, t);               \
-    }                                                          \
-    for (; r < r1; ++r) {                                      \
-      int64_t t = 0;                                           \
-      for (; t + T <= n; t += T) TILE<K, 1, T>(g, r, t);       \
-      for (; t < n; ++t) TILE<K, 1, 1>(g, r, t);               \
-    }                                                          \
-  }
-PENG_DEFINE_DRIVER(Run32, Tile32, class)
-PENG_DEFINE_DRIVER(RunK, TileK, class)
-PENG_DEFINE_DRIVER(RunF, TileF, DType)
-#undef PENG_DEFINE_DRIVER
+PENG_DEFINE_TILE_DRIVER(Run32, Tile32, class)
+PENG_DEFINE_TILE_DRIVER(RunK, TileK, class)
+PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 
 template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {

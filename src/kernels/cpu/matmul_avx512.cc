@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/tile_driver.h"
 #include "kernels/quant_blocks.h"
 
 // GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics.
@@ -524,32 +525,11 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
     for (int r = 0; r < R; ++r) g.y[(t0 + t) * g.ldy + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-// Runs the tile function over rows [r0, r1) x all tokens: R x T tiles, then edges.
-template <template <class, int, int> class Tile, class K, int R, int T>
-struct Driver;
+PENG_DEFINE_TILE_DRIVER(RunK, TileK, class)
+PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 
-#define PENG_DEFINE_DRIVER(NAME, TILE, PARAM)                                   \
-  template <PARAM K, int R, int T>                                              \
-  void NAME(const MatMulArgs& g, int64_t r0, int64_t r1) {                      \
-    const int64_t n = g.n_tokens;                                               \
-    int64_t r = r0;                                                             \
-    for (; r + R <= r1; r += R) {                                               \
-      int64_t t = 0;                                                            \
-      for (; t + T <= n; t += T) TILE<K, R, T>(g, r, t);                        \
-      for (; t < n; ++t) TILE<K, R, 1>(g, r, t);                                \
-    }                                                                           \
-    for (; r < r1; ++r) {                                                       \
-      int64_t t = 0;                                                            \
-      for (; t + T <= n; t += T) TILE<K, 1, T>(g, r, t);                        \
-      for (; t < n; ++t) TILE<K, 1, 1>(g, r, t);                                \
-    }                                                                           \
-  }
-
-PENG_DEFINE_DRIVER(RunK, TileK, class)
-PENG_DEFINE_DRIVER(RunF, TileF, DType)
-#undef PENG_DEFINE_DRIVER
-
-// GEMV (one token) is memory bound: 4 rows in flight. GEMM tiles are sized to the 32 zmm.
+// K-quant and float GEMV (one token) is memory bound: 4 rows in flight. GEMM tiles are sized
+// to the 32 zmm.
 template <class K>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
   if (g.n_tokens == 1) return RunK<K, 4, 1>(g, r0, r1);

@@ -16,6 +16,7 @@
 
 #include "core/half.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/cpu/tile_driver.h"
 #include "kernels/cpu/neon_dot.h"
 #include "kernels/quant_blocks.h"
 
@@ -216,13 +217,6 @@ inline float32x4_t LoadW(const uint8_t* row, int64_t c) {
   if constexpr (kT == DType::kF16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
   return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
-template <DType kT>
-inline float WScalar(const uint8_t* row, int64_t c) {
-  if constexpr (kT == DType::kF32) return reinterpret_cast<const float*>(row)[c];
-  uint16_t h;
-  std::memcpy(&h, row + 2 * c, 2);
-  return kT == DType::kF16 ? F16ToF32(h) : Bf16ToF32(h);
-}
 
 template <DType kT, int R, int T>
 void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
@@ -247,30 +241,13 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
     for (int r = 0; r < R; ++r) {
       float s = vaddvq_f32(acc[r][t]);
       for (int64_t c = main; c < g.cols; ++c)
-        s += WScalar<kT>(g.w + (r0 + r) * g.row_bytes, c) * g.x[(t0 + t) * g.cols + c];
+        s += WeightScalar<kT>(g.w + (r0 + r) * g.row_bytes, c) * g.x[(t0 + t) * g.cols + c];
       g.y[(t0 + t) * g.ldy + r0 + r] = s;
     }
 }
 
-#define PENG_DEFINE_DRIVER(NAME, TILE, PARAM)                  \
-  template <PARAM K, int R, int T>                             \
-  void NAME(const MatMulArgs& g, int64_t r0, int64_t r1) {     \
-    const int64_t n = g.n_tokens;                              \
-    int64_t r = r0;                                            \
-    for (; r + R <= r1; r += R) {                              \
-      int64_t t = 0;                                           \
-      for (; t + T <= n; t += T) TILE<K, R, T>(g, r, t);       \
-      for (; t < n; ++t) TILE<K, R, 1>(g, r, t);               \
-    }                                                          \
-    for (; r < r1; ++r) {                                      \
-      int64_t t = 0;                                           \
-      for (; t + T <= n; t += T) TILE<K, 1, T>(g, r, t);       \
-      for (; t < n; ++t) TILE<K, 1, 1>(g, r, t);               \
-    }                                                          \
-  }
-PENG_DEFINE_DRIVER(Run32, Tile32, class)
-PENG_DEFINE_DRIVER(RunF, TileF, DType)
-#undef PENG_DEFINE_DRIVER
+PENG_DEFINE_TILE_DRIVER(Run32, Tile32, class)
+PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 
 template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {

@@ -10,8 +10,9 @@
 #include <cstdint>
 
 namespace peng::kernels {
+namespace {  // one copy per ISA translation unit (see cpu/tile_driver.h)
 
-inline constexpr int64_t kPrefetchMinBytes = 8192;
+constexpr int64_t kPrefetchMinBytes = 8192;
 
 // Bytes ahead for a tile of tile_bytes (= R * row_bytes): a whole number of tiles.
 inline int64_t PrefetchAhead(int64_t tile_bytes) {
@@ -28,4 +29,5 @@ inline void PrefetchStream(const void* p, int64_t ahead) {
   for (int64_t off = 0; off < kBytes; off += 64) __builtin_prefetch(c + off, 0, 3);
 }
 
+}  // namespace
 }  // namespace peng::kernels
