@@ -394,29 +394,34 @@ TEST(DeepseekLoadTest, FusedExpertsMatchPerExpertTensors) {
   EXPECT_EQ((*a)->Linears().size(), (*b)->Linears().size());
 }
 
-// Weight bytes per token count only the top-k routed experts (plus everything else; kv_b as
-// the FP32 copy that attention reads).
+// Weight bytes per token of a tiny fixture model (2 MoE layers, 8 experts of which 2 are used
+// per token): every matrix but the embedding once, the top-k routed experts only; a whole
+// attn_kv_b (older files) as the FP32 copy attention reads, per-head attn_k_b / attn_v_b
+// (newer files) in their stored type, as decode multiplies by them.
+void ExpectWeightBytesPerToken(const Model& m, const std::string& name) {
+  const ModelConfig& c = m.config();
+  const DeepseekV2Config& dc = dynamic_cast<const DeepseekV2Model&>(m).ds_config();
+  int64_t all = c.hidden_size * 4, expert = 0;
+  for (const Linear* l : m.Linears()) {
+    if (l->name() == "token_embd.weight") continue;
+    const bool kvb = l->name().ends_with(".attn_kv_b.weight");
+    all += kvb ? l->rows() * l->cols() * 4 : l->bytes();
+    if (l->name() == "blk.1.ffn_gate_exps.weight[0]" ||
+        l->name() == "blk.1.ffn_up_exps.weight[0]" || l->name() == "blk.1.ffn_down_exps.weight[0]")
+      expert += l->bytes();
+  }
+  const int64_t elem = name == "lite" ? 4 : 2;  // F32 / BF16
+  EXPECT_EQ(expert, 3 * dc.moe_intermediate_size * c.hidden_size * elem) << name;
+  EXPECT_EQ(m.WeightBytesPerToken(), all - 2 * (8 - 2) * expert) << name;
+  std::printf("[deepseek] %s: %s, %lld weight bytes per token\n", name.c_str(),
+              m.WeightSummary().c_str(), static_cast<long long>(m.WeightBytesPerToken()));
+}
+
 TEST(DeepseekLoadTest, WeightBytesPerTokenCountsActiveExperts) {
   for (const std::string name : {"lite", "v2"}) {
     auto m = LoadModel(Folder(name));
     ASSERT_TRUE(m.ok());
-    const ModelConfig& c = (*m)->config();
-    const DeepseekV2Config& dc = dynamic_cast<DeepseekV2Model&>(**m).ds_config();
-    int64_t all = c.hidden_size * 4, expert = 0;
-    for (const Linear* l : (*m)->Linears()) {
-      if (l->name() == "token_embd.weight") continue;
-      const bool kvb = l->name().ends_with(".attn_kv_b.weight");
-      all += kvb ? l->rows() * l->cols() * 4 : l->bytes();
-      if (l->name() == "blk.1.ffn_gate_exps.weight[0]" ||
-          l->name() == "blk.1.ffn_up_exps.weight[0]" || l->name() == "blk.1.ffn_down_exps.weight[0]")
-        expert += l->bytes();
-    }
-    const int64_t elem = name == "lite" ? 4 : 2;  // F32 / BF16
-    EXPECT_EQ(expert, 3 * dc.moe_intermediate_size * c.hidden_size * elem) << name;
-    // 2 MoE layers, 8 experts of which 2 are used per token.
-    EXPECT_EQ((*m)->WeightBytesPerToken(), all - 2 * (8 - 2) * expert) << name;
-    std::printf("[deepseek] %s: %s, %lld weight bytes per token\n", name.c_str(),
-                (*m)->WeightSummary().c_str(), static_cast<long long>((*m)->WeightBytesPerToken()));
+    ExpectWeightBytesPerToken(**m, name);
   }
 }
 
@@ -849,6 +854,7 @@ TEST_P(DeepseekGgufTest, MatchesReference) {
     EXPECT_EQ(c.v_head_dim, 12);
     EXPECT_EQ(run.model().kv_spec().BytesPerToken(DType::kF32),
               run.model().config().n_layers * (c.kv_lora_rank + c.qk_rope_head_dim) * 4);
+    ExpectWeightBytesPerToken(run.model(), name);
     auto logits = run.Prompt(Tokens(name), 5);
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
     const double worst = CheckPromptLogits(name, *logits, kBound);
