@@ -299,7 +299,12 @@ void MatMulGroup(const MatMulOut* outs, int n, const float* x, int64_t n_tokens,
     for (int i = 0; i < n; ++i) MatMul(*outs[i].w, x_of(i), n_tokens, outs[i].y, pool);
     return;
   }
-  Part parts[kMaxMatMulGroup];
+  // Per calling thread and reused: a group runs for every layer of every step, and a fresh
+  // array of kMaxMatMulGroup default-initialized Parts would cost more than a small GEMV's
+  // bookkeeping should.
+  thread_local std::vector<Part> parts_buf;
+  if (static_cast<int>(parts_buf.size()) < n) parts_buf.resize(n);
+  Part* parts = parts_buf.data();
   // Quantized activations once per distinct (input, block size), all in one workspace.
   int owner[kMaxMatMulGroup];  // the part whose activations part i uses (-1: float weights)
   size_t offset[kMaxMatMulGroup], total = 0;
