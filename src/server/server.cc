@@ -341,18 +341,24 @@ void Server::Shutdown() {
                  static_cast<long long>(options_.drain_timeout.count()));
     engine_->Stop();
   }
-  {  // the last responses are written (bounded: a client that does not read is not waited for)
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, deadline + std::chrono::seconds(5), [&] { return active_ == 0; });
-  }
+  WaitForHandlers(deadline + std::chrono::seconds(5));
   http_->Stop();
 }
 
 void Server::Stop() {
   draining_ = true;
   http_->SetClosing();
-  engine_->Stop();
+  engine_->Stop();  // every running request ends with finish "abort"
+  // A moment for the handlers to write those final events before the connections close
+  // (a stream cut without them reads as a broken response, not as an abort).
+  WaitForHandlers(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   http_->Stop();
+}
+
+void Server::WaitForHandlers(std::chrono::steady_clock::time_point deadline) {
+  // Bounded: a client that does not read is not waited for.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return active_ == 0; });
 }
 
 }  // namespace peng::server

@@ -67,7 +67,8 @@ class Server : public http::Handler {
   Status Serve();
   // Graceful drain, then stops. Idempotent; blocks until stopped.
   void Shutdown();
-  // Stops at once: running requests are aborted, connections closed.
+  // Stops at once: running requests are aborted (their streams get finish "abort", waited for
+  // at most 2 s), connections closed.
   void Stop();
   bool draining() const { return draining_.load(); }
 
@@ -94,6 +95,9 @@ class Server : public http::Handler {
   std::atomic<bool> stopped_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  // Waits until no generation request is being answered, or until deadline.
+  void WaitForHandlers(std::chrono::steady_clock::time_point deadline);
+
   int active_ = 0;  // generation requests still being answered; guarded by mu_
   int64_t created_ = 0;
   std::unique_ptr<GrammarCache> grammars_;  // compiled structured-output grammars
