@@ -6,13 +6,16 @@
 # One decode step = count(peng generate -n 3) - count(peng generate -n 2): both runs load the
 # model, prefill the same prompt and decode; the difference is exactly one more decode step
 # (one token through the model + sampling). Prefill of 17 tokens = count(18-token prompt, -n 1)
-# - count(1-token prompt, -n 1) (SmolLM2's tokenizer: "Hi" is 1 token, LONG 18). Single-threaded (--threads 1: the plugin's counter is not
+# - count(1-token prompt, -n 1) (SmolLM2's tokenizer: "Hi" is 1 token, LONG 18; other models
+# tokenize differently, so the number of prefill tokens is taken from `peng tokenize` and
+# printed in the table header). Single-threaded (--threads 1: the plugin's counter is not
 # atomic), greedy: the same binary gives the same counts on every run to within ~1e-7 (a few
 # dozen instructions of timing-dependent code).
 # Every level is forced with PENG_ISA under `-cpu max` (which supports all of them).
 #
 # Usage: bench/arm64_insn_count.sh   (after scripts/build_arm64.sh; prints a Markdown table)
-#   BUILD_DIR (default build-arm64)   MODEL (default models/smollm2-135m-instruct-q4_1.gguf)
+#   BUILD_DIR (default build-arm64)   MODEL (default models/smollm2-135m-instruct-q4_1.gguf; the
+#   K-quant kernels: MODEL=models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf ISAS="dotprod i8mm")
 #   ISAS (default "scalar neon dotprod i8mm")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +45,15 @@ count() {  # count ISA MAX_TOKENS PROMPT -> guest instructions of the whole run
   sed -n 's/^insn_count: //p' <<<"$out"
 }
 
-echo "| level (PENG_ISA) | instructions / decode step | vs scalar | prefill, 17 tokens | vs scalar |"
+ntok() {  # ntok PROMPT -> number of prompt tokens (BOS included)
+  local ids
+  ids=$(QEMU_CPU=max QEMU_LD_PREFIX=/ qemu-aarch64 "$PENG" tokenize -m "$MODEL" --text "$1")
+  tr -cd , <<<"$ids" | wc -c | awk '{print $1 + 1}'
+}
+n_prefill=$(( $(ntok "$LONG") - $(ntok "$SHORT") ))
+first=${ISAS%% *}
+
+echo "| level (PENG_ISA) | instructions / decode step | vs $first | prefill, $n_prefill tokens | vs $first |"
 echo "|---|---:|---:|---:|---:|"
 base_d="" base_p=""
 for isa in $ISAS; do
