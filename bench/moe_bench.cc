@@ -64,8 +64,8 @@ Status RunOne(Entry* e, int threads, int pp, int tg) {
   LlmOptions o;
   o.model_path = e->path;
   o.threads = threads;
-  o.max_context = std::max(pp, tg) + 2;
-  o.prefill_chunk = std::max(pp, 1);
+  o.max_model_len = std::max(pp, tg) + 2;
+  o.max_num_batched_tokens = std::max(pp, 1);
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Llm> llm, Llm::Load(o));
   e->weight_bytes = llm->model().WeightBytesPerToken();
   e->summary = llm->model().config().Summary();

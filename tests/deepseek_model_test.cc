@@ -87,13 +87,13 @@ double RowDiff(const float* ours, const nlohmann::json& ref, int64_t n) {
 
 int64_t Argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
-StatusOr<std::unique_ptr<Llm>> LoadLlm(const std::string& path, DType kv, int prefill_chunk = 512) {
+StatusOr<std::unique_ptr<Llm>> LoadLlm(const std::string& path, DType kv, int max_num_batched_tokens = 512) {
   LlmOptions o;
   o.model_path = path;
   o.threads = 2;
-  o.max_context = 128;
+  o.max_model_len = 128;
   o.kv_dtype = kv;
-  o.prefill_chunk = prefill_chunk;
+  o.max_num_batched_tokens = max_num_batched_tokens;
   return Llm::Load(o);
 }
 
@@ -320,7 +320,7 @@ TEST_P(DeepseekGoldenTest, ChunkedPrefill) {
     ASSERT_TRUE(llm.ok()) << llm.status().ToString();
     auto logits = (*llm)->PromptLogits(Tokens(name));
     ASSERT_TRUE(logits.ok()) << logits.status().ToString();
-    SCOPED_TRACE("prefill_chunk " + std::to_string(chunk));
+    SCOPED_TRACE("max_num_batched_tokens " + std::to_string(chunk));
     CheckPromptLogits(name, *logits, kBound);
   }
 }

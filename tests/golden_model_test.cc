@@ -103,7 +103,7 @@ void CheckModel(const std::string& golden_name, const Bounds& bounds) {
   LlmOptions o;
   o.model_path = path;
   o.threads = 2;
-  o.max_context = 512;
+  o.max_model_len = 512;
   kernels::SetExactActivations(bounds.exact);
   o.kv_dtype = bounds.exact ? DType::kF32 : DType::kF16;
   auto llm = Llm::Load(o);

@@ -48,13 +48,13 @@ nlohmann::json LoadGolden(const std::string& arch) {
 }
 
 StatusOr<std::unique_ptr<Llm>> LoadFolder(const std::string& path, DType kv,
-                                          int prefill_chunk = 512) {
+                                          int max_num_batched_tokens = 512) {
   LlmOptions o;
   o.model_path = path;
   o.threads = 2;
-  o.max_context = 128;
+  o.max_model_len = 128;
   o.kv_dtype = kv;
-  o.prefill_chunk = prefill_chunk;
+  o.max_num_batched_tokens = max_num_batched_tokens;
   return Llm::Load(o);
 }
 
@@ -187,7 +187,7 @@ TEST(HfModelTest, PrefillChunkDoesNotChangeLogits) {
       double worst = 0;
       for (size_t i = 0; i < base.size(); ++i)
         worst = std::max(worst, static_cast<double>(std::abs((*logits)[i] - base[i])));
-      EXPECT_LE(worst, 1e-5) << "prefill_chunk " << chunk;
+      EXPECT_LE(worst, 1e-5) << "max_num_batched_tokens " << chunk;
     }
   }
 }

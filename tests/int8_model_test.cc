@@ -49,7 +49,7 @@ StatusOr<std::unique_ptr<Llm>> Load(const std::string& path, int64_t ctx = 256) 
   LlmOptions o;
   o.model_path = path;
   o.threads = 2;
-  o.max_context = ctx;
+  o.max_model_len = ctx;
   o.kv_dtype = DType::kF32;
   return Llm::Load(o);
 }

@@ -96,12 +96,12 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   LlmOptions o;
   o.model_path = a.model_path;
   o.threads = a.threads;
-  o.max_context = std::max<int64_t>(o.max_context, a.pp + a.tg + 1);
-  o.prefill_chunk = std::max(o.prefill_chunk, a.pp);
+  o.max_model_len = std::max<int64_t>(o.max_model_len, a.pp + a.tg + 1);
+  o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
   auto llm = Llm::Load(o);
   if (!llm.ok()) return llm.status();
   Llm& m = **llm;
-  if (a.pp + 1 > m.max_context() || a.tg + 1 > m.max_context())
+  if (a.pp + 1 > m.max_model_len() || a.tg + 1 > m.max_model_len())
     return InvalidArgument("--pp/--tg exceed the model's context length");
   std::mt19937 rng(1234);
   const int64_t V = m.model().config().vocab_size;

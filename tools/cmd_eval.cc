@@ -46,7 +46,7 @@ StatusOr<std::unique_ptr<Llm>> LoadModel(const std::string& path, const EvalArgs
   LlmOptions o;
   o.model_path = path;
   o.threads = a.threads;
-  o.max_context = a.ctx;
+  o.max_model_len = a.ctx;
   if (exact) o.kv_dtype = DType::kF32;
   return Llm::Load(o);
 }
@@ -71,10 +71,10 @@ StatusOr<std::vector<int32_t>> Tokens(Llm& llm, EvalArgs& a) {
     ids->resize(a.max_tokens);
   }
   if (ids->size() < 2) return InvalidArgument("text has fewer than 2 tokens");
-  if (a.ctx > llm.max_context()) {
+  if (a.ctx > llm.max_model_len()) {
     std::fprintf(stderr, "peng: --ctx %lld capped to the model's %lld\n",
-                 static_cast<long long>(a.ctx), static_cast<long long>(llm.max_context()));
-    a.ctx = llm.max_context();
+                 static_cast<long long>(a.ctx), static_cast<long long>(llm.max_model_len()));
+    a.ctx = llm.max_model_len();
   }
   return ids;
 }

@@ -93,7 +93,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  c->add_option("-c,--ctx-size", a->llm.max_context, "Context length")
+  c->add_option("-c,--ctx-size", a->llm.max_model_len, "Context length")
       ->check(CLI::Range(1, 1 << 24));
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence");
   c->add_flag("--raw", a->raw, "Do not echo the prompt");

@@ -51,7 +51,7 @@ int RunLogits(const LogitsArgs& a) {
     kernels::SetExactActivations(true);
     o.kv_dtype = DType::kF32;
   }
-  o.max_context = std::max<int64_t>(o.max_context, static_cast<int64_t>(ids.size()));
+  o.max_model_len = std::max<int64_t>(o.max_model_len, static_cast<int64_t>(ids.size()));
   auto llm = Llm::Load(o);
   if (!llm.ok()) return Fail(llm.status().ToString());
   if (ids.empty()) {

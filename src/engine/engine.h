@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "engine/sampling_params.h"
 #include "model/model_config.h"
@@ -37,6 +38,7 @@ struct EngineOptions {
                                         // capped at 25% of physical memory
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
+  DType kv_dtype = DType::kF16;         // F32 for exact-mode scoring (`peng logits --exact`)
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
   // The machine's peaks, the denominators of the utilization gauges (EngineStats): measured
   // once per process at start-up on the engine's threads (kernels/probe.h, ~0.3 s) unless
@@ -59,6 +61,15 @@ struct GenerateRequest {
   // only tokens that keep the text a prefix of a sentence are allowed, end-of-generation only
   // once it is a whole sentence; generation stops when nothing can follow. Null = free text.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Scoring and diagnostics (Llm: `peng logits`, `peng eval`, layer diagnosis): a request
+  // with either flag computes its prompt only (which may then fill max_model_len), samples
+  // nothing and ends with "length"; its events carry the logits of every prompt position, in
+  // order, as the prompt is computed (RequestOutput::prompt_logits) / the residual stream after
+  // the embeddings and after each layer for the prompt tokens of each step
+  // (RequestOutput::hidden_states; needs an engine with max_num_seqs = 1, so that the step's
+  // batch is this request's tokens alone). n must be 1.
+  bool return_prompt_logits = false;
+  bool return_hidden_states = false;
 };
 
 struct TokenLogprob {
@@ -82,6 +93,10 @@ struct RequestOutput {
                                         // outgrows the whole KV pool)
   std::string error;                    // with finish_reason "error": what failed (this
                                         // request only; the engine goes on)
+  // With return_prompt_logits / return_hidden_states (GenerateRequest): for the prompt tokens
+  // computed in one step, [tokens, vocab_size] / [n_layers + 1][tokens][hidden_size].
+  std::vector<float> prompt_logits;
+  std::vector<float> hidden_states;
   // Set on every event:
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;        // so far, this completion

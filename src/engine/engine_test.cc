@@ -253,6 +253,58 @@ TEST(EngineTest, LogprobTextsConcatenateToTheOutput) {
   std::printf("tokens that ended mid-character: %d of 192\n", partial);
 }
 
+// Llm (`peng generate`) and the serving engine are one generation loop (EngineCore): the same
+// request gives the same token ids, text and finish reason through both -- with min_tokens
+// holding back a stop id, stop strings, seeded sampling, and a byte-level vocabulary whose
+// tokens end mid-character (the text flushed at the end is not lost).
+TEST(EngineTest, LlmGeneratesExactlyWhatTheEngineDoes) {
+  const std::string path = SourceDir() + "/tests/data/deepseek_tiny/serve";
+  auto llm = Llm::Load({.model_path = path, .threads = 2, .max_model_len = 256});
+  ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+  auto e = MakeEngine({.model_path = path, .max_model_len = 256});
+  const Ids prompt = {600, 41, 68, 75};
+  GenerateRequest base = Greedy("base", prompt, 24);
+  const Result free_run = RunOne(e.get(), base);
+  ASSERT_EQ(free_run.tokens[0].size(), 24u);
+  std::vector<GenerateRequest> cases;
+  GenerateRequest r = base;
+  r.id = "min";  // the 3rd greedy token is a stop id, but at least 6 tokens must come
+  r.params.stop_token_ids = {free_run.tokens[0][2]};
+  r.params.min_tokens = 6;
+  cases.push_back(r);
+  r = base;
+  r.id = "stopid";
+  r.params.stop_token_ids = {free_run.tokens[0][5]};
+  cases.push_back(r);
+  r = base;
+  r.id = "stopstr";
+  if (free_run.text[0].size() > 8) r.params.stop = {free_run.text[0].substr(4, 3)};
+  cases.push_back(r);
+  r = base;
+  r.id = "sampled";
+  r.params.temperature = 0.9f;
+  r.params.top_k = 20;
+  r.params.seed = 7;
+  cases.push_back(r);
+  for (const GenerateRequest& c : cases) {
+    SCOPED_TRACE(c.id);
+    const Result want = RunOne(e.get(), c);
+    std::string text;
+    Ids ids;
+    GenerateStats st;
+    ASSERT_TRUE((*llm)->Generate(c.prompt, c.params, [&](int32_t, const std::string& t) {
+      text += t;
+      return true;
+    }, &st, &ids).ok());
+    EXPECT_EQ(ids, want.tokens[0]);
+    EXPECT_EQ(text, want.text[0]);
+    EXPECT_EQ(st.finish_reason, want.finish[0]);
+    EXPECT_EQ(st.generated_tokens, static_cast<int64_t>(want.tokens[0].size()));
+  }
+  // min_tokens really held the stop id back.
+  EXPECT_GE(RunOne(e.get(), cases[0]).tokens[0].size(), 6u);
+}
+
 TEST(EngineTest, SmolLmBatchOf16AndStopStrings) {
   const std::string path = SmolLm();
   if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";

@@ -166,7 +166,7 @@ TEST(CompareRealModel, SmolLm2Int8ActivationsVsExact) {
   if (path.empty()) GTEST_SKIP() << "models/smollm2-135m-instruct-q4_1.gguf not present";
   LlmOptions o;
   o.model_path = path;
-  o.max_context = 128;
+  o.max_model_len = 128;
   auto model = Llm::Load(o);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   o.kv_dtype = DType::kF32;

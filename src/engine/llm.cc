@@ -3,10 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/sampler.h"
-#include "formats/gguf.h"
-#include "model/registry.h"
-
 namespace peng {
 namespace {
 
@@ -32,85 +28,89 @@ size_t StopHoldback(const std::string& text, const std::vector<std::string>& sto
 
 StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
   if (o.threads < 0) return InvalidArgument("--threads must be >= 0");
-  if (o.block_size <= 0 || o.prefill_chunk <= 0 || o.max_context <= 0)
-    return InvalidArgument("block size, prefill chunk and context must be positive");
-  std::unique_ptr<Llm> llm(new Llm(o.threads));
-  PENG_ASSIGN_OR_RETURN(llm->model_, LoadModel(o.model_path));
-  PENG_ASSIGN_OR_RETURN(llm->tokenizer_, Tokenizer::ForModel(o.model_path));
-  const ModelConfig& cfg = llm->model_->config();
-  llm->max_context_ = std::min<int64_t>(o.max_context, cfg.max_position > 0 ? cfg.max_position
-                                                                            : o.max_context);
-  llm->prefill_chunk_ = o.prefill_chunk;
-  const int64_t n_blocks = (llm->max_context_ + o.block_size - 1) / o.block_size;
-  PENG_ASSIGN_OR_RETURN(llm->kv_,
-                        KvCache::Create(llm->model_->kv_spec(), n_blocks, o.block_size, o.kv_dtype));
-  llm->blocks_ = std::make_unique<BlockPool>(n_blocks);
-  return llm;
+  if (o.block_size <= 0 || o.max_num_batched_tokens <= 0 || o.max_model_len <= 0)
+    return InvalidArgument("block size, batch size and context must be positive");
+  EngineOptions e;
+  e.model_path = o.model_path;
+  e.threads = o.threads;
+  e.max_model_len = o.max_model_len;
+  e.max_num_seqs = 1;
+  e.max_num_batched_tokens = o.max_num_batched_tokens;
+  e.block_size = o.block_size;
+  e.num_kv_blocks = (o.max_model_len + o.block_size - 1) / o.block_size;
+  e.enable_prefix_caching = false;  // one request at a time; repeated prompts are re-computed
+  e.kv_dtype = o.kv_dtype;
+  e.measure_peaks = false;
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, CreateEngineCore(e));
+  return std::unique_ptr<Llm>(new Llm(std::move(core)));
 }
 
 StatusOr<std::vector<int32_t>> Llm::Encode(const std::string& text) const {
-  if (!tokenizer_) return InvalidArgument("this model has no tokenizer; pass token ids instead");
-  return tokenizer_->Encode(text, tokenizer_->add_bos_default());
+  const Tokenizer* tok = tokenizer();
+  if (!tok) return InvalidArgument("this model has no tokenizer; pass token ids instead");
+  return tok->Encode(text, tok->add_bos_default());
 }
 
-bool Llm::IsEndOfGeneration(int32_t id) const {
-  return tokenizer_ ? tokenizer_->IsEndOfGeneration(id) : id == model_->config().eos_id;
-}
-
-Status Llm::Reset() {
-  table_.Clear(blocks_.get());
+Status Llm::Run(GenerateRequest request,
+                const std::function<bool(const RequestOutput&)>& on_event) {
+  request.id = "llm-" + std::to_string(next_id_++);
+  const std::string id = request.id;
+  PENG_RETURN_IF_ERROR(core_->Add(std::move(request)));
+  std::string error;
+  bool aborted = false, finished = false;
+  while (!finished) {
+    for (const EngineCoreOutput& o : core_->Step()) {
+      if (o.output.finish_reason == "error") error = o.output.error;
+      if (!aborted && !on_event(o.output)) {
+        core_->Abort(id);
+        aborted = true;
+      }
+      finished = finished || o.request_finished;
+    }
+  }
+  if (!error.empty()) return Internal(error);
   return OkStatus();
 }
 
-Status Llm::Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits,
-                 std::vector<float>* capture_hidden) {
-  const int64_t end = pos0 + static_cast<int64_t>(tokens.size());
-  if (end > max_context_)
-    return OutOfRange("sequence of " + std::to_string(end) + " tokens exceeds the context length " +
-                      std::to_string(max_context_));
-  if (!table_.EnsureCapacity(blocks_.get(), kv_->block_size(), end))
-    return ResourceExhausted("KV cache is full");
-  ForwardBatch batch;
-  batch.tokens.assign(tokens.begin(), tokens.end());
-  SeqBatchEntry e;
-  e.n_tokens = static_cast<int64_t>(tokens.size());
-  e.pos0 = pos0;
-  e.block_table = table_.blocks().data();
-  e.n_blocks = static_cast<int64_t>(table_.blocks().size());
-  e.all_logits = all_logits;
-  e.want_logits = logits != nullptr;
-  batch.seqs.push_back(e);
-  batch.capture_hidden = capture_hidden;
-  return model_->Forward(batch, kv_.get(), logits, &pool_);
-}
-
 StatusOr<std::vector<float>> Llm::PromptHiddenStates(std::span<const int32_t> tokens) {
-  PENG_RETURN_IF_ERROR(Reset());
-  const int64_t D = model_->config().hidden_size, L = model_->config().n_layers;
+  const int64_t D = model().config().hidden_size, L = model().config().n_layers;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<float> out((L + 1) * n * D), chunk;
-  for (int64_t p = 0; p < n; p += prefill_chunk_) {
-    const int64_t m = std::min<int64_t>(prefill_chunk_, n - p);
-    PENG_RETURN_IF_ERROR(Step(tokens.subspan(p, m), p, false, nullptr, &chunk));
-    if (static_cast<int64_t>(chunk.size()) != (L + 1) * m * D)
-      return Internal("the model did not capture its hidden states");
+  std::vector<float> out((L + 1) * n * D);
+  GenerateRequest r;
+  r.prompt.assign(tokens.begin(), tokens.end());
+  r.params.temperature = 0;
+  r.return_hidden_states = true;
+  int64_t p = 0;  // prompt tokens received
+  bool bad = false;
+  PENG_RETURN_IF_ERROR(Run(std::move(r), [&](const RequestOutput& ev) {
+    if (ev.hidden_states.empty()) return true;
+    const int64_t m = static_cast<int64_t>(ev.hidden_states.size()) / ((L + 1) * D);
+    if (m * (L + 1) * D != static_cast<int64_t>(ev.hidden_states.size()) || p + m > n) {
+      bad = true;
+      return false;
+    }
     for (int64_t l = 0; l <= L; ++l)
-      std::copy_n(chunk.data() + l * m * D, m * D, out.data() + (l * n + p) * D);
-  }
-  PENG_RETURN_IF_ERROR(Reset());
+      std::copy_n(ev.hidden_states.data() + l * m * D, m * D, out.data() + (l * n + p) * D);
+    p += m;
+    return true;
+  }));
+  if (bad || p != n) return Internal("the model did not capture its hidden states");
   return out;
 }
 
 StatusOr<std::vector<float>> Llm::PromptLogits(std::span<const int32_t> tokens) {
-  PENG_RETURN_IF_ERROR(Reset());
-  const int64_t V = model_->config().vocab_size;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<float> out(n * V);
-  for (int64_t p = 0; p < n; p += prefill_chunk_) {
-    const int64_t m = std::min<int64_t>(prefill_chunk_, n - p);
-    PENG_RETURN_IF_ERROR(Step(tokens.subspan(p, m), p, true, out.data() + p * V));
-  }
-  PENG_RETURN_IF_ERROR(Reset());
+  const int64_t V = model().config().vocab_size;
+  std::vector<float> out;
+  out.reserve(tokens.size() * V);
+  GenerateRequest r;
+  r.prompt.assign(tokens.begin(), tokens.end());
+  r.params.temperature = 0;
+  r.return_prompt_logits = true;
+  PENG_RETURN_IF_ERROR(Run(std::move(r), [&](const RequestOutput& ev) {
+    out.insert(out.end(), ev.prompt_logits.begin(), ev.prompt_logits.end());
+    return true;
+  }));
+  if (out.size() != tokens.size() * V) return Internal("the engine returned too few logit rows");
   return out;
 }
 
@@ -119,104 +119,61 @@ Status Llm::Generate(const std::vector<int32_t>& prompt, const SamplingParams& p
                      std::vector<int32_t>* output_ids) {
   PENG_RETURN_IF_ERROR(params.Validate());
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n == 0) return InvalidArgument("the prompt is empty");
-  if (n + params.max_tokens > max_context_)
+  if (n > 0 && n + params.max_tokens > max_model_len())  // as the server answers
     return OutOfRange("prompt of " + std::to_string(n) + " tokens + max_tokens " +
                       std::to_string(params.max_tokens) + " exceeds the context length " +
-                      std::to_string(max_context_));
-  PENG_RETURN_IF_ERROR(Reset());
-  const int64_t V = model_->config().vocab_size;
-  logits_.resize(V);
+                      std::to_string(max_model_len()));
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.params = params;
   GenerateStats st;
-  st.prompt_tokens = n;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
   const double t0 = Now();
-  for (int64_t p = 0; p < n; p += prefill_chunk_) {
-    const int64_t m = std::min<int64_t>(prefill_chunk_, n - p);
-    const bool last = p + m == n;
-    PENG_RETURN_IF_ERROR(Step(std::span(prompt).subspan(p, m), p, false,
-                              last ? logits_.data() : nullptr));
-  }
-  const double t1 = Now();
+  double t1 = 0;  // the first token
+  int32_t last = -1;
+  bool stopped = false;  // by on_text
+  PENG_RETURN_IF_ERROR(Run(std::move(r), [&](const RequestOutput& ev) {
+    if (!ev.token_ids.empty()) {
+      if (st.generated_tokens == 0) t1 = Now();
+      st.generated_tokens += static_cast<int64_t>(ev.token_ids.size());
+      last = ev.token_ids.back();
+      if (output_ids) output_ids->insert(output_ids->end(), ev.token_ids.begin(), ev.token_ids.end());
+    }
+    if (ev.finish_reason) st.finish_reason = stopped ? "stop" : *ev.finish_reason;
+    if (!stopped && !ev.text.empty() && !on_text(last, ev.text)) stopped = true;
+    return !stopped;
+  }));
+  const double t2 = Now();
+  if (stopped) st.finish_reason = "stop";
+  if (st.generated_tokens == 0) t1 = t2;
   st.prompt_seconds = t1 - t0;
-
-  Sampler sampler(params);
-  TokenHistory history(prompt);
-  std::unique_ptr<StreamingDecoder> decoder;
-  if (tokenizer_) decoder = std::make_unique<StreamingDecoder>(*tokenizer_);
-  std::string pending;  // decoded text held back while a stop string may be forming
-  st.finish_reason = "length";
-  int64_t pos = n;
-  for (int i = 0; i < params.max_tokens; ++i) {
-    const int32_t id = sampler.Sample(logits_.data(), V, history);
-    history.Append(id);
-    if (output_ids) output_ids->push_back(id);
-    ++st.generated_tokens;
-    const bool is_stop_id =
-        std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), id) !=
-        params.stop_token_ids.end();
-    if ((!params.ignore_eos && IsEndOfGeneration(id)) || is_stop_id) {
-      st.finish_reason = "stop";
-      break;
-    }
-    if (decoder) pending += decoder->Push(id);
-    bool stopped = false;
-    for (const std::string& s : params.stop) {
-      const size_t at = pending.find(s);
-      if (at != std::string::npos) {
-        pending.resize(params.include_stop_str_in_output ? at + s.size() : at);
-        stopped = true;
-      }
-    }
-    const size_t hold = stopped ? 0 : StopHoldback(pending, params.stop);
-    if (pending.size() > hold) {
-      if (!on_text(id, pending.substr(0, pending.size() - hold))) {
-        stopped = true;
-      }
-      pending.erase(0, pending.size() - hold);
-    }
-    if (stopped) {
-      st.finish_reason = "stop";
-      break;
-    }
-    if (i + 1 == params.max_tokens) break;
-    const int32_t next[1] = {id};
-    PENG_RETURN_IF_ERROR(Step(next, pos++, false, logits_.data()));
-  }
-  if (st.finish_reason == "length") {
-    if (decoder) pending += decoder->Flush();
-    if (!pending.empty()) on_text(-1, pending);
-  }
-  st.generate_seconds = Now() - t1;
-  PENG_RETURN_IF_ERROR(Reset());
+  st.generate_seconds = t2 - t1;
   if (stats) *stats = st;
   return OkStatus();
 }
 
 StatusOr<double> Llm::BenchPrefill(std::span<const int32_t> tokens) {
-  PENG_RETURN_IF_ERROR(Reset());
-  logits_.resize(model_->config().vocab_size);
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  GenerateRequest r;
+  r.prompt.assign(tokens.begin(), tokens.end());
+  r.params.temperature = 0;
+  r.params.max_tokens = 1;
+  r.params.ignore_eos = true;
   const double t0 = Now();
-  for (int64_t p = 0; p < n; p += prefill_chunk_) {
-    const int64_t m = std::min<int64_t>(prefill_chunk_, n - p);
-    PENG_RETURN_IF_ERROR(Step(tokens.subspan(p, m), p, false,
-                              p + m == n ? logits_.data() : nullptr));
-  }
+  PENG_RETURN_IF_ERROR(Run(std::move(r), [](const RequestOutput&) { return true; }));
   return Now() - t0;
 }
 
 StatusOr<double> Llm::BenchDecode(int64_t n_tokens) {
-  PENG_RETURN_IF_ERROR(Reset());
-  logits_.resize(model_->config().vocab_size);
-  const int32_t bos[1] = {std::max(0, model_->config().bos_id)};
-  PENG_RETURN_IF_ERROR(Step(bos, 0, false, logits_.data()));
-  const double t0 = Now();
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    int32_t id = static_cast<int32_t>(
-        std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
-    const int32_t tok[1] = {id};
-    PENG_RETURN_IF_ERROR(Step(tok, 1 + i, false, logits_.data()));
-  }
+  GenerateRequest r;
+  r.prompt = {std::max(0, model().config().bos_id)};
+  r.params.temperature = 0;
+  r.params.max_tokens = static_cast<int>(n_tokens + 1);
+  r.params.ignore_eos = true;
+  double t0 = 0;  // the first token (from the prompt's step): the clock covers n decode steps
+  PENG_RETURN_IF_ERROR(Run(std::move(r), [&](const RequestOutput& ev) {
+    if (t0 == 0 && !ev.token_ids.empty()) t0 = Now();
+    return true;
+  }));
   return Now() - t0;
 }
 

@@ -1,9 +1,9 @@
-// Llm: one loaded model with its tokenizer, thread pool and paged KV cache, able to run one
-// sequence at a time -- score a prompt (logits at every position) or generate with sampling
-// and streaming detokenization. This is the single-sequence runner under `peng generate`,
-// `peng logits` and `peng bench`; it drives the model through the same batched, paged
-// Forward() that the continuous-batching scheduler uses (prefill in chunks of
-// `prefill_chunk` tokens over a block table). Not thread-safe: use from one thread.
+// Llm: one loaded model with its tokenizer, run one request at a time in the caller's thread --
+// score a prompt (logits at every position), generate with sampling and streaming
+// detokenization, or time prefill and decode. The runner under `peng generate`, `peng logits`,
+// `peng eval` and `peng bench`. It is a thin client of the EngineCore (engine_core.h) with
+// max_num_seqs = 1: the same generation loop, scheduler, paged KV cache and stop logic as the
+// serving engine, stepped synchronously. Not thread-safe: use from one thread.
 #pragma once
 
 #include <functional>
@@ -14,29 +14,28 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "engine/engine_core.h"
 #include "engine/sampling_params.h"
-#include "kv/block_pool.h"
 #include "model/model.h"
-#include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace peng {
 
 struct LlmOptions {
   std::string model_path;
-  int threads = 0;             // 0 = physical cores
-  int64_t max_context = 4096;  // tokens per sequence (capped by the model's context length)
-  int block_size = 16;         // tokens per KV block
-  DType kv_dtype = DType::kF16;
-  int prefill_chunk = 512;     // tokens per forward during prefill
+  int threads = 0;                       // 0 = physical cores
+  int64_t max_model_len = 4096;          // tokens per sequence (capped by the model's context)
+  int block_size = 16;                   // tokens per KV block
+  DType kv_dtype = DType::kF16;          // F32: exact mode
+  int64_t max_num_batched_tokens = 512;  // tokens per forward (prefill chunk)
 };
 
 struct GenerateStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  double prompt_seconds = 0;
-  double generate_seconds = 0;  // from first sampled token to the end
-  std::string finish_reason;    // "stop" (EOS / stop string / stop token) or "length"
+  double prompt_seconds = 0;    // to the first sampled token
+  double generate_seconds = 0;  // from the first sampled token to the end
+  std::string finish_reason;    // "stop" (EOS / stop string / stop token / callback) or "length"
 };
 
 // Length of the longest suffix of `text` that is a proper prefix of one of `stops`: text to
@@ -47,51 +46,46 @@ class Llm {
  public:
   static StatusOr<std::unique_ptr<Llm>> Load(const LlmOptions& options);
 
-  Model& model() { return *model_; }
+  Model& model() { return core_->executor().model(); }
   // nullptr for a model folder without a tokenizer (token ids only).
-  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  ThreadPool& pool() { return pool_; }
-  int64_t max_context() const { return max_context_; }
+  const Tokenizer* tokenizer() const { return core_->tokenizer(); }
+  ThreadPool& pool() { return core_->executor().pool(); }
+  int64_t max_model_len() const { return core_->max_model_len(); }
 
   // Tokenizes with the model's default BOS handling; an error if there is no tokenizer.
   StatusOr<std::vector<int32_t>> Encode(const std::string& text) const;
   // End-of-generation token (EOS, end-of-turn...) of the tokenizer, else the config's EOS.
-  bool IsEndOfGeneration(int32_t id) const;
+  bool IsEndOfGeneration(int32_t id) const { return core_->IsEndOfGeneration(id); }
 
   // Runs `tokens` as a fresh sequence; returns logits for every position, [n, vocab].
+  // n must be < max_model_len.
   StatusOr<std::vector<float>> PromptLogits(std::span<const int32_t> tokens);
   // Runs `tokens` as a fresh sequence; returns the residual stream after the embeddings and
   // after every layer: [n_layers + 1][n][hidden] (diagnostics).
   StatusOr<std::vector<float>> PromptHiddenStates(std::span<const int32_t> tokens);
 
   // Generates after `prompt`. on_text receives each new piece of text (never half a UTF-8
-  // character) and the token id that completed it; returning false stops generation.
+  // character, stop strings withheld until they cannot match) and the last token id so far
+  // (-1 if none); returning false stops generation. Ends with "length" at max_tokens or
+  // max_model_len.
   using TokenCallback = std::function<bool(int32_t id, const std::string& text)>;
   Status Generate(const std::vector<int32_t>& prompt, const SamplingParams& params,
                   const TokenCallback& on_text, GenerateStats* stats,
                   std::vector<int32_t>* output_ids = nullptr);
 
-  // Timed primitives for `peng bench`: prefill n tokens as a fresh sequence; then decode
-  // n single tokens continuing it. Both return seconds.
+  // Timed primitives for `peng bench`: prefill n tokens as a fresh sequence (to its first
+  // sampled token); decode n single tokens after a one-token prompt (greedy, EOS ignored).
+  // Both return seconds.
   StatusOr<double> BenchPrefill(std::span<const int32_t> tokens);
   StatusOr<double> BenchDecode(int64_t n_tokens);
 
  private:
-  explicit Llm(int threads) : pool_(threads) {}
-  // Forward of tokens [pos0, pos0 + n) of the current sequence.
-  Status Step(std::span<const int32_t> tokens, int64_t pos0, bool all_logits, float* logits,
-              std::vector<float>* capture_hidden = nullptr);
-  Status Reset();  // frees the current sequence's blocks
+  explicit Llm(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {}
+  // Runs `request` to its end, handing every event to `on_event` (false: abort the request).
+  Status Run(GenerateRequest request, const std::function<bool(const RequestOutput&)>& on_event);
 
-  ThreadPool pool_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<BlockPool> blocks_;
-  BlockTable table_;
-  int64_t max_context_ = 0;
-  int prefill_chunk_ = 512;
-  std::vector<float> logits_;
+  std::unique_ptr<EngineCore> core_;
+  int64_t next_id_ = 0;
 };
 
 }  // namespace peng

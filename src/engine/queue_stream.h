@@ -16,7 +16,8 @@ namespace peng {
 
 class QueueStream : public RequestStream {
  public:
-  explicit QueueStream(int n) : open_(n) {}
+  explicit QueueStream(int n) : n_(n), open_(n) {}
+  int num_completions() const { return n_; }
 
   void Push(RequestOutput out) {
     std::shared_ptr<std::function<void()>> notify;
@@ -57,6 +58,7 @@ class QueueStream : public RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> q_;
+  const int n_;
   int open_;  // completions without their final event yet
   std::shared_ptr<std::function<void()>> notify_;  // copied out, called without mu_
 };

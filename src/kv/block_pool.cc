@@ -127,15 +127,4 @@ void BlockPool::CheckInvariants() const {
     PENG_CHECK_MSG(blocks_[b].cached && blocks_[b].hash == hash, "hash map entry stale");
 }
 
-bool BlockTable::EnsureCapacity(BlockPool* pool, int block_size, int64_t n_tokens) {
-  const int64_t need =
-      (n_tokens + block_size - 1) / block_size - static_cast<int64_t>(blocks_.size());
-  return need <= 0 || pool->AllocateInto(need, &blocks_);
-}
-
-void BlockTable::Clear(BlockPool* pool) {
-  pool->Release(blocks_);
-  blocks_.clear();
-}
-
 }  // namespace peng

@@ -97,21 +97,4 @@ class BlockPool {
   HashFn hash_fn_ = &XxHash;
 };
 
-// The blocks of one sequence, in logical order, and how many token slots they provide. The
-// single-sequence runner (Llm) uses it; the engine uses KvCacheManager.
-class BlockTable {
- public:
-  const std::vector<int32_t>& blocks() const { return blocks_; }
-  int64_t capacity_tokens(int block_size) const {
-    return static_cast<int64_t>(blocks_.size()) * block_size;
-  }
-  // Grows the table so that it holds `n_tokens`; false (table unchanged) if the pool is full.
-  bool EnsureCapacity(BlockPool* pool, int block_size, int64_t n_tokens);
-  // Returns every block to the pool.
-  void Clear(BlockPool* pool);
-
- private:
-  std::vector<int32_t> blocks_;
-};
-
 }  // namespace peng

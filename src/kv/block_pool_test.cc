@@ -31,22 +31,6 @@ TEST(BlockPoolTest, RefCountsKeepSharedBlocks) {
   pool.CheckInvariants();
 }
 
-TEST(BlockTableTest, GrowsByWholeBlocks) {
-  BlockPool pool(3);
-  BlockTable t;
-  EXPECT_TRUE(t.EnsureCapacity(&pool, 16, 1));
-  EXPECT_EQ(t.blocks(), (Ids{0}));
-  EXPECT_TRUE(t.EnsureCapacity(&pool, 16, 16));
-  EXPECT_EQ(t.blocks(), (Ids{0}));
-  EXPECT_TRUE(t.EnsureCapacity(&pool, 16, 33));
-  EXPECT_EQ(t.blocks(), (Ids{0, 1, 2}));
-  EXPECT_FALSE(t.EnsureCapacity(&pool, 16, 49));
-  EXPECT_EQ(t.blocks().size(), 3u);
-  t.Clear(&pool);
-  EXPECT_EQ(pool.num_free(), 3);
-  pool.CheckInvariants();
-}
-
 }  // namespace
 }  // namespace peng
 

@@ -1,0 +1,482 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+
+#include "engine/llm.h"
+#include "engine/sampler.h"
+#include "grammar/grammar.h"
+#include "model/registry.h"
+#include "tokenizer/streaming_decoder.h"
+
+namespace peng {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Status ValidateOptions(const EngineOptions& o) {
+  if (o.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
+  if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
+      o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
+      o.num_kv_blocks < 0)
+    return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
+  return OkStatus();
+}
+
+// One completion of a request: a scheduler sequence plus its sampling and text state.
+struct EngineCore::Completion : Sequence {
+  Completion(Request* r, int i, const SamplingParams& p) : req(r), index(i), sampler(p) {}
+  Request* req;
+  int index;
+  Sampler sampler;
+  TokenHistory history;
+  std::unique_ptr<StreamingDecoder> decoder;
+  std::unique_ptr<grammar::Matcher> matcher;  // when the request has a grammar
+  std::string pending;  // text held back while a stop string may be forming
+  int64_t num_output = 0;
+  bool done = false;
+};
+
+struct EngineCore::Request {
+  GenerateRequest in;
+  std::vector<std::unique_ptr<Completion>> completions;  // [0] first; the rest after prefill
+  int num_done = 0;
+  bool forked = false;
+  Clock::time_point arrival;  // for the queue wait
+  bool scheduled = false;     // has been in a step
+};
+
+EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
+                       std::unique_ptr<Tokenizer> tokenizer)
+    : opt_(o),
+      executor_(std::move(executor)),
+      tokenizer_(std::move(tokenizer)),
+      kvm_(executor_->num_kv_blocks(), executor_->block_size(), o.enable_prefix_caching),
+      sched_({o.max_num_batched_tokens, o.max_num_seqs}, &kvm_),
+      max_model_len_(EffectiveMaxModelLen(o, executor_->config())),
+      vocab_(executor_->config().vocab_size) {}
+
+EngineCore::~EngineCore() = default;
+
+StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const EngineOptions& o,
+                                                         std::unique_ptr<Executor> executor,
+                                                         std::unique_ptr<Tokenizer> tokenizer) {
+  if (!executor) return InvalidArgument("no executor");
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));
+  return std::unique_ptr<EngineCore>(
+      new EngineCore(o, std::move(executor), std::move(tokenizer)));
+}
+
+bool EngineCore::IsEndOfGeneration(int32_t id) const {
+  return tokenizer_ ? tokenizer_->IsEndOfGeneration(id) : id == executor_->config().eos_id;
+}
+
+Status EngineCore::Validate(const GenerateRequest& request) const {
+  PENG_RETURN_IF_ERROR(request.params.Validate());
+  if (request.n < 1 || request.n > 128) return InvalidArgument("n must be in [1, 128]");
+  if (request.params.seed > std::numeric_limits<int64_t>::max() - (request.n - 1))
+    return InvalidArgument("seed = " + std::to_string(request.params.seed) +
+                           ": seed + n - 1 must be <= " +
+                           std::to_string(std::numeric_limits<int64_t>::max()));
+  const int64_t len = static_cast<int64_t>(request.prompt.size());
+  if (len == 0) return InvalidArgument("the prompt is empty");
+  for (int32_t id : request.prompt)
+    if (id < 0 || id >= vocab_)
+      return InvalidArgument("token id " + std::to_string(id) + " is out of range: the vocabulary is [0, " +
+                             std::to_string(vocab_) + ")");
+  for (const auto& [id, bias] : request.params.logit_bias)
+    if (id >= vocab_)
+      return InvalidArgument("logit_bias: token id " + std::to_string(id) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
+  const bool scoring = request.return_prompt_logits || request.return_hidden_states;
+  if (scoring) {  // the prompt alone, no token sampled: it may fill the context
+    if (request.n != 1) return InvalidArgument("a scoring request (prompt logits / hidden states) has n = 1");
+    if (request.return_hidden_states && opt_.max_num_seqs != 1)
+      return InvalidArgument("return_hidden_states needs an engine with max_num_seqs = 1");
+    if (len > max_model_len_)
+      return OutOfRange("prompt of " + std::to_string(len) + " tokens exceeds the context length: " +
+                        "max_model_len is " + std::to_string(max_model_len_));
+    if (len > kvm_.num_blocks() * kvm_.block_size())
+      return OutOfRange("prompt of " + std::to_string(len) + " tokens does not fit in the KV cache (" +
+                        std::to_string(kvm_.num_blocks() * kvm_.block_size()) + " token slots)");
+    return OkStatus();
+  }
+  if (len >= max_model_len_)
+    return OutOfRange("prompt of " + std::to_string(len) + " tokens exceeds the context length: " +
+                      "max_model_len is " + std::to_string(max_model_len_) +
+                      " and at least one token must be generated");
+  if (len + 1 > kvm_.num_blocks() * kvm_.block_size())
+    return OutOfRange("prompt of " + std::to_string(len) + " tokens does not fit in the KV cache (" +
+                      std::to_string(kvm_.num_blocks() * kvm_.block_size()) + " token slots)");
+  return OkStatus();
+}
+
+Status EngineCore::Add(GenerateRequest request, Clock::time_point arrival) {
+  PENG_RETURN_IF_ERROR(Validate(request));
+  if (active_.count(request.id)) return InvalidArgument("duplicate request id " + request.id);
+  auto r = std::make_unique<Request>();
+  r->in = std::move(request);
+  r->arrival = arrival;
+  const SamplingParams& p = r->in.params;
+  auto c = std::make_unique<Completion>(r.get(), 0, p);
+  c->id = next_seq_id_++;
+  c->tokens = r->in.prompt;
+  c->num_prompt_tokens = static_cast<int64_t>(c->tokens.size());
+  c->history = TokenHistory(c->tokens);
+  if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
+  if (r->in.grammar) c->matcher = std::make_unique<grammar::Matcher>(r->in.grammar);
+  prompt_tokens_total_ += c->num_prompt_tokens;
+  sched_.Add(c.get());
+  r->completions.push_back(std::move(c));
+  const std::string id = r->in.id;
+  active_[id] = std::move(r);
+  return OkStatus();
+}
+
+void EngineCore::Abort(const std::string& id) {
+  auto it = active_.find(id);
+  if (it != active_.end()) EndRequest(it->second.get(), "abort", "");
+}
+
+void EngineCore::AbortAll() {
+  std::vector<Request*> all;
+  for (auto& [id, r] : active_) all.push_back(r.get());
+  for (Request* r : all) EndRequest(r, "abort", "");
+}
+
+std::vector<EngineCoreOutput> EngineCore::Step() {
+  step_ = StepInfo();
+  if (!sched_.empty()) RunStep();
+  if (!sched_.running().empty()) {
+    EngineStats s;
+    FillStats(&s);
+    frag_sum_ += s.kv_fragmentation;
+    ++frag_steps_;
+    frag_max_ = std::max(frag_max_, s.kv_fragmentation);
+  }
+  retired_.clear();
+  std::vector<EngineCoreOutput> out;
+  out.swap(outputs_);
+  return out;
+}
+
+void EngineCore::RunStep() {
+  const SchedulerOutput& out = sched_.Schedule();
+  for (Sequence* s : out.too_long) {  // outgrew the whole KV pool: ends like max_model_len
+    auto* c = static_cast<Completion*>(s);
+    RequestOutput ev;
+    if (c->decoder) c->pending += c->decoder->Flush();
+    ev.text = std::move(c->pending);
+    FinishCompletion(c, std::move(ev), "length");
+  }
+  if (out.scheduled.empty()) return;
+  const Clock::time_point now = Clock::now();
+  batch_.tokens.clear();
+  batch_.seqs.clear();
+  batch_.capture_hidden = nullptr;
+  for (const ScheduledSeq& sc : out.scheduled) {
+    const auto* c = static_cast<const Completion*>(sc.seq);
+    Request* r = c->req;
+    if (!r->scheduled) {
+      r->scheduled = true;
+      queue_wait_sum_ += Seconds(now - r->arrival);
+      ++queue_wait_count_;
+    }
+    auto first = c->tokens.begin() + c->num_computed_tokens;
+    batch_.tokens.insert(batch_.tokens.end(), first, first + sc.num_new_tokens);
+    const std::vector<int32_t>& table = kvm_.block_table(c->id);
+    SeqBatchEntry e;
+    e.n_tokens = sc.num_new_tokens;
+    e.pos0 = c->num_computed_tokens;
+    e.block_table = table.data();
+    e.n_blocks = static_cast<int64_t>(table.size());
+    e.want_logits = c->num_computed_tokens + sc.num_new_tokens == c->num_tokens();
+    if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
+      e.all_logits = e.want_logits = true;
+    if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
+      batch_.capture_hidden = &hidden_;  // alone in the batch (Validate)
+    batch_.seqs.push_back(e);
+  }
+  logits_.resize(std::max<size_t>(logits_.size(), batch_.NumLogitRows() * vocab_));
+  const kernels::WorkCounts work_before = kernels::ThreadWork();
+  step_.forward_ran = true;
+  step_.forward_begin = Clock::now();
+  const Status st = executor_->Execute(batch_, out.copies, logits_.data());
+  step_.forward_end = Clock::now();
+  step_.work = kernels::ThreadWork() - work_before;
+  ++steps_total_;
+  if (!st.ok()) {  // the batch's KV writes are not trusted: its requests end, nothing is cached
+    std::vector<Request*> failed;
+    for (const ScheduledSeq& sc : out.scheduled) {
+      Request* r = static_cast<Completion*>(sc.seq)->req;
+      if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
+    }
+    for (Request* r : failed) FailRequest(r, "model forward pass failed: " + st.message());
+    return;
+  }
+  sched_.OnStepDone();
+  if (batch_.capture_hidden) {  // the batch is this one sequence's prompt chunk
+    RequestOutput ev;
+    ev.prompt_tokens = out.scheduled[0].seq->num_prompt_tokens;
+    ev.hidden_states = std::move(hidden_);
+    Emit(static_cast<Completion*>(out.scheduled[0].seq)->req, std::move(ev));
+  }
+  int64_t row = 0;
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const SeqBatchEntry& e = batch_.seqs[i];
+    if (!e.want_logits) continue;
+    auto* c = static_cast<Completion*>(out.scheduled[i].seq);
+    const int64_t rows = e.all_logits ? e.n_tokens : 1;
+    float* first_row = logits_.data() + row * vocab_;
+    row += rows;
+    if (c->done) continue;  // failed earlier in this step
+    Request* r = c->req;
+    if (e.all_logits) {  // scoring: the prompt positions' logits, before any sampling
+      RequestOutput ev;
+      ev.prompt_tokens = c->num_prompt_tokens;
+      ev.prompt_logits.assign(first_row, first_row + rows * vocab_);
+      Emit(r, std::move(ev));
+    }
+    if (c->num_computed_tokens < c->num_tokens()) continue;  // mid-prompt chunk
+    if (r->in.return_prompt_logits || r->in.return_hidden_states) {  // scoring: no sampling
+      FinishCompletion(c, RequestOutput(), "length");
+      continue;
+    }
+    float* logits = first_row + (rows - 1) * vocab_;
+    try {
+      // A NaN anywhere (or +inf, which the softmax cannot weigh) means this row is garbage.
+      const Clock::time_point check_begin = Clock::now();
+      for (int64_t v = 0; v < vocab_; ++v) {
+        if (std::isnan(logits[v]) || logits[v] == std::numeric_limits<float>::infinity())
+          throw std::runtime_error("the model produced a non-finite logit (token " +
+                                   std::to_string(v) + ")");
+      }
+      step_.sample_seconds += Seconds(Clock::now() - check_begin);
+      if (r->in.n > 1 && !r->forked) Fork(r, logits);
+      SampleAndEmit(c, logits);
+    } catch (const std::exception& e) {
+      FailRequest(r, e.what());
+    }
+  }
+}
+
+// The prompt is computed: the other n - 1 completions share its blocks and sample from the
+// same logits, each with its own seed (seed + index).
+void EngineCore::Fork(Request* r, const float* row) {
+  r->forked = true;
+  const Completion* parent = r->completions[0].get();
+  for (int i = 1; i < r->in.n; ++i) {
+    SamplingParams p = r->in.params;
+    if (p.seed >= 0) p.seed += i;
+    auto c = std::make_unique<Completion>(r, i, p);
+    c->id = next_seq_id_++;
+    c->tokens = parent->tokens;
+    c->num_prompt_tokens = parent->num_prompt_tokens;
+    c->num_computed_tokens = parent->num_computed_tokens;
+    c->history = TokenHistory(c->tokens);
+    if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
+    if (parent->matcher) c->matcher = std::make_unique<grammar::Matcher>(*parent->matcher);
+    kvm_.Fork(parent->id, c->id);
+    sched_.AddRunning(c.get());
+    Completion* cp = c.get();
+    r->completions.push_back(std::move(c));
+    fork_row_.assign(row, row + vocab_);
+    SampleAndEmit(cp, fork_row_.data());
+  }
+}
+
+void EngineCore::SampleAndEmit(Completion* c, float* row) {
+  const Clock::time_point sample_begin = Clock::now();
+  const SamplingParams& p = c->req->in.params;
+  RequestOutput ev;
+  TokenLogprob lp;
+  if (p.want_logprobs) {
+    raw_row_.assign(row, row + vocab_);
+    if (p.logprobs > 0) Sampler::TopLogprobs(row, vocab_, p.logprobs, &lp.top);
+  }
+  for (const auto& [id, bias] : p.logit_bias) row[id] += bias;
+  if (c->matcher) {
+    if (!c->matcher->ApplyMask(row, vocab_))
+      throw std::runtime_error("the grammar is too ambiguous to follow: one token mask went over "
+                               "its work budget");
+    // ignore_eos: the output goes on while the grammar allows more (benchmarks).
+    if (p.ignore_eos && !c->matcher->IsTerminated()) {
+      for (int32_t id : c->req->in.grammar->vocab().eos_ids())
+        if (id < vocab_) row[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (c->num_output < p.min_tokens) {  // EOS and stop ids cannot be drawn yet
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : executor_->config().eos_id;
+    if (!p.ignore_eos && eos >= 0 && eos < vocab_) row[eos] = ninf;
+    for (int32_t id : p.stop_token_ids)
+      if (id < vocab_) row[id] = ninf;
+  }
+  const int32_t id = c->sampler.Sample(row, vocab_, c->history);
+  // The mask leaves at least one token unless the grammar is at a dead end (an end that
+  // min_tokens or the stop-id ban took away): that ends the request with an error.
+  if (c->matcher && !c->matcher->Accept(id))
+    throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
+                             " was drawn); min_tokens too large for the format?");
+  step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
+  c->tokens.push_back(id);
+  c->history.Append(id);
+  ++c->num_output;
+  ++generation_tokens_total_;
+  ev.token_ids.push_back(id);
+  if (p.want_logprobs) {
+    lp.id = id;
+    lp.logprob = Sampler::LogProb(raw_row_.data(), vocab_, id);
+    ev.logprobs.push_back(std::move(lp));
+  }
+
+  const char* reason = nullptr;
+  const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), id) !=
+                       p.stop_token_ids.end();
+  const bool grammar_eos = c->matcher && IsEndOfGeneration(id);  // the grammar is complete
+  if (grammar_eos ||
+      ((stop_id || (!p.ignore_eos && IsEndOfGeneration(id))) && c->num_output > p.min_tokens)) {
+    reason = "stop";  // the stop token's text is not part of the output
+  } else if (c->decoder) {
+    const std::string piece = c->decoder->Push(id);
+    if (p.want_logprobs) ev.logprobs.back().text = piece;
+    c->pending += piece;
+  }
+  bool stop_string = false;
+  for (size_t i = 0; !reason && i < p.stop.size(); ++i) {
+    const size_t at = c->pending.find(p.stop[i]);
+    if (at == std::string::npos) continue;
+    c->pending.resize(p.include_stop_str_in_output ? at + p.stop[i].size() : at);
+    reason = "stop";
+    stop_string = true;
+  }
+  if (!reason && c->matcher && c->matcher->IsTerminated()) reason = "stop";  // nothing can follow
+  if (!reason && (c->num_output >= p.max_tokens || c->num_tokens() >= max_model_len_))
+    reason = "length";
+  if (reason && !stop_string && c->decoder) {
+    const std::string tail = c->decoder->Flush();
+    if (p.want_logprobs) ev.logprobs.back().text += tail;
+    c->pending += tail;
+  }
+  const size_t hold = reason ? 0 : StopHoldback(c->pending, p.stop);
+  ev.text = c->pending.substr(0, c->pending.size() - hold);
+  c->pending.erase(0, c->pending.size() - hold);
+  if (reason) {
+    FinishCompletion(c, std::move(ev), reason);
+  } else {
+    ev.index = c->index;
+    ev.prompt_tokens = c->num_prompt_tokens;
+    ev.completion_tokens = c->num_output;
+    Emit(c->req, std::move(ev));
+  }
+}
+
+void EngineCore::Emit(Request* r, RequestOutput ev) {
+  const bool finished = r->num_done == r->in.n;
+  EngineCoreOutput o;
+  o.request_id = r->in.id;
+  o.output = std::move(ev);
+  o.request_finished = finished;
+  outputs_.push_back(std::move(o));
+  if (finished) {  // the Request object lives until the end of the step
+    auto it = active_.find(r->in.id);
+    retired_.push_back(std::move(it->second));
+    active_.erase(it);
+    ++finished_total_;
+  }
+}
+
+void EngineCore::FinishCompletion(Completion* c, RequestOutput ev, const char* reason) {
+  sched_.Finish(c);
+  c->done = true;
+  ev.index = c->index;
+  ev.prompt_tokens = c->num_prompt_tokens;
+  ev.completion_tokens = c->num_output;
+  ev.finish_reason = reason;
+  Request* r = c->req;
+  ++r->num_done;
+  Emit(r, std::move(ev));
+}
+
+// Ends every completion of `r` that is still going with `reason` ("abort" or "error").
+void EngineCore::EndRequest(Request* r, const char* reason, const std::string& error) {
+  if (r->num_done >= r->in.n) return;
+  const int64_t prompt = static_cast<int64_t>(r->in.prompt.size());
+  const int n = r->in.n;
+  for (int i = 0; i < n; ++i) {
+    RequestOutput ev;
+    ev.error = error;
+    if (i < static_cast<int>(r->completions.size())) {
+      Completion* c = r->completions[i].get();
+      if (!c->done) FinishCompletion(c, std::move(ev), reason);
+      continue;
+    }
+    ev.index = i;  // a completion that was never forked
+    ev.prompt_tokens = prompt;
+    ev.finish_reason = reason;
+    ++r->num_done;
+    Emit(r, std::move(ev));
+  }
+}
+
+void EngineCore::FailRequest(Request* r, const std::string& error) {
+  if (r->num_done >= r->in.n) return;
+  ++failed_total_;
+  std::fprintf(stderr, "peng: request %s failed: %s\n", r->in.id.c_str(), error.c_str());
+  EndRequest(r, "error", error);
+}
+
+void EngineCore::FillStats(EngineStats* s) const {
+  s->num_running = sched_.num_running();
+  s->num_waiting = sched_.num_waiting();
+  s->num_preemptions_total = sched_.num_preemptions_total();
+  s->kv_blocks_total = kvm_.num_blocks();
+  s->kv_blocks_used = kvm_.num_used_blocks();
+  s->kv_usage = kvm_.usage();
+  int64_t unfilled = 0;
+  for (const Sequence* seq : sched_.running()) {
+    const int64_t slots = static_cast<int64_t>(kvm_.block_table(seq->id).size()) * kvm_.block_size();
+    unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
+  }
+  const double pool_slots = static_cast<double>(kvm_.num_blocks()) * kvm_.block_size();
+  s->kv_slots_unfilled = unfilled;
+  s->kv_fragmentation = unfilled / pool_slots;
+  s->kv_fragmentation_max = frag_max_;
+  s->kv_fragmentation_mean = frag_steps_ ? frag_sum_ / frag_steps_ : 0;
+  s->prefix_cache_queries = kvm_.prefix_cache_queries();
+  s->prefix_cache_hits = kvm_.prefix_cache_hits();
+  s->prompt_tokens_total = prompt_tokens_total_;
+  s->generation_tokens_total = generation_tokens_total_;
+  s->requests_finished_total = finished_total_;
+  s->requests_failed_total = failed_total_;
+  s->steps_total = steps_total_;
+  s->queue_wait_seconds_sum = queue_wait_sum_;
+  s->queue_wait_count = queue_wait_count_;
+}
+
+StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
+                                                       std::unique_ptr<Model> model,
+                                                       std::unique_ptr<Tokenizer> tok) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                        CreateLocalExecutor(o, std::move(model)));
+  return EngineCore::Create(o, std::move(executor), std::move(tok));
+}
+
+StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
+  return CreateEngineCore(o, std::move(model), std::move(tok));
+}
+
+}  // namespace peng

@@ -1,0 +1,131 @@
+// EngineCore: the generation loop, synchronous and single-threaded (vLLM v1's EngineCore).
+// It owns the scheduler, the KV block manager and the per-request state (sampler, grammar
+// matcher, streaming detokenizer, stop checks) and drives an Executor:
+//
+//   Add(request) / Abort(id)       -- between steps
+//   Step() -> outputs              -- schedule -> Executor::Execute (one batched forward over
+//                                     all scheduled tokens) -> per sequence that reached its
+//                                     last token: sample, logprobs, detokenize, stop checks
+//
+// Every way peng generates goes through it: the serving Engine (engine.h) wraps it in a thread
+// with queues and streams; Llm (`peng generate`, `peng logits`, `peng eval`, `peng bench`)
+// steps it in the caller's thread with one request at a time. Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
+#include "engine/scheduler.h"
+#include "kernels/work_counter.h"
+#include "kv/kv_cache_manager.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peng {
+
+// One event of one request.
+struct EngineCoreOutput {
+  std::string request_id;
+  RequestOutput output;
+  bool request_finished = false;  // the request's last event: its id is free again
+};
+
+// What the last Step() did, for the engine's phase times and utilization gauges.
+struct StepInfo {
+  using Clock = std::chrono::steady_clock;
+  bool forward_ran = false;
+  Clock::time_point forward_begin, forward_end;
+  double sample_seconds = 0;   // logits checks, bias, grammar masks, sampler
+  kernels::WorkCounts work;    // of the forward pass
+};
+
+class EngineCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `tokenizer` may be null (requests must then carry token ids; no text in the events).
+  static StatusOr<std::unique_ptr<EngineCore>> Create(const EngineOptions& options,
+                                                      std::unique_ptr<Executor> executor,
+                                                      std::unique_ptr<Tokenizer> tokenizer);
+  ~EngineCore();
+
+  // The checks Add() makes that need no engine state (thread-safe): params, n, seed, empty
+  // prompt, token ids vs vocabulary, prompt length vs max_model_len and vs the whole KV pool.
+  Status Validate(const GenerateRequest& request) const;
+  // Validates and queues the request (InvalidArgument also for an id still in flight).
+  // `arrival` starts its queue-wait clock.
+  Status Add(GenerateRequest request, Clock::time_point arrival = Clock::now());
+  // Ends the request's completions with finish_reason "abort" (events in the next Step()'s
+  // outputs); frees its blocks. Unknown ids are ignored.
+  void Abort(const std::string& id);
+  // Aborts every request.
+  void AbortAll();
+  bool HasUnfinished() const { return !active_.empty(); }
+  // Runs one step if any request is unfinished; returns every event since the last call.
+  std::vector<EngineCoreOutput> Step();
+  const StepInfo& last_step() const { return step_; }
+
+  // Counters and gauges of EngineStats that the core owns (running, waiting, KV, prefix
+  // cache, token and request totals, steps, queue wait); the caller adds the time-based ones.
+  void FillStats(EngineStats* stats) const;
+
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const ModelConfig& model_config() const { return executor_->config(); }
+  int64_t max_model_len() const { return max_model_len_; }
+  Executor& executor() { return *executor_; }
+  bool IsEndOfGeneration(int32_t id) const;
+
+  struct Request;
+  struct Completion;
+
+ private:
+  EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
+             std::unique_ptr<Tokenizer> tokenizer);
+  void RunStep();
+  void Fork(Request* r, const float* row);
+  void SampleAndEmit(Completion* c, float* row);
+  void Emit(Request* r, RequestOutput ev);
+  void FinishCompletion(Completion* c, RequestOutput ev, const char* reason);
+  void EndRequest(Request* r, const char* reason, const std::string& error);
+  void FailRequest(Request* r, const std::string& error);
+
+  const EngineOptions opt_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  KvCacheManager kvm_;
+  Scheduler sched_;
+  const int64_t max_model_len_;
+  const int64_t vocab_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> active_;
+  std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
+  std::vector<EngineCoreOutput> outputs_;
+  ForwardBatch batch_;
+  std::vector<float> logits_, fork_row_, raw_row_, hidden_;
+  StepInfo step_;
+  int64_t next_seq_id_ = 0;
+  int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
+  int64_t failed_total_ = 0, steps_total_ = 0;
+  double queue_wait_sum_ = 0;
+  int64_t queue_wait_count_ = 0;
+  double frag_sum_ = 0;  // sum of kv_fragmentation over steps with running sequences
+  int64_t frag_steps_ = 0;
+  double frag_max_ = 0;
+};
+
+// Checks the options every engine needs (threads, positive sizes, the utilization window).
+Status ValidateOptions(const EngineOptions& options);
+// A core over a LocalExecutor: loads the model and tokenizer from options.model_path, or takes
+// the given ones (tokenizer may be null).
+StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options);
+StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options,
+                                                       std::unique_ptr<Model> model,
+                                                       std::unique_ptr<Tokenizer> tokenizer);
+
+}  // namespace peng

@@ -1,0 +1,49 @@
+// Executor: runs the engine core's scheduled batches on the model -- the boundary between
+// deciding what to compute (EngineCore: scheduler, KV block manager, sampling) and computing it
+// (the model's weights, the paged KV cache's memory, the threads). The core hands it one
+// ForwardBatch per step plus the copy-on-write block copies the scheduler asked for, and gets
+// the batch's logit rows back. LocalExecutor does it in this process; a multi-process executor
+// (tensor / expert parallel ranks) puts the same call behind a broadcast to its workers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/kv_cache_manager.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace peng {
+
+struct EngineOptions;
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual const ModelConfig& config() const = 0;
+  // The paged KV cache's geometry (the core's block manager mirrors it).
+  virtual int64_t num_kv_blocks() const = 0;
+  virtual int block_size() const = 0;
+  // Performs `copies` (copy-on-write of shared blocks), then runs the batch and writes its
+  // NumLogitRows() rows of vocab_size logits into `logits`.
+  virtual Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
+                         float* logits) = 0;
+  // This process's part: its model (shard), its thread pool (probes, diagnostics).
+  virtual Model& model() = 0;
+  virtual ThreadPool& pool() = 0;
+};
+
+// The longest sequence (prompt + output) the engine allows: options.max_model_len capped by
+// the model's context length.
+int64_t EffectiveMaxModelLen(const EngineOptions& options, const ModelConfig& config);
+
+// Runs `model` in this process on options.threads threads, with a KV cache of
+// options.num_kv_blocks blocks, else sized by options.kv_cache_bytes (0 = enough for
+// max_num_seqs full-length sequences, capped at 25% of physical memory).
+StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& options,
+                                                        std::unique_ptr<Model> model);
+
+}  // namespace peng
