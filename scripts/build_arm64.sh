@@ -52,7 +52,8 @@ install_deps() {
 [[ "${1:-}" == --deps-only ]] && exit 0
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-aarch64.cmake" -DPENG_BUILD_BENCH=OFF "$@"
+  -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-aarch64.cmake" -DPENG_BUILD_BENCH=OFF \
+  -DPENG_MPI=OFF "$@"  # no :arm64 Open MPI in the sysroot
 if [[ -n "${TARGETS:-}" ]]; then
   # shellcheck disable=SC2086
   cmake --build "$BUILD_DIR" -j"$JOBS" --target $TARGETS

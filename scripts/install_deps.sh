@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus  # promtool, to check /metrics in the tests
   nginx       # the proxy of deploy/nginx/peng.conf, for scripts/failover_test.sh
   valgrind    # bench/insn_count.sh: instruction counts of a fixed decode (CI work counter)
+  libopenmpi-dev openmpi-bin  # multi-process tensor / expert / data parallel (mpirun)
 )
 
 missing=()

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "engine/llm.h"
 #include "kernels/isa.h"
 #include "kernels/probe.h"
@@ -98,6 +99,20 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.threads = a.threads;
   o.max_model_len = std::max<int64_t>(o.max_model_len, a.pp + a.tg + 1);
   o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
+  o.tensor_parallel_size = a.tensor_parallel_size;
+  EngineOptions eo;  // --batch: the serving engine
+  eo.model_path = a.model_path;
+  eo.threads = a.threads;
+  eo.max_num_seqs = std::max(1, a.batch);
+  eo.max_model_len = 16 + a.tg + 1;
+  eo.max_num_batched_tokens = std::max<int64_t>(512, int64_t{16} * a.batch);
+  eo.max_waiting = std::max(256, a.batch);
+  eo.measure_peaks = false;
+  eo.tensor_parallel_size = a.tensor_parallel_size;
+  const bool batched = a.batch > 0 && a.tg > 1;
+  // Tensor-parallel ranks > 0 serve rank 0's engine cores (Llm's, then the batched engine's).
+  PENG_ASSIGN_OR_RETURN(const bool worker, RunParallelWorker(Llm::CoreOptions(o)));
+  if (worker) return nlohmann::json{{"worker", true}};
   auto llm = Llm::Load(o);
   if (!llm.ok()) return llm.status();
   Llm& m = **llm;
@@ -134,16 +149,9 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["weight_bytes_per_token"] = bytes;
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
-  if (a.batch > 0 && a.tg > 1) {
+  j["tensor_parallel_size"] = a.tensor_parallel_size;
+  if (batched) {
     llm->reset();  // one copy of the weights at a time
-    EngineOptions eo;
-    eo.model_path = a.model_path;
-    eo.threads = a.threads;
-    eo.max_num_seqs = a.batch;
-    eo.max_model_len = 16 + a.tg + 1;
-    eo.max_num_batched_tokens = std::max<int64_t>(512, int64_t{16} * a.batch);
-    eo.max_waiting = std::max(256, a.batch);
-    eo.measure_peaks = false;
     auto engine = Engine::Create(eo);
     if (!engine.ok()) return engine.status();
     const int64_t vocab = (*engine)->model_config().vocab_size;
@@ -165,6 +173,7 @@ int RunBench(const BenchArgs& a) {
   StatusOr<nlohmann::json> r = RunOfflineBench(a.bench);
   if (!r.ok()) return Fail(r.status().ToString());
   const nlohmann::json& j = *r;
+  if (j.contains("worker")) return 0;  // a tensor-parallel rank > 0: rank 0 reports
   if (a.json) {
     std::puts(j.dump(2).c_str());
     return 0;
@@ -208,6 +217,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("--tg", a->bench.tg, "Generated tokens per decode test (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   c->add_option("--reps", a->bench.reps, "Repetitions")->check(CLI::Range(1, 1000));
+  c->add_option("--tensor-parallel-size", a->bench.tensor_parallel_size,
+                "Tensor-parallel ranks (-tp; run under mpirun -np N)")
+      ->check(CLI::Range(1, 4096));
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--batch", a->bench.batch,

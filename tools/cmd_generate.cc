@@ -38,6 +38,9 @@ int RunGenerate(GenerateArgs& a) {
     std::fprintf(stderr, "peng: cpu features: %s\n", GetCpuFeatures().ToString().c_str());
     std::fprintf(stderr, "peng: kernels: %s\n", kernels::IsaName(kernels::ActiveIsa()));
   }
+  StatusOr<bool> worker = RunParallelWorker(Llm::CoreOptions(a.llm));
+  if (!worker.ok()) return Fail(worker.status().ToString());
+  if (*worker) return 0;  // a tensor-parallel rank > 0: rank 0 prints
   auto llm = Llm::Load(a.llm);
   if (!llm.ok()) return Fail(llm.status().ToString());
   Llm& m = **llm;
@@ -95,6 +98,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1024));
   c->add_option("-c,--ctx-size", a->llm.max_model_len, "Context length")
       ->check(CLI::Range(1, 1 << 24));
+  c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,
+                "Tensor-parallel ranks (-tp; run under mpirun -np N)")
+      ->check(CLI::Range(1, 4096));
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence");
   c->add_flag("--raw", a->raw, "Do not echo the prompt");
   c->add_flag("-v,--verbose", a->verbose, "Print CPU features, kernel ISA and model info");

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "server/byte_size.h"
 #include "server/server.h"
 #include "tools/commands.h"
@@ -58,6 +59,11 @@ int RunServe(ServeArgs& a) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Tensor-parallel ranks > 0 serve rank 0's batches (with the signals blocked: rank 0 drains
+  // and then ends their loop).
+  StatusOr<bool> worker = RunParallelWorker(a.engine);
+  if (!worker.ok()) return Fail(worker.status().ToString());
+  if (*worker) return 0;
   StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(a.engine);
   if (!engine.ok()) return Fail(engine.status().ToString());
   server::Server srv(engine->get(), a.server);
@@ -132,6 +138,9 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   c->add_option("--num-kv-blocks", a->engine.num_kv_blocks,
                 "KV cache pool size in blocks of 16 tokens (overrides --kv-cache-memory)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  c->add_option("--tensor-parallel-size", a->engine.tensor_parallel_size,
+                "Tensor-parallel ranks (-tp; run under mpirun -np N)")
+      ->check(CLI::Range(1, 4096));
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--max-waiting", a->engine.max_waiting,

@@ -34,6 +34,7 @@ struct OfflineBenchOptions {
   int tg = 128;
   int reps = 5;
   int batch = 0;    // > 0: also the engine's batched decode (tg tokens per sequence)
+  int tensor_parallel_size = 1;  // > 1: under mpirun; ranks > 0 return {"worker": true}
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);

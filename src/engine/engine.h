@@ -39,6 +39,9 @@ struct EngineOptions {
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
   DType kv_dtype = DType::kF16;         // F32 for exact-mode scoring (`peng logits --exact`)
+  // Tensor parallelism over the processes of an MPI job (`mpirun -np N peng ... -tp N`):
+  // rank 0 runs the engine, the other ranks run RunParallelWorker() (engine_core.h).
+  int tensor_parallel_size = 1;
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
   // The machine's peaks, the denominators of the utilization gauges (EngineStats): measured
   // once per process at start-up on the engine's threads (kernels/probe.h, ~0.3 s) unless

@@ -24,6 +24,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 Status ValidateOptions(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (o.tensor_parallel_size < 1) return InvalidArgument("tensor_parallel_size must be >= 1");
   if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
@@ -132,6 +133,8 @@ Status EngineCore::Add(GenerateRequest request, Clock::time_point arrival) {
   c->tokens = r->in.prompt;
   c->num_prompt_tokens = static_cast<int64_t>(c->tokens.size());
   c->history = TokenHistory(c->tokens);
+  // Scoring needs every prompt position computed, not served from the prefix cache.
+  c->use_prefix_cache = !r->in.return_prompt_logits && !r->in.return_hidden_states;
   if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
   if (r->in.grammar) c->matcher = std::make_unique<grammar::Matcher>(r->in.grammar);
   prompt_tokens_total_ += c->num_prompt_tokens;
@@ -467,16 +470,69 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
                                                        std::unique_ptr<Model> model,
                                                        std::unique_ptr<Tokenizer> tok) {
   PENG_RETURN_IF_ERROR(ValidateOptions(o));
+  if (o.tensor_parallel_size != 1)
+    return InvalidArgument("a loaded model runs in one process (tensor_parallel_size 1)");
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         CreateLocalExecutor(o, std::move(model)));
   return EngineCore::Create(o, std::move(executor), std::move(tok));
 }
 
+namespace {
+
+bool workers_listening = false;  // rank 0 of a job whose workers run RunTensorParallelWorker
+
+// The job's communicator for the options: WorldComm(), checked against tensor_parallel_size.
+StatusOr<Communicator*> JobComm(const EngineOptions& o) {
+  PENG_ASSIGN_OR_RETURN(Communicator* world, WorldComm());
+  if (world->size() != o.tensor_parallel_size) {
+    if (world->size() == 1)
+      return InvalidArgument("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                             " needs a job of " + std::to_string(o.tensor_parallel_size) +
+                             " processes: start it with mpirun -np " +
+                             std::to_string(o.tensor_parallel_size));
+    return InvalidArgument("this MPI job has " + std::to_string(world->size()) +
+                           " processes but --tensor-parallel-size is " +
+                           std::to_string(o.tensor_parallel_size) + "; they must be equal");
+  }
+  if (world->size() > 1 && world->rank() == 0) workers_listening = true;
+  return world;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
   PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
+  PENG_ASSIGN_OR_RETURN(Communicator* comm, JobComm(o));
+  if (comm->size() == 1) {
+    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
+    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
+    return CreateEngineCore(o, std::move(model), std::move(tok));
+  }
+  if (comm->rank() != 0) return Internal("the engine core runs on rank 0 of the job");
+  // A rank that fails to load its shard aborts the job; so does rank 0 (the workers are
+  // waiting for its first broadcast).
+  StatusOr<std::unique_ptr<Model>> model = LoadModel(o.model_path, {.tp = comm});
+  if (!model.ok()) comm->Abort("rank 0: " + model.status().ToString());
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
-  return CreateEngineCore(o, std::move(model), std::move(tok));
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
+                        CreateTensorParallelExecutor(o, comm, std::move(*model)));
+  return EngineCore::Create(o, std::move(executor), std::move(tok));
+}
+
+StatusOr<bool> RunParallelWorker(const EngineOptions& o) {
+  if (o.tensor_parallel_size < 1) return InvalidArgument("--tensor-parallel-size must be >= 1");
+  if (o.tensor_parallel_size == 1 && !LaunchedByMpirun()) return false;
+  PENG_ASSIGN_OR_RETURN(Communicator* comm, JobComm(o));
+  if (comm->rank() == 0) return false;
+  PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, comm));
+  return true;
+}
+
+void EndParallelJob() {
+  if (!workers_listening) return;
+  workers_listening = false;
+  StatusOr<Communicator*> world = WorldComm();
+  if (world.ok()) EndTensorParallelJob(*world);
 }
 
 }  // namespace peng

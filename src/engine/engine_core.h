@@ -122,10 +122,20 @@ class EngineCore {
 // Checks the options every engine needs (threads, positive sizes, the utilization window).
 Status ValidateOptions(const EngineOptions& options);
 // A core over a LocalExecutor: loads the model and tokenizer from options.model_path, or takes
-// the given ones (tokenizer may be null).
+// the given ones (tokenizer may be null). With options.tensor_parallel_size > 1 (only from
+// model_path, on rank 0 of an MPI job of that many processes) the core drives a
+// TensorParallelExecutor over this rank's shard.
 StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options);
 StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options,
                                                        std::unique_ptr<Model> model,
                                                        std::unique_ptr<Tokenizer> tokenizer);
+// Multi-process jobs: every process calls this first, with the same options. On ranks other
+// than 0 it serves every engine core rank 0 creates (loading this rank's shard each time) until
+// rank 0 calls EndParallelJob(), then returns true (the process should exit); on rank 0, and
+// when running alone, it returns false at once. An error (on every rank) when the job's size
+// does not match the options.
+StatusOr<bool> RunParallelWorker(const EngineOptions& options);
+// Rank 0, once at the end of the program (tools/main.cc): releases the workers. A no-op alone.
+void EndParallelJob();
 
 }  // namespace peng

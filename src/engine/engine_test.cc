@@ -305,6 +305,35 @@ TEST(EngineTest, LlmGeneratesExactlyWhatTheEngineDoes) {
   EXPECT_GE(RunOne(e.get(), cases[0]).tokens[0].size(), 6u);
 }
 
+// A scoring request (prompt logits) computes every prompt position even when the prefix cache
+// holds the prompt's blocks, and its rows equal Llm::PromptLogits' (a fresh sequence).
+TEST(EngineTest, PromptLogitsBypassThePrefixCache) {
+  const std::string path = TinyModel("llama");
+  auto e = MakeEngine({.model_path = path, .block_size = 4, .enable_prefix_caching = true});
+  const Ids p = Prompt(18, 5);
+  RunOne(e.get(), Greedy("warm", p, 2));  // caches the prompt's four full blocks
+  GenerateRequest r = Greedy("score", p, 1);
+  r.return_prompt_logits = true;
+  auto stream = e->Submit(r);
+  ASSERT_TRUE(stream.ok());
+  std::vector<float> rows;
+  RequestOutput ev;
+  bool timed_out = false;
+  std::string finish;
+  while ((*stream)->Next(&ev, std::chrono::seconds(60), &timed_out) && !timed_out) {
+    rows.insert(rows.end(), ev.prompt_logits.begin(), ev.prompt_logits.end());
+    EXPECT_TRUE(ev.token_ids.empty());  // nothing is sampled
+    if (ev.finish_reason) finish = *ev.finish_reason;
+  }
+  EXPECT_EQ(finish, "length");
+  auto llm = Llm::Load({.model_path = path, .threads = 2, .block_size = 4});
+  ASSERT_TRUE(llm.ok());
+  auto want = (*llm)->PromptLogits(p);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(rows.size(), p.size() * 256);
+  EXPECT_EQ(rows, *want);
+}
+
 TEST(EngineTest, SmolLmBatchOf16AndStopStrings) {
   const std::string path = SmolLm();
   if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";

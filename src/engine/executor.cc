@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
+#include "kernels/ops.h"
+#include "model/registry.h"
 
 namespace peng {
 namespace {
@@ -41,6 +45,115 @@ class LocalExecutor : public Executor {
   std::unique_ptr<KvCache> kv_;
 };
 
+// The batch as rank 0 broadcasts it: a header of int64 counts, then the payload.
+struct BatchHeader {
+  int64_t n_tokens = 0;
+  int64_t n_seqs = 0;   // -1: the job is over
+  int64_t n_blocks = 0;  // block-table entries of all sequences
+  int64_t n_copies = 0;
+  int64_t capture_hidden = 0;
+};
+
+// What rank 0 broadcasts when it creates (or fails to create) an engine core, and at the end.
+struct CoreStart {
+  int64_t num_kv_blocks = 0;  // < 1: no core (rank 0 failed to set it up)
+  int64_t block_size = 0;
+  int64_t kv_dtype = 0;
+  int64_t job_over = 0;       // 1: no more cores; the workers return
+  int64_t exact = 0;          // kernels::ExactActivations() of rank 0
+  int64_t path_bytes = 0;     // then the model path (rank 0's options.model_path)
+};
+
+struct SeqWire {
+  int64_t n_tokens, pos0, n_blocks, all_logits, want_logits;
+};
+
+std::vector<uint8_t> Pack(const ForwardBatch& b, std::span<const BlockCopy> copies,
+                          BatchHeader* h) {
+  h->n_tokens = static_cast<int64_t>(b.tokens.size());
+  h->n_seqs = static_cast<int64_t>(b.seqs.size());
+  h->n_blocks = 0;
+  for (const SeqBatchEntry& e : b.seqs) h->n_blocks += e.n_blocks;
+  h->n_copies = static_cast<int64_t>(copies.size());
+  h->capture_hidden = b.capture_hidden != nullptr;
+  std::vector<uint8_t> out(h->n_tokens * 4 + h->n_seqs * sizeof(SeqWire) + h->n_blocks * 4 +
+                           h->n_copies * sizeof(BlockCopy));
+  uint8_t* p = out.data();
+  auto put = [&](const void* src, size_t n) {
+    if (n) std::memcpy(p, src, n);
+    p += n;
+  };
+  put(b.tokens.data(), b.tokens.size() * 4);
+  for (const SeqBatchEntry& e : b.seqs) {
+    const SeqWire w{e.n_tokens, e.pos0, e.n_blocks, e.all_logits, e.want_logits};
+    put(&w, sizeof w);
+  }
+  for (const SeqBatchEntry& e : b.seqs) put(e.block_table, e.n_blocks * 4);
+  put(copies.data(), copies.size() * sizeof(BlockCopy));
+  return out;
+}
+
+void Unpack(const BatchHeader& h, const std::vector<uint8_t>& in, ForwardBatch* b,
+            std::vector<int32_t>* tables, std::vector<BlockCopy>* copies) {
+  const uint8_t* p = in.data();
+  auto get = [&](void* dst, size_t n) {
+    if (n) std::memcpy(dst, p, n);
+    p += n;
+  };
+  b->tokens.resize(h.n_tokens);
+  get(b->tokens.data(), h.n_tokens * 4);
+  std::vector<SeqWire> wire(h.n_seqs);
+  get(wire.data(), wire.size() * sizeof(SeqWire));
+  tables->resize(h.n_blocks);
+  get(tables->data(), h.n_blocks * 4);
+  copies->resize(h.n_copies);
+  get(copies->data(), h.n_copies * sizeof(BlockCopy));
+  b->seqs.clear();
+  int64_t at = 0;
+  for (const SeqWire& w : wire) {
+    SeqBatchEntry e;
+    e.n_tokens = w.n_tokens;
+    e.pos0 = w.pos0;
+    e.n_blocks = w.n_blocks;
+    e.block_table = tables->data() + at;
+    e.all_logits = w.all_logits;
+    e.want_logits = w.want_logits;
+    at += w.n_blocks;
+    b->seqs.push_back(e);
+  }
+}
+
+class TensorParallelExecutor : public Executor {
+ public:
+  TensorParallelExecutor(Communicator* tp, std::unique_ptr<Executor> local)
+      : tp_(tp), local_(std::move(local)) {}
+  ~TensorParallelExecutor() override {
+    BatchHeader stop;
+    stop.n_seqs = -1;
+    tp_->Broadcast(&stop, sizeof stop, 0);
+  }
+  const ModelConfig& config() const override { return local_->config(); }
+  int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
+  int block_size() const override { return local_->block_size(); }
+  Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
+                 float* logits) override {
+    BatchHeader h;
+    std::vector<uint8_t> payload = Pack(batch, copies, &h);
+    tp_->Broadcast(&h, sizeof h, 0);
+    tp_->Broadcast(payload.data(), static_cast<int64_t>(payload.size()), 0);
+    Status st = local_->Execute(batch, copies, logits);
+    if (st.code() == StatusCode::kInternal)  // the other ranks may be inside a collective
+      tp_->Abort("tensor-parallel rank 0: " + st.message());
+    return st;
+  }
+  Model& model() override { return local_->model(); }
+  ThreadPool& pool() override { return local_->pool(); }
+
+ private:
+  Communicator* tp_;
+  std::unique_ptr<Executor> local_;
+};
+
 }  // namespace
 
 int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
@@ -48,28 +161,103 @@ int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
                               : o.max_model_len;
 }
 
-StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& o,
-                                                        std::unique_ptr<Model> model) {
-  if (!model) return InvalidArgument("no model");
-  if (o.threads < 0) return InvalidArgument("threads must be >= 0");
-  const int64_t max_len = EffectiveMaxModelLen(o, model->config());
+// The KV cache's block count for `model` under the options (see CreateLocalExecutor).
+StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model) {
+  const int64_t max_len = EffectiveMaxModelLen(o, model.config());
   int64_t blocks;
   if (o.num_kv_blocks > 0) {
     blocks = o.num_kv_blocks;
   } else if (o.kv_cache_bytes == 0) {
     blocks = int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
-    blocks = std::min(blocks, KvCache::BlocksForBudget(model->kv_spec(), o.block_size,
+    blocks = std::min(blocks, KvCache::BlocksForBudget(model.kv_spec(), o.block_size,
                                                        o.kv_dtype, PhysicalMemoryBytes() / 4));
   } else {
-    blocks = KvCache::BlocksForBudget(model->kv_spec(), o.block_size, o.kv_dtype,
+    blocks = KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype,
                                       o.kv_cache_bytes);
   }
   if (blocks < 1)
     return InvalidArgument("the KV cache budget of " + std::to_string(o.kv_cache_bytes) +
                            " bytes holds no block of " + std::to_string(o.block_size) + " tokens");
+  return blocks;
+}
+
+StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& o,
+                                                        std::unique_ptr<Model> model) {
+  if (!model) return InvalidArgument("no model");
+  if (o.threads < 0) return InvalidArgument("threads must be >= 0");
+  PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model));
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
                         KvCache::Create(model->kv_spec(), blocks, o.block_size, o.kv_dtype));
   return std::unique_ptr<Executor>(new LocalExecutor(o.threads, std::move(model), std::move(kv)));
+}
+
+StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOptions& options,
+                                                                 Communicator* tp,
+                                                                 std::unique_ptr<Model> model) {
+  if (!tp || tp->rank() != 0) return Internal("the tensor-parallel executor runs on rank 0");
+  if (!model) return InvalidArgument("no model");
+  StatusOr<int64_t> blocks = KvBlocks(options, *model);
+  CoreStart start;
+  start.num_kv_blocks = blocks.ok() ? *blocks : -1;  // -1: no core this time
+  start.block_size = options.block_size;
+  start.kv_dtype = static_cast<int64_t>(options.kv_dtype);
+  start.exact = kernels::ExactActivations();
+  std::string path = options.model_path;
+  start.path_bytes = static_cast<int64_t>(path.size());
+  tp->Broadcast(&start, sizeof start, 0);
+  tp->Broadcast(path.data(), start.path_bytes, 0);
+  if (!blocks.ok()) return blocks.status();
+  EngineOptions o = options;
+  o.num_kv_blocks = *blocks;
+  StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(model));
+  if (!local.ok()) tp->Abort("tensor-parallel rank 0: " + local.status().ToString());
+  return std::unique_ptr<Executor>(new TensorParallelExecutor(tp, std::move(*local)));
+}
+
+void EndTensorParallelJob(Communicator* tp) {
+  CoreStart over;
+  over.job_over = 1;
+  tp->Broadcast(&over, sizeof over, 0);
+}
+
+Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
+  const std::string who = "tensor-parallel rank " + std::to_string(tp->rank());
+  ForwardBatch batch;
+  std::vector<int32_t> tables;
+  std::vector<BlockCopy> copies;
+  std::vector<uint8_t> payload;
+  std::vector<float> logits, hidden;
+  for (;;) {  // one engine core of rank 0 after the other
+    CoreStart start;
+    tp->Broadcast(&start, sizeof start, 0);
+    if (start.job_over) return OkStatus();
+    std::string path(start.path_bytes, '\0');
+    tp->Broadcast(path.data(), start.path_bytes, 0);
+    if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
+    kernels::SetExactActivations(start.exact != 0);
+    StatusOr<std::unique_ptr<Model>> model = LoadModel(path, {.tp = tp});
+    if (!model.ok()) tp->Abort(who + ": " + model.status().ToString());
+    EngineOptions o = options;
+    o.num_kv_blocks = start.num_kv_blocks;
+    o.block_size = static_cast<int>(start.block_size);
+    o.kv_dtype = static_cast<DType>(start.kv_dtype);
+    StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(*model));
+    if (!local.ok()) tp->Abort(who + ": " + local.status().ToString());
+    const int64_t vocab = (*local)->config().vocab_size;
+    for (;;) {
+      BatchHeader h;
+      tp->Broadcast(&h, sizeof h, 0);
+      if (h.n_seqs < 0) break;  // this core is done
+      payload.resize(h.n_tokens * 4 + h.n_seqs * sizeof(SeqWire) + h.n_blocks * 4 +
+                     h.n_copies * sizeof(BlockCopy));
+      tp->Broadcast(payload.data(), static_cast<int64_t>(payload.size()), 0);
+      Unpack(h, payload, &batch, &tables, &copies);
+      batch.capture_hidden = h.capture_hidden ? &hidden : nullptr;
+      logits.resize(std::max<int64_t>(1, batch.NumLogitRows()) * vocab);
+      const Status st = (*local)->Execute(batch, copies, logits.data());
+      if (st.code() == StatusCode::kInternal) tp->Abort(who + ": " + st.message());
+    }
+  }
 }
 
 }  // namespace peng

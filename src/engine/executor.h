@@ -15,6 +15,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 
@@ -45,5 +46,24 @@ int64_t EffectiveMaxModelLen(const EngineOptions& options, const ModelConfig& co
 // max_num_seqs full-length sequences, capped at 25% of physical memory).
 StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& options,
                                                         std::unique_ptr<Model> model);
+
+// Tensor parallel over `tp` (size > 1), on its rank 0: `model` is this rank's shard (loaded
+// with ModelLoadOptions::tp). Each Execute() broadcasts the batch (tokens, sequences, block
+// tables, block copies) to the other ranks, which run RunTensorParallelWorker(), and then
+// runs its own shard; the model's collectives join the ranks inside the forward pass. The KV
+// cache has the same number of blocks on every rank (rank 0's, broadcast at start). A failure
+// that may leave the ranks out of step (an exception in the forward pass) aborts the job.
+// Destroying it ends the workers' loops.
+StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOptions& options,
+                                                                 Communicator* tp,
+                                                                 std::unique_ptr<Model> model);
+// Ranks 1.. of `tp`: for every engine core rank 0 creates (CreateTensorParallelExecutor), load
+// this rank's shard of the model rank 0 names (its options.model_path; exact mode as on rank
+// 0) and run rank 0's batches on it until that core's
+// executor is destroyed; return when rank 0 calls EndTensorParallelJob(). Setting up a shard
+// that fails aborts the job.
+Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp);
+// On rank 0, after its last engine core: the workers' RunTensorParallelWorker() returns.
+void EndTensorParallelJob(Communicator* tp);
 
 }  // namespace peng

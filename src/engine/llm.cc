@@ -26,10 +26,7 @@ size_t StopHoldback(const std::string& text, const std::vector<std::string>& sto
   return hold;
 }
 
-StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
-  if (o.threads < 0) return InvalidArgument("--threads must be >= 0");
-  if (o.block_size <= 0 || o.max_num_batched_tokens <= 0 || o.max_model_len <= 0)
-    return InvalidArgument("block size, batch size and context must be positive");
+EngineOptions Llm::CoreOptions(const LlmOptions& o) {
   EngineOptions e;
   e.model_path = o.model_path;
   e.threads = o.threads;
@@ -37,11 +34,19 @@ StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
   e.max_num_seqs = 1;
   e.max_num_batched_tokens = o.max_num_batched_tokens;
   e.block_size = o.block_size;
-  e.num_kv_blocks = (o.max_model_len + o.block_size - 1) / o.block_size;
+  e.num_kv_blocks = o.block_size > 0 ? (o.max_model_len + o.block_size - 1) / o.block_size : 0;
   e.enable_prefix_caching = false;  // one request at a time; repeated prompts are re-computed
   e.kv_dtype = o.kv_dtype;
   e.measure_peaks = false;
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, CreateEngineCore(e));
+  e.tensor_parallel_size = o.tensor_parallel_size;
+  return e;
+}
+
+StatusOr<std::unique_ptr<Llm>> Llm::Load(const LlmOptions& o) {
+  if (o.threads < 0) return InvalidArgument("--threads must be >= 0");
+  if (o.block_size <= 0 || o.max_num_batched_tokens <= 0 || o.max_model_len <= 0)
+    return InvalidArgument("block size, batch size and context must be positive");
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core, CreateEngineCore(CoreOptions(o)));
   return std::unique_ptr<Llm>(new Llm(std::move(core)));
 }
 

@@ -28,6 +28,7 @@ struct LlmOptions {
   int block_size = 16;                   // tokens per KV block
   DType kv_dtype = DType::kF16;          // F32: exact mode
   int64_t max_num_batched_tokens = 512;  // tokens per forward (prefill chunk)
+  int tensor_parallel_size = 1;          // > 1: under mpirun (EngineOptions)
 };
 
 struct GenerateStats {
@@ -45,6 +46,9 @@ size_t StopHoldback(const std::string& text, const std::vector<std::string>& sto
 class Llm {
  public:
   static StatusOr<std::unique_ptr<Llm>> Load(const LlmOptions& options);
+  // The options of Llm's engine core (max_num_seqs 1, no prefix caching, KV for one sequence);
+  // what the worker ranks of a tensor-parallel job pass to RunParallelWorker().
+  static EngineOptions CoreOptions(const LlmOptions& options);
 
   Model& model() { return core_->executor().model(); }
   // nullptr for a model folder without a tokenizer (token ids only).

@@ -60,7 +60,8 @@ const SchedulerOutput& Scheduler::Schedule() {
       out_.too_long.push_back(s);
       continue;
     }
-    ComputedBlocks cached = kv_->GetComputedBlocks(s->tokens);
+    ComputedBlocks cached =
+        s->use_prefix_cache ? kv_->GetComputedBlocks(s->tokens) : ComputedBlocks{};
     const int64_t n = std::min(s->num_tokens() - cached.num_tokens, budget);
     if (!kv_->AllocateSlots(s->id, cached.num_tokens, n, &cached, &out_.copies)) break;
     waiting_.pop_front();

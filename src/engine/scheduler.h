@@ -30,6 +30,7 @@ struct Sequence {
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   int64_t num_preemptions = 0;
   bool running = false;
+  bool use_prefix_cache = true;     // false: computes every token (scoring: logits of each)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

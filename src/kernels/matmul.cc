@@ -143,24 +143,50 @@ namespace {
 bool g_exact_activations = false;
 
 // Exact mode: FP32 copies of quantized weights, made once per tensor and kept for the process
-// lifetime (keyed by the weight bytes' address; exact mode is for tests and tools, so the
-// memory -- 4 bytes per weight -- is acceptable there).
-const TensorView& DequantizedCopy(const TensorView& w) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, std::pair<TensorView, std::vector<float>>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(w.data);
-  if (it == cache.end()) {
-    std::vector<float> f(static_cast<size_t>(w.rows() * w.cols()));
-    for (int64_t r = 0; r < w.rows(); ++r)
-      ref::DequantizeRow(w.dtype, w.row(r), f.data() + r * w.cols(), w.cols());
-    TensorView v = w;
-    v.dtype = DType::kF32;
-    v.size_bytes = f.size() * sizeof(float);
-    it = cache.emplace(w.data, std::make_pair(v, std::move(f))).first;
-    it->second.first.data = it->second.second.data();
+// lifetime (exact mode is for tests and tools, so the memory -- 4 bytes per weight -- is
+// acceptable there). Keyed by the weight bytes' address, and checked against the tensor's type,
+// shape and a fingerprint of its bytes: a model unloaded and another loaded in the same process
+// (tests, tensor-parallel workers) can reuse the address.
+uint64_t Fingerprint(const TensorView& w) {
+  const auto* p = static_cast<const uint8_t*>(w.data);
+  const size_t n = w.size_bytes;
+  uint64_t h = 1469598103934665603ull ^ n;  // FNV-1a over 64 samples of 64 bytes
+  for (size_t i = 0; i < 64; ++i) {
+    const size_t at = n > 64 ? (n - 64) / 63 * i : 0;
+    for (size_t k = 0; k < 64 && at + k < n; ++k) h = (h ^ p[at + k]) * 1099511628211ull;
   }
-  return it->second.first;
+  return h;
+}
+
+const TensorView& DequantizedCopy(const TensorView& w) {
+  struct Entry {
+    TensorView view;  // of `values`
+    DType dtype;
+    int64_t rows, cols;
+    uint64_t fingerprint;
+    std::vector<float> values;
+  };
+  static std::mutex mu;
+  static std::unordered_map<const void*, Entry> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const uint64_t fp = Fingerprint(w);
+  auto it = cache.find(w.data);
+  if (it != cache.end() && (it->second.dtype != w.dtype || it->second.rows != w.rows() ||
+                            it->second.cols != w.cols() || it->second.fingerprint != fp)) {
+    cache.erase(it);  // another tensor now lives at this address
+    it = cache.end();
+  }
+  if (it == cache.end()) {
+    Entry e{w, w.dtype, w.rows(), w.cols(), fp, {}};
+    e.values.resize(static_cast<size_t>(w.rows() * w.cols()));
+    for (int64_t r = 0; r < w.rows(); ++r)
+      ref::DequantizeRow(w.dtype, w.row(r), e.values.data() + r * w.cols(), w.cols());
+    e.view.dtype = DType::kF32;
+    e.view.size_bytes = e.values.size() * sizeof(float);
+    it = cache.emplace(w.data, std::move(e)).first;
+    it->second.view.data = it->second.values.data();
+  }
+  return it->second.view;
 }
 
 }  // namespace

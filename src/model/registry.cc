@@ -14,11 +14,12 @@ const std::vector<ArchEntry>& Architectures() {
   return kArchs;
 }
 
-StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
+                                           const ModelLoadOptions& options) {
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files, ModelFiles::Open(path));
   std::string known;
   for (const ArchEntry& a : Architectures()) {
-    if (files->arch() == a.name) return a.load(std::move(files));
+    if (files->arch() == a.name) return a.load(std::move(files), options);
     known += (known.empty() ? "" : ", ") + std::string(a.name);
   }
   return Unimplemented(path + ": unknown model architecture '" + files->arch() +

@@ -14,7 +14,17 @@
 
 namespace peng {
 
-using ModelLoaderFn = StatusOr<std::unique_ptr<Model>> (*)(std::unique_ptr<ModelFiles> files);
+class Communicator;
+
+// How this process takes part in a multi-process model (parallel/communicator.h).
+struct ModelLoadOptions {
+  // Tensor parallelism: this rank computes its share of the heads, the FFN and the vocabulary
+  // and loads only those weights; null or size 1 = the whole model.
+  Communicator* tp = nullptr;
+};
+
+using ModelLoaderFn = StatusOr<std::unique_ptr<Model>> (*)(std::unique_ptr<ModelFiles> files,
+                                                           const ModelLoadOptions& options);
 
 struct ArchEntry {
   const char* name;       // "llama"
@@ -25,12 +35,17 @@ const std::vector<ArchEntry>& Architectures();
 
 // Opens `path` (GGUF file or HF folder) and builds the model of its architecture. Unknown
 // architectures give an Unimplemented status listing the supported ones.
-StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
+StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
+                                           const ModelLoadOptions& options = {});
 
 // Per-architecture loaders (defined in their folders).
-StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files);
-StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files);
-StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files);
-StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files);
+StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files,
+                                             const ModelLoadOptions& options);
+StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files,
+                                             const ModelLoadOptions& options);
+StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files,
+                                             const ModelLoadOptions& options);
+StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,
+                                             const ModelLoadOptions& options);
 
 }  // namespace peng

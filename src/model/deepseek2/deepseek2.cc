@@ -10,6 +10,7 @@
 #include "kernels/work_counter.h"
 #include "model/config_reader.h"
 #include "model/registry.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 
@@ -953,7 +954,10 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files) {
+StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,
+                                          const ModelLoadOptions& options) {
+  if (options.tp && options.tp->size() > 1)
+    return Unimplemented("tensor parallelism is not implemented for deepseek2 yet");
   PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files)));
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -10,7 +10,8 @@
 
 namespace peng {
 
-StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files) {
+StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files,
+                                          const ModelLoadOptions& options) {
   ModelConfig cfg;
   PENG_RETURN_IF_ERROR(ReadCommonConfig(*files, &cfg));
   ConfigReader r(*files);
@@ -63,7 +64,7 @@ StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files) {
         cfg.layer_sliding[il] = (il + 1) % pattern != 0;
     }
   }
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

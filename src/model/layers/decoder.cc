@@ -1,5 +1,6 @@
 #include "model/layers/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -13,16 +14,68 @@ namespace peng {
 using kernels::AttentionParams;
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(std::unique_ptr<ModelFiles> files,
-                                                           const ModelConfig& config) {
+                                                           const ModelConfig& config,
+                                                           Communicator* tp) {
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->files_ = std::move(files);
   m->cfg_ = config;
+  if (tp && tp->size() > 1) {
+    m->tp_ = tp;
+    m->tp_size_ = tp->size();
+    m->tp_rank_ = tp->rank();
+  }
   PENG_RETURN_IF_ERROR(m->Bind());
   return m;
 }
 
 StatusOr<Linear> DecoderModel::Matrix(const std::string& name, int64_t rows, int64_t cols) {
   return Linear::Bind(*files_, name, rows, cols);
+}
+
+StatusOr<Linear> DecoderModel::Shard(const std::string& name, int64_t rows, int64_t cols,
+                                     int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  return Linear::BindShard(*files_, name, rows, cols, r0, nr, c0, nc);
+}
+
+void DecoderModel::AllReduce(float* x, int64_t n) {
+  if (tp_) tp_->AllReduceSum(x, n);
+}
+
+// Heads: n_heads / tp per rank; KV heads n_kv / tp, or (fewer KV heads than ranks) the one KV
+// head of the rank's query heads, replicated. FFN and vocabulary: contiguous ranges, the FFN cut
+// at whole blocks of ffn_down's storage (its columns are split).
+Status DecoderModel::PlanTensorParallel() {
+  const ModelConfig& c = cfg_;
+  const int64_t tp = tp_size_, r = tp_rank_;
+  const std::string why = " for tensor parallel size " + std::to_string(tp);
+  if (c.n_heads % tp != 0)
+    return InvalidArgument(files_->path() + ": " + std::to_string(c.n_heads) +
+                           " attention heads cannot be split" + why);
+  n_heads_ = c.n_heads / tp;
+  q_head0_ = r * n_heads_;
+  if (c.n_kv_heads % tp == 0) {
+    n_kv_heads_ = c.n_kv_heads / tp;
+    kv_head0_ = r * n_kv_heads_;
+  } else if (tp % c.n_kv_heads == 0) {
+    n_kv_heads_ = 1;
+    kv_head0_ = q_head0_ / (c.n_heads / c.n_kv_heads);
+  } else {
+    return InvalidArgument(files_->path() + ": " + std::to_string(c.n_kv_heads) +
+                           " KV heads cannot be split or replicated" + why);
+  }
+  PENG_ASSIGN_OR_RETURN(const int64_t g,
+                        Linear::ColumnGranularity(*files_, "blk.0.ffn_down.weight"));
+  auto cut = [&](int64_t i) { return i == tp ? c.ffn_dim : (c.ffn_dim * i / tp + g / 2) / g * g; };
+  ffn0_ = cut(r);
+  ffn_ = cut(r + 1) - ffn0_;
+  if (ffn_ <= 0)
+    return InvalidArgument(files_->path() + ": the FFN of " + std::to_string(c.ffn_dim) +
+                           " (blocks of " + std::to_string(g) + ") cannot be split" + why);
+  vocab_stride_ = (c.vocab_size + tp - 1) / tp;
+  vocab0_ = std::min<int64_t>(r * vocab_stride_, c.vocab_size);
+  vocab_ = std::min<int64_t>(vocab_stride_, c.vocab_size - vocab0_);
+  if (vocab_ <= 0) return InvalidArgument(files_->path() + ": the vocabulary is too small" + why);
+  return OkStatus();
 }
 
 const Int8Acts* DecoderModel::Norm(const float* x, const float* w, float* h, int64_t T,
@@ -50,11 +103,19 @@ Status DecoderModel::Bind() {
   if (c.rope.rot_dim > c.head_dim || c.rope.rot_dim % 2 != 0)
     return InvalidArgument(files_->path() + ": rope dimension " + std::to_string(c.rope.rot_dim) +
                            " does not fit head_dim " + std::to_string(c.head_dim));
-  const int64_t D = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-  PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix("token_embd.weight", c.vocab_size, D));
+  n_heads_ = c.n_heads;
+  n_kv_heads_ = c.n_kv_heads;
+  ffn_ = c.ffn_dim;
+  vocab_ = vocab_stride_ = c.vocab_size;
+  if (tp_) PENG_RETURN_IF_ERROR(PlanTensorParallel());
+  const int64_t D = c.hidden_size, hd = c.head_dim;
+  const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  const int64_t q0 = q_head0_ * hd, nq = n_heads_ * hd, k0 = kv_head0_ * hd, nk = n_kv_heads_ * hd;
+  PENG_ASSIGN_OR_RETURN(tok_embd_,
+                        Shard("token_embd.weight", c.vocab_size, D, vocab0_, vocab_, 0, D));
   PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
   if (files_->Find("output.weight") && !c.tie_embeddings) {
-    PENG_ASSIGN_OR_RETURN(output_, Matrix("output.weight", c.vocab_size, D));
+    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", c.vocab_size, D, vocab0_, vocab_, 0, D));
   } else {
     output_ = tok_embd_;
   }
@@ -63,13 +124,18 @@ Status DecoderModel::Bind() {
     const std::string p = "blk." + std::to_string(il) + ".";
     Layer& L = layers_[il];
     PENG_ASSIGN_OR_RETURN(L.attn_norm, Vector(p + "attn_norm.weight", D));
-    PENG_ASSIGN_OR_RETURN(L.wq, Matrix(p + "attn_q.weight", qd, D));
-    PENG_ASSIGN_OR_RETURN(L.wk, Matrix(p + "attn_k.weight", kvd, D));
-    PENG_ASSIGN_OR_RETURN(L.wv, Matrix(p + "attn_v.weight", kvd, D));
-    PENG_ASSIGN_OR_RETURN(L.wo, Matrix(p + "attn_output.weight", D, qd));
+    PENG_ASSIGN_OR_RETURN(L.wq, Shard(p + "attn_q.weight", qd, D, q0, nq, 0, D));
+    PENG_ASSIGN_OR_RETURN(L.wk, Shard(p + "attn_k.weight", kvd, D, k0, nk, 0, D));
+    PENG_ASSIGN_OR_RETURN(L.wv, Shard(p + "attn_v.weight", kvd, D, k0, nk, 0, D));
+    PENG_ASSIGN_OR_RETURN(L.wo, Shard(p + "attn_output.weight", D, qd, 0, D, q0, nq));
     PENG_ASSIGN_OR_RETURN(L.bq, Vector(p + "attn_q.bias", qd, !c.qkv_bias));
     PENG_ASSIGN_OR_RETURN(L.bk, Vector(p + "attn_k.bias", kvd, !c.qkv_bias));
     PENG_ASSIGN_OR_RETURN(L.bv, Vector(p + "attn_v.bias", kvd, !c.qkv_bias));
+    if (L.bq) {  // this rank's heads
+      L.bq += q0;
+      L.bk += k0;
+      L.bv += k0;
+    }
     if (c.qk_norm) {
       PENG_ASSIGN_OR_RETURN(L.q_norm, Vector(p + "attn_q_norm.weight", c.head_dim));
       PENG_ASSIGN_OR_RETURN(L.k_norm, Vector(p + "attn_k_norm.weight", c.head_dim));
@@ -79,9 +145,10 @@ Status DecoderModel::Bind() {
       PENG_ASSIGN_OR_RETURN(L.post_ffn_norm, Vector(p + "post_ffw_norm.weight", D));
     }
     PENG_ASSIGN_OR_RETURN(L.ffn_norm, Vector(p + "ffn_norm.weight", D));
-    PENG_ASSIGN_OR_RETURN(L.w_gate, Matrix(p + "ffn_gate.weight", c.ffn_dim, D));
-    PENG_ASSIGN_OR_RETURN(L.w_up, Matrix(p + "ffn_up.weight", c.ffn_dim, D));
-    PENG_ASSIGN_OR_RETURN(L.w_down, Matrix(p + "ffn_down.weight", D, c.ffn_dim));
+    const int64_t F = c.ffn_dim;
+    PENG_ASSIGN_OR_RETURN(L.w_gate, Shard(p + "ffn_gate.weight", F, D, ffn0_, ffn_, 0, D));
+    PENG_ASSIGN_OR_RETURN(L.w_up, Shard(p + "ffn_up.weight", F, D, ffn0_, ffn_, 0, D));
+    PENG_ASSIGN_OR_RETURN(L.w_down, Shard(p + "ffn_down.weight", D, F, 0, D, ffn0_, ffn_));
   }
   if (!c.layer_sliding.empty() && static_cast<int64_t>(c.layer_sliding.size()) != c.n_layers)
     return InvalidArgument("layer_sliding has the wrong length");
@@ -97,7 +164,7 @@ Status DecoderModel::Bind() {
 KvCacheSpec DecoderModel::kv_spec() const {
   KvCacheSpec spec;
   for (int il = 0; il < cfg_.n_layers; ++il)
-    spec.layers.push_back({static_cast<int>(cfg_.n_kv_heads), static_cast<int>(cfg_.head_dim),
+    spec.layers.push_back({static_cast<int>(n_kv_heads_), static_cast<int>(cfg_.head_dim),
                            static_cast<int>(cfg_.head_dim)});
   return spec;
 }
@@ -129,12 +196,12 @@ void DecoderModel::EnsureScratch(int64_t T) {
   x_.resize(T * c.hidden_size);
   h_.resize(T * c.hidden_size);
   o_.resize(T * c.hidden_size);
-  q_.resize(T * c.n_heads * c.head_dim);
-  attn_.resize(T * c.n_heads * c.head_dim);
-  k_.resize(T * c.n_kv_heads * c.head_dim);
-  v_.resize(T * c.n_kv_heads * c.head_dim);
-  gate_.resize(T * c.ffn_dim);
-  up_.resize(T * c.ffn_dim);
+  q_.resize(T * n_heads_ * c.head_dim);
+  attn_.resize(T * n_heads_ * c.head_dim);
+  k_.resize(T * n_kv_heads_ * c.head_dim);
+  v_.resize(T * n_kv_heads_ * c.head_dim);
+  gate_.resize(T * ffn_);
+  up_.resize(T * ffn_);
   pos_.resize(T);
   seq_of_token_.resize(T);
   sel_.resize(T * c.hidden_size);
@@ -145,7 +212,8 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   const Layer& L = layers_[il];
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = c.hidden_size, hd = c.head_dim;
-  const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
+  const int64_t H = n_heads_, KV = n_kv_heads_;  // this rank's
+  const int64_t qd = H * hd, kvd = KV * hd;
   const bool sliding = !c.layer_sliding.empty() && c.layer_sliding[il];
   const kernels::RopeConfig& rope = sliding ? c.rope_local : c.rope;
   const float* inv_freq = sliding ? inv_freq_local_.data() : inv_freq_.data();
@@ -161,20 +229,18 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   kernels::AddBiasRows(k_.data(), L.bk, T, kvd);
   kernels::AddBiasRows(v_.data(), L.bv, T, kvd);
   if (c.qk_norm) {
-    kernels::RmsNorm(q_.data(), L.q_norm, c.norm_weight_offset, q_.data(), T * c.n_heads, hd,
-                     c.rms_eps);
-    kernels::RmsNorm(k_.data(), L.k_norm, c.norm_weight_offset, k_.data(), T * c.n_kv_heads, hd,
-                     c.rms_eps);
+    kernels::RmsNorm(q_.data(), L.q_norm, c.norm_weight_offset, q_.data(), T * H, hd, c.rms_eps);
+    kernels::RmsNorm(k_.data(), L.k_norm, c.norm_weight_offset, k_.data(), T * KV, hd, c.rms_eps);
   }
   const kernels::KvLayerView& kvl = kv->layer(il);
   for (int64_t t = 0; t < T; ++t) {
-    kernels::ApplyRope(q_.data() + t * qd, c.n_heads, hd, pos_[t], rope, inv_freq);
-    kernels::ApplyRope(k_.data() + t * kvd, c.n_kv_heads, hd, pos_[t], rope, inv_freq);
+    kernels::ApplyRope(q_.data() + t * qd, H, hd, pos_[t], rope, inv_freq);
+    kernels::ApplyRope(k_.data() + t * kvd, KV, hd, pos_[t], rope, inv_freq);
     const SeqBatchEntry& s = batch.seqs[seq_of_token_[t]];
     kernels::KvWrite(kvl, s.block_table, pos_[t], k_.data() + t * kvd, v_.data() + t * kvd);
   }
   AttentionParams ap;
-  ap.n_heads = static_cast<int>(c.n_heads);
+  ap.n_heads = static_cast<int>(H);
   ap.scale = c.AttentionScale();
   ap.sliding_window = sliding ? c.sliding_window : 0;
   attn_seqs_.clear();
@@ -187,6 +253,7 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   kernels::PagedAttentionBatch(attn_seqs_.data(), static_cast<int64_t>(attn_seqs_.size()), kvl,
                                ap, pool);
   L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
+  AllReduce(o_.data(), T * D);
   if (L.post_attn_norm)
     kernels::RmsNorm(o_.data(), L.post_attn_norm, c.norm_weight_offset, o_.data(), T, D,
                      c.rms_eps);
@@ -200,11 +267,12 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
     Linear::ForwardGroup(ls, ys, 2, h_.data(), hq, T, pool, &acts_scratch_);
   }
   if (c.activation == Activation::kSilu) {
-    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
+    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * ffn_);
   } else {
-    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), T * c.ffn_dim);
+    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), T * ffn_);
   }
   L.w_down.Forward(gate_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
+  AllReduce(o_.data(), T * D);
   if (L.post_ffn_norm)
     kernels::RmsNorm(o_.data(), L.post_ffn_norm, c.norm_weight_offset, o_.data(), T, D,
                      c.rms_eps);
@@ -220,7 +288,15 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   EnsureScratch(T);
   // Validate the batch before touching the cache.
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
-  for (int64_t i = 0; i < T; ++i) tok_embd_.DequantizeRow(batch.tokens[i], x_.data() + i * D);
+  for (int64_t i = 0; i < T; ++i) {  // vocabulary parallel: the rank that has the row
+    const int64_t row = batch.tokens[i] - vocab0_;
+    if (row >= 0 && row < vocab_) {
+      tok_embd_.DequantizeRow(row, x_.data() + i * D);
+    } else {
+      std::fill_n(x_.data() + i * D, D, 0.f);
+    }
+  }
+  AllReduce(x_.data(), T * D);
   if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
 
   std::vector<float>* cap = batch.capture_hidden;
@@ -234,7 +310,24 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
-  output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
+  if (!tp_) {
+    output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
+  } else {  // this rank's vocabulary columns, then an all-gather of [tp][rows][vocab_stride_]
+    const int64_t S = vocab_stride_;
+    logits_local_.assign(rows * S, 0.f);
+    logits_all_.resize(rows * S * tp_size_);
+    output_.Forward(sel_.data(), sq, rows, logits_all_.data(), pool, &acts_scratch_);
+    for (int64_t r = 0; r < rows; ++r)  // [rows, vocab_] -> [rows, S] (the last rank pads)
+      std::copy_n(logits_all_.data() + r * vocab_, vocab_, logits_local_.data() + r * S);
+    tp_->AllGather(logits_local_.data(), rows * S * static_cast<int64_t>(sizeof(float)),
+                   logits_all_.data());
+    for (int k = 0; k < tp_size_; ++k) {
+      const int64_t v0 = std::min<int64_t>(k * S, c.vocab_size);
+      const int64_t n = std::min<int64_t>(S, c.vocab_size - v0);
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy_n(logits_all_.data() + (k * rows + r) * S, n, logits + r * c.vocab_size + v0);
+    }
+  }
   if (c.final_logit_softcap > 0) {
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

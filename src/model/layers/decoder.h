@@ -6,6 +6,14 @@
 // the config and bind tensor names. Weights stay in the memory-mapped file in their stored
 // type; small vectors (norms, biases) are converted to FP32 at load. Scratch buffers grow to
 // the largest batch seen and are reused (no allocation per step at steady state).
+//
+// Tensor parallelism (Megatron style, over a Communicator of tp ranks): each rank holds the
+// rows of Q/K/V and gate/up for its heads and its slice of the FFN (column parallel), the
+// matching columns of O and down (row parallel; each followed by one all-reduce of the
+// [T, hidden] output), its slice of the vocabulary for the embedding (looked up rows + an
+// all-reduce) and the LM head (an all-gather of the logits), and its KV heads in its own KV
+// cache (when there are fewer KV heads than ranks, each rank keeps the one its query heads
+// use: replicated). Norms are replicated; the residual stream is the same on every rank.
 #pragma once
 
 #include <deque>
@@ -17,14 +25,17 @@
 #include "model/layers/linear.h"
 #include "model/model.h"
 #include "model/model_files.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 
 class DecoderModel : public Model {
  public:
   // Binds and validates every tensor named in GGUF style. Takes ownership of `files`.
+  // `tp`: the tensor-parallel group this rank belongs to (null or size 1: the whole model).
   static StatusOr<std::unique_ptr<DecoderModel>> Load(std::unique_ptr<ModelFiles> files,
-                                                      const ModelConfig& config);
+                                                      const ModelConfig& config,
+                                                      Communicator* tp = nullptr);
 
   const ModelConfig& config() const override { return cfg_; }
   KvCacheSpec kv_spec() const override;
@@ -57,6 +68,12 @@ class DecoderModel : public Model {
   DecoderModel() = default;
   Status Bind();
   StatusOr<Linear> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // This rank's shard of `name` [rows, cols]: rows [r0, r0 + nr), columns [c0, c0 + nc).
+  StatusOr<Linear> Shard(const std::string& name, int64_t rows, int64_t cols, int64_t r0,
+                         int64_t nr, int64_t c0, int64_t nc);
+  Status PlanTensorParallel();
+  // x [T, hidden] summed over the tensor-parallel ranks (no-op alone).
+  void AllReduce(float* x, int64_t n);
   // h = RmsNorm(x) over T rows; when `consumer` takes int8 activations (W8A8) also quantizes
   // them per token into acts_ in the same pass. Returns the int8 input for the consumer.
   const Int8Acts* Norm(const float* x, const float* w, float* h, int64_t T,
@@ -69,6 +86,15 @@ class DecoderModel : public Model {
 
   std::unique_ptr<ModelFiles> files_;
   ModelConfig cfg_;
+  // Tensor parallelism: this rank's share (everything when alone).
+  Communicator* tp_ = nullptr;
+  int tp_size_ = 1, tp_rank_ = 0;
+  int64_t n_heads_ = 0, n_kv_heads_ = 0;   // local
+  int64_t q_head0_ = 0, kv_head0_ = 0;     // first local head (global index)
+  int64_t ffn0_ = 0, ffn_ = 0;             // local FFN columns [ffn0_, ffn0_ + ffn_)
+  int64_t vocab0_ = 0, vocab_ = 0;         // local vocabulary rows [vocab0_, vocab0_ + vocab_)
+  int64_t vocab_stride_ = 0;               // ceil(vocab / tp): the all-gather's slot per rank
+  std::vector<float> logits_local_, logits_all_;
   Linear tok_embd_;
   Linear output_;
   const float* output_norm_ = nullptr;

@@ -53,6 +53,19 @@ class Linear {
                                     int64_t total_rows, int64_t cols, int64_t index, int64_t row0,
                                     int64_t rows, const std::string& display_name);
 
+  // A tensor-parallel shard of the 2-D matrix `name` [rows_total, cols_total]: rows
+  // [row0, row0 + rows) (column parallel: a slice of the outputs, a view into the file) and
+  // columns [col0, col0 + cols) (row parallel: a slice of the inputs). A column slice is copied
+  // into memory this Linear owns (the kernels read whole rows), so a rank reads and keeps only
+  // its own part of the file; col0 and cols must be whole blocks of the stored type (INT8:
+  // multiples of 32). The whole matrix when the ranges cover it.
+  static StatusOr<Linear> BindShard(const ModelFiles& files, const std::string& name,
+                                    int64_t rows_total, int64_t cols_total, int64_t row0,
+                                    int64_t rows, int64_t col0, int64_t cols);
+  // Values per block of the matrix `name` as stored (32 for Q4_0, 256 for the K-quants, 32 for
+  // INT8 -- the kernels' group --, 1 for float types): the granularity of a column split.
+  static StatusOr<int64_t> ColumnGranularity(const ModelFiles& files, const std::string& name);
+
   bool bound() const { return w_ != nullptr; }
   const TensorView& tensor() const { return *w_; }
   // The GGUF-style name it was bound under ("blk.3.attn_q.weight"), whatever the file's name.
@@ -91,7 +104,8 @@ class Linear {
   QuantScheme scheme_ = QuantScheme::kNone;
   const float* scales_ = nullptr;
   std::shared_ptr<std::vector<float>> owned_scales_;    // when the file's are unaligned
-  std::shared_ptr<TensorView> owned_view_;              // BindSlice: the sub-matrix view
+  std::shared_ptr<TensorView> owned_view_;              // BindSlice / BindShard: the view
+  std::shared_ptr<uint8_t> owned_bytes_;                // BindShard: a column slice
 };
 
 }  // namespace peng

@@ -7,7 +7,8 @@
 
 namespace peng {
 
-StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files) {
+StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files,
+                                          const ModelLoadOptions& options) {
   ModelConfig cfg;
   PENG_RETURN_IF_ERROR(ReadCommonConfig(*files, &cfg));
   if (files->is_gguf()) {
@@ -18,7 +19,7 @@ StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files) {
     files->SetHfNameMap(layer, globals);
   }
   cfg.activation = Activation::kSilu;
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -5,7 +5,8 @@
 
 namespace peng {
 
-StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files) {
+StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files,
+                                          const ModelLoadOptions& options) {
   ModelConfig cfg;
   PENG_RETURN_IF_ERROR(ReadCommonConfig(*files, &cfg));
   cfg.rope.style = kernels::RopeStyle::kNeox;
@@ -16,7 +17,7 @@ StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files) {
     LlamaFamilyHfNames(&layer, &globals);
     files->SetHfNameMap(layer, globals);
   }
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

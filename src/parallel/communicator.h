@@ -1,0 +1,61 @@
+// Communicator: the collectives that tensor, expert and data parallelism need between the
+// processes ("ranks") of one job -- rank, size, all-reduce (sum), all-gather, broadcast,
+// all-to-all, barrier and abort. Two implementations: a single-process one (size 1: every
+// collective is the identity) and Open MPI (communicator_mpi.cc, compiled in when CMake finds
+// MPI; jobs start with `mpirun`). A GPU backend can put NCCL behind the same interface.
+//
+// Collectives are blocking and must be called by every rank of the communicator in the same
+// order with the same sizes (a mismatch is a bug that hangs or aborts the job). Not
+// thread-safe: one thread of each rank (the engine thread) issues them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace peng {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0, n) = the element-wise sum over all ranks, on every rank.
+  virtual void AllReduceSum(float* data, int64_t n) = 0;
+  // out[r * bytes, (r + 1) * bytes) = rank r's `in`, on every rank (out: size() * bytes).
+  virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
+  // Rank `root`'s data[0, bytes) on every rank.
+  virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
+  // Sends in[r * bytes, (r + 1) * bytes) to rank r; out[r * bytes, ...) is what rank r sent
+  // here.
+  virtual void AllToAll(const void* in, int64_t bytes, void* out) = 0;
+  virtual void Barrier() = 0;
+  // Ends the whole job at once with `message` on stderr (a rank that cannot go on: the others
+  // would wait forever in their next collective). Never returns.
+  [[noreturn]] virtual void Abort(const std::string& message) = 0;
+  // Splits this communicator into groups of the ranks with the same `color`, ordered by `key`
+  // (tensor-parallel groups inside a data-parallel job). Collective.
+  virtual std::unique_ptr<Communicator> Split(int color, int key) = 0;
+  virtual std::string Describe() const = 0;  // "single process", "Open MPI 4.1.4, rank 1 of 2"
+};
+
+// The communicator of a process that runs alone (size 1).
+std::unique_ptr<Communicator> MakeSingleProcessCommunicator();
+
+// True when this binary has the MPI communicator compiled in.
+bool MpiAvailable();
+// True when this process was started by mpirun (Open MPI / PMIx environment), i.e. WorldComm()
+// will be an MPI communicator even for a job of one process.
+bool LaunchedByMpirun();
+// The communicator of all processes of the job: MPI_COMM_WORLD when launched by mpirun (MPI is
+// initialized on the first call, with MPI_THREAD_SERIALIZED), else a single process. Lives until
+// FinalizeWorld(). Not thread-safe on the first call.
+StatusOr<Communicator*> WorldComm();
+// Shuts MPI down (after every rank's last collective); a no-op without MPI.
+void FinalizeWorld();
+
+}  // namespace peng
