@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "parallel/communicator.h"
 #include "server/byte_size.h"
 #include "server/server.h"
 #include "tools/commands.h"
@@ -57,6 +58,10 @@ int RunServe(ServeArgs& a) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  // Under mpirun, SIGTERM/SIGINT to mpirun kill the whole job at once; SIGUSR1 is forwarded to
+  // every rank, so it is the graceful drain there (rank 0 drains; the other ranks keep it
+  // blocked and end when rank 0 does). docs/parallelism.md.
+  if (LaunchedByMpirun()) sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Tensor-parallel ranks > 0 serve rank 0's batches (with the signals blocked: rank 0 drains

@@ -130,7 +130,7 @@ class TensorParallelExecutor : public Executor {
   ~TensorParallelExecutor() override {
     BatchHeader stop;
     stop.n_seqs = -1;
-    tp_->Broadcast(&stop, sizeof stop, 0);
+    tp_->BroadcastPolled(&stop, sizeof stop, 0);
   }
   const ModelConfig& config() const override { return local_->config(); }
   int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
@@ -139,7 +139,7 @@ class TensorParallelExecutor : public Executor {
                  float* logits) override {
     BatchHeader h;
     std::vector<uint8_t> payload = Pack(batch, copies, &h);
-    tp_->Broadcast(&h, sizeof h, 0);
+    tp_->BroadcastPolled(&h, sizeof h, 0);
     tp_->Broadcast(payload.data(), static_cast<int64_t>(payload.size()), 0);
     Status st = local_->Execute(batch, copies, logits);
     if (st.code() == StatusCode::kInternal)  // the other ranks may be inside a collective
@@ -204,7 +204,7 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
   start.exact = kernels::ExactActivations();
   std::string path = options.model_path;
   start.path_bytes = static_cast<int64_t>(path.size());
-  tp->Broadcast(&start, sizeof start, 0);
+  tp->BroadcastPolled(&start, sizeof start, 0);
   tp->Broadcast(path.data(), start.path_bytes, 0);
   if (!blocks.ok()) return blocks.status();
   EngineOptions o = options;
@@ -217,7 +217,7 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
 void EndTensorParallelJob(Communicator* tp) {
   CoreStart over;
   over.job_over = 1;
-  tp->Broadcast(&over, sizeof over, 0);
+  tp->BroadcastPolled(&over, sizeof over, 0);
 }
 
 Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
@@ -229,7 +229,7 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
   std::vector<float> logits, hidden;
   for (;;) {  // one engine core of rank 0 after the other
     CoreStart start;
-    tp->Broadcast(&start, sizeof start, 0);
+    tp->BroadcastPolled(&start, sizeof start, 0);
     if (start.job_over) return OkStatus();
     std::string path(start.path_bytes, '\0');
     tp->Broadcast(path.data(), start.path_bytes, 0);
@@ -246,7 +246,7 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
     const int64_t vocab = (*local)->config().vocab_size;
     for (;;) {
       BatchHeader h;
-      tp->Broadcast(&h, sizeof h, 0);
+      tp->BroadcastPolled(&h, sizeof h, 0);
       if (h.n_seqs < 0) break;  // this core is done
       payload.resize(h.n_tokens * 4 + h.n_seqs * sizeof(SeqWire) + h.n_blocks * 4 +
                      h.n_copies * sizeof(BlockCopy));

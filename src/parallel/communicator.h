@@ -30,6 +30,11 @@ class Communicator {
   virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
   // Rank `root`'s data[0, bytes) on every rank.
   virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
+  // The same for a broadcast the receivers may wait long for (workers between requests): they
+  // poll, and sleep between polls once ~2 ms have passed, so an idle job does not keep its
+  // cores spinning. Matches only BroadcastPolled on the other ranks (MPI: a non-blocking
+  // broadcast never matches a blocking one).
+  virtual void BroadcastPolled(void* data, int64_t bytes, int root) = 0;
   // Sends in[r * bytes, (r + 1) * bytes) to rank r; out[r * bytes, ...) is what rank r sent
   // here.
   virtual void AllToAll(const void* in, int64_t bytes, void* out) = 0;

@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 
 #include "parallel/communicator.h"
@@ -41,6 +43,22 @@ class MpiCommunicator : public Communicator {
   void Broadcast(void* data, int64_t bytes, int root) override {
     CheckCount(bytes, "broadcast");
     Check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "broadcast");
+  }
+  void BroadcastPolled(void* data, int64_t bytes, int root) override {
+    CheckCount(bytes, "broadcast");
+    MPI_Request req;
+    Check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req), "broadcast");
+    if (rank_ == root) {
+      Check(MPI_Wait(&req, MPI_STATUS_IGNORE), "broadcast");
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (int done = 0;;) {
+      Check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "broadcast");
+      if (done) return;
+      if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(2))
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
   void AllToAll(const void* in, int64_t bytes, void* out) override {
     CheckCount(bytes, "all-to-all");

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <numeric>
 #include <vector>
 
@@ -53,6 +55,16 @@ TEST(CommunicatorTest, BroadcastFromEveryRoot) {
     c->Broadcast(v, sizeof v, root);
     EXPECT_EQ(v[0], 42 + root);
     EXPECT_EQ(v[1], -7);
+  }
+}
+
+TEST(CommunicatorTest, PolledBroadcastAfterADelay) {
+  Communicator* c = World();
+  for (int root = 0; root < c->size(); ++root) {
+    if (c->rank() == root) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int64_t v = c->rank() == root ? 1000 + root : -1;
+    c->BroadcastPolled(&v, sizeof v, root);  // the others poll, then sleep between polls
+    EXPECT_EQ(v, 1000 + root);
   }
 }
 
