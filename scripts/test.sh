@@ -44,8 +44,11 @@ step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
 # The same OpenAI suite against a tensor-parallel job: mpirun -np 2 peng serve Qwen2.5 -tp 2
 # (scripts/mpi_serve.sh: SIGTERM becomes SIGUSR1 to mpirun, the graceful drain under MPI).
 step e2e-tp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
-  PENG_E2E_THREADS=1 PENG_E2E_MODEL="$PWD/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+  PENG_TP=2 PENG_E2E_THREADS=1 PENG_E2E_MODEL="$PWD/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
   bash scripts/e2e_test.sh
+# Tensor parallelism across two "hosts" (network namespaces, Open MPI over TCP on veths):
+# greedy tokens identical to the same job on one host (docs/parallelism.md).
+step multihost env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/multihost_test.sh --ci
 # A short soak (300 mixed requests) and the full connection stress (500-connection burst,
 # 1,000 idle/slowloris connections) against a fresh server; scripts/soak_test.sh alone runs
 # the 10,000-request soak of docs/benchmarks.md.

@@ -140,6 +140,7 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
+  int64_t tensor_parallel_size = 1;     // ranks the model is split over (EngineOptions)
 
   // Utilization. The kernels count their work (kernels/work_counter.h): weight and KV-cache
   // bytes read, FP32 FLOPs and int8 ops (2 per multiply-add). Totals since start:

@@ -462,6 +462,7 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->requests_finished_total = finished_total_;
   s->requests_failed_total = failed_total_;
   s->steps_total = steps_total_;
+  s->tensor_parallel_size = opt_.tensor_parallel_size;
   s->queue_wait_seconds_sum = queue_wait_sum_;
   s->queue_wait_count = queue_wait_count_;
 }

@@ -15,6 +15,9 @@ class SingleProcessCommunicator : public Communicator {
   void AllGather(const void* in, int64_t bytes, void* out) override {
     if (in != out && bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
   }
+  void Gather(const void* in, int64_t bytes, void* out, int) override {
+    if (in != out && bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
+  }
   void Broadcast(void*, int64_t, int) override {}
   void BroadcastPolled(void*, int64_t, int) override {}
   void AllToAll(const void* in, int64_t bytes, void* out) override {

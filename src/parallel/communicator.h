@@ -28,6 +28,9 @@ class Communicator {
   virtual void AllReduceSum(float* data, int64_t n) = 0;
   // out[r * bytes, (r + 1) * bytes) = rank r's `in`, on every rank (out: size() * bytes).
   virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
+  // out[r * bytes, (r + 1) * bytes) = rank r's `in`, on rank `root` only (out is ignored
+  // elsewhere and may be null).
+  virtual void Gather(const void* in, int64_t bytes, void* out, int root) = 0;
   // Rank `root`'s data[0, bytes) on every rank.
   virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
   // The same for a broadcast the receivers may wait long for (workers between requests): they

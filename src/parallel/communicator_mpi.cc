@@ -40,6 +40,12 @@ class MpiCommunicator : public Communicator {
                         MPI_BYTE, comm_),
           "all-gather");
   }
+  void Gather(const void* in, int64_t bytes, void* out, int root) override {
+    CheckCount(bytes, "gather");
+    Check(MPI_Gather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                     MPI_BYTE, root, comm_),
+          "gather");
+  }
   void Broadcast(void* data, int64_t bytes, int root) override {
     CheckCount(bytes, "broadcast");
     Check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "broadcast");

@@ -119,6 +119,10 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   gauge("num_requests_waiting", "Number of requests waiting to be processed.",
         static_cast<double>(s.num_waiting));
   gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  gauge("tensor_parallel_size",
+        "Processes the model is split over (1 = one process); every rank holds the same KV "
+        "block ids, so the KV gauges are every rank's.",
+        static_cast<double>(s.tensor_parallel_size));
   gauge("kv_cache_used_blocks", "KV-cache blocks in use.",
         static_cast<double>(s.kv_blocks_used));
   gauge("kv_cache_capacity_blocks", "KV-cache blocks in the pool.",

@@ -7,6 +7,7 @@ metrics`, and SIGTERM draining.
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -368,6 +369,8 @@ def test_metrics_names(server):
         assert re.search(r"^peng[:_]" + name + r"[{ ]", text, re.M), name
     assert server.metric("generation_tokens_total") > 0
     assert server.metric("prompt_tokens_total") > 0
+    # The layout: scripts/mpi_serve.sh runs the server over PENG_TP ranks (test.sh e2e-tp).
+    assert server.metric("tensor_parallel_size") == int(os.environ.get("PENG_TP", "1"))
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed "

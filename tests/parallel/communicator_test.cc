@@ -48,6 +48,20 @@ TEST(CommunicatorTest, AllGatherOrdersByRank) {
   }
 }
 
+TEST(CommunicatorTest, GatherOnTheRootOnly) {
+  Communicator* c = World();
+  const int n = c->size(), r = c->rank();
+  for (int root = 0; root < n; ++root) {
+    const int32_t mine[2] = {r, -r};
+    std::vector<int32_t> all(2 * n, 7);
+    c->Gather(mine, sizeof mine, all.data(), root);
+    for (int k = 0; k < n; ++k) {
+      EXPECT_EQ(all[2 * k], r == root ? k : 7);
+      EXPECT_EQ(all[2 * k + 1], r == root ? -k : 7);
+    }
+  }
+}
+
 TEST(CommunicatorTest, BroadcastFromEveryRoot) {
   Communicator* c = World();
   for (int root = 0; root < c->size(); ++root) {

@@ -312,15 +312,16 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
   if (!tp_) {
     output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
-  } else {  // this rank's vocabulary columns, then an all-gather of [tp][rows][vocab_stride_]
+  } else {  // this rank's vocabulary columns, gathered on rank 0 as [tp][rows][vocab_stride_]
     const int64_t S = vocab_stride_;
     logits_local_.assign(rows * S, 0.f);
     logits_all_.resize(rows * S * tp_size_);
     output_.Forward(sel_.data(), sq, rows, logits_all_.data(), pool, &acts_scratch_);
     for (int64_t r = 0; r < rows; ++r)  // [rows, vocab_] -> [rows, S] (the last rank pads)
       std::copy_n(logits_all_.data() + r * vocab_, vocab_, logits_local_.data() + r * S);
-    tp_->AllGather(logits_local_.data(), rows * S * static_cast<int64_t>(sizeof(float)),
-                   logits_all_.data());
+    tp_->Gather(logits_local_.data(), rows * S * static_cast<int64_t>(sizeof(float)),
+                logits_all_.data(), 0);
+    if (tp_rank_ != 0) return OkStatus();  // only rank 0 samples
     for (int k = 0; k < tp_size_; ++k) {
       const int64_t v0 = std::min<int64_t>(k * S, c.vocab_size);
       const int64_t n = std::min<int64_t>(S, c.vocab_size - v0);
