@@ -48,7 +48,7 @@ class LocalExecutor : public Executor {
 // The batch as rank 0 broadcasts it: a header of int64 counts, then the payload.
 struct BatchHeader {
   int64_t n_tokens = 0;
-  int64_t n_seqs = 0;   // -1: the job is over
+  int64_t n_seqs = 0;    // -1: this engine core is done (its executor was destroyed)
   int64_t n_blocks = 0;  // block-table entries of all sequences
   int64_t n_copies = 0;
   int64_t capture_hidden = 0;
