@@ -1,6 +1,7 @@
 // The Communicator's collectives with exact expected values, on every rank of an MPI job
 // (ctest runs it under `mpirun -np 2` and `-np 4`; alone it checks the single-process one).
 #include "parallel/communicator.h"
+#include "world.h"
 
 #include <gtest/gtest.h>
 
@@ -13,17 +14,7 @@
 namespace peng {
 namespace {
 
-Communicator* World() {
-  static Communicator* w = [] {
-    StatusOr<Communicator*> c = WorldComm();
-    if (!c.ok()) {
-      std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
-      std::abort();
-    }
-    return *c;
-  }();
-  return w;
-}
+using test_util::World;
 
 TEST(CommunicatorTest, AllReduceSumsEveryElement) {
   Communicator* c = World();

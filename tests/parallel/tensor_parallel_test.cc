@@ -22,23 +22,14 @@
 #include "kernels/ops.h"
 #include "model/registry.h"
 #include "parallel/communicator.h"
+#include "world.h"
 
 namespace peng {
 namespace {
 
 constexpr double kExactBound = 1e-5;  // relative to the largest |logit|
 
-Communicator* World() {
-  static Communicator* w = [] {
-    StatusOr<Communicator*> c = WorldComm();
-    if (!c.ok()) {
-      std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
-      std::abort();
-    }
-    return *c;
-  }();
-  return w;
-}
+using test_util::World;
 
 EngineOptions Options(const std::string& path, DType kv) {
   EngineOptions o;
