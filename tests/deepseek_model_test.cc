@@ -437,7 +437,7 @@ Out Collect(RequestStream* s) {
   Out o;
   RequestOutput ev;
   bool timed_out = false;
-  while (s->Next(&ev, std::chrono::milliseconds(60000), &timed_out)) {
+  while (s->Next(&ev, test_util::Patience(), &timed_out)) {
     EXPECT_FALSE(timed_out);
     if (timed_out) break;
     o.ids.insert(o.ids.end(), ev.token_ids.begin(), ev.token_ids.end());

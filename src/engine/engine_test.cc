@@ -320,7 +320,7 @@ TEST(EngineTest, PromptLogitsBypassThePrefixCache) {
   RequestOutput ev;
   bool timed_out = false;
   std::string finish;
-  while ((*stream)->Next(&ev, std::chrono::seconds(60), &timed_out) && !timed_out) {
+  while ((*stream)->Next(&ev, test_util::Patience(), &timed_out) && !timed_out) {
     rows.insert(rows.end(), ev.prompt_logits.begin(), ev.prompt_logits.end());
     EXPECT_TRUE(ev.token_ids.empty());  // nothing is sampled
     if (ev.finish_reason) finish = *ev.finish_reason;

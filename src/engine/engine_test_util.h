@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,15 @@
 namespace peng::test_util {
 
 using Ids = std::vector<int32_t>;
+
+// How long a test waits for the next event of a stream (or for the engine to drain) before it
+// calls the engine hung: 60 s, times PENG_TEST_TIME_SCALE when set (scripts/test_arm64.sh sets
+// it: under qemu a batch's prefill can take minutes).
+inline std::chrono::seconds Patience() {
+  const char* s = std::getenv("PENG_TEST_TIME_SCALE");
+  const int scale = s != nullptr ? std::max(1, std::atoi(s)) : 1;
+  return std::chrono::seconds(60 * scale);
+}
 
 // Everything a request's stream delivered, per completion index.
 struct Result {
@@ -32,7 +43,7 @@ inline Result Collect(RequestStream* stream, int n) {
   r.logprobs.resize(n);
   RequestOutput ev;
   bool timed_out = false;
-  while (stream->Next(&ev, std::chrono::milliseconds(60000), &timed_out)) {
+  while (stream->Next(&ev, Patience(), &timed_out)) {
     EXPECT_FALSE(timed_out);
     if (timed_out) break;
     r.tokens[ev.index].insert(r.tokens[ev.index].end(), ev.token_ids.begin(), ev.token_ids.end());
@@ -87,7 +98,7 @@ inline GenerateRequest Greedy(const std::string& id, Ids prompt, int max_tokens,
 // Waits for the engine to go idle (Drain: it takes no new requests afterwards); then no block
 // may be in use and no request queued.
 inline void ExpectIdleAndFreed(Engine* e) {
-  ASSERT_TRUE(e->Drain(std::chrono::seconds(60)));
+  ASSERT_TRUE(e->Drain(Patience()));
   const EngineStats st = e->GetStats();
   EXPECT_EQ(st.kv_blocks_used, 0);
   EXPECT_EQ(st.num_running, 0);

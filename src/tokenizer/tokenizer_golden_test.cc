@@ -68,8 +68,10 @@ void CheckCorpus(const LoadedModel& m) {
   EXPECT_EQ(t.Encode(first, t.add_bos_default()), m.golden.at("first_with_bos").get<Ids>());
 }
 
-// Encodes ~4 KB of mixed text and returns the best time of a few runs.
-double EncodeMs(const Tokenizer& t, const nlohmann::json& cases) {
+// Encodes ~4 KB of mixed text (the corpus repeated) and decodes it back; prints the best time
+// of a few runs. The time is printed, not asserted: a timed unit test fails on a loaded machine
+// or under qemu (scripts/test_arm64.sh), whatever the code does.
+void EncodeLongText(const Tokenizer& t, const nlohmann::json& cases) {
   std::string text;
   while (text.size() < 4096) {
     for (const auto& c : cases) text += c.at("text").get<std::string>() + "\n";
@@ -83,10 +85,6 @@ double EncodeMs(const Tokenizer& t, const nlohmann::json& cases) {
     EXPECT_EQ(t.Decode(ids), text);
   }
   std::printf("encode %zu bytes: %.3f ms\n", text.size(), best);
-#if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)
-  best = 0;  // only optimized builds are held to the time budget
-#endif
-  return best;
 }
 
 TEST(TokenizerGoldenTest, SmolLm2) {
@@ -103,7 +101,7 @@ TEST(TokenizerGoldenTest, SmolLm2) {
   EXPECT_TRUE(t.IsEndOfGeneration(0));  // <|endoftext|>
   EXPECT_FALSE(t.IsEndOfGeneration(1));  // <|im_start|>
   EXPECT_TRUE(t.chat_template().starts_with("{% for message in messages %}"));
-  EXPECT_LT(EncodeMs(t, m.golden.at("cases")), 10.0);
+  EncodeLongText(t, m.golden.at("cases"));
 }
 
 TEST(TokenizerGoldenTest, Qwen2) {
@@ -118,7 +116,7 @@ TEST(TokenizerGoldenTest, Qwen2) {
   EXPECT_TRUE(t.IsEndOfGeneration(151643));  // <|endoftext|>
   EXPECT_FALSE(t.IsEndOfGeneration(151644));  // <|im_start|>
   EXPECT_FALSE(t.chat_template().empty());
-  EXPECT_LT(EncodeMs(t, m.golden.at("cases")), 10.0);
+  EncodeLongText(t, m.golden.at("cases"));
 }
 
 TEST(TokenizerGoldenTest, Gemma3) {
@@ -136,7 +134,7 @@ TEST(TokenizerGoldenTest, Gemma3) {
   EXPECT_TRUE(t.IsEndOfGeneration(106));  // <end_of_turn>
   EXPECT_FALSE(t.IsEndOfGeneration(105));  // <start_of_turn>
   EXPECT_EQ(t.Decode({2, 9259}, /*skip_special=*/true), "Hello");
-  EXPECT_LT(EncodeMs(t, m.golden.at("cases")), 10.0);
+  EncodeLongText(t, m.golden.at("cases"));
 }
 
 }  // namespace
