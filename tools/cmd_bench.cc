@@ -100,6 +100,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.max_model_len = std::max<int64_t>(o.max_model_len, a.pp + a.tg + 1);
   o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
   o.tensor_parallel_size = a.tensor_parallel_size;
+  o.enable_expert_parallel = a.enable_expert_parallel;
+  o.data_parallel_size = a.data_parallel_size;
   EngineOptions eo;  // --batch: the serving engine
   eo.model_path = a.model_path;
   eo.threads = a.threads;
@@ -109,6 +111,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   eo.max_waiting = std::max(256, a.batch);
   eo.measure_peaks = false;
   eo.tensor_parallel_size = a.tensor_parallel_size;
+  eo.enable_expert_parallel = a.enable_expert_parallel;
+  eo.data_parallel_size = a.data_parallel_size;
   const bool batched = a.batch > 0 && a.tg > 1;
   // Tensor-parallel ranks > 0 serve rank 0's engine cores (Llm's, then the batched engine's).
   PENG_ASSIGN_OR_RETURN(const bool worker, RunParallelWorker(Llm::CoreOptions(o)));
@@ -150,6 +154,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
   j["tensor_parallel_size"] = a.tensor_parallel_size;
+  j["enable_expert_parallel"] = a.enable_expert_parallel;
+  j["data_parallel_size"] = a.data_parallel_size;
   if (batched) {
     llm->reset();  // one copy of the weights at a time
     auto engine = Engine::Create(eo);
@@ -220,6 +226,11 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->bench.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--data-parallel-size", a->bench.data_parallel_size,
+                "Data-parallel replicas (-dp; the job has tp x dp processes: mpirun -np tp*dp)")
+      ->check(CLI::Range(1, 4096));
+  c->add_flag("--enable-expert-parallel", a->bench.enable_expert_parallel,
+              "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--batch", a->bench.batch,

@@ -101,6 +101,8 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_flag("--enable-expert-parallel", a->llm.enable_expert_parallel,
+              "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence");
   c->add_flag("--raw", a->raw, "Do not echo the prompt");
   c->add_flag("-v,--verbose", a->verbose, "Print CPU features, kernel ISA and model info");

@@ -31,12 +31,15 @@ void PrintShard(Communicator* comm, const Model& m) {
 void RegisterInfo(CLI::App& app, int* exit_code) {
   auto path = std::make_shared<std::string>();
   auto tp = std::make_shared<int>(1);
+  auto ep = std::make_shared<bool>(false);
   CLI::App* c = app.add_subcommand("info", "Show CPU features and a model's configuration");
   c->add_option("-m,--model", *path, "GGUF file or Hugging Face model folder");
   c->add_option("--tensor-parallel-size", *tp,
                 "Under mpirun -np N: also show each rank's shard (-tp N)")
       ->check(CLI::Range(1, 4096));
-  c->callback([path, tp, exit_code] {
+  c->add_flag("--enable-expert-parallel", *ep,
+              "With -tp: show the shards of whole routed experts per rank");
+  c->callback([path, tp, ep, exit_code] {
     StatusOr<Communicator*> world = WorldComm();
     if (!world.ok()) {
       *exit_code = Fail(world.status().ToString());
@@ -77,7 +80,7 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
     }
     if (*tp == 1) return;
     m->reset();
-    auto shard = LoadModel(*path, {.tp = *world});
+    auto shard = LoadModel(*path, {.tp = *world, .expert_parallel = *ep});
     if (!shard.ok()) (*world)->Abort(shard.status().ToString());
     PrintShard(*world, **shard);
   });

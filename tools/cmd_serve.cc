@@ -146,6 +146,11 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->engine.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--data-parallel-size", a->engine.data_parallel_size,
+                "Data-parallel replicas (-dp; the job has tp x dp processes: mpirun -np tp*dp)")
+      ->check(CLI::Range(1, 4096));
+  c->add_flag("--enable-expert-parallel", a->engine.enable_expert_parallel,
+              "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_option("--max-waiting", a->engine.max_waiting,

@@ -35,6 +35,8 @@ struct OfflineBenchOptions {
   int reps = 5;
   int batch = 0;    // > 0: also the engine's batched decode (tg tokens per sequence)
   int tensor_parallel_size = 1;  // > 1: under mpirun; ranks > 0 return {"worker": true}
+  bool enable_expert_parallel = false;
+  int data_parallel_size = 1;    // > 1: under mpirun (with --batch: requests spread over replicas)
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);

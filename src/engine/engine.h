@@ -42,6 +42,14 @@ struct EngineOptions {
   // Tensor parallelism over the processes of an MPI job (`mpirun -np N peng ... -tp N`):
   // rank 0 runs the engine, the other ranks run RunParallelWorker() (engine_core.h).
   int tensor_parallel_size = 1;
+  // Data parallelism: replicas of the model (each tensor_parallel_size ranks with its own KV
+  // cache) behind one engine, which routes each request to the least-loaded one; the job has
+  // tensor_parallel_size x data_parallel_size processes, tensor-parallel groups innermost
+  // (ranks [d * tp, (d + 1) * tp) are replica d).
+  int data_parallel_size = 1;
+  // MoE models under tensor parallelism: whole routed experts per rank instead of a slice of
+  // each (ModelLoadOptions::expert_parallel; `--enable-expert-parallel`).
+  bool enable_expert_parallel = false;
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
   // The machine's peaks, the denominators of the utilization gauges (EngineStats): measured
   // once per process at start-up on the engine's threads (kernels/probe.h, ~0.3 s) unless
@@ -141,6 +149,12 @@ struct EngineStats {
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
   int64_t tensor_parallel_size = 1;     // ranks the model is split over (EngineOptions)
+  int64_t data_parallel_size = 1;       // replicas of the model, each with its own KV cache
+  struct Replica {                      // each data-parallel replica's gauges
+    int64_t num_running = 0, num_waiting = 0;
+    double kv_usage = 0;
+  };
+  std::vector<Replica> replicas;
 
   // Utilization. The kernels count their work (kernels/work_counter.h): weight and KV-cache
   // bytes read, FP32 FLOPs and int8 ops (2 per multiply-add). Totals since start:

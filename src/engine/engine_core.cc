@@ -6,6 +6,7 @@
 #include <exception>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include "engine/llm.h"
 #include "engine/sampler.h"
@@ -25,6 +26,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 Status ValidateOptions(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
   if (o.tensor_parallel_size < 1) return InvalidArgument("tensor_parallel_size must be >= 1");
+  if (o.data_parallel_size < 1) return InvalidArgument("data_parallel_size must be >= 1");
   if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
@@ -54,6 +56,20 @@ struct EngineCore::Request {
   bool forked = false;
   Clock::time_point arrival;  // for the queue wait
   bool scheduled = false;     // has been in a step
+  int replica = 0;            // the data-parallel replica that runs it
+};
+
+// One data-parallel replica's scheduler and KV block manager (one replica without data
+// parallelism), and its batch of the current step.
+struct EngineCore::Replica {
+  Replica(const EngineOptions& o, const Executor& ex)
+      : kvm(ex.num_kv_blocks(), ex.block_size(), o.enable_prefix_caching),
+        sched({o.max_num_batched_tokens, o.max_num_seqs}, &kvm) {}
+  KvCacheManager kvm;
+  Scheduler sched;
+  const SchedulerOutput* out = nullptr;  // this step's schedule
+  ForwardBatch batch;
+  std::vector<float> logits, hidden;
 };
 
 EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
@@ -61,10 +77,11 @@ EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executo
     : opt_(o),
       executor_(std::move(executor)),
       tokenizer_(std::move(tokenizer)),
-      kvm_(executor_->num_kv_blocks(), executor_->block_size(), o.enable_prefix_caching),
-      sched_({o.max_num_batched_tokens, o.max_num_seqs}, &kvm_),
       max_model_len_(EffectiveMaxModelLen(o, executor_->config())),
-      vocab_(executor_->config().vocab_size) {}
+      vocab_(executor_->config().vocab_size) {
+  for (int d = 0; d < executor_->data_parallel_size(); ++d)
+    replicas_.push_back(std::make_unique<Replica>(o, *executor_));
+}
 
 EngineCore::~EngineCore() = default;
 
@@ -98,26 +115,30 @@ Status EngineCore::Validate(const GenerateRequest& request) const {
     if (id >= vocab_)
       return InvalidArgument("logit_bias: token id " + std::to_string(id) +
                              " is outside the vocabulary [0, " + std::to_string(vocab_) + ")");
+  const KvCacheManager& kvm = replicas_[0]->kvm;  // (every replica's pool has this size)
+  const int64_t slots = kvm.num_blocks() * kvm.block_size();
   const bool scoring = request.return_prompt_logits || request.return_hidden_states;
   if (scoring) {  // the prompt alone, no token sampled: it may fill the context
     if (request.n != 1) return InvalidArgument("a scoring request (prompt logits / hidden states) has n = 1");
     if (request.return_hidden_states && opt_.max_num_seqs != 1)
       return InvalidArgument("return_hidden_states needs an engine with max_num_seqs = 1");
+    if (request.return_hidden_states && replicas_.size() > 1)
+      return InvalidArgument("return_hidden_states needs an engine without data parallelism");
     if (len > max_model_len_)
       return OutOfRange("prompt of " + std::to_string(len) + " tokens exceeds the context length: " +
                         "max_model_len is " + std::to_string(max_model_len_));
-    if (len > kvm_.num_blocks() * kvm_.block_size())
+    if (len > slots)
       return OutOfRange("prompt of " + std::to_string(len) + " tokens does not fit in the KV cache (" +
-                        std::to_string(kvm_.num_blocks() * kvm_.block_size()) + " token slots)");
+                        std::to_string(slots) + " token slots)");
     return OkStatus();
   }
   if (len >= max_model_len_)
     return OutOfRange("prompt of " + std::to_string(len) + " tokens exceeds the context length: " +
                       "max_model_len is " + std::to_string(max_model_len_) +
                       " and at least one token must be generated");
-  if (len + 1 > kvm_.num_blocks() * kvm_.block_size())
+  if (len + 1 > slots)
     return OutOfRange("prompt of " + std::to_string(len) + " tokens does not fit in the KV cache (" +
-                      std::to_string(kvm_.num_blocks() * kvm_.block_size()) + " token slots)");
+                      std::to_string(slots) + " token slots)");
   return OkStatus();
 }
 
@@ -138,11 +159,35 @@ Status EngineCore::Add(GenerateRequest request, Clock::time_point arrival) {
   if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
   if (r->in.grammar) c->matcher = std::make_unique<grammar::Matcher>(r->in.grammar);
   prompt_tokens_total_ += c->num_prompt_tokens;
-  sched_.Add(c.get());
+  r->replica = PickReplica(r->in.prompt);
+  replicas_[r->replica]->sched.Add(c.get());
   r->completions.push_back(std::move(c));
   const std::string id = r->in.id;
   active_[id] = std::move(r);
   return OkStatus();
+}
+
+// Data parallelism: among the replicas within one sequence of the least load (running +
+// waiting sequences), the one with the longest cached prefix of the prompt (a hash lookup per
+// block), then the least loaded, then the lowest KV use, then the lowest index.
+int EngineCore::PickReplica(const std::vector<int32_t>& prompt) const {
+  if (replicas_.size() == 1) return 0;
+  auto load = [](const Replica& R) { return R.sched.num_running() + R.sched.num_waiting(); };
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (const auto& R : replicas_) least = std::min(least, load(*R));
+  int best = -1;
+  std::tuple<int64_t, int64_t, double> best_key;  // (-cached, load, usage): smallest wins
+  for (int d = 0; d < static_cast<int>(replicas_.size()); ++d) {
+    const Replica& R = *replicas_[d];
+    if (load(R) > least + 1) continue;
+    const std::tuple<int64_t, int64_t, double> key{-R.kvm.GetComputedBlocks(prompt).num_tokens,
+                                                   load(R), R.kvm.usage()};
+    if (best < 0 || key < best_key) {
+      best = d;
+      best_key = key;
+    }
+  }
+  return best;
 }
 
 void EngineCore::Abort(const std::string& id) {
@@ -158,8 +203,13 @@ void EngineCore::AbortAll() {
 
 std::vector<EngineCoreOutput> EngineCore::Step() {
   step_ = StepInfo();
-  if (!sched_.empty()) RunStep();
-  if (!sched_.running().empty()) {
+  bool pending = false, running = false;
+  for (const auto& R : replicas_) {
+    pending = pending || !R->sched.empty();
+    running = running || !R->sched.running().empty();
+  }
+  if (pending) RunStep();
+  if (running) {
     EngineStats s;
     FillStats(&s);
     frag_sum_ += s.kv_fragmentation;
@@ -173,73 +223,91 @@ std::vector<EngineCoreOutput> EngineCore::Step() {
 }
 
 void EngineCore::RunStep() {
-  const SchedulerOutput& out = sched_.Schedule();
-  for (Sequence* s : out.too_long) {  // outgrew the whole KV pool: ends like max_model_len
-    auto* c = static_cast<Completion*>(s);
-    RequestOutput ev;
-    if (c->decoder) c->pending += c->decoder->Flush();
-    ev.text = std::move(c->pending);
-    FinishCompletion(c, std::move(ev), "length");
-  }
-  if (out.scheduled.empty()) return;
   const Clock::time_point now = Clock::now();
-  batch_.tokens.clear();
-  batch_.seqs.clear();
-  batch_.capture_hidden = nullptr;
-  for (const ScheduledSeq& sc : out.scheduled) {
-    const auto* c = static_cast<const Completion*>(sc.seq);
-    Request* r = c->req;
-    if (!r->scheduled) {
-      r->scheduled = true;
-      queue_wait_sum_ += Seconds(now - r->arrival);
-      ++queue_wait_count_;
+  work_.clear();
+  bool any = false;
+  for (const auto& rp : replicas_) {  // every replica's schedule and batch
+    Replica& R = *rp;
+    const SchedulerOutput& out = R.sched.Schedule();
+    R.out = &out;
+    for (Sequence* s : out.too_long) {  // outgrew the whole KV pool: ends like max_model_len
+      auto* c = static_cast<Completion*>(s);
+      RequestOutput ev;
+      if (c->decoder) c->pending += c->decoder->Flush();
+      ev.text = std::move(c->pending);
+      FinishCompletion(c, std::move(ev), "length");
     }
-    auto first = c->tokens.begin() + c->num_computed_tokens;
-    batch_.tokens.insert(batch_.tokens.end(), first, first + sc.num_new_tokens);
-    const std::vector<int32_t>& table = kvm_.block_table(c->id);
-    SeqBatchEntry e;
-    e.n_tokens = sc.num_new_tokens;
-    e.pos0 = c->num_computed_tokens;
-    e.block_table = table.data();
-    e.n_blocks = static_cast<int64_t>(table.size());
-    e.want_logits = c->num_computed_tokens + sc.num_new_tokens == c->num_tokens();
-    if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
-      e.all_logits = e.want_logits = true;
-    if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
-      batch_.capture_hidden = &hidden_;  // alone in the batch (Validate)
-    batch_.seqs.push_back(e);
+    ForwardBatch& batch = R.batch;
+    batch.tokens.clear();
+    batch.seqs.clear();
+    batch.capture_hidden = nullptr;
+    for (const ScheduledSeq& sc : out.scheduled) {
+      const auto* c = static_cast<const Completion*>(sc.seq);
+      Request* r = c->req;
+      if (!r->scheduled) {
+        r->scheduled = true;
+        queue_wait_sum_ += Seconds(now - r->arrival);
+        ++queue_wait_count_;
+      }
+      auto first = c->tokens.begin() + c->num_computed_tokens;
+      batch.tokens.insert(batch.tokens.end(), first, first + sc.num_new_tokens);
+      const std::vector<int32_t>& table = R.kvm.block_table(c->id);
+      SeqBatchEntry e;
+      e.n_tokens = sc.num_new_tokens;
+      e.pos0 = c->num_computed_tokens;
+      e.block_table = table.data();
+      e.n_blocks = static_cast<int64_t>(table.size());
+      e.want_logits = c->num_computed_tokens + sc.num_new_tokens == c->num_tokens();
+      if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
+        e.all_logits = e.want_logits = true;
+      if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
+        batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
+      batch.seqs.push_back(e);
+    }
+    R.logits.resize(std::max<size_t>({R.logits.size(), batch.NumLogitRows() * vocab_, size_t{1}}));
+    work_.push_back({&batch, out.copies, R.logits.data()});
+    any = any || !out.scheduled.empty();
   }
-  logits_.resize(std::max<size_t>(logits_.size(), batch_.NumLogitRows() * vocab_));
+  if (!any) return;
   const kernels::WorkCounts work_before = kernels::ThreadWork();
   step_.forward_ran = true;
   step_.forward_begin = Clock::now();
-  const Status st = executor_->Execute(batch_, out.copies, logits_.data());
+  const Status st = executor_->ExecuteReplicas(work_);
   step_.forward_end = Clock::now();
   step_.work = kernels::ThreadWork() - work_before;
   ++steps_total_;
   if (!st.ok()) {  // the batch's KV writes are not trusted: its requests end, nothing is cached
     std::vector<Request*> failed;
-    for (const ScheduledSeq& sc : out.scheduled) {
-      Request* r = static_cast<Completion*>(sc.seq)->req;
-      if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
-    }
+    for (const auto& R : replicas_)
+      for (const ScheduledSeq& sc : R->out->scheduled) {
+        Request* r = static_cast<Completion*>(sc.seq)->req;
+        if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
+      }
     for (Request* r : failed) FailRequest(r, "model forward pass failed: " + st.message());
     return;
   }
-  sched_.OnStepDone();
-  if (batch_.capture_hidden) {  // the batch is this one sequence's prompt chunk
+  for (const auto& R : replicas_)
+    if (!R->out->scheduled.empty()) FinishStep(R.get());
+}
+
+// After the forward pass: the replica's sequences that reached their last token sample.
+void EngineCore::FinishStep(Replica* rp) {
+  Replica& R = *rp;
+  const SchedulerOutput& out = *R.out;
+  R.sched.OnStepDone();
+  if (R.batch.capture_hidden) {  // the batch is this one sequence's prompt chunk
     RequestOutput ev;
     ev.prompt_tokens = out.scheduled[0].seq->num_prompt_tokens;
-    ev.hidden_states = std::move(hidden_);
+    ev.hidden_states = std::move(R.hidden);
     Emit(static_cast<Completion*>(out.scheduled[0].seq)->req, std::move(ev));
   }
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    const SeqBatchEntry& e = batch_.seqs[i];
+    const SeqBatchEntry& e = R.batch.seqs[i];
     if (!e.want_logits) continue;
     auto* c = static_cast<Completion*>(out.scheduled[i].seq);
     const int64_t rows = e.all_logits ? e.n_tokens : 1;
-    float* first_row = logits_.data() + row * vocab_;
+    float* first_row = R.logits.data() + row * vocab_;
     row += rows;
     if (c->done) continue;  // failed earlier in this step
     Request* r = c->req;
@@ -288,8 +356,9 @@ void EngineCore::Fork(Request* r, const float* row) {
     c->history = TokenHistory(c->tokens);
     if (tokenizer_) c->decoder = std::make_unique<StreamingDecoder>(*tokenizer_, p.skip_special_tokens);
     if (parent->matcher) c->matcher = std::make_unique<grammar::Matcher>(*parent->matcher);
-    kvm_.Fork(parent->id, c->id);
-    sched_.AddRunning(c.get());
+    Replica& R = *replicas_[r->replica];
+    R.kvm.Fork(parent->id, c->id);
+    R.sched.AddRunning(c.get());
     Completion* cp = c.get();
     r->completions.push_back(std::move(c));
     fork_row_.assign(row, row + vocab_);
@@ -399,7 +468,7 @@ void EngineCore::Emit(Request* r, RequestOutput ev) {
 }
 
 void EngineCore::FinishCompletion(Completion* c, RequestOutput ev, const char* reason) {
-  sched_.Finish(c);
+  replicas_[c->req->replica]->sched.Finish(c);
   c->done = true;
   ev.index = c->index;
   ev.prompt_tokens = c->num_prompt_tokens;
@@ -439,30 +508,42 @@ void EngineCore::FailRequest(Request* r, const std::string& error) {
 }
 
 void EngineCore::FillStats(EngineStats* s) const {
-  s->num_running = sched_.num_running();
-  s->num_waiting = sched_.num_waiting();
-  s->num_preemptions_total = sched_.num_preemptions_total();
-  s->kv_blocks_total = kvm_.num_blocks();
-  s->kv_blocks_used = kvm_.num_used_blocks();
-  s->kv_usage = kvm_.usage();
+  // Sums over the data-parallel replicas (one without data parallelism), and each one's gauges.
+  s->num_running = s->num_waiting = s->num_preemptions_total = 0;
+  s->kv_blocks_total = s->kv_blocks_used = 0;
+  s->prefix_cache_queries = s->prefix_cache_hits = 0;
+  s->replicas.clear();
   int64_t unfilled = 0;
-  for (const Sequence* seq : sched_.running()) {
-    const int64_t slots = static_cast<int64_t>(kvm_.block_table(seq->id).size()) * kvm_.block_size();
-    unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
+  double pool_slots = 0;
+  for (const auto& rp : replicas_) {
+    const Replica& R = *rp;
+    s->num_running += R.sched.num_running();
+    s->num_waiting += R.sched.num_waiting();
+    s->num_preemptions_total += R.sched.num_preemptions_total();
+    s->kv_blocks_total += R.kvm.num_blocks();
+    s->kv_blocks_used += R.kvm.num_used_blocks();
+    s->prefix_cache_queries += R.kvm.prefix_cache_queries();
+    s->prefix_cache_hits += R.kvm.prefix_cache_hits();
+    for (const Sequence* seq : R.sched.running()) {
+      const int64_t slots =
+          static_cast<int64_t>(R.kvm.block_table(seq->id).size()) * R.kvm.block_size();
+      unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
+    }
+    pool_slots += static_cast<double>(R.kvm.num_blocks()) * R.kvm.block_size();
+    s->replicas.push_back({R.sched.num_running(), R.sched.num_waiting(), R.kvm.usage()});
   }
-  const double pool_slots = static_cast<double>(kvm_.num_blocks()) * kvm_.block_size();
+  s->kv_usage = s->kv_blocks_total ? static_cast<double>(s->kv_blocks_used) / s->kv_blocks_total : 0;
   s->kv_slots_unfilled = unfilled;
   s->kv_fragmentation = unfilled / pool_slots;
   s->kv_fragmentation_max = frag_max_;
   s->kv_fragmentation_mean = frag_steps_ ? frag_sum_ / frag_steps_ : 0;
-  s->prefix_cache_queries = kvm_.prefix_cache_queries();
-  s->prefix_cache_hits = kvm_.prefix_cache_hits();
   s->prompt_tokens_total = prompt_tokens_total_;
   s->generation_tokens_total = generation_tokens_total_;
   s->requests_finished_total = finished_total_;
   s->requests_failed_total = failed_total_;
   s->steps_total = steps_total_;
   s->tensor_parallel_size = opt_.tensor_parallel_size;
+  s->data_parallel_size = static_cast<int64_t>(replicas_.size());
   s->queue_wait_seconds_sum = queue_wait_sum_;
   s->queue_wait_count = queue_wait_count_;
 }
@@ -471,8 +552,8 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
                                                        std::unique_ptr<Model> model,
                                                        std::unique_ptr<Tokenizer> tok) {
   PENG_RETURN_IF_ERROR(ValidateOptions(o));
-  if (o.tensor_parallel_size != 1)
-    return InvalidArgument("a loaded model runs in one process (tensor_parallel_size 1)");
+  if (o.tensor_parallel_size != 1 || o.data_parallel_size != 1)
+    return InvalidArgument("a loaded model runs in one process (tensor and data parallel size 1)");
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
                         CreateLocalExecutor(o, std::move(model)));
   return EngineCore::Create(o, std::move(executor), std::move(tok));
@@ -480,60 +561,109 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
 
 namespace {
 
-bool workers_listening = false;  // rank 0 of a job whose workers run RunTensorParallelWorker
+bool workers_listening = false;  // rank 0 of a job whose other ranks serve its engine cores
 
-// The job's communicator for the options: WorldComm(), checked against tensor_parallel_size.
-StatusOr<Communicator*> JobComm(const EngineOptions& o) {
+// The job's shape: tensor_parallel_size x data_parallel_size processes, the tensor-parallel
+// groups innermost (replica d = ranks [d * tp, (d + 1) * tp)), so a group stays on one host
+// when the hosts are filled in order.
+struct JobLayout {
+  Communicator* world = nullptr;
+  Communicator* tp = nullptr;  // this rank's tensor-parallel group (the world when dp = 1)
+  Communicator* dp = nullptr;  // the replicas' leaders (null when dp = 1; unused off leaders)
+  int tp_rank = 0, dp_rank = 0;
+};
+JobLayout listening_layout;  // rank 0's, when workers_listening
+
+StatusOr<JobLayout> Layout(const EngineOptions& o) {
+  static std::unique_ptr<Communicator> tp_comm, dp_comm;
+  static int made_tp = 0, made_dp = 0;
   PENG_ASSIGN_OR_RETURN(Communicator* world, WorldComm());
-  if (world->size() != o.tensor_parallel_size) {
+  const int64_t want = int64_t{o.tensor_parallel_size} * o.data_parallel_size;
+  const std::string shape = "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                            " x --data-parallel-size " + std::to_string(o.data_parallel_size);
+  if (world->size() != want) {
     if (world->size() == 1)
-      return InvalidArgument("--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
-                             " needs a job of " + std::to_string(o.tensor_parallel_size) +
-                             " processes: start it with mpirun -np " +
-                             std::to_string(o.tensor_parallel_size));
+      return InvalidArgument(shape + " needs a job of " + std::to_string(want) +
+                             " processes: start it with mpirun -np " + std::to_string(want));
     return InvalidArgument("this MPI job has " + std::to_string(world->size()) +
-                           " processes but --tensor-parallel-size is " +
-                           std::to_string(o.tensor_parallel_size) + "; they must be equal");
+                           " processes but " + shape + " = " + std::to_string(want) +
+                           "; they must be equal");
   }
-  if (world->size() > 1 && world->rank() == 0) workers_listening = true;
-  return world;
+  JobLayout L;
+  L.world = world;
+  const int tp = o.tensor_parallel_size;
+  L.tp_rank = world->rank() % tp;
+  L.dp_rank = world->rank() / tp;
+  if (o.data_parallel_size == 1) {
+    L.tp = world;
+  } else {
+    if (made_tp == 0) {  // collective: every rank makes the split once, in the same order
+      tp_comm = world->Split(L.dp_rank, L.tp_rank);
+      dp_comm = world->Split(L.tp_rank == 0 ? 0 : 1, L.dp_rank);
+      made_tp = tp;
+      made_dp = o.data_parallel_size;
+    } else if (made_tp != tp || made_dp != o.data_parallel_size) {
+      return InvalidArgument("the job's layout is fixed at its start: " + shape +
+                             " differs from the first");
+    }
+    L.tp = tp_comm.get();
+    L.dp = dp_comm.get();
+  }
+  if (world->size() > 1 && world->rank() == 0) {
+    workers_listening = true;
+    listening_layout = L;
+  }
+  return L;
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
   PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
-  PENG_ASSIGN_OR_RETURN(Communicator* comm, JobComm(o));
-  if (comm->size() == 1) {
+  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
+  if (L.world->size() == 1) {
     PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
     PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
     return CreateEngineCore(o, std::move(model), std::move(tok));
   }
-  if (comm->rank() != 0) return Internal("the engine core runs on rank 0 of the job");
+  if (L.world->rank() != 0) return Internal("the engine core runs on rank 0 of the job");
   // A rank that fails to load its shard aborts the job; so does rank 0 (the workers are
   // waiting for its first broadcast).
-  StatusOr<std::unique_ptr<Model>> model = LoadModel(o.model_path, {.tp = comm});
-  if (!model.ok()) comm->Abort("rank 0: " + model.status().ToString());
+  Communicator* tp = L.tp->size() > 1 ? L.tp : nullptr;
+  StatusOr<std::unique_ptr<Model>> model =
+      LoadModel(o.model_path, {.tp = tp, .expert_parallel = o.enable_expert_parallel});
+  if (!model.ok()) L.world->Abort("rank 0: " + model.status().ToString());
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                        CreateTensorParallelExecutor(o, comm, std::move(*model)));
+  std::unique_ptr<Executor> executor;
+  if (L.dp) {
+    PENG_ASSIGN_OR_RETURN(executor, CreateDataParallelExecutor(o, L.dp, tp, std::move(*model)));
+  } else {
+    PENG_ASSIGN_OR_RETURN(executor, CreateTensorParallelExecutor(o, L.tp, std::move(*model)));
+  }
   return EngineCore::Create(o, std::move(executor), std::move(tok));
 }
 
 StatusOr<bool> RunParallelWorker(const EngineOptions& o) {
-  if (o.tensor_parallel_size < 1) return InvalidArgument("--tensor-parallel-size must be >= 1");
-  if (o.tensor_parallel_size == 1 && !LaunchedByMpirun()) return false;
-  PENG_ASSIGN_OR_RETURN(Communicator* comm, JobComm(o));
-  if (comm->rank() == 0) return false;
-  PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, comm));
+  PENG_RETURN_IF_ERROR(ValidateOptions(o));
+  if (o.tensor_parallel_size == 1 && o.data_parallel_size == 1 && !LaunchedByMpirun())
+    return false;
+  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
+  if (L.world->rank() == 0) return false;
+  if (L.tp_rank != 0) {
+    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.tp));
+  } else {
+    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.tp));
+  }
   return true;
 }
 
 void EndParallelJob() {
   if (!workers_listening) return;
   workers_listening = false;
-  StatusOr<Communicator*> world = WorldComm();
-  if (world.ok()) EndTensorParallelJob(*world);
+  // The replicas' leaders first (each then ends its group's workers), then rank 0's own group.
+  const JobLayout& L = listening_layout;
+  if (L.dp) EndTensorParallelJob(L.dp);
+  if (L.tp->size() > 1) EndTensorParallelJob(L.tp);
 }
 
 }  // namespace peng

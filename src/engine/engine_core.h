@@ -7,6 +7,11 @@
 //                                     all scheduled tokens) -> per sequence that reached its
 //                                     last token: sample, logprobs, detokenize, stop checks
 //
+// Data parallelism (an executor with data_parallel_size() > 1): one scheduler and KV block
+// manager per replica; Add() gives each request to the least-loaded replica (prefix-cache
+// aware), and a step schedules every replica and runs all their batches in one
+// ExecuteReplicas() call, so the replicas step together.
+//
 // Every way peng generates goes through it: the serving Engine (engine.h) wraps it in a thread
 // with queues and streams; Llm (`peng generate`, `peng logits`, `peng eval`, `peng bench`)
 // steps it in the caller's thread with one request at a time. Not thread-safe.
@@ -83,11 +88,14 @@ class EngineCore {
 
   struct Request;
   struct Completion;
+  struct Replica;
 
  private:
   EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
              std::unique_ptr<Tokenizer> tokenizer);
   void RunStep();
+  void FinishStep(Replica* replica);
+  int PickReplica(const std::vector<int32_t>& prompt) const;
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
   void Emit(Request* r, RequestOutput ev);
@@ -98,16 +106,16 @@ class EngineCore {
   const EngineOptions opt_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  KvCacheManager kvm_;
-  Scheduler sched_;
+  // One scheduler + KV block manager per data-parallel replica of the executor (one without).
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<Executor::ReplicaWork> work_;
   const int64_t max_model_len_;
   const int64_t vocab_;
 
   std::unordered_map<std::string, std::unique_ptr<Request>> active_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
   std::vector<EngineCoreOutput> outputs_;
-  ForwardBatch batch_;
-  std::vector<float> logits_, fork_row_, raw_row_, hidden_;
+  std::vector<float> fork_row_, raw_row_;
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

@@ -61,6 +61,7 @@ struct CoreStart {
   int64_t kv_dtype = 0;
   int64_t job_over = 0;       // 1: no more cores; the workers return
   int64_t exact = 0;          // kernels::ExactActivations() of rank 0
+  int64_t expert_parallel = 0;  // rank 0's options.enable_expert_parallel
   int64_t path_bytes = 0;     // then the model path (rank 0's options.model_path)
 };
 
@@ -154,6 +155,133 @@ class TensorParallelExecutor : public Executor {
   std::unique_ptr<Executor> local_;
 };
 
+// Data parallelism: what rank 0 broadcasts to the replicas' leaders each step (then the
+// batches of all replicas, each a BatchHeader and its payload, in replica order), and the end of
+// an engine core (bytes = -1).
+struct ReplicaStep {
+  int64_t bytes = 0;
+  int64_t max_rows = 0;  // the most logit rows of any replica: each one's slot in the gather
+};
+
+// Replica d's batch out of a step's payload.
+void UnpackReplica(const std::vector<uint8_t>& all, int d, ForwardBatch* b,
+                   std::vector<int32_t>* tables, std::vector<BlockCopy>* copies) {
+  size_t at = 0;
+  for (int k = 0;; ++k) {
+    BatchHeader h;
+    std::memcpy(&h, all.data() + at, sizeof h);
+    at += sizeof h;
+    const size_t n = h.n_tokens * 4 + h.n_seqs * sizeof(SeqWire) + h.n_blocks * 4 +
+                     h.n_copies * sizeof(BlockCopy);
+    if (k == d) {
+      std::vector<uint8_t> payload(all.begin() + at, all.begin() + at + n);
+      Unpack(h, payload, b, tables, copies);
+      return;
+    }
+    at += n;
+  }
+}
+
+// Rank 0 of the replicas' leaders: replica 0 is `local_` (this rank's executor, tensor parallel
+// within its group or not); every step the batches of all replicas go to the leaders, each runs
+// its own, and the logit rows are gathered back.
+class DataParallelExecutor : public Executor {
+ public:
+  DataParallelExecutor(Communicator* dp, std::unique_ptr<Executor> local)
+      : dp_(dp), local_(std::move(local)) {}
+  ~DataParallelExecutor() override {
+    ReplicaStep stop;
+    stop.bytes = -1;
+    dp_->BroadcastPolled(&stop, sizeof stop, 0);
+  }
+  const ModelConfig& config() const override { return local_->config(); }
+  int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
+  int block_size() const override { return local_->block_size(); }
+  int data_parallel_size() const override { return dp_->size(); }
+  Status Execute(const ForwardBatch&, std::span<const BlockCopy>, float*) override {
+    return Internal("a data-parallel executor runs all replicas' batches together");
+  }
+  Status ExecuteReplicas(std::span<const ReplicaWork> work) override {
+    const int n = dp_->size();
+    if (static_cast<int>(work.size()) != n) return Internal("one batch per replica expected");
+    ReplicaStep step;
+    bytes_.clear();
+    for (const ReplicaWork& w : work) {
+      BatchHeader h;
+      const std::vector<uint8_t> payload = Pack(*w.batch, w.copies, &h);
+      const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+      bytes_.insert(bytes_.end(), hp, hp + sizeof h);
+      bytes_.insert(bytes_.end(), payload.begin(), payload.end());
+      step.max_rows = std::max(step.max_rows, w.batch->NumLogitRows());
+    }
+    step.bytes = static_cast<int64_t>(bytes_.size());
+    dp_->BroadcastPolled(&step, sizeof step, 0);
+    dp_->Broadcast(bytes_.data(), step.bytes, 0);
+    Status st;
+    if (!work[0].batch->tokens.empty())
+      st = local_->Execute(*work[0].batch, work[0].copies, work[0].logits);
+    if (step.max_rows > 0) {
+      const int64_t vocab = config().vocab_size, slot = step.max_rows * vocab;
+      mine_.assign(slot, 0.f);
+      std::copy_n(work[0].logits, work[0].batch->NumLogitRows() * vocab, mine_.data());
+      all_.resize(slot * n);
+      dp_->Gather(mine_.data(), slot * static_cast<int64_t>(sizeof(float)), all_.data(), 0);
+      for (int d = 1; d < n; ++d)
+        std::copy_n(all_.data() + d * slot, work[d].batch->NumLogitRows() * vocab,
+                    work[d].logits);
+    }
+    return st;
+  }
+  Model& model() override { return local_->model(); }
+  ThreadPool& pool() override { return local_->pool(); }
+
+ private:
+  Communicator* dp_;
+  std::unique_ptr<Executor> local_;
+  std::vector<uint8_t> bytes_;
+  std::vector<float> mine_, all_;
+};
+
+// Loads this rank's part of the model `start` names (its tensor-parallel shard) and the executor
+// of its group: tensor parallel over `tp` (this rank leads it) or alone.
+StatusOr<std::unique_ptr<Executor>> GroupExecutor(const EngineOptions& options, Communicator* tp,
+                                                  std::unique_ptr<Model> model) {
+  if (tp && tp->size() > 1) return CreateTensorParallelExecutor(options, tp, std::move(model));
+  return CreateLocalExecutor(options, std::move(model));
+}
+
+CoreStart StartOf(const EngineOptions& o, const StatusOr<int64_t>& blocks) {
+  CoreStart start;
+  start.num_kv_blocks = blocks.ok() ? *blocks : -1;  // -1: no core this time
+  start.block_size = o.block_size;
+  start.kv_dtype = static_cast<int64_t>(o.kv_dtype);
+  start.exact = kernels::ExactActivations();
+  start.expert_parallel = o.enable_expert_parallel;
+  start.path_bytes = static_cast<int64_t>(o.model_path.size());
+  return start;
+}
+
+// The receiving side of a CoreStart (and its model path) over `comm`.
+CoreStart ReceiveStart(Communicator* comm, std::string* path) {
+  CoreStart start;
+  comm->BroadcastPolled(&start, sizeof start, 0);
+  if (start.job_over) return start;
+  path->assign(start.path_bytes, '\0');
+  comm->Broadcast(path->data(), start.path_bytes, 0);
+  return start;
+}
+
+EngineOptions OptionsOf(const EngineOptions& options, const CoreStart& start,
+                        const std::string& path) {
+  EngineOptions o = options;
+  o.model_path = path;
+  o.num_kv_blocks = start.num_kv_blocks;
+  o.block_size = static_cast<int>(start.block_size);
+  o.kv_dtype = static_cast<DType>(start.kv_dtype);
+  o.enable_expert_parallel = start.expert_parallel != 0;
+  return o;
+}
+
 }  // namespace
 
 int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
@@ -197,15 +325,9 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
   if (!tp || tp->rank() != 0) return Internal("the tensor-parallel executor runs on rank 0");
   if (!model) return InvalidArgument("no model");
   StatusOr<int64_t> blocks = KvBlocks(options, *model);
-  CoreStart start;
-  start.num_kv_blocks = blocks.ok() ? *blocks : -1;  // -1: no core this time
-  start.block_size = options.block_size;
-  start.kv_dtype = static_cast<int64_t>(options.kv_dtype);
-  start.exact = kernels::ExactActivations();
-  std::string path = options.model_path;
-  start.path_bytes = static_cast<int64_t>(path.size());
+  CoreStart start = StartOf(options, blocks);
   tp->BroadcastPolled(&start, sizeof start, 0);
-  tp->Broadcast(path.data(), start.path_bytes, 0);
+  tp->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
   if (!blocks.ok()) return blocks.status();
   EngineOptions o = options;
   o.num_kv_blocks = *blocks;
@@ -228,19 +350,15 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
   std::vector<uint8_t> payload;
   std::vector<float> logits, hidden;
   for (;;) {  // one engine core of rank 0 after the other
-    CoreStart start;
-    tp->BroadcastPolled(&start, sizeof start, 0);
+    std::string path;
+    const CoreStart start = ReceiveStart(tp, &path);
     if (start.job_over) return OkStatus();
-    std::string path(start.path_bytes, '\0');
-    tp->Broadcast(path.data(), start.path_bytes, 0);
     if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
     kernels::SetExactActivations(start.exact != 0);
-    StatusOr<std::unique_ptr<Model>> model = LoadModel(path, {.tp = tp});
+    StatusOr<std::unique_ptr<Model>> model =
+        LoadModel(path, {.tp = tp, .expert_parallel = start.expert_parallel != 0});
     if (!model.ok()) tp->Abort(who + ": " + model.status().ToString());
-    EngineOptions o = options;
-    o.num_kv_blocks = start.num_kv_blocks;
-    o.block_size = static_cast<int>(start.block_size);
-    o.kv_dtype = static_cast<DType>(start.kv_dtype);
+    const EngineOptions o = OptionsOf(options, start, path);
     StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(*model));
     if (!local.ok()) tp->Abort(who + ": " + local.status().ToString());
     const int64_t vocab = (*local)->config().vocab_size;
@@ -256,6 +374,67 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
       logits.resize(std::max<int64_t>(1, batch.NumLogitRows()) * vocab);
       const Status st = (*local)->Execute(batch, copies, logits.data());
       if (st.code() == StatusCode::kInternal) tp->Abort(who + ": " + st.message());
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptions& options,
+                                                               Communicator* dp, Communicator* tp,
+                                                               std::unique_ptr<Model> model) {
+  if (!dp || dp->rank() != 0) return Internal("the data-parallel executor runs on rank 0");
+  if (!model) return InvalidArgument("no model");
+  StatusOr<int64_t> blocks = KvBlocks(options, *model);
+  CoreStart start = StartOf(options, blocks);
+  dp->BroadcastPolled(&start, sizeof start, 0);
+  dp->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
+  if (!blocks.ok()) return blocks.status();
+  EngineOptions o = options;
+  o.num_kv_blocks = *blocks;
+  StatusOr<std::unique_ptr<Executor>> local = GroupExecutor(o, tp, std::move(model));
+  if (!local.ok()) dp->Abort("data-parallel rank 0: " + local.status().ToString());
+  return std::unique_ptr<Executor>(new DataParallelExecutor(dp, std::move(*local)));
+}
+
+Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp) {
+  const std::string who = "data-parallel replica " + std::to_string(dp->rank());
+  ForwardBatch batch;
+  std::vector<int32_t> tables;
+  std::vector<BlockCopy> copies;
+  std::vector<uint8_t> bytes;
+  std::vector<float> logits;
+  for (;;) {  // one engine core of rank 0 after the other
+    std::string path;
+    const CoreStart start = ReceiveStart(dp, &path);
+    if (start.job_over) {
+      if (tp && tp->size() > 1) EndTensorParallelJob(tp);
+      return OkStatus();
+    }
+    if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
+    kernels::SetExactActivations(start.exact != 0);
+    StatusOr<std::unique_ptr<Model>> model = LoadModel(
+        path, {.tp = tp && tp->size() > 1 ? tp : nullptr,
+               .expert_parallel = start.expert_parallel != 0});
+    if (!model.ok()) dp->Abort(who + ": " + model.status().ToString());
+    StatusOr<std::unique_ptr<Executor>> ex =
+        GroupExecutor(OptionsOf(options, start, path), tp, std::move(*model));
+    if (!ex.ok()) dp->Abort(who + ": " + ex.status().ToString());
+    const int64_t vocab = (*ex)->config().vocab_size;
+    for (;;) {
+      ReplicaStep step;
+      dp->BroadcastPolled(&step, sizeof step, 0);
+      if (step.bytes < 0) break;  // this core is done; destroying the executor ends the group's
+      bytes.resize(step.bytes);
+      dp->Broadcast(bytes.data(), step.bytes, 0);
+      UnpackReplica(bytes, dp->rank(), &batch, &tables, &copies);
+      batch.capture_hidden = nullptr;  // (rank 0 refuses hidden-state requests with replicas)
+      logits.assign(std::max<int64_t>(1, step.max_rows) * vocab, 0.f);
+      if (!batch.tokens.empty()) {
+        const Status st = (*ex)->Execute(batch, copies, logits.data());
+        if (!st.ok()) dp->Abort(who + ": " + st.message());
+      }
+      if (step.max_rows > 0)
+        dp->Gather(logits.data(), step.max_rows * vocab * static_cast<int64_t>(sizeof(float)),
+                   nullptr, 0);
     }
   }
 }

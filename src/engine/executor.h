@@ -32,6 +32,20 @@ class Executor {
   // NumLogitRows() rows of vocab_size logits into `logits`.
   virtual Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
                          float* logits) = 0;
+  // Data parallelism: the replicas of the model it runs side by side, each with its own KV
+  // cache (of num_kv_blocks() blocks); the engine core keeps a scheduler per replica.
+  virtual int data_parallel_size() const { return 1; }
+  // One step of every replica (work.size() == data_parallel_size(); a replica with nothing
+  // scheduled gets an empty batch). Without data parallelism: Execute() of the one batch.
+  struct ReplicaWork {
+    const ForwardBatch* batch;
+    std::span<const BlockCopy> copies;
+    float* logits;
+  };
+  virtual Status ExecuteReplicas(std::span<const ReplicaWork> work) {
+    if (work.size() != 1) return Internal("one replica expected");
+    return Execute(*work[0].batch, work[0].copies, work[0].logits);
+  }
   // This process's part: its model (shard), its thread pool (probes, diagnostics).
   virtual Model& model() = 0;
   virtual ThreadPool& pool() = 0;
@@ -63,7 +77,24 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
 // executor is destroyed; return when rank 0 calls EndTensorParallelJob(). Setting up a shard
 // that fails aborts the job.
 Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp);
-// On rank 0, after its last engine core: the workers' RunTensorParallelWorker() returns.
+// On rank 0, after its last engine core: the workers' RunTensorParallelWorker() returns (also
+// ends RunDataParallelLeader() when given the leaders' communicator).
 void EndTensorParallelJob(Communicator* tp);
+
+// Data parallelism, on rank 0 of `dp` (the communicator of the replicas' leaders: rank d leads
+// replica d): `model` is this rank's part of replica 0 (its shard of `tp`, this rank's
+// tensor-parallel group, which may have size 1). The executor has data_parallel_size() =
+// dp->size(); each ExecuteReplicas() broadcasts every replica's batch to the leaders, runs
+// replica 0's here (tensor parallel over `tp` when it has several ranks) while the other
+// leaders run theirs, and gathers their logit rows. A replica whose forward pass fails aborts
+// the job. Destroying it ends the leaders' loops for this core.
+StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptions& options,
+                                                               Communicator* dp, Communicator* tp,
+                                                               std::unique_ptr<Model> model);
+// Leaders of replicas 1.. (rank d of `dp`): for every engine core rank 0 creates, load this
+// rank's part of the model (its shard of `tp`) and run replica d's batches on it (tensor parallel
+// over `tp`, whose other ranks run RunTensorParallelWorker()); return when rank 0 calls
+// EndTensorParallelJob(dp), after ending the group's workers.
+Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp);
 
 }  // namespace peng

@@ -21,6 +21,9 @@ struct ModelLoadOptions {
   // Tensor parallelism: this rank computes its share of the heads, the FFN and the vocabulary
   // and loads only those weights; null or size 1 = the whole model.
   Communicator* tp = nullptr;
+  // MoE models under tensor parallelism: each rank runs whole routed experts (its E / tp) instead
+  // of a slice of every expert (--enable-expert-parallel; no effect on dense models).
+  bool expert_parallel = false;
 };
 
 using ModelLoaderFn = StatusOr<std::unique_ptr<Model>> (*)(std::unique_ptr<ModelFiles> files,

@@ -123,6 +123,25 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
         "Processes the model is split over (1 = one process); every rank holds the same KV "
         "block ids, so the KV gauges are every rank's.",
         static_cast<double>(s.tensor_parallel_size));
+  gauge("data_parallel_size",
+        "Replicas of the model, each with its own scheduler and KV cache (1 = no data "
+        "parallelism); the request and KV gauges above are their sums.",
+        static_cast<double>(s.data_parallel_size));
+  if (s.replicas.size() > 1) {  // each replica's load, labelled replica="d"
+    const std::string sep = l.empty() ? "" : ",";
+    auto per_replica = [&](const char* name, const char* help, auto value) {
+      Header(std::string("peng_") + name, "gauge", help, &out);
+      for (size_t d = 0; d < s.replicas.size(); ++d)
+        Sample(std::string("peng_") + name, l + sep + "replica=\"" + std::to_string(d) + "\"",
+               value(s.replicas[d]), &out);
+    };
+    per_replica("replica_num_requests_running", "Sequences running on the data-parallel replica.",
+                [](const EngineStats::Replica& r) { return static_cast<double>(r.num_running); });
+    per_replica("replica_num_requests_waiting", "Sequences waiting for the data-parallel replica.",
+                [](const EngineStats::Replica& r) { return static_cast<double>(r.num_waiting); });
+    per_replica("replica_kv_cache_usage_perc", "KV-cache usage of the data-parallel replica.",
+                [](const EngineStats::Replica& r) { return r.kv_usage; });
+  }
   gauge("kv_cache_used_blocks", "KV-cache blocks in use.",
         static_cast<double>(s.kv_blocks_used));
   gauge("kv_cache_capacity_blocks", "KV-cache blocks in the pool.",

@@ -1,8 +1,10 @@
-// Tensor parallelism against one process, under `mpirun -np N` (ctest: N = 2 and 4). Rank 0
-// runs the tests; every other rank serves rank 0's engine cores (RunTensorParallelWorker) until
-// the end. For each model rank 0 computes, in the same process, the single-process reference
-// (the whole model, a plain LocalExecutor) and the tensor-parallel result (its shard, the
-// TensorParallelExecutor, the other ranks' shards):
+// Tensor and data parallelism against one process, under `mpirun -np N` with the job's layout
+// from the command line (`--tp T --dp D`, N = T x D; default T = N): ctest runs tp 2, tp 4,
+// dp 2 and tp 2 x dp 2. Rank 0 runs the tests; every other rank serves rank 0's engine cores
+// (RunParallelWorker) until the end. For each model rank 0 computes, in the same process, the
+// single-process reference (the whole model, a plain LocalExecutor) and the parallel result
+// (CreateEngineCore with the layout: its shard of replica 0, the other ranks' shards and
+// replicas; requests spread over the replicas):
 //   - exact mode (FP32 activations, F32 KV cache): the logits of every prompt position within
 //     kExactBound (relative) of one process -- only the order of the additions differs (the
 //     all-reduce sums the ranks' partial dot products) -- and the 16-token greedy
@@ -10,12 +12,19 @@
 //   - default mode, float-weight models: the greedy continuations identical too.
 // Models: the tiny random HF folders (4 heads, 2 KV heads: split at tp 2, replicated at tp 4),
 // Qwen2.5-Coder-0.5B Q4_K_M (14 heads, 2 KV heads; 14 heads cannot be split 4 ways: a clean
-// error) and Gemma 3 270M Q4_K_M (1 KV head: replicated) when downloaded.
+// error) and Gemma 3 270M Q4_K_M (1 KV head: replicated) when downloaded; DeepSeek-V2: the tiny
+// HF fixtures (MLA heads split, latent cache replicated; each routed expert split, or with
+// expert parallelism whole experts per rank) and a small V2-Lite-shaped Q4_0 GGUF written by
+// make_deepseek_gguf (split kv_b, stacked experts; column splits at whole Q4_0 blocks).
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "core/test_paths.h"
 #include "engine/engine_core.h"
@@ -31,9 +40,12 @@ constexpr double kExactBound = 1e-5;  // relative to the largest |logit|
 
 using test_util::World;
 
-EngineOptions Options(const std::string& path, DType kv) {
+int g_tp = 1, g_dp = 1;  // the job's layout (main)
+
+EngineOptions Options(const std::string& path, DType kv, bool expert_parallel) {
   EngineOptions o;
   o.model_path = path;
+  o.enable_expert_parallel = expert_parallel;
   o.threads = 1;
   o.max_model_len = 256;
   o.max_num_seqs = 4;
@@ -53,15 +65,11 @@ std::unique_ptr<EngineCore> SingleCore(const EngineOptions& o) {
   return core.ok() ? std::move(*core) : nullptr;
 }
 
-// Tensor parallel over the world: this rank's shard + the workers'.
-std::unique_ptr<EngineCore> ParallelCore(const EngineOptions& o) {
-  StatusOr<std::unique_ptr<Model>> m = LoadModel(o.model_path, {.tp = World()});
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
-  auto ex = CreateTensorParallelExecutor(o, World(), std::move(*m));
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  if (!ex.ok()) return nullptr;
-  auto core = EngineCore::Create(o, std::move(*ex), nullptr);
+// The job's layout: this rank's shard of replica 0 + the other ranks'.
+std::unique_ptr<EngineCore> ParallelCore(EngineOptions o) {
+  o.tensor_parallel_size = g_tp;
+  o.data_parallel_size = g_dp;
+  auto core = CreateEngineCore(o);
   EXPECT_TRUE(core.ok()) << core.status().ToString();
   return core.ok() ? std::move(*core) : nullptr;
 }
@@ -123,10 +131,12 @@ std::vector<int32_t> Prompt(int n, int vocab, int seed) {
 // together identical. `default_greedy`: also in the default mode (quantized activations, F16 KV)
 // -- only for float weights: with int8-quantized activations a different order of additions
 // can move an activation across a rounding boundary, so the tokens of a quantized model are not
-// reproducible across tensor-parallel sizes (nor across llama.cpp's).
-void CheckModel(const std::string& path, int n_prompt, int n_greedy, bool default_greedy) {
-  const int tp = World()->size();
-  std::printf("model %s, tensor parallel size %d\n", path.c_str(), tp);
+// reproducible across tensor-parallel sizes (nor across llama.cpp's). `expert_parallel`: MoE
+// models run whole experts per rank.
+void CheckModel(const std::string& path, int n_prompt, int n_greedy, bool default_greedy,
+                bool expert_parallel = false) {
+  std::printf("model %s, tensor parallel size %d, data parallel size %d%s\n", path.c_str(), g_tp,
+              g_dp, expert_parallel ? ", expert parallel" : "");
   StatusOr<std::unique_ptr<Model>> probe = LoadModel(path);
   ASSERT_TRUE(probe.ok());
   const int vocab = static_cast<int>((*probe)->config().vocab_size);
@@ -138,7 +148,7 @@ void CheckModel(const std::string& path, int n_prompt, int n_greedy, bool defaul
     if (!exact && !default_greedy) break;
     SCOPED_TRACE(exact ? "exact mode" : "default mode");
     kernels::SetExactActivations(exact);
-    EngineOptions o = Options(path, exact ? DType::kF32 : DType::kF16);
+    EngineOptions o = Options(path, exact ? DType::kF32 : DType::kF16, expert_parallel);
     std::vector<float> want, got;
     std::vector<std::vector<int32_t>> want_ids, got_ids;
     {
@@ -183,7 +193,8 @@ TEST(TensorParallelTest, TinyGemma3) { CheckModel(Tiny("gemma3"), 20, 16, true);
 TEST(TensorParallelTest, Qwen25HasFourteenHeads) {
   const std::string path = test_util::ModelFile("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
   if (path.empty()) GTEST_SKIP() << "model not downloaded";
-  if (14 % World()->size() != 0) {
+  if (14 % g_tp != 0) {
+    if (g_dp != 1) GTEST_SKIP() << "the error is checked with tensor parallelism alone";
     StatusOr<std::unique_ptr<Model>> m = LoadModel(path, {.tp = World()});
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find("14 attention heads cannot be split for tensor parallel "
@@ -201,21 +212,118 @@ TEST(TensorParallelTest, Gemma3OneKvHead) {
   CheckModel(path, 24, 16, false);
 }
 
+// DeepSeek-V2 fixtures (4 heads, 8 routed experts of width 16, 1 shared, F32): "lite" (no q
+// LoRA, greedy routing), "v2" (q LoRA, group-limited routing), "lite_fused" (transformers 5's
+// fused gate_up experts). Routing is replicated, so the experts each token uses are those of
+// one process; the greedy tokens are identical in both modes (float weights).
+std::string TinyDeepseek(const std::string& name) {
+  return test_util::SourceDir() + "/tests/data/deepseek_tiny/" + name;
+}
+
+TEST(TensorParallelTest, TinyDeepseekLite) { CheckModel(TinyDeepseek("lite"), 20, 16, true); }
+TEST(TensorParallelTest, TinyDeepseekV2) { CheckModel(TinyDeepseek("v2"), 20, 16, true); }
+TEST(ExpertParallelTest, TinyDeepseekLite) {
+  CheckModel(TinyDeepseek("lite"), 20, 16, true, /*expert_parallel=*/true);
+}
+TEST(ExpertParallelTest, TinyDeepseekV2) {
+  CheckModel(TinyDeepseek("v2"), 20, 16, true, /*expert_parallel=*/true);
+}
+TEST(ExpertParallelTest, TinyDeepseekFusedExperts) {
+  CheckModel(TinyDeepseek("lite_fused"), 20, 16, true, /*expert_parallel=*/true);
+}
+
+// A V2-Lite-shaped Q4_0 file (2 layers: one dense, one MoE with 8 experts of width 128, top 2,
+// 2 shared; 4 heads of 128 + 64 with kv_lora_rank 512, split attn_k_b / attn_v_b; vocabulary
+// 1024) with random weights: every split lands on whole Q4_0 blocks (o: 128 columns per head;
+// experts at tp 4: 32), tensor and expert parallel. Exact-mode logits and greedy tokens.
+TEST(TensorParallelTest, DeepseekQ4_0) {
+#ifndef PENG_MAKE_DEEPSEEK_GGUF
+  GTEST_SKIP() << "make_deepseek_gguf is not built (PENG_BUILD_BENCH off)";
+#else
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("peng_tp_ds_" + std::to_string(::getpid()) + ".gguf")).string();
+  const std::string cmd = std::string(PENG_MAKE_DEEPSEEK_GGUF) + " -o " + path +
+                          " --layers 2 --dense 1 --experts 8 --shared 2 --topk 2 --vocab 1024"
+                          " --hidden 256 --ffn 512 --moe-ffn 128 --heads 4 --threads 1 > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  CheckModel(path, 12, 8, false);
+  CheckModel(path, 12, 8, false, /*expert_parallel=*/true);
+  std::filesystem::remove(path);
+#endif
+}
+
+// Each rank binds only its own experts with expert parallelism: "lite" has 2 MoE layers of 8
+// experts (3 matrices each), so a rank has 2 x 3 x (8 - 8 / tp) matrices fewer than when every
+// expert is split.
+TEST(ExpertParallelTest, EachRankBindsItsOwnExperts) {
+  if (g_dp != 1) GTEST_SKIP() << "checked with tensor parallelism alone";
+  const int tp = World()->size();
+  StatusOr<std::unique_ptr<Model>> split = LoadModel(TinyDeepseek("lite"), {.tp = World()});
+  StatusOr<std::unique_ptr<Model>> ep =
+      LoadModel(TinyDeepseek("lite"), {.tp = World(), .expert_parallel = true});
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_EQ((*split)->Linears().size() - (*ep)->Linears().size(),
+            static_cast<size_t>(2 * 3 * (8 - 8 / tp)));
+}
+// Data parallelism: each request goes to the replica with the fewest sequences; among the
+// least loaded, to the one that has the prompt's prefix cached.
+TEST(DataParallelTest, RequestsGoToTheLeastLoadedReplicaWithTheirPrefix) {
+  if (g_dp == 1) GTEST_SKIP() << "no data parallelism in this job";
+  const std::string path = Tiny("llama");
+  EngineOptions o = Options(path, DType::kF16, false);
+  auto core = ParallelCore(o);
+  ASSERT_TRUE(core);
+  EngineStats st;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 2 * g_dp; ++i) prompts.push_back(Prompt(20, 256, 10 + i));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r;
+    r.id = "r" + std::to_string(i);
+    r.prompt = prompts[i];
+    r.params.max_tokens = 2;
+    ASSERT_TRUE(core->Add(std::move(r)).ok());
+  }
+  core->FillStats(&st);
+  ASSERT_EQ(st.replicas.size(), static_cast<size_t>(g_dp));
+  EXPECT_EQ(st.data_parallel_size, g_dp);
+  for (const EngineStats::Replica& rep : st.replicas) EXPECT_EQ(rep.num_waiting, 2);
+  while (core->HasUnfinished()) core->Step();
+  // Request i went to replica i % dp (ties go to the lowest index); its first 16-token block is
+  // cached there. The last prompt comes back: it goes to replica (2 dp - 1) % dp, not 0.
+  GenerateRequest again;
+  again.id = "again";
+  again.prompt = prompts.back();
+  again.params.max_tokens = 1;
+  ASSERT_TRUE(core->Add(std::move(again)).ok());
+  core->FillStats(&st);
+  for (int d = 0; d < g_dp; ++d)
+    EXPECT_EQ(st.replicas[d].num_waiting, d == g_dp - 1 ? 1 : 0) << "replica " << d;
+  while (core->HasUnfinished()) core->Step();
+}
+
 }  // namespace
 }  // namespace peng
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   peng::Communicator* world = peng::World();
+  peng::g_tp = 0;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--tp") peng::g_tp = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--dp") peng::g_dp = std::atoi(argv[i + 1]);
+  }
+  if (peng::g_tp == 0) peng::g_tp = world->size() / std::max(1, peng::g_dp);
+  peng::EngineOptions o;  // the layout and threads; the model and KV come from rank 0
+  o.threads = 1;
+  o.tensor_parallel_size = peng::g_tp;
+  o.data_parallel_size = peng::g_dp;
+  const peng::StatusOr<bool> worker = peng::RunParallelWorker(o);
+  if (!worker.ok()) world->Abort(worker.status().ToString());
   int rc = 0;
-  if (world->rank() == 0) {
+  if (!*worker) {
     rc = RUN_ALL_TESTS();
-    peng::EndTensorParallelJob(world);
-  } else {
-    peng::EngineOptions o;  // threads; the model and KV come from rank 0
-    o.threads = 1;
-    const peng::Status st = peng::RunTensorParallelWorker(o, world);
-    if (!st.ok()) world->Abort(st.ToString());
+    peng::EndParallelJob();
   }
   peng::FinalizeWorld();
   return rc;

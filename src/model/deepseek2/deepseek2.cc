@@ -292,11 +292,17 @@ StatusOr<DeepseekV2Config> ReadDeepseekV2Config(const ModelFiles& files) {
 // Loading
 
 StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
-    std::unique_ptr<ModelFiles> files) {
+    std::unique_ptr<ModelFiles> files, Communicator* tp, bool expert_parallel) {
   PENG_ASSIGN_OR_RETURN(DeepseekV2Config cfg, ReadDeepseekV2Config(*files));
   std::unique_ptr<DeepseekV2Model> m(new DeepseekV2Model());
   m->files_ = std::move(files);
   m->cfg_ = cfg;
+  if (tp && tp->size() > 1) {
+    m->tp_ = tp;
+    m->tp_size_ = tp->size();
+    m->tp_rank_ = tp->rank();
+    m->expert_parallel_ = expert_parallel;
+  }
   if (!m->files_->is_gguf()) {
     // The llama-family names (norms, q_proj, o_proj, dense MLP, embeddings, head) plus MLA and
     // MoE tensors.
@@ -353,6 +359,17 @@ StatusOr<Linear> DeepseekV2Model::Matrix(const std::string& name, int64_t rows, 
   return l;
 }
 
+StatusOr<Linear> DeepseekV2Model::Shard(const std::string& name, int64_t rows, int64_t cols,
+                                        int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  StatusOr<Linear> l = Linear::BindShard(*files_, name, rows, cols, r0, nr, c0, nc);
+  if (!l.ok()) return Annotate(l.status(), name);
+  return l;
+}
+
+void DeepseekV2Model::AllReduce(float* x, int64_t n) {
+  if (tp_) tp_->AllReduceSum(x, n);
+}
+
 float* DeepseekV2Model::OwnFloats(int64_t n) {
   owned_.emplace_back(n);
   return owned_.back().data();
@@ -364,13 +381,67 @@ StatusOr<const float*> DeepseekV2Model::Vector(const std::string& name, int64_t 
   return v;
 }
 
+// Heads: n_heads / tp per rank. Dense FFN, shared experts and (without expert parallelism) each
+// routed expert: contiguous column ranges cut at whole blocks of their down projections (the
+// coarsest block type any layer stores them in). Expert parallelism: E / tp whole experts each.
+Status DeepseekV2Model::PlanTensorParallel() {
+  const DeepseekV2Config& c = cfg_;
+  const int tp = tp_size_, r = tp_rank_;
+  const std::string& path = files_->path();
+  if (c.base.n_heads % tp != 0)
+    return InvalidArgument(path + ": " + Num(c.base.n_heads) +
+                           " attention heads cannot be split for tensor parallel size " + Num(tp));
+  n_heads_ = c.base.n_heads / tp;
+  head0_ = r * n_heads_;
+  std::vector<std::string> dense, shared, routed;
+  for (int il = 0; il < c.base.n_layers; ++il) {
+    const std::string p = "blk." + Num(il) + ".";
+    if (!c.IsMoeLayer(il)) {
+      dense.push_back(p + "ffn_down.weight");
+      continue;
+    }
+    shared.push_back(p + "ffn_down_shexp.weight");
+    routed.push_back(p + "ffn_down_exps.weight");
+    routed.push_back(p + "ffn_down_exps.weight[0]");  // one 2-D tensor per expert (HF)
+  }
+  auto split = [&](const std::vector<std::string>& names, int64_t total, const std::string& what,
+                   TpSlice* out) -> Status {
+    if (names.empty() || total == 0) return OkStatus();
+    PENG_ASSIGN_OR_RETURN(const int64_t g, ColumnGranularityOf(*files_, names));
+    PENG_ASSIGN_OR_RETURN(*out, SplitAtBlocks(total, g, tp, r, path + ": " + what));
+    return OkStatus();
+  };
+  PENG_RETURN_IF_ERROR(split(dense, c.base.ffn_dim, "the dense FFN", &dense_ffn_));
+  PENG_RETURN_IF_ERROR(split(shared, c.moe_intermediate_size * c.n_shared_experts,
+                             "the shared experts' FFN", &shared_ffn_));
+  if (expert_parallel_) {
+    const int64_t E = c.n_routed_experts;
+    if (E % tp != 0)
+      return InvalidArgument(path + ": " + Num(E) + " routed experts cannot be divided among " +
+                             Num(tp) + " expert-parallel ranks");
+    experts_ = {r * (E / tp), E / tp};
+  } else {
+    PENG_RETURN_IF_ERROR(
+        split(routed, c.moe_intermediate_size, "each routed expert's FFN", &expert_ffn_));
+  }
+  return OkStatus();
+}
+
 Status DeepseekV2Model::Bind() {
   const ModelConfig& b = cfg_.base;
   const int64_t D = b.hidden_size;
-  PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix("token_embd.weight", b.vocab_size, D));
+  n_heads_ = b.n_heads;
+  dense_ffn_ = {0, b.ffn_dim};
+  shared_ffn_ = {0, cfg_.moe_intermediate_size * cfg_.n_shared_experts};
+  expert_ffn_ = {0, cfg_.moe_intermediate_size};
+  experts_ = {0, cfg_.n_routed_experts};
+  PENG_RETURN_IF_ERROR(vocab_.Plan(b.vocab_size, tp_, files_->path()));
+  if (tp_) PENG_RETURN_IF_ERROR(PlanTensorParallel());
+  const int64_t v0 = vocab_.begin(), nv = vocab_.size();
+  PENG_ASSIGN_OR_RETURN(tok_embd_, Shard("token_embd.weight", b.vocab_size, D, v0, nv, 0, D));
   PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
   if (files_->Find("output.weight") && !b.tie_embeddings) {
-    PENG_ASSIGN_OR_RETURN(output_, Matrix("output.weight", b.vocab_size, D));
+    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", b.vocab_size, D, v0, nv, 0, D));
   } else {
     output_ = tok_embd_;
   }
@@ -389,41 +460,48 @@ Status DeepseekV2Model::BindAttention(int il, Layer* L) {
   const int64_t D = c.base.hidden_size, H = c.base.n_heads;
   const int64_t dn = c.qk_nope_head_dim, dv = c.v_head_dim, r = c.kv_lora_rank;
   const int64_t qd = H * c.qk_head_dim();
+  // This rank's heads [h0, h0 + nh): their q rows, kv_b rows and o columns.
+  const int64_t h0 = head0_, nh = n_heads_, q0 = h0 * c.qk_head_dim(), nq = nh * c.qk_head_dim();
   const std::string p = "blk." + Num(il) + ".";
   PENG_ASSIGN_OR_RETURN(L->attn_norm, Vector(p + "attn_norm.weight", D));
   if (c.q_lora_rank > 0) {
     PENG_ASSIGN_OR_RETURN(L->wq_a, Matrix(p + "attn_q_a.weight", c.q_lora_rank, D));
     PENG_ASSIGN_OR_RETURN(L->bq_a, Vector(p + "attn_q_a.bias", c.q_lora_rank, !c.attention_bias));
     PENG_ASSIGN_OR_RETURN(L->q_a_norm, Vector(p + "attn_q_a_norm.weight", c.q_lora_rank));
-    PENG_ASSIGN_OR_RETURN(L->wq_b, Matrix(p + "attn_q_b.weight", qd, c.q_lora_rank));
+    PENG_ASSIGN_OR_RETURN(L->wq_b,
+                          Shard(p + "attn_q_b.weight", qd, c.q_lora_rank, q0, nq, 0, c.q_lora_rank));
     PENG_ASSIGN_OR_RETURN(L->bq_b, Vector(p + "attn_q_b.bias", qd, true));
+    if (L->bq_b) L->bq_b += q0;
   } else {
-    PENG_ASSIGN_OR_RETURN(L->wq, Matrix(p + "attn_q.weight", qd, D));
+    PENG_ASSIGN_OR_RETURN(L->wq, Shard(p + "attn_q.weight", qd, D, q0, nq, 0, D));
     PENG_ASSIGN_OR_RETURN(L->bq, Vector(p + "attn_q.bias", qd, true));
+    if (L->bq) L->bq += q0;
   }
   PENG_ASSIGN_OR_RETURN(L->wkv_a, Matrix(p + "attn_kv_a_mqa.weight", c.cache_row(), D));
   PENG_ASSIGN_OR_RETURN(L->bkv_a,
                         Vector(p + "attn_kv_a_mqa.bias", c.cache_row(), !c.attention_bias));
   PENG_ASSIGN_OR_RETURN(L->kv_a_norm, Vector(p + "attn_kv_a_norm.weight", r));
 
-  // kv_b -> FP32 [H][d_n + d_v][r]: rows h*(d_n+d_v) + [0, d_n) are W_UK[h], the next d_v W_UV[h].
-  const int64_t kvb_rows = H * (dn + dv);
+  // kv_b of the local heads -> FP32 [nh][d_n + d_v][r]: rows h*(d_n+d_v) + [0, d_n) are
+  // W_UK[h0 + h], the next d_v W_UV[h0 + h].
+  const int64_t kvb_rows = nh * (dn + dv);
   float* w = OwnFloats(kvb_rows * r);
   const std::string kvb = p + "attn_kv_b.weight", kb = p + "attn_k_b.weight",
                     vb = p + "attn_v_b.weight";
   if (files_->Find(kvb) || !files_->Find(kb)) {
-    PENG_ASSIGN_OR_RETURN(Linear l, Matrix(kvb, kvb_rows, r));
+    PENG_ASSIGN_OR_RETURN(Linear l, Shard(kvb, H * (dn + dv), r, h0 * (dn + dv), kvb_rows, 0, r));
     for (int64_t row = 0; row < kvb_rows; ++row) l.DequantizeRow(row, w + row * r);
     L->kv_b_parts.push_back(l);
   } else {
     // Newer llama.cpp GGUFs: attn_k_b = W_UK transposed, [H, r, d_n]; attn_v_b = W_UV, [H, d_v, r].
     std::vector<float> tmp(dn);
-    for (int64_t h = 0; h < H; ++h) {
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h0 + h;  // the head's index in the file
       StatusOr<Linear> k =
-          Linear::BindSlice(*files_, kb, H, r, dn, h, 0, r, kb + "[" + Num(h) + "]");
+          Linear::BindSlice(*files_, kb, H, r, dn, g, 0, r, kb + "[" + Num(g) + "]");
       if (!k.ok()) return k.status();
       StatusOr<Linear> v =
-          Linear::BindSlice(*files_, vb, H, dv, r, h, 0, dv, vb + "[" + Num(h) + "]");
+          Linear::BindSlice(*files_, vb, H, dv, r, g, 0, dv, vb + "[" + Num(g) + "]");
       if (!v.ok()) return v.status();
       for (int64_t j = 0; j < r; ++j) {
         k->DequantizeRow(j, tmp.data());
@@ -444,7 +522,7 @@ Status DeepseekV2Model::BindAttention(int il, Layer* L) {
   L->w_kvb = w;
   L->w_kvb_view = &owned_views_.back();
 
-  PENG_ASSIGN_OR_RETURN(L->wo, Matrix(p + "attn_output.weight", D, H * dv));
+  PENG_ASSIGN_OR_RETURN(L->wo, Shard(p + "attn_output.weight", D, H * dv, 0, D, h0 * dv, nh * dv));
   PENG_ASSIGN_OR_RETURN(L->bo, Vector(p + "attn_output.bias", D, !c.attention_bias));
   return OkStatus();
 }
@@ -456,10 +534,10 @@ Status DeepseekV2Model::BindFfn(int il, Layer* L) {
   PENG_ASSIGN_OR_RETURN(L->ffn_norm, Vector(p + "ffn_norm.weight", D));
   L->moe = c.IsMoeLayer(il);
   if (!L->moe) {
-    const int64_t F = c.base.ffn_dim;
-    PENG_ASSIGN_OR_RETURN(L->w_gate, Matrix(p + "ffn_gate.weight", F, D));
-    PENG_ASSIGN_OR_RETURN(L->w_up, Matrix(p + "ffn_up.weight", F, D));
-    PENG_ASSIGN_OR_RETURN(L->w_down, Matrix(p + "ffn_down.weight", D, F));
+    const int64_t F = c.base.ffn_dim, f0 = dense_ffn_.begin, nf = dense_ffn_.size;
+    PENG_ASSIGN_OR_RETURN(L->w_gate, Shard(p + "ffn_gate.weight", F, D, f0, nf, 0, D));
+    PENG_ASSIGN_OR_RETURN(L->w_up, Shard(p + "ffn_up.weight", F, D, f0, nf, 0, D));
+    PENG_ASSIGN_OR_RETURN(L->w_down, Shard(p + "ffn_down.weight", D, F, 0, D, f0, nf));
     return OkStatus();
   }
   const int64_t E = c.n_routed_experts;
@@ -470,9 +548,10 @@ Status DeepseekV2Model::BindFfn(int il, Layer* L) {
   PENG_RETURN_IF_ERROR(BindExperts(il, L));
   if (c.n_shared_experts > 0) {
     const int64_t S = c.moe_intermediate_size * c.n_shared_experts;
-    PENG_ASSIGN_OR_RETURN(L->sh_gate, Matrix(p + "ffn_gate_shexp.weight", S, D));
-    PENG_ASSIGN_OR_RETURN(L->sh_up, Matrix(p + "ffn_up_shexp.weight", S, D));
-    PENG_ASSIGN_OR_RETURN(L->sh_down, Matrix(p + "ffn_down_shexp.weight", D, S));
+    const int64_t s0 = shared_ffn_.begin, ns = shared_ffn_.size;
+    PENG_ASSIGN_OR_RETURN(L->sh_gate, Shard(p + "ffn_gate_shexp.weight", S, D, s0, ns, 0, D));
+    PENG_ASSIGN_OR_RETURN(L->sh_up, Shard(p + "ffn_up_shexp.weight", S, D, s0, ns, 0, D));
+    PENG_ASSIGN_OR_RETURN(L->sh_down, Shard(p + "ffn_down_shexp.weight", D, S, 0, D, s0, ns));
   }
   return OkStatus();
 }
@@ -492,33 +571,42 @@ Status DeepseekV2Model::BindExperts(int il, Layer* L) {
     if (!l.ok()) return Annotate(l.status(), name);
     return l;
   };
+  // This rank's experts (expert parallelism: its own, whole) and of each its intermediate
+  // columns [i0, i0 + ni) (tensor parallelism without expert parallelism: a slice of every one).
+  const int64_t i0 = expert_ffn_.begin, ni = expert_ffn_.size;
+  auto down_cols = [&](StatusOr<Linear> l, const std::string& name) -> StatusOr<Linear> {
+    if (!l.ok() || ni == I) return l;
+    StatusOr<Linear> cols = l->Columns(*files_, i0, ni);
+    if (!cols.ok()) return Annotate(cols.status(), name);
+    return cols;
+  };
   L->exp_gate.resize(E);
   L->exp_up.resize(E);
   L->exp_down.resize(E);
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = experts_.begin; e < experts_.begin + experts_.size; ++e) {
     std::string idx = "[";
     idx += Num(e);
     idx += ']';
     const std::string gname = gate3 + idx, uname = up3 + idx, dname = down3 + idx;
     if (fused) {  // [E, 2I, D], gate rows first
-      PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate_up, 2 * I, D, e, 0, I, gname));
-      PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(gate_up, 2 * I, D, e, I, I, uname));
+      PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate_up, 2 * I, D, e, i0, ni, gname));
+      PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(gate_up, 2 * I, D, e, I + i0, ni, uname));
     } else {
       if (files_->Find(gate3)) {
-        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate3, I, D, e, 0, I, gname));
+        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], slice(gate3, I, D, e, i0, ni, gname));
       } else {
-        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], Matrix(gname, I, D));
+        PENG_ASSIGN_OR_RETURN(L->exp_gate[e], Shard(gname, I, D, i0, ni, 0, D));
       }
       if (files_->Find(up3)) {
-        PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(up3, I, D, e, 0, I, uname));
+        PENG_ASSIGN_OR_RETURN(L->exp_up[e], slice(up3, I, D, e, i0, ni, uname));
       } else {
-        PENG_ASSIGN_OR_RETURN(L->exp_up[e], Matrix(uname, I, D));
+        PENG_ASSIGN_OR_RETURN(L->exp_up[e], Shard(uname, I, D, i0, ni, 0, D));
       }
     }
     if (files_->Find(down3)) {  // [E, D, I]
-      PENG_ASSIGN_OR_RETURN(L->exp_down[e], slice(down3, D, I, e, 0, D, dname));
+      PENG_ASSIGN_OR_RETURN(L->exp_down[e], down_cols(slice(down3, D, I, e, 0, D, dname), down3));
     } else {
-      PENG_ASSIGN_OR_RETURN(L->exp_down[e], Matrix(dname, D, I));
+      PENG_ASSIGN_OR_RETURN(L->exp_down[e], Shard(dname, D, I, 0, D, i0, ni));
     }
   }
   return OkStatus();
@@ -543,10 +631,11 @@ int64_t DeepseekV2Model::WeightBytesPerToken() const {
     } else {
       bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
     }
-    if (L.moe && !L.exp_gate.empty()) {
+    if (L.moe && !L.exp_gate.empty()) {  // k of E experts per token, of which this rank's
       int64_t experts = 0;
       for (size_t e = 0; e < L.exp_gate.size(); ++e)
-        experts += L.exp_gate[e].bytes() + L.exp_up[e].bytes() + L.exp_down[e].bytes();
+        if (L.exp_gate[e].bound())
+          experts += L.exp_gate[e].bytes() + L.exp_up[e].bytes() + L.exp_down[e].bytes();
       bytes += experts / static_cast<int64_t>(L.exp_gate.size()) * cfg_.num_experts_per_tok;
     }
   }
@@ -565,7 +654,8 @@ std::vector<const Linear*> DeepseekV2Model::Linears() const {
     for (const Linear* l : {&L.w_gate, &L.w_up, &L.w_down, &L.router})
       if (l->bound()) out.push_back(l);
     for (size_t e = 0; e < L.exp_gate.size(); ++e)
-      for (const Linear* l : {&L.exp_gate[e], &L.exp_up[e], &L.exp_down[e]}) out.push_back(l);
+      for (const Linear* l : {&L.exp_gate[e], &L.exp_up[e], &L.exp_down[e]})
+        if (l->bound()) out.push_back(l);  // (expert parallelism: this rank's experts)
     for (const Linear* l : {&L.sh_gate, &L.sh_up, &L.sh_down})
       if (l->bound()) out.push_back(l);
   }
@@ -579,7 +669,7 @@ std::vector<const Linear*> DeepseekV2Model::Linears() const {
 void DeepseekV2Model::EnsureScratch(int64_t T) {
   if (T <= scratch_tokens_) return;
   const DeepseekV2Config& c = cfg_;
-  const int64_t D = c.base.hidden_size, H = c.base.n_heads;
+  const int64_t D = c.base.hidden_size, H = n_heads_;  // this rank's heads
   scratch_tokens_ = T;
   x_.resize(T * D);
   h_.resize(T * D);
@@ -630,7 +720,7 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
   active.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = expert_offsets_[e + 1] - expert_offsets_[e];
-    if (n > 0) active.emplace_back(n, static_cast<int32_t>(e));
+    if (n > 0 && L.exp_gate[e].bound()) active.emplace_back(n, static_cast<int32_t>(e));
   }
   std::sort(active.begin(), active.end(), std::greater<>());
   auto& mine = route_.mine;
@@ -671,7 +761,7 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
 }
 
 bool DeepseekV2Model::DecodesWithStoredKvb(const Layer& L) const {
-  const int64_t H = cfg_.base.n_heads;
+  const int64_t H = n_heads_;
   return static_cast<int64_t>(L.kv_b_parts.size()) == 2 * H && H <= kernels::kMaxMatMulGroup &&
          !L.kv_b_parts[0].is_int8();
 }
@@ -679,7 +769,7 @@ bool DeepseekV2Model::DecodesWithStoredKvb(const Layer& L) const {
 void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
                              const SeqBatchEntry& s, int64_t t0, bool expanded, ThreadPool* pool) {
   const DeepseekV2Config& c = cfg_;
-  const int64_t H = c.base.n_heads, dn = c.qk_nope_head_dim, dv = c.v_head_dim;
+  const int64_t H = n_heads_, dn = c.qk_nope_head_dim, dv = c.v_head_dim;  // this rank's heads
   const int64_t r = c.kv_lora_rank, dqk = c.qk_head_dim(), row = c.cache_row();
   const int64_t n_q = s.n_tokens;
   kernels::MlaParams mp;
@@ -735,7 +825,7 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
   const DeepseekV2Config& c = cfg_;
   const Layer& L = layers_[il];
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
-  const int64_t D = c.base.hidden_size, H = c.base.n_heads;
+  const int64_t D = c.base.hidden_size, H = n_heads_;  // this rank's heads
   const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const int64_t r = c.kv_lora_rank, dqk = c.qk_head_dim(), row = c.cache_row();
 
@@ -788,6 +878,7 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
     t0 += s.n_tokens;
   }
   L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
+  AllReduce(o_.data(), T * D);
   kernels::AddBiasRows(o_.data(), L.bo, T, D);
   kernels::AddInPlace(x_.data(), o_.data(), T * D);
 }
@@ -868,6 +959,7 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = topk_ids_[t * k + j];
+        if (!L.exp_gate[e].bound()) continue;  // another rank's expert
         RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], h_.data() + t * D, 1, ye_.data(), pool);
         const float w = topk_w_[t * k + j];
         for (int64_t i = 0; i < D; ++i) o_[t * D + i] += w * ye_[i];
@@ -888,8 +980,9 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
         expert_row_w_[fill[e]++] = topk_w_[t * k + j];
       }
     }
-    int64_t n_active = 0;
-    for (int64_t e = 0; e < E; ++e) n_active += expert_offsets_[e + 1] > expert_offsets_[e];
+    int64_t n_active = 0;  // of this rank's experts
+    for (int64_t e = 0; e < E; ++e)
+      n_active += expert_offsets_[e + 1] > expert_offsets_[e] && L.exp_gate[e].bound();
     // Prefill: many experts with a few tokens each run faster side by side on the threads than
     // one after another with each small GEMM split across them. (Exact mode's shared weight
     // cache is not thread-safe, so it keeps the sequential path.)
@@ -898,7 +991,7 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     if (spread) RunExpertsParallel(L, T, pool);
     for (int64_t e = 0; e < E && !spread; ++e) {
       const int64_t b = expert_offsets_[e], n = expert_offsets_[e + 1] - b;
-      if (n == 0) continue;
+      if (n == 0 || !L.exp_gate[e].bound()) continue;
       for (int64_t i = 0; i < n; ++i)
         std::copy_n(h_.data() + expert_rows_[b + i] * D, D, xe_.data() + i * D);
       RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], xe_.data(), n, ye_.data(), pool);
@@ -914,6 +1007,7 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
     kernels::AddInPlace(o_.data(), ye_.data(), T * D);
   }
+  AllReduce(o_.data(), T * D);  // the ranks' experts (or expert slices) and shared slices
   kernels::AddInPlace(x_.data(), o_.data(), T * D);
 }
 
@@ -930,7 +1024,7 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
                              " values and no V)");
   EnsureScratch(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
-  for (int64_t i = 0; i < T; ++i) tok_embd_.DequantizeRow(batch.tokens[i], x_.data() + i * D);
+  vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
 
   std::vector<float>* cap = batch.capture_hidden;
   if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
@@ -942,6 +1036,7 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
       RunMoe(L, T, pool);
     } else {
       RunMlp(L.w_gate, L.w_up, L.w_down, h_.data(), T, o_.data(), pool);
+      AllReduce(o_.data(), T * D);
       kernels::AddInPlace(x_.data(), o_.data(), T * D);
     }
     if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
@@ -950,15 +1045,14 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   kernels::RmsNorm(sel_.data(), output_norm_, 0.f, sel_.data(), rows, D, b.rms_eps);
-  output_.Forward(sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);
-  return OkStatus();
+  vocab_.Project(output_, sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);
+  return OkStatus();  // (with tensor parallelism only rank 0 has the logits)
 }
 
 StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,
                                           const ModelLoadOptions& options) {
-  if (options.tp && options.tp->size() > 1)
-    return Unimplemented("tensor parallelism is not implemented for deepseek2 yet");
-  PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files)));
+  PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files), options.tp,
+                                                      options.expert_parallel));
   return std::unique_ptr<Model>(std::move(m));
 }
 

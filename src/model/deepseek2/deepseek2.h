@@ -34,6 +34,19 @@
 // LLAMA_ROPE_TYPE_NORM, the same interleaved pairs, so both formats share one RoPE. GGUF keeps
 // only rope.scaling.yarn_log_multiplier = 0.1 * mscale_all_dim: the RoPE amplitude is taken as
 // 1 (mscale == mscale_all_dim in every released V2 config).
+//
+// Tensor parallelism (over a Communicator of tp ranks, docs/parallelism.md): the attention heads
+// are split -- q (or q_b) column parallel by heads, each rank's heads of kv_b (k_b / v_b), o
+// row parallel followed by one all-reduce -- while q_a and kv_a, the latent norm and RoPE of k_pe
+// are computed by every rank, so every rank keeps the whole latent cache (r + d_r values per
+// token and layer: MLA's one "KV head" is replicated, as vLLM does, rather than split). Dense
+// FFNs and the shared experts are split by their intermediate size (column / row parallel);
+// routed experts either the same way (each expert's intermediate size split over the ranks) or,
+// with expert parallelism, whole experts partitioned over the ranks (rank k owns experts
+// [k E / tp, (k + 1) E / tp)). The router is replicated, so every rank routes every token the
+// same way and runs only its experts (or expert slices) for the tokens routed there; routed and
+// shared partial outputs are summed in one all-reduce per MoE layer. Vocabulary-parallel
+// embedding and LM head (layers/tensor_parallel.h).
 #pragma once
 
 #include <cstdint>
@@ -43,8 +56,10 @@
 #include <string>
 #include <vector>
 
+#include "model/layers/tensor_parallel.h"
 #include "model/model.h"
 #include "model/model_files.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 
@@ -90,7 +105,11 @@ class DeepseekV2Model : public Model {
  public:
   enum class AttentionMode { kAuto, kAbsorbed, kExpanded };
 
-  static StatusOr<std::unique_ptr<DeepseekV2Model>> Load(std::unique_ptr<ModelFiles> files);
+  // `tp`: the tensor-parallel group of this rank (null or size 1: the whole model);
+  // `expert_parallel`: partition the routed experts over it instead of splitting each one.
+  static StatusOr<std::unique_ptr<DeepseekV2Model>> Load(std::unique_ptr<ModelFiles> files,
+                                                          Communicator* tp = nullptr,
+                                                          bool expert_parallel = false);
 
   const ModelConfig& config() const override { return cfg_.base; }
   KvCacheSpec kv_spec() const override;
@@ -138,12 +157,18 @@ class DeepseekV2Model : public Model {
 
   DeepseekV2Model() = default;
   Status Bind();
+  Status PlanTensorParallel();
   Status BindAttention(int il, Layer* L);
   Status BindFfn(int il, Layer* L);
   Status BindExperts(int il, Layer* L);
   // Errors about a tensor also name its Hugging Face spelling for HF folders.
   Status Annotate(const Status& s, const std::string& name) const;
   StatusOr<Linear> Matrix(const std::string& name, int64_t rows, int64_t cols);
+  // This rank's shard of `name` [rows, cols]: rows [r0, r0 + nr), columns [c0, c0 + nc).
+  StatusOr<Linear> Shard(const std::string& name, int64_t rows, int64_t cols, int64_t r0,
+                         int64_t nr, int64_t c0, int64_t nc);
+  // x summed over the tensor-parallel ranks (no-op alone).
+  void AllReduce(float* x, int64_t n);
   StatusOr<const float*> Vector(const std::string& name, int64_t n, bool optional = false);
   float* OwnFloats(int64_t n);
 
@@ -165,6 +190,16 @@ class DeepseekV2Model : public Model {
 
   std::unique_ptr<ModelFiles> files_;
   DeepseekV2Config cfg_;
+  // Tensor / expert parallelism: this rank's share (everything when alone).
+  Communicator* tp_ = nullptr;
+  int tp_size_ = 1, tp_rank_ = 0;
+  bool expert_parallel_ = false;
+  int64_t n_heads_ = 0, head0_ = 0;  // local attention heads [head0_, head0_ + n_heads_)
+  TpSlice dense_ffn_;                // columns of the dense layers' FFN
+  TpSlice shared_ffn_;               // of the shared experts' (n_shared x moe_intermediate)
+  TpSlice expert_ffn_;               // of each routed expert's (without expert parallelism)
+  TpSlice experts_;                  // the routed experts this rank runs (expert parallelism)
+  VocabParallel vocab_;
   std::map<std::string, std::string> hf_layer_names_, hf_global_names_;  // HF -> GGUF-style
   Linear tok_embd_;
   Linear output_;

@@ -63,18 +63,14 @@ Status DecoderModel::PlanTensorParallel() {
     return InvalidArgument(files_->path() + ": " + std::to_string(c.n_kv_heads) +
                            " KV heads cannot be split or replicated" + why);
   }
-  PENG_ASSIGN_OR_RETURN(const int64_t g,
-                        Linear::ColumnGranularity(*files_, "blk.0.ffn_down.weight"));
-  auto cut = [&](int64_t i) { return i == tp ? c.ffn_dim : (c.ffn_dim * i / tp + g / 2) / g * g; };
-  ffn0_ = cut(r);
-  ffn_ = cut(r + 1) - ffn0_;
-  if (ffn_ <= 0)
-    return InvalidArgument(files_->path() + ": the FFN of " + std::to_string(c.ffn_dim) +
-                           " (blocks of " + std::to_string(g) + ") cannot be split" + why);
-  vocab_stride_ = (c.vocab_size + tp - 1) / tp;
-  vocab0_ = std::min<int64_t>(r * vocab_stride_, c.vocab_size);
-  vocab_ = std::min<int64_t>(vocab_stride_, c.vocab_size - vocab0_);
-  if (vocab_ <= 0) return InvalidArgument(files_->path() + ": the vocabulary is too small" + why);
+  std::vector<std::string> downs;
+  for (int il = 0; il < c.n_layers; ++il) downs.push_back("blk." + std::to_string(il) + ".ffn_down.weight");
+  PENG_ASSIGN_OR_RETURN(const int64_t g, ColumnGranularityOf(*files_, downs));
+  PENG_ASSIGN_OR_RETURN(const TpSlice ffn, SplitAtBlocks(c.ffn_dim, g, static_cast<int>(tp),
+                                                         static_cast<int>(r),
+                                                         files_->path() + ": the FFN"));
+  ffn0_ = ffn.begin;
+  ffn_ = ffn.size;
   return OkStatus();
 }
 
@@ -106,16 +102,16 @@ Status DecoderModel::Bind() {
   n_heads_ = c.n_heads;
   n_kv_heads_ = c.n_kv_heads;
   ffn_ = c.ffn_dim;
-  vocab_ = vocab_stride_ = c.vocab_size;
+  PENG_RETURN_IF_ERROR(vocab_.Plan(c.vocab_size, tp_, files_->path()));
   if (tp_) PENG_RETURN_IF_ERROR(PlanTensorParallel());
   const int64_t D = c.hidden_size, hd = c.head_dim;
   const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
   const int64_t q0 = q_head0_ * hd, nq = n_heads_ * hd, k0 = kv_head0_ * hd, nk = n_kv_heads_ * hd;
   PENG_ASSIGN_OR_RETURN(tok_embd_,
-                        Shard("token_embd.weight", c.vocab_size, D, vocab0_, vocab_, 0, D));
+                        Shard("token_embd.weight", c.vocab_size, D, vocab_.begin(), vocab_.size(), 0, D));
   PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
   if (files_->Find("output.weight") && !c.tie_embeddings) {
-    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", c.vocab_size, D, vocab0_, vocab_, 0, D));
+    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", c.vocab_size, D, vocab_.begin(), vocab_.size(), 0, D));
   } else {
     output_ = tok_embd_;
   }
@@ -288,15 +284,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   EnsureScratch(T);
   // Validate the batch before touching the cache.
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
-  for (int64_t i = 0; i < T; ++i) {  // vocabulary parallel: the rank that has the row
-    const int64_t row = batch.tokens[i] - vocab0_;
-    if (row >= 0 && row < vocab_) {
-      tok_embd_.DequantizeRow(row, x_.data() + i * D);
-    } else {
-      std::fill_n(x_.data() + i * D, D, 0.f);
-    }
-  }
-  AllReduce(x_.data(), T * D);
+  vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
   if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
 
   std::vector<float>* cap = batch.capture_hidden;
@@ -310,25 +298,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
-  if (!tp_) {
-    output_.Forward(sel_.data(), sq, rows, logits, pool, &acts_scratch_);  // [rows, vocab]
-  } else {  // this rank's vocabulary columns, gathered on rank 0 as [tp][rows][vocab_stride_]
-    const int64_t S = vocab_stride_;
-    logits_local_.assign(rows * S, 0.f);
-    logits_all_.resize(rows * S * tp_size_);
-    output_.Forward(sel_.data(), sq, rows, logits_all_.data(), pool, &acts_scratch_);
-    for (int64_t r = 0; r < rows; ++r)  // [rows, vocab_] -> [rows, S] (the last rank pads)
-      std::copy_n(logits_all_.data() + r * vocab_, vocab_, logits_local_.data() + r * S);
-    tp_->Gather(logits_local_.data(), rows * S * static_cast<int64_t>(sizeof(float)),
-                logits_all_.data(), 0);
-    if (tp_rank_ != 0) return OkStatus();  // only rank 0 samples
-    for (int k = 0; k < tp_size_; ++k) {
-      const int64_t v0 = std::min<int64_t>(k * S, c.vocab_size);
-      const int64_t n = std::min<int64_t>(S, c.vocab_size - v0);
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy_n(logits_all_.data() + (k * rows + r) * S, n, logits + r * c.vocab_size + v0);
-    }
-  }
+  if (!vocab_.Project(output_, sel_.data(), sq, rows, logits, pool, &acts_scratch_))
+    return OkStatus();  // only rank 0 of a tensor-parallel group has the logits
   if (c.final_logit_softcap > 0) {
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);

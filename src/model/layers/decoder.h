@@ -10,8 +10,8 @@
 // Tensor parallelism (Megatron style, over a Communicator of tp ranks): each rank holds the
 // rows of Q/K/V and gate/up for its heads and its slice of the FFN (column parallel), the
 // matching columns of O and down (row parallel; each followed by one all-reduce of the
-// [T, hidden] output), its slice of the vocabulary for the embedding (looked up rows + an
-// all-reduce) and the LM head (an all-gather of the logits), and its KV heads in its own KV
+// [T, hidden] output), its slice of the vocabulary for the embedding and the LM head
+// (VocabParallel, layers/tensor_parallel.h), and its KV heads in its own KV
 // cache (when there are fewer KV heads than ranks, each rank keeps the one its query heads
 // use: replicated). Norms are replicated; the residual stream is the same on every rank.
 #pragma once
@@ -23,6 +23,7 @@
 
 #include "kernels/ops.h"
 #include "model/layers/linear.h"
+#include "model/layers/tensor_parallel.h"
 #include "model/model.h"
 #include "model/model_files.h"
 #include "parallel/communicator.h"
@@ -92,9 +93,7 @@ class DecoderModel : public Model {
   int64_t n_heads_ = 0, n_kv_heads_ = 0;   // local
   int64_t q_head0_ = 0, kv_head0_ = 0;     // first local head (global index)
   int64_t ffn0_ = 0, ffn_ = 0;             // local FFN columns [ffn0_, ffn0_ + ffn_)
-  int64_t vocab0_ = 0, vocab_ = 0;         // local vocabulary rows [vocab0_, vocab0_ + vocab_)
-  int64_t vocab_stride_ = 0;               // ceil(vocab / tp): the all-gather's slot per rank
-  std::vector<float> logits_local_, logits_all_;
+  VocabParallel vocab_;                    // local embedding / LM head rows, the logits gather
   Linear tok_embd_;
   Linear output_;
   const float* output_norm_ = nullptr;

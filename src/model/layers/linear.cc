@@ -104,59 +104,78 @@ StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& n
   return l;
 }
 
+namespace {
+// Values per stored block of a matrix: the granularity of a column split.
+int64_t BlockValues(DType t) {
+  return t == DType::kI8 ? int64_t{kernels::kInt8ColAlign} : int64_t{GetDTypeInfo(t).block_size};
+}
+}  // namespace
+
 StatusOr<int64_t> Linear::ColumnGranularity(const ModelFiles& files, const std::string& name) {
   PENG_ASSIGN_OR_RETURN(const TensorView* t, files.Require(name));
-  if (t->dtype == DType::kI8) return int64_t{kernels::kInt8ColAlign};
-  return int64_t{GetDTypeInfo(t->dtype).block_size};
+  return BlockValues(t->dtype);
 }
 
 StatusOr<Linear> Linear::BindShard(const ModelFiles& files, const std::string& name,
                                    int64_t rows_total, int64_t cols_total, int64_t row0,
                                    int64_t rows, int64_t col0, int64_t cols) {
-  PENG_ASSIGN_OR_RETURN(Linear full, Bind(files, name, rows_total, cols_total));
-  if (row0 == 0 && rows == rows_total && col0 == 0 && cols == cols_total) return full;
-  const std::string range = "[" + std::to_string(row0) + ":" + std::to_string(row0 + rows) +
-                            ", " + std::to_string(col0) + ":" + std::to_string(col0 + cols) + "]";
+  PENG_ASSIGN_OR_RETURN(Linear l, Bind(files, name, rows_total, cols_total));
   if (row0 < 0 || rows <= 0 || row0 + rows > rows_total || col0 < 0 || cols <= 0 ||
       col0 + cols > cols_total)
-    return InvalidArgument(files.path() + ": shard " + range + " is outside tensor '" + name +
-                           "' " + full.w_->ShapeString());
-  PENG_ASSIGN_OR_RETURN(const int64_t g, ColumnGranularity(files, name));
+    return InvalidArgument(files.path() + ": shard [" + std::to_string(row0) + ":" +
+                           std::to_string(row0 + rows) + ", " + std::to_string(col0) + ":" +
+                           std::to_string(col0 + cols) + "] is outside tensor '" + name + "' " +
+                           l.w_->ShapeString());
+  if (row0 != 0 || rows != rows_total) {  // whole rows: a view into the file
+    const TensorView& t = *l.w_;
+    auto view = std::make_shared<TensorView>();
+    view->name = name;
+    view->dtype = t.dtype;
+    view->shape = {rows, cols_total};
+    view->data = t.row(row0);
+    view->size_bytes = static_cast<size_t>(rows) * t.row_bytes();
+    l.owned_view_ = view;
+    l.w_ = view.get();
+    l.rows_ = rows;
+    if (l.int8_) PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, l.scales_ + row0));
+  }
+  if (col0 == 0 && cols == cols_total) return l;
+  return l.Columns(files, col0, cols);
+}
+
+StatusOr<Linear> Linear::Columns(const ModelFiles& files, int64_t col0, int64_t cols) const {
+  const TensorView& t = *w_;
+  const int64_t g = BlockValues(t.dtype);
+  if (col0 < 0 || cols <= 0 || col0 + cols > cols_)
+    return InvalidArgument(files.path() + ": columns " + std::to_string(col0) + ":" +
+                           std::to_string(col0 + cols) + " are outside tensor '" + name_ + "' " +
+                           t.ShapeString());
   if (col0 % g != 0 || cols % g != 0)
-    return InvalidArgument(files.path() + ": cannot split tensor '" + name + "' (" +
-                           DTypeName(full.w_->dtype) + ", blocks of " + std::to_string(g) +
+    return InvalidArgument(files.path() + ": cannot split tensor '" + name_ + "' (" +
+                           DTypeName(t.dtype) + ", blocks of " + std::to_string(g) +
                            " values) at columns " + std::to_string(col0) + ":" +
                            std::to_string(col0 + cols) +
                            " for tensor parallelism: choose another tensor-parallel size");
-  const TensorView& t = *full.w_;
   const size_t in_row = t.row_bytes();
   const size_t off = RowBytes(t.dtype, col0), row_bytes = RowBytes(t.dtype, cols);
   auto view = std::make_shared<TensorView>();
-  view->name = name;
+  view->name = t.name;
   view->dtype = t.dtype;
-  view->shape = {rows, cols};
-  view->size_bytes = static_cast<size_t>(rows) * row_bytes;
-  Linear l = full;
-  if (col0 == 0 && cols == cols_total) {  // whole rows: a view into the file
-    view->data = t.row(row0);
-  } else {
-    const size_t n = (view->size_bytes + 63) / 64 * 64;
-    l.owned_bytes_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(std::aligned_alloc(64, n)),
-                                              [](uint8_t* p) { std::free(p); });
-    if (!l.owned_bytes_) return ResourceExhausted("out of memory for a shard of '" + name + "'");
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(l.owned_bytes_.get() + r * row_bytes,
-                  static_cast<const uint8_t*>(t.data) + (row0 + r) * in_row + off, row_bytes);
-    view->data = l.owned_bytes_.get();
-  }
+  view->shape = {rows_, cols};
+  view->size_bytes = static_cast<size_t>(rows_) * row_bytes;
+  Linear l = *this;
+  const size_t n = (view->size_bytes + 63) / 64 * 64;
+  l.owned_bytes_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(std::aligned_alloc(64, n)),
+                                            [](uint8_t* p) { std::free(p); });
+  if (!l.owned_bytes_) return ResourceExhausted("out of memory for a shard of '" + name_ + "'");
+  for (int64_t r = 0; r < rows_; ++r)
+    std::memcpy(l.owned_bytes_.get() + r * row_bytes,
+                static_cast<const uint8_t*>(t.data) + r * in_row + off, row_bytes);
+  view->data = l.owned_bytes_.get();
   l.owned_view_ = view;
   l.w_ = view.get();
-  l.rows_ = rows;
   l.cols_ = cols;
-  if (l.int8_) {  // one scale per output row: the shard's rows
-    const float* scales = l.scales_ + row0;  // owned_scales_ (if any) stays shared
-    PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, scales));
-  }
+  if (l.int8_) PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, l.scales_));  // checks cols
   return l;
 }
 

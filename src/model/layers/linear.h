@@ -62,6 +62,9 @@ class Linear {
   static StatusOr<Linear> BindShard(const ModelFiles& files, const std::string& name,
                                     int64_t rows_total, int64_t cols_total, int64_t row0,
                                     int64_t rows, int64_t col0, int64_t cols);
+  // Columns [col0, col0 + cols) of this matrix (a row-parallel shard, e.g. of one expert of a
+  // stacked tensor), copied into memory the result owns; whole blocks of the stored type.
+  StatusOr<Linear> Columns(const ModelFiles& files, int64_t col0, int64_t cols) const;
   // Values per block of the matrix `name` as stored (32 for Q4_0, 256 for the K-quants, 32 for
   // INT8 -- the kernels' group --, 1 for float types): the granularity of a column split.
   static StatusOr<int64_t> ColumnGranularity(const ModelFiles& files, const std::string& name);
@@ -105,7 +108,7 @@ class Linear {
   const float* scales_ = nullptr;
   std::shared_ptr<std::vector<float>> owned_scales_;    // when the file's are unaligned
   std::shared_ptr<TensorView> owned_view_;              // BindSlice / BindShard: the view
-  std::shared_ptr<uint8_t> owned_bytes_;                // BindShard: a column slice
+  std::shared_ptr<uint8_t> owned_bytes_;                // Columns: a column slice
 };
 
 }  // namespace peng
