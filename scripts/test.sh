@@ -46,6 +46,10 @@ step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
 step e2e-tp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_TP=2 PENG_E2E_THREADS=1 PENG_E2E_MODEL="$PWD/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
   bash scripts/e2e_test.sh
+# Two data-parallel replicas behind one server (mpirun -np 2 peng serve SmolLM2 -dp 2): the
+# completion, chat and metrics tests.
+step e2e-dp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
+  PENG_TP=1 PENG_DP=2 PENG_E2E_THREADS=1 bash scripts/e2e_test.sh -k "test_completion or test_chat or metrics"
 # Tensor parallelism across two "hosts" (network namespaces, Open MPI over TCP on veths):
 # greedy tokens identical to the same job on one host (docs/parallelism.md).
 step multihost env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/multihost_test.sh --ci

@@ -369,8 +369,10 @@ def test_metrics_names(server):
         assert re.search(r"^peng[:_]" + name + r"[{ ]", text, re.M), name
     assert server.metric("generation_tokens_total") > 0
     assert server.metric("prompt_tokens_total") > 0
-    # The layout: scripts/mpi_serve.sh runs the server over PENG_TP ranks (test.sh e2e-tp).
+    # The layout: scripts/mpi_serve.sh runs the server over PENG_TP x PENG_DP ranks (test.sh
+    # e2e-tp, e2e-dp).
     assert server.metric("tensor_parallel_size") == int(os.environ.get("PENG_TP", "1"))
+    assert server.metric("data_parallel_size") == int(os.environ.get("PENG_DP", "1"))
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed "
