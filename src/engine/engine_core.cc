@@ -570,12 +570,13 @@ struct JobLayout {
   Communicator* world = nullptr;
   Communicator* tp = nullptr;  // this rank's tensor-parallel group (the world when dp = 1)
   Communicator* dp = nullptr;  // the replicas' leaders (null when dp = 1; unused off leaders)
+  Communicator* peers = nullptr;  // this tensor-parallel index in every replica (dp > 1)
   int tp_rank = 0, dp_rank = 0;
 };
 JobLayout listening_layout;  // rank 0's, when workers_listening
 
 StatusOr<JobLayout> Layout(const EngineOptions& o) {
-  static std::unique_ptr<Communicator> tp_comm, dp_comm;
+  static std::unique_ptr<Communicator> tp_comm, dp_comm, peers_comm;
   static int made_tp = 0, made_dp = 0;
   PENG_ASSIGN_OR_RETURN(Communicator* world, WorldComm());
   const int64_t want = int64_t{o.tensor_parallel_size} * o.data_parallel_size;
@@ -600,6 +601,7 @@ StatusOr<JobLayout> Layout(const EngineOptions& o) {
     if (made_tp == 0) {  // collective: every rank makes the split once, in the same order
       tp_comm = world->Split(L.dp_rank, L.tp_rank);
       dp_comm = world->Split(L.tp_rank == 0 ? 0 : 1, L.dp_rank);
+      peers_comm = world->Split(L.tp_rank, L.dp_rank);
       made_tp = tp;
       made_dp = o.data_parallel_size;
     } else if (made_tp != tp || made_dp != o.data_parallel_size) {
@@ -608,6 +610,7 @@ StatusOr<JobLayout> Layout(const EngineOptions& o) {
     }
     L.tp = tp_comm.get();
     L.dp = dp_comm.get();
+    L.peers = peers_comm.get();
   }
   if (world->size() > 1 && world->rank() == 0) {
     workers_listening = true;
@@ -631,7 +634,8 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
   // waiting for its first broadcast).
   Communicator* tp = L.tp->size() > 1 ? L.tp : nullptr;
   StatusOr<std::unique_ptr<Model>> model =
-      LoadModel(o.model_path, {.tp = tp, .expert_parallel = o.enable_expert_parallel});
+      LoadModel(o.model_path, {.tp = tp, .expert_parallel = o.enable_expert_parallel,
+                               .ep_replicas = L.peers});
   if (!model.ok()) L.world->Abort("rank 0: " + model.status().ToString());
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
   std::unique_ptr<Executor> executor;
@@ -650,9 +654,9 @@ StatusOr<bool> RunParallelWorker(const EngineOptions& o) {
   PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
   if (L.world->rank() == 0) return false;
   if (L.tp_rank != 0) {
-    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.tp));
+    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.tp, L.peers));
   } else {
-    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.tp));
+    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.tp, L.peers));
   }
   return true;
 }

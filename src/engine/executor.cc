@@ -218,7 +218,7 @@ class DataParallelExecutor : public Executor {
     dp_->BroadcastPolled(&step, sizeof step, 0);
     dp_->Broadcast(bytes_.data(), step.bytes, 0);
     Status st;
-    if (!work[0].batch->tokens.empty())
+    if (!work[0].batch->tokens.empty() || local_->model().StepsWithAllReplicas())
       st = local_->Execute(*work[0].batch, work[0].copies, work[0].logits);
     if (step.max_rows > 0) {
       const int64_t vocab = config().vocab_size, slot = step.max_rows * vocab;
@@ -342,7 +342,8 @@ void EndTensorParallelJob(Communicator* tp) {
   tp->BroadcastPolled(&over, sizeof over, 0);
 }
 
-Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
+Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
+                               Communicator* ep_replicas) {
   const std::string who = "tensor-parallel rank " + std::to_string(tp->rank());
   ForwardBatch batch;
   std::vector<int32_t> tables;
@@ -356,7 +357,8 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp) {
     if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
     kernels::SetExactActivations(start.exact != 0);
     StatusOr<std::unique_ptr<Model>> model =
-        LoadModel(path, {.tp = tp, .expert_parallel = start.expert_parallel != 0});
+        LoadModel(path, {.tp = tp, .expert_parallel = start.expert_parallel != 0,
+                         .ep_replicas = ep_replicas});
     if (!model.ok()) tp->Abort(who + ": " + model.status().ToString());
     const EngineOptions o = OptionsOf(options, start, path);
     StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(*model));
@@ -395,7 +397,8 @@ StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptio
   return std::unique_ptr<Executor>(new DataParallelExecutor(dp, std::move(*local)));
 }
 
-Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp) {
+Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp,
+                             Communicator* ep_replicas) {
   const std::string who = "data-parallel replica " + std::to_string(dp->rank());
   ForwardBatch batch;
   std::vector<int32_t> tables;
@@ -413,7 +416,8 @@ Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Com
     kernels::SetExactActivations(start.exact != 0);
     StatusOr<std::unique_ptr<Model>> model = LoadModel(
         path, {.tp = tp && tp->size() > 1 ? tp : nullptr,
-               .expert_parallel = start.expert_parallel != 0});
+               .expert_parallel = start.expert_parallel != 0,
+               .ep_replicas = ep_replicas});
     if (!model.ok()) dp->Abort(who + ": " + model.status().ToString());
     StatusOr<std::unique_ptr<Executor>> ex =
         GroupExecutor(OptionsOf(options, start, path), tp, std::move(*model));
@@ -428,7 +432,7 @@ Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Com
       UnpackReplica(bytes, dp->rank(), &batch, &tables, &copies);
       batch.capture_hidden = nullptr;  // (rank 0 refuses hidden-state requests with replicas)
       logits.assign(std::max<int64_t>(1, step.max_rows) * vocab, 0.f);
-      if (!batch.tokens.empty()) {
+      if (!batch.tokens.empty() || (*ex)->model().StepsWithAllReplicas()) {
         const Status st = (*ex)->Execute(batch, copies, logits.data());
         if (!st.ok()) dp->Abort(who + ": " + st.message());
       }

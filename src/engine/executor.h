@@ -76,7 +76,10 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
 // 0) and run rank 0's batches on it until that core's
 // executor is destroyed; return when rank 0 calls EndTensorParallelJob(). Setting up a shard
 // that fails aborts the job.
-Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp);
+// `ep_replicas`: with data parallelism, this rank's peers in the other replicas (expert
+// parallelism across them, ModelLoadOptions::ep_replicas).
+Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
+                               Communicator* ep_replicas = nullptr);
 // On rank 0, after its last engine core: the workers' RunTensorParallelWorker() returns (also
 // ends RunDataParallelLeader() when given the leaders' communicator).
 void EndTensorParallelJob(Communicator* tp);
@@ -86,15 +89,18 @@ void EndTensorParallelJob(Communicator* tp);
 // tensor-parallel group, which may have size 1). The executor has data_parallel_size() =
 // dp->size(); each ExecuteReplicas() broadcasts every replica's batch to the leaders, runs
 // replica 0's here (tensor parallel over `tp` when it has several ranks) while the other
-// leaders run theirs, and gathers their logit rows. A replica whose forward pass fails aborts
-// the job. Destroying it ends the leaders' loops for this core.
+// leaders run theirs, and gathers their logit rows (a replica with nothing scheduled skips its
+// forward pass unless the model steps with all replicas). A replica whose forward pass fails
+// aborts the job. Destroying it ends the leaders' loops for this core.
 StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptions& options,
                                                                Communicator* dp, Communicator* tp,
                                                                std::unique_ptr<Model> model);
 // Leaders of replicas 1.. (rank d of `dp`): for every engine core rank 0 creates, load this
 // rank's part of the model (its shard of `tp`) and run replica d's batches on it (tensor parallel
 // over `tp`, whose other ranks run RunTensorParallelWorker()); return when rank 0 calls
-// EndTensorParallelJob(dp), after ending the group's workers.
-Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp);
+// EndTensorParallelJob(dp), after ending the group's workers. When the model steps with all
+// replicas (Model::StepsWithAllReplicas) an empty batch still runs its forward pass.
+Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp,
+                             Communicator* ep_replicas = nullptr);
 
 }  // namespace peng

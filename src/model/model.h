@@ -63,6 +63,9 @@ class Model {
   virtual std::string WeightSummary() const = 0;
   // Every weight matrix under its GGUF-style name (diagnostics: per-tensor comparisons).
   virtual std::vector<const Linear*> Linears() const = 0;
+  // Data parallelism: true when every replica must run every step (an empty batch included)
+  // because the forward pass has collectives across replicas (expert parallelism over them).
+  virtual bool StepsWithAllReplicas() const { return false; }
 };
 
 }  // namespace peng

@@ -24,6 +24,9 @@ struct ModelLoadOptions {
   // MoE models under tensor parallelism: each rank runs whole routed experts (its E / tp) instead
   // of a slice of every expert (--enable-expert-parallel; no effect on dense models).
   bool expert_parallel = false;
+  // With expert_parallel and data parallelism: the ranks of this rank's tensor-parallel index
+  // in every replica; MoE models then partition the experts over all of them.
+  Communicator* ep_replicas = nullptr;
 };
 
 using ModelLoaderFn = StatusOr<std::unique_ptr<Model>> (*)(std::unique_ptr<ModelFiles> files,

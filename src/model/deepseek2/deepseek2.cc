@@ -292,7 +292,8 @@ StatusOr<DeepseekV2Config> ReadDeepseekV2Config(const ModelFiles& files) {
 // Loading
 
 StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
-    std::unique_ptr<ModelFiles> files, Communicator* tp, bool expert_parallel) {
+    std::unique_ptr<ModelFiles> files, Communicator* tp, bool expert_parallel,
+    Communicator* ep_replicas) {
   PENG_ASSIGN_OR_RETURN(DeepseekV2Config cfg, ReadDeepseekV2Config(*files));
   std::unique_ptr<DeepseekV2Model> m(new DeepseekV2Model());
   m->files_ = std::move(files);
@@ -303,6 +304,7 @@ StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
     m->tp_rank_ = tp->rank();
     m->expert_parallel_ = expert_parallel;
   }
+  if (expert_parallel && ep_replicas && ep_replicas->size() > 1) m->ep_ = ep_replicas;
   if (!m->files_->is_gguf()) {
     // The llama-family names (norms, q_proj, o_proj, dense MLP, embeddings, head) plus MLA and
     // MoE tensors.
@@ -437,6 +439,15 @@ Status DeepseekV2Model::Bind() {
   experts_ = {0, cfg_.n_routed_experts};
   PENG_RETURN_IF_ERROR(vocab_.Plan(b.vocab_size, tp_, files_->path()));
   if (tp_) PENG_RETURN_IF_ERROR(PlanTensorParallel());
+  if (ep_) {  // whole experts over all tensor x data-parallel ranks: g of G
+    const int64_t G = int64_t{tp_size_} * ep_->size(), g = int64_t{ep_->rank()} * tp_size_ + tp_rank_;
+    const int64_t E = cfg_.n_routed_experts;
+    if (E % G != 0)
+      return InvalidArgument(files_->path() + ": " + Num(E) + " routed experts cannot be divided " +
+                             "among " + Num(G) + " expert-parallel ranks");
+    experts_ = {g * (E / G), E / G};
+    expert_ffn_ = {0, cfg_.moe_intermediate_size};
+  }
   const int64_t v0 = vocab_.begin(), nv = vocab_.size();
   PENG_ASSIGN_OR_RETURN(tok_embd_, Shard("token_embd.weight", b.vocab_size, D, v0, nv, 0, D));
   PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
@@ -711,7 +722,8 @@ void DeepseekV2Model::RunMlp(const Linear& gate, const Linear& up, const Linear&
   RunMlpWith(gate, up, down, x, T, y, pool, &ge_, &ue_, &acts_scratch_);
 }
 
-void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* pool) {
+void DeepseekV2Model::RunExpertsParallel(const Layer& L, const float* h, int64_t T, float* out,
+                                         ThreadPool* pool) {
   const int64_t D = cfg_.base.hidden_size, E = cfg_.n_routed_experts;
   const int nt = pool->num_threads();
   // Longest-processing-time assignment of the active experts (cost ~ tokens + a fixed part
@@ -744,7 +756,7 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
       s.xe.resize(n * D);
       s.ye.resize(n * D);
       for (int64_t i = 0; i < n; ++i)
-        std::copy_n(h_.data() + expert_rows_[b + i] * D, D, s.xe.data() + i * D);
+        std::copy_n(h + expert_rows_[b + i] * D, D, s.xe.data() + i * D);
       RunMlpWith(L.exp_gate[e], L.exp_up[e], L.exp_down[e], s.xe.data(), n, s.ye.data(),
                  nullptr, &s.ge, &s.ue, &s.acts);
       for (int64_t i = 0; i < n; ++i) {
@@ -757,7 +769,7 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* 
     work[ti] = capture.Take();
   });
   for (const kernels::WorkCounts& w : work) kernels::ThreadWork() += w;
-  for (int ti = 0; ti < nt; ++ti) kernels::AddInPlace(o_.data(), expert_scratch_[ti].o.data(), T * D);
+  for (int ti = 0; ti < nt; ++ti) kernels::AddInPlace(out, expert_scratch_[ti].o.data(), T * D);
 }
 
 bool DeepseekV2Model::DecodesWithStoredKvb(const Layer& L) const {
@@ -949,20 +961,64 @@ void DeepseekV2Model::Route(const Layer& L, int64_t T) {
 }
 
 void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
+  const int64_t D = cfg_.base.hidden_size;
+  if (!ep_) {
+    RunRoutedExperts(L, h_.data(), T, o_.data(), pool);
+  } else {
+    // Expert parallelism across the data-parallel replicas: this rank's experts serve every
+    // replica's tokens. The ranks of this tensor-parallel index in all replicas gather their
+    // tokens ([replicas][max T][D], padded), each routes all of them and runs its experts, and
+    // the partial outputs are summed back over those ranks; each keeps its replica's rows.
+    const int n_rep = ep_->size(), me = ep_->rank();
+    ep_counts_.resize(n_rep);
+    const int64_t mine = T;
+    ep_->AllGather(&mine, sizeof mine, ep_counts_.data());
+    const int64_t max_t = *std::max_element(ep_counts_.begin(), ep_counts_.end());
+    int64_t n = 0;
+    for (const int64_t c : ep_counts_) n += c;
+    if (n == 0) return;  // (every replica idle: nobody calls a collective)
+    EnsureScratch(std::max(n, T));
+    ep_pad_.assign(max_t * D, 0.f);
+    std::copy_n(h_.data(), T * D, ep_pad_.data());
+    ep_all_.resize(n_rep * max_t * D);
+    ep_->AllGather(ep_pad_.data(), max_t * D * static_cast<int64_t>(sizeof(float)), ep_all_.data());
+    ep_h_.resize(n * D);
+    ep_o_.resize(n * D);
+    for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
+      std::copy_n(ep_all_.data() + d * max_t * D, ep_counts_[d] * D, ep_h_.data() + at * D);
+    RunRoutedExperts(L, ep_h_.data(), n, ep_o_.data(), pool);
+    std::fill(ep_all_.begin(), ep_all_.end(), 0.f);
+    for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
+      std::copy_n(ep_o_.data() + at * D, ep_counts_[d] * D, ep_all_.data() + d * max_t * D);
+    ep_->AllReduceSum(ep_all_.data(), n_rep * max_t * D);
+    std::copy_n(ep_all_.data() + me * max_t * D, T * D, o_.data());
+  }
+  if (L.sh_gate.bound() && T > 0) {
+    RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
+    kernels::AddInPlace(o_.data(), ye_.data(), T * D);
+  }
+  AllReduce(o_.data(), T * D);  // the ranks' experts (or expert slices) and shared slices
+  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+}
+
+// out[T, D] = the routed experts of this rank (all of them alone) for the T tokens `h`, weighted
+// by their routing weights.
+void DeepseekV2Model::RunRoutedExperts(const Layer& L, const float* h, int64_t T, float* out,
+                                       ThreadPool* pool) {
   const DeepseekV2Config& c = cfg_;
   const int64_t D = c.base.hidden_size, E = c.n_routed_experts, k = c.num_experts_per_tok;
-  L.router.Forward(h_.data(), nullptr, T, router_logits_.data(), pool, &acts_scratch_);
+  L.router.Forward(h, nullptr, T, router_logits_.data(), pool, &acts_scratch_);
   Route(L, T);
-  std::fill(o_.begin(), o_.begin() + T * D, 0.f);
+  std::fill(out, out + T * D, 0.f);
   if (moe_reference_) {
     // Per-token loop: every (token, selected expert) pair on its own.
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = topk_ids_[t * k + j];
         if (!L.exp_gate[e].bound()) continue;  // another rank's expert
-        RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], h_.data() + t * D, 1, ye_.data(), pool);
+        RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], h + t * D, 1, ye_.data(), pool);
         const float w = topk_w_[t * k + j];
-        for (int64_t i = 0; i < D; ++i) o_[t * D + i] += w * ye_[i];
+        for (int64_t i = 0; i < D; ++i) out[t * D + i] += w * ye_[i];
       }
     }
   } else {
@@ -988,27 +1044,21 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     // cache is not thread-safe, so it keeps the sequential path.)
     const bool spread = pool && pool->num_threads() > 1 &&
                         n_active >= 2 * pool->num_threads() && !kernels::ExactActivations();
-    if (spread) RunExpertsParallel(L, T, pool);
+    if (spread) RunExpertsParallel(L, h, T, out, pool);
     for (int64_t e = 0; e < E && !spread; ++e) {
       const int64_t b = expert_offsets_[e], n = expert_offsets_[e + 1] - b;
       if (n == 0 || !L.exp_gate[e].bound()) continue;
       for (int64_t i = 0; i < n; ++i)
-        std::copy_n(h_.data() + expert_rows_[b + i] * D, D, xe_.data() + i * D);
+        std::copy_n(h + expert_rows_[b + i] * D, D, xe_.data() + i * D);
       RunMlp(L.exp_gate[e], L.exp_up[e], L.exp_down[e], xe_.data(), n, ye_.data(), pool);
       for (int64_t i = 0; i < n; ++i) {
-        float* dst = o_.data() + expert_rows_[b + i] * D;
+        float* dst = out + expert_rows_[b + i] * D;
         const float* src = ye_.data() + i * D;
         const float w = expert_row_w_[b + i];
         for (int64_t d = 0; d < D; ++d) dst[d] += w * src[d];
       }
     }
   }
-  if (L.sh_gate.bound()) {
-    RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
-    kernels::AddInPlace(o_.data(), ye_.data(), T * D);
-  }
-  AllReduce(o_.data(), T * D);  // the ranks' experts (or expert slices) and shared slices
-  kernels::AddInPlace(x_.data(), o_.data(), T * D);
 }
 
 Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
@@ -1016,12 +1066,17 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   const ModelConfig& b = cfg_.base;
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = b.hidden_size;
-  if (T == 0) return OkStatus();
+  if (T == 0 && !ep_) return OkStatus();
   for (int il = 0; il < b.n_layers; ++il)
     if (!kernels::IsMlaLayout(kv->layer(il), static_cast<int>(cfg_.cache_row())))
       return InvalidArgument("the KV cache does not have this model's MLA layout (layer " +
                              Num(il) + " needs one kv head of " + Num(cfg_.cache_row()) +
                              " values and no V)");
+  if (T == 0) {  // an idle replica in step with the others: its experts serve their tokens
+    for (const Layer& L : layers_)
+      if (L.moe) RunMoe(L, 0, pool);
+    return OkStatus();
+  }
   EnsureScratch(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
   vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
@@ -1052,7 +1107,8 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
 StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,
                                           const ModelLoadOptions& options) {
   PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files), options.tp,
-                                                      options.expert_parallel));
+                                                      options.expert_parallel,
+                                                      options.ep_replicas));
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -46,7 +46,10 @@
 // [k E / tp, (k + 1) E / tp)). The router is replicated, so every rank routes every token the
 // same way and runs only its experts (or expert slices) for the tokens routed there; routed and
 // shared partial outputs are summed in one all-reduce per MoE layer. Vocabulary-parallel
-// embedding and LM head (layers/tensor_parallel.h).
+// embedding and LM head (layers/tensor_parallel.h). Expert parallelism across data-parallel
+// replicas (ep_replicas): the experts are partitioned over all tp x dp ranks; in each MoE layer
+// the ranks of one tensor-parallel index gather the replicas' tokens, run their experts on all
+// of them and sum the outputs back; an idle replica runs an empty forward pass that takes part.
 #pragma once
 
 #include <cstdint>
@@ -107,9 +110,13 @@ class DeepseekV2Model : public Model {
 
   // `tp`: the tensor-parallel group of this rank (null or size 1: the whole model);
   // `expert_parallel`: partition the routed experts over it instead of splitting each one.
+  // `ep_replicas` (with expert_parallel): the ranks of this tensor-parallel index in every
+  // data-parallel replica; the experts are then partitioned over all tp x dp ranks and the
+  // replicas' tokens exchanged in each MoE layer (the replicas must step together).
   static StatusOr<std::unique_ptr<DeepseekV2Model>> Load(std::unique_ptr<ModelFiles> files,
                                                           Communicator* tp = nullptr,
-                                                          bool expert_parallel = false);
+                                                          bool expert_parallel = false,
+                                                          Communicator* ep_replicas = nullptr);
 
   const ModelConfig& config() const override { return cfg_.base; }
   KvCacheSpec kv_spec() const override;
@@ -119,6 +126,7 @@ class DeepseekV2Model : public Model {
   int64_t WeightBytesPerToken() const override;
   std::string WeightSummary() const override;
   std::vector<const Linear*> Linears() const override;
+  bool StepsWithAllReplicas() const override { return ep_ != nullptr; }
 
   const DeepseekV2Config& ds_config() const { return cfg_; }
   float softmax_scale() const { return cfg_.softmax_scale; }
@@ -186,6 +194,7 @@ class DeepseekV2Model : public Model {
                          const float* x, int64_t T, float* y, ThreadPool* pool,
                          std::vector<float>* ge, std::vector<float>* ue, Int8Acts* acts);
   void RunMoe(const Layer& L, int64_t T, ThreadPool* pool);
+  void RunRoutedExperts(const Layer& L, const float* h, int64_t T, float* out, ThreadPool* pool);
   void Route(const Layer& L, int64_t T);
 
   std::unique_ptr<ModelFiles> files_;
@@ -194,6 +203,7 @@ class DeepseekV2Model : public Model {
   Communicator* tp_ = nullptr;
   int tp_size_ = 1, tp_rank_ = 0;
   bool expert_parallel_ = false;
+  Communicator* ep_ = nullptr;       // expert parallelism across data-parallel replicas
   int64_t n_heads_ = 0, head0_ = 0;  // local attention heads [head0_, head0_ + n_heads_)
   TpSlice dense_ffn_;                // columns of the dense layers' FFN
   TpSlice shared_ffn_;               // of the shared experts' (n_shared x moe_intermediate)
@@ -242,7 +252,12 @@ class DeepseekV2Model : public Model {
   };
   RouteScratch route_;
   std::vector<float> qpe_;
-  void RunExpertsParallel(const Layer& L, int64_t T, ThreadPool* pool);
+  void RunExpertsParallel(const Layer& L, const float* h, int64_t T, float* out,
+                          ThreadPool* pool);
+  // Expert parallelism across replicas: token counts, padded / gathered rows, the gathered
+  // tokens and their routed output.
+  std::vector<int64_t> ep_counts_;
+  std::vector<float> ep_pad_, ep_all_, ep_h_, ep_o_;
 };
 
 }  // namespace peng
