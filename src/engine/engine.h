@@ -153,6 +153,7 @@ struct EngineStats {
   struct Replica {                      // each data-parallel replica's gauges
     int64_t num_running = 0, num_waiting = 0;
     double kv_usage = 0;
+    double forward_seconds_total = 0;   // its forward passes, measured on its leader rank
   };
   std::vector<Replica> replicas;
 

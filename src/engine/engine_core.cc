@@ -530,8 +530,11 @@ void EngineCore::FillStats(EngineStats* s) const {
       unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
     }
     pool_slots += static_cast<double>(R.kvm.num_blocks()) * R.kvm.block_size();
-    s->replicas.push_back({R.sched.num_running(), R.sched.num_waiting(), R.kvm.usage()});
+    s->replicas.push_back({R.sched.num_running(), R.sched.num_waiting(), R.kvm.usage(), 0.0});
   }
+  const std::vector<double> forward = executor_->ReplicaForwardSeconds();
+  for (size_t d = 0; d < forward.size() && d < s->replicas.size(); ++d)
+    s->replicas[d].forward_seconds_total = forward[d];
   s->kv_usage = s->kv_blocks_total ? static_cast<double>(s->kv_blocks_used) / s->kv_blocks_total : 0;
   s->kv_slots_unfilled = unfilled;
   s->kv_fragmentation = unfilled / pool_slots;

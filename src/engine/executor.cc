@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -218,20 +219,27 @@ class DataParallelExecutor : public Executor {
     dp_->BroadcastPolled(&step, sizeof step, 0);
     dp_->Broadcast(bytes_.data(), step.bytes, 0);
     Status st;
+    const auto t0 = std::chrono::steady_clock::now();
     if (!work[0].batch->tokens.empty() || local_->model().StepsWithAllReplicas())
       st = local_->Execute(*work[0].batch, work[0].copies, work[0].logits);
-    if (step.max_rows > 0) {
-      const int64_t vocab = config().vocab_size, slot = step.max_rows * vocab;
-      mine_.assign(slot, 0.f);
-      std::copy_n(work[0].logits, work[0].batch->NumLogitRows() * vocab, mine_.data());
-      all_.resize(slot * n);
-      dp_->Gather(mine_.data(), slot * static_cast<int64_t>(sizeof(float)), all_.data(), 0);
-      for (int d = 1; d < n; ++d)
+    const float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+    // Each leader's slot: its logit rows (padded to the step's most), then its forward seconds.
+    const int64_t vocab = config().vocab_size, slot = step.max_rows * vocab + 1;
+    mine_.assign(slot, 0.f);
+    std::copy_n(work[0].logits, work[0].batch->NumLogitRows() * vocab, mine_.data());
+    mine_[slot - 1] = seconds;
+    all_.resize(slot * n);
+    dp_->Gather(mine_.data(), slot * static_cast<int64_t>(sizeof(float)), all_.data(), 0);
+    forward_seconds_.resize(n);
+    for (int d = 0; d < n; ++d) {
+      if (d > 0)
         std::copy_n(all_.data() + d * slot, work[d].batch->NumLogitRows() * vocab,
                     work[d].logits);
+      forward_seconds_[d] += all_[d * slot + slot - 1];
     }
     return st;
   }
+  std::vector<double> ReplicaForwardSeconds() const override { return forward_seconds_; }
   Model& model() override { return local_->model(); }
   ThreadPool& pool() override { return local_->pool(); }
 
@@ -240,6 +248,7 @@ class DataParallelExecutor : public Executor {
   std::unique_ptr<Executor> local_;
   std::vector<uint8_t> bytes_;
   std::vector<float> mine_, all_;
+  std::vector<double> forward_seconds_;
 };
 
 // Loads this rank's part of the model `start` names (its tensor-parallel shard) and the executor
@@ -431,14 +440,16 @@ Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Com
       dp->Broadcast(bytes.data(), step.bytes, 0);
       UnpackReplica(bytes, dp->rank(), &batch, &tables, &copies);
       batch.capture_hidden = nullptr;  // (rank 0 refuses hidden-state requests with replicas)
-      logits.assign(std::max<int64_t>(1, step.max_rows) * vocab, 0.f);
+      const int64_t slot = step.max_rows * vocab + 1;  // the rows, then the forward seconds
+      logits.assign(slot, 0.f);
+      const auto t0 = std::chrono::steady_clock::now();
       if (!batch.tokens.empty() || (*ex)->model().StepsWithAllReplicas()) {
         const Status st = (*ex)->Execute(batch, copies, logits.data());
         if (!st.ok()) dp->Abort(who + ": " + st.message());
       }
-      if (step.max_rows > 0)
-        dp->Gather(logits.data(), step.max_rows * vocab * static_cast<int64_t>(sizeof(float)),
-                   nullptr, 0);
+      logits[slot - 1] =
+          std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+      dp->Gather(logits.data(), slot * static_cast<int64_t>(sizeof(float)), nullptr, 0);
     }
   }
 }

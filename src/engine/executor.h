@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -42,6 +43,8 @@ class Executor {
     std::span<const BlockCopy> copies;
     float* logits;
   };
+  // Data parallelism: each replica's forward-pass seconds so far (empty without).
+  virtual std::vector<double> ReplicaForwardSeconds() const { return {}; }
   virtual Status ExecuteReplicas(std::span<const ReplicaWork> work) {
     if (work.size() != 1) return Internal("one replica expected");
     return Execute(*work[0].batch, work[0].copies, work[0].logits);

@@ -129,18 +129,26 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
         static_cast<double>(s.data_parallel_size));
   if (s.replicas.size() > 1) {  // each replica's load, labelled replica="d"
     const std::string sep = l.empty() ? "" : ",";
-    auto per_replica = [&](const char* name, const char* help, auto value) {
-      Header(std::string("peng_") + name, "gauge", help, &out);
+    auto per_replica = [&](const char* name, const char* type, const char* help, auto value) {
+      Header(std::string("peng_") + name, type, help, &out);
       for (size_t d = 0; d < s.replicas.size(); ++d)
         Sample(std::string("peng_") + name, l + sep + "replica=\"" + std::to_string(d) + "\"",
                value(s.replicas[d]), &out);
     };
-    per_replica("replica_num_requests_running", "Sequences running on the data-parallel replica.",
-                [](const EngineStats::Replica& r) { return static_cast<double>(r.num_running); });
-    per_replica("replica_num_requests_waiting", "Sequences waiting for the data-parallel replica.",
-                [](const EngineStats::Replica& r) { return static_cast<double>(r.num_waiting); });
-    per_replica("replica_kv_cache_usage_perc", "KV-cache usage of the data-parallel replica.",
-                [](const EngineStats::Replica& r) { return r.kv_usage; });
+    using R = EngineStats::Replica;
+    per_replica("replica_num_requests_running", "gauge",
+                "Sequences running on the data-parallel replica.",
+                [](const R& r) { return static_cast<double>(r.num_running); });
+    per_replica("replica_num_requests_waiting", "gauge",
+                "Sequences waiting for the data-parallel replica.",
+                [](const R& r) { return static_cast<double>(r.num_waiting); });
+    per_replica("replica_kv_cache_usage_perc", "gauge",
+                "KV-cache usage of the data-parallel replica.",
+                [](const R& r) { return r.kv_usage; });
+    // Its rate is the share of wall time the replica's ranks spend in forward passes.
+    per_replica("replica_forward_seconds_total", "counter",
+                "Seconds the data-parallel replica spent in forward passes (on its leader rank).",
+                [](const R& r) { return r.forward_seconds_total; });
   }
   gauge("kv_cache_used_blocks", "KV-cache blocks in use.",
         static_cast<double>(s.kv_blocks_used));

@@ -372,7 +372,15 @@ def test_metrics_names(server):
     # The layout: scripts/mpi_serve.sh runs the server over PENG_TP x PENG_DP ranks (test.sh
     # e2e-tp, e2e-dp).
     assert server.metric("tensor_parallel_size") == int(os.environ.get("PENG_TP", "1"))
-    assert server.metric("data_parallel_size") == int(os.environ.get("PENG_DP", "1"))
+    dp = int(os.environ.get("PENG_DP", "1"))
+    assert server.metric("data_parallel_size") == dp
+    if dp > 1:  # each replica's gauges; the requests above ran on replica 0 at least
+        for name in ("replica_num_requests_running", "replica_num_requests_waiting",
+                     "replica_kv_cache_usage_perc", "replica_forward_seconds_total"):
+            for d in range(dp):
+                assert re.search(r'^peng_%s\{[^}]*replica="%d"\} \S+$' % (name, d), text, re.M), \
+                    (name, d)
+        assert server.metric("replica_forward_seconds_total") > 0  # (replica 0's sample)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed "
