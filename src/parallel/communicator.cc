@@ -12,6 +12,9 @@ class SingleProcessCommunicator : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void AllReduceSum(float*, int64_t) override {}
+  void ReduceScatterSum(const float* in, float* out, int64_t n) override {
+    if (in != out && n > 0) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  }
   void AllGather(const void* in, int64_t bytes, void* out) override {
     if (in != out && bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
   }

@@ -26,6 +26,9 @@ class Communicator {
   virtual int size() const = 0;
   // data[0, n) = the element-wise sum over all ranks, on every rank.
   virtual void AllReduceSum(float* data, int64_t n) = 0;
+  // out[0, n) = the element-wise sum over all ranks of in[rank() * n, (rank() + 1) * n): each
+  // rank gets its block of the summed in[0, size() * n).
+  virtual void ReduceScatterSum(const float* in, float* out, int64_t n) = 0;
   // out[r * bytes, (r + 1) * bytes) = rank r's `in`, on every rank (out: size() * bytes).
   virtual void AllGather(const void* in, int64_t bytes, void* out) = 0;
   // out[r * bytes, (r + 1) * bytes) = rank r's `in`, on rank `root` only (out is ignored

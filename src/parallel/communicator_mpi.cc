@@ -34,6 +34,11 @@ class MpiCommunicator : public Communicator {
       done += c;
     }
   }
+  void ReduceScatterSum(const float* in, float* out, int64_t n) override {
+    CheckCount(n, "reduce-scatter");
+    Check(MPI_Reduce_scatter_block(in, out, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_),
+          "reduce-scatter");
+  }
   void AllGather(const void* in, int64_t bytes, void* out) override {
     CheckCount(bytes, "all-gather");
     Check(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),

@@ -26,6 +26,19 @@ TEST(CommunicatorTest, AllReduceSumsEveryElement) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(x[i], i * ranks) << i;
 }
 
+// Rank r contributes in[k * 5 + i] = (r + 1) * (100 k + i); rank k gets the sum over r of its
+// block: (100 k + i) * n (n + 1) / 2.
+TEST(CommunicatorTest, ReduceScatterGivesEachRankItsSummedBlock) {
+  Communicator* c = World();
+  const int n = c->size(), r = c->rank();
+  std::vector<float> in(5 * n), out(5, -1.f);
+  for (int k = 0; k < n; ++k)
+    for (int i = 0; i < 5; ++i) in[k * 5 + i] = static_cast<float>((r + 1) * (100 * k + i));
+  c->ReduceScatterSum(in.data(), out.data(), 5);
+  const float ranks = static_cast<float>(n * (n + 1) / 2);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], (100 * r + i) * ranks) << i;
+}
+
 TEST(CommunicatorTest, AllGatherOrdersByRank) {
   Communicator* c = World();
   const int n = c->size(), r = c->rank();

@@ -968,8 +968,9 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     // Expert parallelism across the data-parallel replicas: this rank's experts serve every
     // replica's tokens. The ranks of this tensor-parallel index in all replicas gather their
     // tokens ([replicas][max T][D], padded), each routes all of them and runs its experts, and
-    // the partial outputs are summed back over those ranks; each keeps its replica's rows.
-    const int n_rep = ep_->size(), me = ep_->rank();
+    // the partial outputs are summed back over those ranks, each receiving its replica's rows
+    // (all-gather + reduce-scatter).
+    const int n_rep = ep_->size();
     ep_counts_.resize(n_rep);
     const int64_t mine = T;
     ep_->AllGather(&mine, sizeof mine, ep_counts_.data());
@@ -990,8 +991,8 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     std::fill(ep_all_.begin(), ep_all_.end(), 0.f);
     for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
       std::copy_n(ep_o_.data() + at * D, ep_counts_[d] * D, ep_all_.data() + d * max_t * D);
-    ep_->AllReduceSum(ep_all_.data(), n_rep * max_t * D);
-    std::copy_n(ep_all_.data() + me * max_t * D, T * D, o_.data());
+    ep_->ReduceScatterSum(ep_all_.data(), ep_pad_.data(), max_t * D);  // this replica's rows
+    std::copy_n(ep_pad_.data(), T * D, o_.data());
   }
   if (L.sh_gate.bound() && T > 0) {
     RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
