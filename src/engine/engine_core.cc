@@ -204,11 +204,9 @@ void EngineCore::AbortAll() {
 std::vector<EngineCoreOutput> EngineCore::Step() {
   step_ = StepInfo();
   bool pending = false, running = false;
-  for (const auto& R : replicas_) {
-    pending = pending || !R->sched.empty();
-    running = running || !R->sched.running().empty();
-  }
+  for (const auto& R : replicas_) pending = pending || !R->sched.empty();
   if (pending) RunStep();
+  for (const auto& R : replicas_) running = running || !R->sched.running().empty();
   if (running) {
     EngineStats s;
     FillStats(&s);
