@@ -14,6 +14,9 @@
 #include "model/registry.h"
 
 namespace peng {
+
+StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model);  // (below)
+
 namespace {
 
 int64_t PhysicalMemoryBytes() {
@@ -125,18 +128,29 @@ void Unpack(const BatchHeader& h, const std::vector<uint8_t>& in, ForwardBatch* 
   }
 }
 
-class TensorParallelExecutor : public Executor {
+// An executor around this rank's own one (`local_`), whose geometry, model and threads it has.
+class WrappingExecutor : public Executor {
+ public:
+  explicit WrappingExecutor(std::unique_ptr<Executor> local) : local_(std::move(local)) {}
+  const ModelConfig& config() const override { return local_->config(); }
+  int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
+  int block_size() const override { return local_->block_size(); }
+  Model& model() override { return local_->model(); }
+  ThreadPool& pool() override { return local_->pool(); }
+
+ protected:
+  std::unique_ptr<Executor> local_;
+};
+
+class TensorParallelExecutor : public WrappingExecutor {
  public:
   TensorParallelExecutor(Communicator* tp, std::unique_ptr<Executor> local)
-      : tp_(tp), local_(std::move(local)) {}
+      : WrappingExecutor(std::move(local)), tp_(tp) {}
   ~TensorParallelExecutor() override {
     BatchHeader stop;
     stop.n_seqs = -1;
     tp_->BroadcastPolled(&stop, sizeof stop, 0);
   }
-  const ModelConfig& config() const override { return local_->config(); }
-  int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
-  int block_size() const override { return local_->block_size(); }
   Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
                  float* logits) override {
     BatchHeader h;
@@ -148,12 +162,9 @@ class TensorParallelExecutor : public Executor {
       tp_->Abort("tensor-parallel rank 0: " + st.message());
     return st;
   }
-  Model& model() override { return local_->model(); }
-  ThreadPool& pool() override { return local_->pool(); }
 
  private:
   Communicator* tp_;
-  std::unique_ptr<Executor> local_;
 };
 
 // Data parallelism: what rank 0 broadcasts to the replicas' leaders each step (then the
@@ -186,18 +197,15 @@ void UnpackReplica(const std::vector<uint8_t>& all, int d, ForwardBatch* b,
 // Rank 0 of the replicas' leaders: replica 0 is `local_` (this rank's executor, tensor parallel
 // within its group or not); every step the batches of all replicas go to the leaders, each runs
 // its own, and the logit rows are gathered back.
-class DataParallelExecutor : public Executor {
+class DataParallelExecutor : public WrappingExecutor {
  public:
   DataParallelExecutor(Communicator* dp, std::unique_ptr<Executor> local)
-      : dp_(dp), local_(std::move(local)) {}
+      : WrappingExecutor(std::move(local)), dp_(dp) {}
   ~DataParallelExecutor() override {
     ReplicaStep stop;
     stop.bytes = -1;
     dp_->BroadcastPolled(&stop, sizeof stop, 0);
   }
-  const ModelConfig& config() const override { return local_->config(); }
-  int64_t num_kv_blocks() const override { return local_->num_kv_blocks(); }
-  int block_size() const override { return local_->block_size(); }
   int data_parallel_size() const override { return dp_->size(); }
   Status Execute(const ForwardBatch&, std::span<const BlockCopy>, float*) override {
     return Internal("a data-parallel executor runs all replicas' batches together");
@@ -240,12 +248,9 @@ class DataParallelExecutor : public Executor {
     return st;
   }
   std::vector<double> ReplicaForwardSeconds() const override { return forward_seconds_; }
-  Model& model() override { return local_->model(); }
-  ThreadPool& pool() override { return local_->pool(); }
 
  private:
   Communicator* dp_;
-  std::unique_ptr<Executor> local_;
   std::vector<uint8_t> bytes_;
   std::vector<float> mine_, all_;
   std::vector<double> forward_seconds_;
@@ -268,6 +273,21 @@ CoreStart StartOf(const EngineOptions& o, const StatusOr<int64_t>& blocks) {
   start.expert_parallel = o.enable_expert_parallel;
   start.path_bytes = static_cast<int64_t>(o.model_path.size());
   return start;
+}
+
+// Rank 0's side of an engine core's start over `comm`: the KV cache's block count for `model`
+// (or -1 when the options give none: the receivers skip this core) with the rest of the
+// CoreStart and the model path; returns the options with that block count.
+StatusOr<EngineOptions> SendStart(const EngineOptions& options, const Model& model,
+                                  Communicator* comm) {
+  StatusOr<int64_t> blocks = KvBlocks(options, model);
+  CoreStart start = StartOf(options, blocks);
+  comm->BroadcastPolled(&start, sizeof start, 0);
+  comm->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
+  if (!blocks.ok()) return blocks.status();
+  EngineOptions o = options;
+  o.num_kv_blocks = *blocks;
+  return o;
 }
 
 // The receiving side of a CoreStart (and its model path) over `comm`.
@@ -333,13 +353,7 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
                                                                  std::unique_ptr<Model> model) {
   if (!tp || tp->rank() != 0) return Internal("the tensor-parallel executor runs on rank 0");
   if (!model) return InvalidArgument("no model");
-  StatusOr<int64_t> blocks = KvBlocks(options, *model);
-  CoreStart start = StartOf(options, blocks);
-  tp->BroadcastPolled(&start, sizeof start, 0);
-  tp->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
-  if (!blocks.ok()) return blocks.status();
-  EngineOptions o = options;
-  o.num_kv_blocks = *blocks;
+  PENG_ASSIGN_OR_RETURN(const EngineOptions o, SendStart(options, *model, tp));
   StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(model));
   if (!local.ok()) tp->Abort("tensor-parallel rank 0: " + local.status().ToString());
   return std::unique_ptr<Executor>(new TensorParallelExecutor(tp, std::move(*local)));
@@ -394,13 +408,7 @@ StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptio
                                                                std::unique_ptr<Model> model) {
   if (!dp || dp->rank() != 0) return Internal("the data-parallel executor runs on rank 0");
   if (!model) return InvalidArgument("no model");
-  StatusOr<int64_t> blocks = KvBlocks(options, *model);
-  CoreStart start = StartOf(options, blocks);
-  dp->BroadcastPolled(&start, sizeof start, 0);
-  dp->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
-  if (!blocks.ok()) return blocks.status();
-  EngineOptions o = options;
-  o.num_kv_blocks = *blocks;
+  PENG_ASSIGN_OR_RETURN(const EngineOptions o, SendStart(options, *model, dp));
   StatusOr<std::unique_ptr<Executor>> local = GroupExecutor(o, tp, std::move(model));
   if (!local.ok()) dp->Abort("data-parallel rank 0: " + local.status().ToString());
   return std::unique_ptr<Executor>(new DataParallelExecutor(dp, std::move(*local)));
