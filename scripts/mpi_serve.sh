@@ -7,6 +7,7 @@
 # other ranks end with it. (SIGTERM straight to mpirun would kill the job at once.)
 #   PENG_TP       tensor-parallel size (default 2)
 #   PENG_DP       data-parallel size (default 1)
+#   PENG_EP       non-empty: --enable-expert-parallel (MoE models: experts over all the ranks)
 #   PENG_MPIRUN_ARGS  extra mpirun arguments (default: --oversubscribe --mca mpi_yield_when_idle 1)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +21,8 @@ esac
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck disable=SC2086
 mpirun -np $((tp * dp)) ${PENG_MPIRUN_ARGS:---oversubscribe --mca mpi_yield_when_idle 1} \
-  "$peng" "$@" --tensor-parallel-size "$tp" --data-parallel-size "$dp" &
+  "$peng" "$@" --tensor-parallel-size "$tp" --data-parallel-size "$dp" \
+  ${PENG_EP:+--enable-expert-parallel} &
 pid=$!
 trap 'kill -USR1 "$pid" 2>/dev/null' TERM INT
 # If this script is SIGKILLed, mpirun would be orphaned: a watchdog then ends the job

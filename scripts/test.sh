@@ -50,6 +50,11 @@ step e2e-tp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD
 # completion, chat and metrics tests.
 step e2e-dp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_TP=1 PENG_DP=2 PENG_E2E_THREADS=1 bash scripts/e2e_test.sh -k "test_completion or test_chat or metrics"
+# The same against the DeepSeek-V2 fixture with its experts partitioned over both replicas (DP
+# attention + EP experts: every MoE layer exchanges the replicas' tokens).
+step e2e-dp-ep env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
+  PENG_TP=1 PENG_DP=2 PENG_EP=1 PENG_E2E_THREADS=1 PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" \
+  bash scripts/e2e_test.sh -k "test_completion or test_chat or metrics"
 # Tensor parallelism across two "hosts" (network namespaces, Open MPI over TCP on veths):
 # greedy tokens identical to the same job on one host (docs/parallelism.md).
 step multihost env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/multihost_test.sh --ci
