@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/test_paths.h"
 #include "formats/gguf_writer.h"
 
 namespace peng {
@@ -357,8 +358,8 @@ TEST(GgufTest, AddValueCopiesMetadata) {
 }
 
 TEST(GgufTest, RealSmolLm2File) {
-  const std::string path = "/tmp/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
+  if (path.empty()) GTEST_SKIP() << "model not downloaded (scripts/fetch_models.sh)";
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ((*f)->tensors().size(), 272u);
@@ -373,8 +374,8 @@ TEST(GgufTest, RealSmolLm2File) {
 }
 
 TEST(GgufTest, RealGemma3File) {
-  const std::string path = "/tmp/models/gemma-3-270m-q4_k_m.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string path = test_util::ModelFile("gemma-3-270m-q4_k_m.gguf");
+  if (path.empty()) GTEST_SKIP() << "model not downloaded (scripts/fetch_models.sh)";
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ((*f)->tensors().size(), 236u);
