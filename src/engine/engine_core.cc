@@ -262,7 +262,8 @@ void EngineCore::RunStep() {
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
     }
-    R.logits.resize(std::max<size_t>({R.logits.size(), batch.NumLogitRows() * vocab_, size_t{1}}));
+    R.logits.resize(std::max<size_t>(
+        {R.logits.size(), static_cast<size_t>(batch.NumLogitRows() * vocab_), size_t{1}}));
     work_.push_back({&batch, out.copies, R.logits.data()});
     any = any || !out.scheduled.empty();
   }
