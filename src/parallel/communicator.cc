@@ -26,6 +26,10 @@ class SingleProcessCommunicator : public Communicator {
   void AllToAll(const void* in, int64_t bytes, void* out) override {
     if (in != out && bytes > 0) std::memmove(out, in, static_cast<size_t>(bytes));
   }
+  void AllToAllV(const void* in, const int64_t* send_bytes, void* out,
+                 const int64_t*) override {
+    if (in != out && send_bytes[0] > 0) std::memmove(out, in, static_cast<size_t>(send_bytes[0]));
+  }
   void Barrier() override {}
   [[noreturn]] void Abort(const std::string& message) override {
     std::fprintf(stderr, "peng: fatal: %s\n", message.c_str());

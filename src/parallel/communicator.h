@@ -44,6 +44,11 @@ class Communicator {
   // Sends in[r * bytes, (r + 1) * bytes) to rank r; out[r * bytes, ...) is what rank r sent
   // here.
   virtual void AllToAll(const void* in, int64_t bytes, void* out) = 0;
+  // The same with a size per pair: sends send_bytes[r] bytes to rank r (the blocks lie
+  // back-to-back in `in`, in rank order) and receives recv_bytes[r] from rank r into `out`
+  // (back-to-back); recv_bytes[r] must equal what rank r sends here.
+  virtual void AllToAllV(const void* in, const int64_t* send_bytes, void* out,
+                         const int64_t* recv_bytes) = 0;
   virtual void Barrier() = 0;
   // Ends the whole job at once with `message` on stderr (a rank that cannot go on: the others
   // would wait forever in their next collective). Never returns.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 #include <cstdlib>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -75,6 +76,24 @@ class MpiCommunicator : public Communicator {
     CheckCount(bytes, "all-to-all");
     Check(MPI_Alltoall(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
                        MPI_BYTE, comm_),
+          "all-to-all");
+  }
+  void AllToAllV(const void* in, const int64_t* send_bytes, void* out,
+                 const int64_t* recv_bytes) override {
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    int64_t s_at = 0, r_at = 0;
+    for (int r = 0; r < size_; ++r) {
+      CheckCount(s_at + send_bytes[r], "all-to-all");
+      CheckCount(r_at + recv_bytes[r], "all-to-all");
+      sc[r] = static_cast<int>(send_bytes[r]);
+      sd[r] = static_cast<int>(s_at);
+      rc[r] = static_cast<int>(recv_bytes[r]);
+      rd[r] = static_cast<int>(r_at);
+      s_at += send_bytes[r];
+      r_at += recv_bytes[r];
+    }
+    Check(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(), MPI_BYTE,
+                        comm_),
           "all-to-all");
   }
   void Barrier() override { Check(MPI_Barrier(comm_), "barrier"); }

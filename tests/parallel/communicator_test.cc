@@ -95,6 +95,26 @@ TEST(CommunicatorTest, AllToAllTransposes) {
   for (int k = 0; k < n; ++k) EXPECT_EQ(out[k], 100 * k + r);  // from rank k
 }
 
+// Rank r sends (r + k) % 3 values to rank k (none for some pairs), each 1000 r + 10 k + i.
+TEST(CommunicatorTest, AllToAllVSendsEachPairItsOwnCount) {
+  Communicator* c = World();
+  const int n = c->size(), r = c->rank();
+  auto count = [](int from, int to) { return (from + to) % 3; };
+  std::vector<int32_t> in;
+  std::vector<int64_t> send(n), recv(n);
+  for (int k = 0; k < n; ++k) {
+    for (int i = 0; i < count(r, k); ++i) in.push_back(1000 * r + 10 * k + i);
+    send[k] = count(r, k) * int64_t{sizeof(int32_t)};
+    recv[k] = count(k, r) * int64_t{sizeof(int32_t)};
+  }
+  std::vector<int32_t> out;
+  for (int k = 0; k < n; ++k) out.resize(out.size() + count(k, r), -1);
+  c->AllToAllV(in.data(), send.data(), out.data(), recv.data());
+  size_t at = 0;
+  for (int k = 0; k < n; ++k)
+    for (int i = 0; i < count(k, r); ++i) EXPECT_EQ(out[at++], 1000 * k + 10 * r + i);
+}
+
 TEST(CommunicatorTest, SplitMakesTensorParallelGroups) {
   Communicator* c = World();
   if (c->size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -304,7 +305,14 @@ StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
     m->tp_rank_ = tp->rank();
     m->expert_parallel_ = expert_parallel;
   }
-  if (expert_parallel && ep_replicas && ep_replicas->size() > 1) m->ep_ = ep_replicas;
+  if (expert_parallel && ep_replicas && ep_replicas->size() > 1) {
+    m->ep_ = ep_replicas;
+    // From this many tokens in a step (all replicas together) the experts' exchange is an
+    // all-to-all instead of all-gather + reduce-scatter. PENG_EP_ALL_TO_ALL_TOKENS overrides it
+    // (the same on every rank: mpirun passes the environment).
+    if (const char* v = std::getenv("PENG_EP_ALL_TO_ALL_TOKENS"))
+      m->ep_all_to_all_tokens_ = std::max<int64_t>(1, std::atoll(v));
+  }
   if (!m->files_->is_gguf()) {
     // The llama-family names (norms, q_proj, o_proj, dense MLP, embeddings, head) plus MLA and
     // MoE tensors.
@@ -966,33 +974,21 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
     RunRoutedExperts(L, h_.data(), T, o_.data(), pool);
   } else {
     // Expert parallelism across the data-parallel replicas: this rank's experts serve every
-    // replica's tokens. The ranks of this tensor-parallel index in all replicas gather their
-    // tokens ([replicas][max T][D], padded), each routes all of them and runs its experts, and
-    // the partial outputs are summed back over those ranks, each receiving its replica's rows
-    // (all-gather + reduce-scatter).
+    // replica's tokens, exchanged with the ranks of this tensor-parallel index in the other
+    // replicas. Everybody first learns every replica's token count.
     const int n_rep = ep_->size();
     ep_counts_.resize(n_rep);
     const int64_t mine = T;
     ep_->AllGather(&mine, sizeof mine, ep_counts_.data());
-    const int64_t max_t = *std::max_element(ep_counts_.begin(), ep_counts_.end());
     int64_t n = 0;
     for (const int64_t c : ep_counts_) n += c;
     if (n == 0) return;  // (every replica idle: nobody calls a collective)
     EnsureScratch(std::max(n, T));
-    ep_pad_.assign(max_t * D, 0.f);
-    std::copy_n(h_.data(), T * D, ep_pad_.data());
-    ep_all_.resize(n_rep * max_t * D);
-    ep_->AllGather(ep_pad_.data(), max_t * D * static_cast<int64_t>(sizeof(float)), ep_all_.data());
-    ep_h_.resize(n * D);
-    ep_o_.resize(n * D);
-    for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
-      std::copy_n(ep_all_.data() + d * max_t * D, ep_counts_[d] * D, ep_h_.data() + at * D);
-    RunRoutedExperts(L, ep_h_.data(), n, ep_o_.data(), pool);
-    std::fill(ep_all_.begin(), ep_all_.end(), 0.f);
-    for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
-      std::copy_n(ep_o_.data() + at * D, ep_counts_[d] * D, ep_all_.data() + d * max_t * D);
-    ep_->ReduceScatterSum(ep_all_.data(), ep_pad_.data(), max_t * D);  // this replica's rows
-    std::copy_n(ep_pad_.data(), T * D, o_.data());
+    if (n >= ep_all_to_all_tokens_) {
+      ExchangeAllToAll(L, T, pool);
+    } else {
+      ExchangeAllGather(L, T, n, pool);
+    }
   }
   if (L.sh_gate.bound() && T > 0) {
     RunMlp(L.sh_gate, L.sh_up, L.sh_down, h_.data(), T, ye_.data(), pool);
@@ -1000,6 +996,80 @@ void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {
   }
   AllReduce(o_.data(), T * D);  // the ranks' experts (or expert slices) and shared slices
   kernels::AddInPlace(x_.data(), o_.data(), T * D);
+}
+
+// Small batches: every replica's tokens to every peer ([replicas][max T][D], padded), each runs
+// its experts on all of them, and a reduce-scatter returns to each the sums of its own rows.
+void DeepseekV2Model::ExchangeAllGather(const Layer& L, int64_t T, int64_t n, ThreadPool* pool) {
+  const int64_t D = cfg_.base.hidden_size;
+  const int n_rep = ep_->size();
+  const int64_t max_t = *std::max_element(ep_counts_.begin(), ep_counts_.end());
+  ep_pad_.assign(max_t * D, 0.f);
+  std::copy_n(h_.data(), T * D, ep_pad_.data());
+  ep_all_.resize(n_rep * max_t * D);
+  ep_->AllGather(ep_pad_.data(), max_t * D * static_cast<int64_t>(sizeof(float)), ep_all_.data());
+  ep_h_.resize(n * D);
+  ep_o_.resize(n * D);
+  for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
+    std::copy_n(ep_all_.data() + d * max_t * D, ep_counts_[d] * D, ep_h_.data() + at * D);
+  RunRoutedExperts(L, ep_h_.data(), n, ep_o_.data(), pool);
+  std::fill(ep_all_.begin(), ep_all_.end(), 0.f);
+  for (int d = 0, at = 0; d < n_rep; at += static_cast<int>(ep_counts_[d]), ++d)
+    std::copy_n(ep_o_.data() + at * D, ep_counts_[d] * D, ep_all_.data() + d * max_t * D);
+  ep_->ReduceScatterSum(ep_all_.data(), ep_pad_.data(), max_t * D);  // this replica's rows
+  std::copy_n(ep_pad_.data(), T * D, o_.data());
+}
+
+// Large batches: each token goes only to the peers that own one of its k experts (this rank
+// routes its replica's tokens first), the peers run their experts on what they received, and
+// the outputs come back the same way and are added up per token.
+void DeepseekV2Model::ExchangeAllToAll(const Layer& L, int64_t T, ThreadPool* pool) {
+  const DeepseekV2Config& c = cfg_;
+  const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
+  const int n_rep = ep_->size();
+  const int64_t per_rank = experts_.size;  // experts of global rank g: [g per, (g + 1) per)
+  // Which peers each token needs: expert e belongs to global rank e / per_rank = d tp + t; the
+  // peer of replica d at this rank's tensor-parallel index t owns it when t is ours.
+  ep_rows_.assign(n_rep, {});
+  if (T > 0) {
+    L.router.Forward(h_.data(), nullptr, T, router_logits_.data(), pool, &acts_scratch_);
+    Route(L, T);
+    std::vector<uint8_t>& need = ep_need_;
+    for (int64_t t = 0; t < T; ++t) {
+      need.assign(n_rep, 0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t g = topk_ids_[t * k + j] / per_rank;
+        if (g % tp_size_ == tp_rank_) need[g / tp_size_] = 1;
+      }
+      for (int d = 0; d < n_rep; ++d)
+        if (need[d]) ep_rows_[d].push_back(static_cast<int32_t>(t));
+    }
+  }
+  std::vector<int64_t> send(n_rep), recv(n_rep);
+  int64_t n_send = 0;
+  for (int d = 0; d < n_rep; ++d) n_send += send[d] = static_cast<int64_t>(ep_rows_[d].size());
+  ep_->AllToAll(send.data(), sizeof(int64_t), recv.data());
+  int64_t n_recv = 0;
+  for (int d = 0; d < n_rep; ++d) n_recv += recv[d];
+  ep_pad_.resize(n_send * D);  // the rows to send, peer by peer
+  for (int d = 0, at = 0; d < n_rep; ++d)
+    for (const int32_t t : ep_rows_[d]) std::copy_n(h_.data() + t * D, D, ep_pad_.data() + at++ * D);
+  ep_h_.resize(n_recv * D);
+  ep_o_.resize(n_recv * D);
+  const int64_t row = D * static_cast<int64_t>(sizeof(float));
+  std::vector<int64_t> send_bytes(n_rep), recv_bytes(n_rep);
+  for (int d = 0; d < n_rep; ++d) {
+    send_bytes[d] = send[d] * row;
+    recv_bytes[d] = recv[d] * row;
+  }
+  ep_->AllToAllV(ep_pad_.data(), send_bytes.data(), ep_h_.data(), recv_bytes.data());
+  RunRoutedExperts(L, ep_h_.data(), n_recv, ep_o_.data(), pool);  // (routes them again)
+  ep_all_.resize(n_send * D);
+  ep_->AllToAllV(ep_o_.data(), recv_bytes.data(), ep_all_.data(), send_bytes.data());
+  std::fill(o_.begin(), o_.begin() + T * D, 0.f);
+  for (int d = 0, at = 0; d < n_rep; ++d)
+    for (const int32_t t : ep_rows_[d])
+      kernels::AddInPlace(o_.data() + t * D, ep_all_.data() + at++ * D, D);
 }
 
 // out[T, D] = the routed experts of this rank (all of them alone) for the T tokens `h`, weighted

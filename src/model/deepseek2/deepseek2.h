@@ -256,8 +256,15 @@ class DeepseekV2Model : public Model {
                           ThreadPool* pool);
   // Expert parallelism across replicas: token counts, padded / gathered rows, the gathered
   // tokens and their routed output.
+  void ExchangeAllGather(const Layer& L, int64_t T, int64_t n, ThreadPool* pool);
+  void ExchangeAllToAll(const Layer& L, int64_t T, ThreadPool* pool);
   std::vector<int64_t> ep_counts_;
   std::vector<float> ep_pad_, ep_all_, ep_h_, ep_o_;
+  std::vector<std::vector<int32_t>> ep_rows_;  // all-to-all: this replica's tokens per peer
+  std::vector<uint8_t> ep_need_;
+  // Tokens in a step (all replicas) from which the exchange is an all-to-all: each token then
+  // travels to the <= k peers that own its experts instead of to every peer.
+  int64_t ep_all_to_all_tokens_ = 256;
 };
 
 }  // namespace peng
