@@ -208,11 +208,10 @@ std::vector<EngineCoreOutput> EngineCore::Step() {
   if (pending) RunStep();
   for (const auto& R : replicas_) running = running || !R->sched.running().empty();
   if (running) {
-    EngineStats s;
-    FillStats(&s);
-    frag_sum_ += s.kv_fragmentation;
+    const double frag = KvFragmentation(nullptr);
+    frag_sum_ += frag;
     ++frag_steps_;
-    frag_max_ = std::max(frag_max_, s.kv_fragmentation);
+    frag_max_ = std::max(frag_max_, frag);
   }
   retired_.clear();
   std::vector<EngineCoreOutput> out;
@@ -506,14 +505,30 @@ void EngineCore::FailRequest(Request* r, const std::string& error) {
   EndRequest(r, "error", error);
 }
 
+// Token slots of the running sequences' blocks that hold no token yet, as a share of all
+// replicas' pools (*unfilled: their number).
+double EngineCore::KvFragmentation(int64_t* unfilled) const {
+  int64_t empty = 0;
+  double pool_slots = 0;
+  for (const auto& rp : replicas_) {
+    const Replica& R = *rp;
+    for (const Sequence* seq : R.sched.running()) {
+      const int64_t slots =
+          static_cast<int64_t>(R.kvm.block_table(seq->id).size()) * R.kvm.block_size();
+      empty += std::max<int64_t>(0, slots - seq->num_computed_tokens);
+    }
+    pool_slots += static_cast<double>(R.kvm.num_blocks()) * R.kvm.block_size();
+  }
+  if (unfilled) *unfilled = empty;
+  return empty / pool_slots;
+}
+
 void EngineCore::FillStats(EngineStats* s) const {
   // Sums over the data-parallel replicas (one without data parallelism), and each one's gauges.
   s->num_running = s->num_waiting = s->num_preemptions_total = 0;
   s->kv_blocks_total = s->kv_blocks_used = 0;
   s->prefix_cache_queries = s->prefix_cache_hits = 0;
   s->replicas.clear();
-  int64_t unfilled = 0;
-  double pool_slots = 0;
   for (const auto& rp : replicas_) {
     const Replica& R = *rp;
     s->num_running += R.sched.num_running();
@@ -523,20 +538,14 @@ void EngineCore::FillStats(EngineStats* s) const {
     s->kv_blocks_used += R.kvm.num_used_blocks();
     s->prefix_cache_queries += R.kvm.prefix_cache_queries();
     s->prefix_cache_hits += R.kvm.prefix_cache_hits();
-    for (const Sequence* seq : R.sched.running()) {
-      const int64_t slots =
-          static_cast<int64_t>(R.kvm.block_table(seq->id).size()) * R.kvm.block_size();
-      unfilled += std::max<int64_t>(0, slots - seq->num_computed_tokens);
-    }
-    pool_slots += static_cast<double>(R.kvm.num_blocks()) * R.kvm.block_size();
     s->replicas.push_back({R.sched.num_running(), R.sched.num_waiting(), R.kvm.usage(), 0.0});
   }
-  const std::vector<double> forward = executor_->ReplicaForwardSeconds();
+  const std::vector<double>& forward = executor_->ReplicaForwardSeconds();
   for (size_t d = 0; d < forward.size() && d < s->replicas.size(); ++d)
     s->replicas[d].forward_seconds_total = forward[d];
-  s->kv_usage = s->kv_blocks_total ? static_cast<double>(s->kv_blocks_used) / s->kv_blocks_total : 0;
-  s->kv_slots_unfilled = unfilled;
-  s->kv_fragmentation = unfilled / pool_slots;
+  s->kv_usage =
+      s->kv_blocks_total ? static_cast<double>(s->kv_blocks_used) / s->kv_blocks_total : 0;
+  s->kv_fragmentation = KvFragmentation(&s->kv_slots_unfilled);
   s->kv_fragmentation_max = frag_max_;
   s->kv_fragmentation_mean = frag_steps_ ? frag_sum_ / frag_steps_ : 0;
   s->prompt_tokens_total = prompt_tokens_total_;

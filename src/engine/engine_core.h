@@ -96,6 +96,7 @@ class EngineCore {
   void RunStep();
   void FinishStep(Replica* replica);
   int PickReplica(const std::vector<int32_t>& prompt) const;
+  double KvFragmentation(int64_t* unfilled) const;
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
   void Emit(Request* r, RequestOutput ev);

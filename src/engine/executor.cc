@@ -98,9 +98,9 @@ std::vector<uint8_t> Pack(const ForwardBatch& b, std::span<const BlockCopy> copi
   return out;
 }
 
-void Unpack(const BatchHeader& h, const std::vector<uint8_t>& in, ForwardBatch* b,
+void Unpack(const BatchHeader& h, const uint8_t* in, ForwardBatch* b,
             std::vector<int32_t>* tables, std::vector<BlockCopy>* copies) {
-  const uint8_t* p = in.data();
+  const uint8_t* p = in;
   auto get = [&](void* dst, size_t n) {
     if (n) std::memcpy(dst, p, n);
     p += n;
@@ -186,8 +186,7 @@ void UnpackReplica(const std::vector<uint8_t>& all, int d, ForwardBatch* b,
     const size_t n = h.n_tokens * 4 + h.n_seqs * sizeof(SeqWire) + h.n_blocks * 4 +
                      h.n_copies * sizeof(BlockCopy);
     if (k == d) {
-      std::vector<uint8_t> payload(all.begin() + at, all.begin() + at + n);
-      Unpack(h, payload, b, tables, copies);
+      Unpack(h, all.data() + at, b, tables, copies);
       return;
     }
     at += n;
@@ -230,7 +229,8 @@ class DataParallelExecutor : public WrappingExecutor {
     const auto t0 = std::chrono::steady_clock::now();
     if (!work[0].batch->tokens.empty() || local_->model().StepsWithAllReplicas())
       st = local_->Execute(*work[0].batch, work[0].copies, work[0].logits);
-    const float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+    const float seconds =
+        std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
     // Each leader's slot: its logit rows (padded to the step's most), then its forward seconds.
     const int64_t vocab = config().vocab_size, slot = step.max_rows * vocab + 1;
     mine_.assign(slot, 0.f);
@@ -247,7 +247,7 @@ class DataParallelExecutor : public WrappingExecutor {
     }
     return st;
   }
-  std::vector<double> ReplicaForwardSeconds() const override { return forward_seconds_; }
+  const std::vector<double>& ReplicaForwardSeconds() const override { return forward_seconds_; }
 
  private:
   Communicator* dp_;
@@ -394,7 +394,7 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
       payload.resize(h.n_tokens * 4 + h.n_seqs * sizeof(SeqWire) + h.n_blocks * 4 +
                      h.n_copies * sizeof(BlockCopy));
       tp->Broadcast(payload.data(), static_cast<int64_t>(payload.size()), 0);
-      Unpack(h, payload, &batch, &tables, &copies);
+      Unpack(h, payload.data(), &batch, &tables, &copies);
       batch.capture_hidden = h.capture_hidden ? &hidden : nullptr;
       logits.resize(std::max<int64_t>(1, batch.NumLogitRows()) * vocab);
       const Status st = (*local)->Execute(batch, copies, logits.data());

@@ -44,7 +44,10 @@ class Executor {
     float* logits;
   };
   // Data parallelism: each replica's forward-pass seconds so far (empty without).
-  virtual std::vector<double> ReplicaForwardSeconds() const { return {}; }
+  virtual const std::vector<double>& ReplicaForwardSeconds() const {
+    static const std::vector<double> none;
+    return none;
+  }
   virtual Status ExecuteReplicas(std::span<const ReplicaWork> work) {
     if (work.size() != 1) return Internal("one replica expected");
     return Execute(*work[0].batch, work[0].copies, work[0].logits);

@@ -23,6 +23,9 @@
 // normalised when norm_topk_prob) is also accepted. Tokens are grouped by expert so every
 // selected expert runs once over its tokens; the shared-expert MLP runs over all tokens.
 //
+// Files: deepseek2.cc (config, loading, attention, the forward pass), deepseek2_moe.cc (MLPs,
+// router, routed experts and their exchange across replicas).
+//
 // Weights: HF folders with per-expert mlp.experts.{e}.{gate,up,down}_proj or the transformers 5
 // fused mlp.experts.gate_up_proj [E, 2I, D] (gate rows first) / down_proj [E, D, I]; GGUF files
 // in llama.cpp's deepseek2 layout: attn_q or attn_q_a / attn_q_a_norm / attn_q_b,
@@ -262,6 +265,7 @@ class DeepseekV2Model : public Model {
   std::vector<float> ep_pad_, ep_all_, ep_h_, ep_o_;
   std::vector<std::vector<int32_t>> ep_rows_;  // all-to-all: this replica's tokens per peer
   std::vector<uint8_t> ep_need_;
+  std::vector<int64_t> ep_send_, ep_recv_;
   // Tokens in a step (all replicas) from which the exchange is an all-to-all: each token then
   // travels to the <= k peers that own its experts instead of to every peer.
   int64_t ep_all_to_all_tokens_ = 256;

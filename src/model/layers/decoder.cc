@@ -64,7 +64,8 @@ Status DecoderModel::PlanTensorParallel() {
                            " KV heads cannot be split or replicated" + why);
   }
   std::vector<std::string> downs;
-  for (int il = 0; il < c.n_layers; ++il) downs.push_back("blk." + std::to_string(il) + ".ffn_down.weight");
+  for (int il = 0; il < c.n_layers; ++il)
+    downs.push_back("blk." + std::to_string(il) + ".ffn_down.weight");
   PENG_ASSIGN_OR_RETURN(const int64_t g, ColumnGranularityOf(*files_, downs));
   PENG_ASSIGN_OR_RETURN(const TpSlice ffn, SplitAtBlocks(c.ffn_dim, g, static_cast<int>(tp),
                                                          static_cast<int>(r),
@@ -107,11 +108,11 @@ Status DecoderModel::Bind() {
   const int64_t D = c.hidden_size, hd = c.head_dim;
   const int64_t qd = c.n_heads * hd, kvd = c.n_kv_heads * hd;
   const int64_t q0 = q_head0_ * hd, nq = n_heads_ * hd, k0 = kv_head0_ * hd, nk = n_kv_heads_ * hd;
-  PENG_ASSIGN_OR_RETURN(tok_embd_,
-                        Shard("token_embd.weight", c.vocab_size, D, vocab_.begin(), vocab_.size(), 0, D));
+  const int64_t v0 = vocab_.begin(), nv = vocab_.size();
+  PENG_ASSIGN_OR_RETURN(tok_embd_, Shard("token_embd.weight", c.vocab_size, D, v0, nv, 0, D));
   PENG_ASSIGN_OR_RETURN(output_norm_, Vector("output_norm.weight", D));
   if (files_->Find("output.weight") && !c.tie_embeddings) {
-    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", c.vocab_size, D, vocab_.begin(), vocab_.size(), 0, D));
+    PENG_ASSIGN_OR_RETURN(output_, Shard("output.weight", c.vocab_size, D, v0, nv, 0, D));
   } else {
     output_ = tok_embd_;
   }
