@@ -97,6 +97,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   LlmOptions o;
   o.model_path = a.model_path;
   o.threads = a.threads;
+  o.device = a.device;
   o.max_model_len = std::max<int64_t>(o.max_model_len, a.pp + a.tg + 1);
   o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
   o.tensor_parallel_size = a.tensor_parallel_size;
@@ -105,6 +106,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   EngineOptions eo;  // --batch: the serving engine
   eo.model_path = a.model_path;
   eo.threads = a.threads;
+  eo.device = a.device;
   eo.max_num_seqs = std::max(1, a.batch);
   eo.max_model_len = 16 + a.tg + 1;
   eo.max_num_batched_tokens = std::max<int64_t>(512, int64_t{16} * a.batch);
@@ -233,6 +235,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
+  c->add_option("--device", a->bench.device,
+                "Where the model runs: cpu, cuda or cuda:N (the CUDA backend; dense decoder models), host "
+                "(the device graph on the CPU kernels)");
   c->add_option("--batch", a->bench.batch,
                 "Also decode --tg tokens in this many sequences at once through the engine "
                 "(and in one, for the scaling)")

@@ -37,6 +37,7 @@ struct OfflineBenchOptions {
   int tensor_parallel_size = 1;  // > 1: under mpirun; ranks > 0 return {"worker": true}
   bool enable_expert_parallel = false;
   int data_parallel_size = 1;    // > 1: under mpirun (with --batch: requests spread over replicas)
+  std::string device = "cpu";    // --device
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);

@@ -30,6 +30,9 @@ class CompiledGrammar;
 struct EngineOptions {
   std::string model_path;
   int threads = 0;                      // 0 = physical cores
+  // Where the forward pass runs: "cpu" (peng's CPU kernels), "cuda" or "cuda:N" (the CUDA
+  // backend, CreateDeviceExecutor). `--device`.
+  std::string device = "cpu";
   int64_t max_model_len = 4096;         // prompt + output tokens per sequence (capped by model)
   int max_num_seqs = 64;                // running sequences at most
   int64_t max_num_batched_tokens = 512; // tokens per step (prefill chunks + decodes)

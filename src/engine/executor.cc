@@ -15,7 +15,6 @@
 
 namespace peng {
 
-StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model);  // (below)
 
 namespace {
 
@@ -318,8 +317,7 @@ int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
                               : o.max_model_len;
 }
 
-// The KV cache's block count for `model` under the options (see CreateLocalExecutor).
-StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model) {
+StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t memory_cap) {
   const int64_t max_len = EffectiveMaxModelLen(o, model.config());
   int64_t blocks;
   if (o.num_kv_blocks > 0) {
@@ -327,7 +325,9 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model) {
   } else if (o.kv_cache_bytes == 0) {
     blocks = int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
     blocks = std::min(blocks, KvCache::BlocksForBudget(model.kv_spec(), o.block_size,
-                                                       o.kv_dtype, PhysicalMemoryBytes() / 4));
+                                                       o.kv_dtype,
+                                                       memory_cap >= 0 ? memory_cap
+                                                                       : PhysicalMemoryBytes() / 4));
   } else {
     blocks = KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype,
                                       o.kv_cache_bytes);
@@ -342,6 +342,7 @@ StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& o,
                                                         std::unique_ptr<Model> model) {
   if (!model) return InvalidArgument("no model");
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
+  if (o.device != "cpu") return CreateDeviceExecutor(o, std::move(model));
   PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model));
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
                         KvCache::Create(model->kv_spec(), blocks, o.block_size, o.kv_dtype));

@@ -67,6 +67,20 @@ int64_t EffectiveMaxModelLen(const EngineOptions& options, const ModelConfig& co
 StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& options,
                                                         std::unique_ptr<Model> model);
 
+// The KV cache's block count for `model` under the options (see CreateLocalExecutor);
+// memory_cap: the most bytes it may take when the options do not size it (-1: a quarter of
+// physical memory).
+StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
+                           int64_t memory_cap = -1);
+
+// Runs `model` (a dense decoder model loaded on the host) on options.device ("cuda", "cuda:N";
+// backend/device.h) through DeviceDecoderModel: weights uploaded once, the KV cache in device
+// memory (options.num_kv_blocks, else options.kv_cache_bytes, else enough for max_num_seqs
+// full-length sequences capped at 90% of the device's free memory). CreateLocalExecutor calls
+// it for any device but "cpu".
+StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& options,
+                                                         std::unique_ptr<Model> model);
+
 // Tensor parallel over `tp` (size > 1), on its rank 0: `model` is this rank's shard (loaded
 // with ModelLoadOptions::tp). Each Execute() broadcasts the batch (tokens, sequences, block
 // tables, block copies) to the other ranks, which run RunTensorParallelWorker(), and then

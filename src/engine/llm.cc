@@ -30,6 +30,7 @@ EngineOptions Llm::CoreOptions(const LlmOptions& o) {
   EngineOptions e;
   e.model_path = o.model_path;
   e.threads = o.threads;
+  e.device = o.device;
   e.max_model_len = o.max_model_len;
   e.max_num_seqs = 1;
   e.max_num_batched_tokens = o.max_num_batched_tokens;

@@ -24,6 +24,7 @@ namespace peng {
 struct LlmOptions {
   std::string model_path;
   int threads = 0;                       // 0 = physical cores
+  std::string device = "cpu";            // (EngineOptions)
   int64_t max_model_len = 4096;          // tokens per sequence (capped by the model's context)
   int block_size = 16;                   // tokens per KV block
   DType kv_dtype = DType::kF16;          // F32: exact mode

@@ -11,17 +11,17 @@ int64_t ForwardBatch::NumLogitRows() const {
   return n;
 }
 
-Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t vocab_size,
-                    int64_t* pos, int32_t* seq_of_token) {
+Status PrepareBatch(const ForwardBatch& batch, int64_t num_blocks, int block_size,
+                    int64_t vocab_size, int64_t* pos, int32_t* seq_of_token) {
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   int64_t t = 0;
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const SeqBatchEntry& s = batch.seqs[si];
     const int64_t end = s.pos0 + s.n_tokens;
-    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * kv.block_size() < end)
+    if (s.n_tokens <= 0 || s.pos0 < 0 || s.n_blocks * block_size < end)
       return InvalidArgument("batch entry " + std::to_string(si) + " does not fit its block table");
-    for (int64_t b = 0; b < (end + kv.block_size() - 1) / kv.block_size(); ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= kv.num_blocks())
+    for (int64_t b = 0; b < (end + block_size - 1) / block_size; ++b)
+      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks)
         return InvalidArgument("batch entry " + std::to_string(si) + " has invalid block id");
     if (t + s.n_tokens > T) return InvalidArgument("batch token count does not match its sequences");
     for (int64_t i = 0; i < s.n_tokens; ++i, ++t) {

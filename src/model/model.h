@@ -44,8 +44,12 @@ struct ForwardBatch {
 // block table and the cache, and every token id against the vocabulary, then fills pos[t] (the
 // absolute position of token t) and seq_of_token[t] (its sequence). GatherLogitRows copies the
 // rows of x [T, hidden] that need logits, in sequence order, into sel and returns their count.
-Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t vocab_size,
-                    int64_t* pos, int32_t* seq_of_token);
+Status PrepareBatch(const ForwardBatch& batch, int64_t num_blocks, int block_size,
+                    int64_t vocab_size, int64_t* pos, int32_t* seq_of_token);
+inline Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t vocab_size,
+                           int64_t* pos, int32_t* seq_of_token) {
+  return PrepareBatch(batch, kv.num_blocks(), kv.block_size(), vocab_size, pos, seq_of_token);
+}
 int64_t GatherLogitRows(const ForwardBatch& batch, const float* x, int64_t hidden, float* sel);
 
 class Model {

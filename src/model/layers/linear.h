@@ -76,6 +76,8 @@ class Linear {
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   bool is_int8() const { return int8_; }
+  // INT8: the per-row scales (host memory); nullptr otherwise.
+  const float* int8_scales() const { return int8_ ? scales_ : nullptr; }
   // True when Forward would quantize FP32 input itself (so a fused RMSNorm should do it).
   bool WantsInt8Acts() const;
   // Bytes of weights (and scales) read by one pass over the matrix.

@@ -1,0 +1,61 @@
+#include "backend/device.h"
+
+#include <cstdlib>
+#include <string>
+
+#ifdef PENG_HAVE_CUDA
+#include "backend/cuda/cuda_device.h"
+#endif
+
+namespace peng::backend {
+
+std::unique_ptr<Device> CreateHostDevice(ThreadPool* pool);  // host_device.cc
+
+StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
+  PENG_ASSIGN_OR_RETURN(void* p, Alloc(n * static_cast<int64_t>(sizeof(float))));
+  PENG_RETURN_IF_ERROR(CopyToDevice(p, host, n * static_cast<int64_t>(sizeof(float))));
+  return static_cast<float*>(p);
+}
+
+void Device::CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst) {
+  const int64_t es = static_cast<int64_t>(RowBytes(kv.dtype, 1));
+  const int64_t kb = int64_t{kv.block_size} * kv.n_kv_heads * kv.head_dim * es;
+  const int64_t vb = int64_t{kv.block_size} * kv.n_kv_heads * kv.v_head_dim * es;
+  char* k = static_cast<char*>(kv.k);
+  char* v = static_cast<char*>(kv.v);
+  CopyOnDevice(k + dst * kb, k + src * kb, kb);
+  CopyOnDevice(v + dst * vb, v + src * vb, vb);
+}
+
+int CudaDeviceCount() {
+#ifdef PENG_HAVE_CUDA
+  return cuda::DeviceCount();
+#else
+  return 0;
+#endif
+}
+
+StatusOr<int> ParseDeviceSpec(const std::string& spec) {
+  if (spec == "host") return -1;
+  if (spec == "cuda") return 0;
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() < 10) {
+    char* end = nullptr;
+    const long v = std::strtol(spec.c_str() + 5, &end, 10);
+    if (*end == '\0' && spec[5] >= '0' && spec[5] <= '9') return static_cast<int>(v);
+  }
+  return InvalidArgument("unknown device '" + spec + "' (expected cpu, host, cuda or cuda:N)");
+}
+
+StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool) {
+  PENG_ASSIGN_OR_RETURN(const int index, ParseDeviceSpec(spec));
+  if (index < 0) return CreateHostDevice(pool);
+#ifdef PENG_HAVE_CUDA
+  return cuda::CreateDevice(index);
+#else
+  return Unimplemented("--device " + spec +
+                       ": this peng was built without the CUDA backend (cmake -DPENG_CUDA=ON "
+                       "with the CUDA toolkit installed)");
+#endif
+}
+
+}  // namespace peng::backend

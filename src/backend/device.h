@@ -1,0 +1,139 @@
+// Device: the one interface the forward pass runs on when it leaves peng's CPU path -- device
+// memory, a stream of work, and the operator set the models use, each op an asynchronous call
+// on the device's stream over device pointers. A backend (CUDA today; Ascend CANN/ACL is the
+// planned sibling, docs/ascend.md) implements this class and nothing else: the graph
+// (model/layers/device_decoder.h), the scheduler, the KV block manager and sampling stay on the
+// host and are shared.
+//
+// HostDevice (CreateDevice("host")) implements the interface over peng's CPU kernels, in host
+// memory. It is the reference every accelerator op is checked against (tests/backend), and it
+// runs the device graph on machines without an accelerator, so the graph itself is tested in
+// CI against the CPU engine's DecoderModel.
+//
+// Conventions: activations are row-major FP32 [rows, n] arrays in device memory; weights are
+// DeviceMatrix values uploaded once in their stored type (block-quantized formats stay
+// quantized; GGUF layouts, kernels/quant_blocks.h); every op accumulates in FP32. The paged KV
+// cache is the CPU layout (kernels::KvLayerView) with device pointers, addressed by the same
+// block tables as on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace peng::backend {
+
+// A weight matrix [rows, cols] in device memory, in its stored type. INT8 matrices (peng
+// quantize folders) carry one FP32 scale per row.
+struct DeviceMatrix {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  const void* data = nullptr;     // device pointer
+  const float* scales = nullptr;  // device pointer, INT8 only
+  TensorView host;                // the host bytes it was uploaded from (HostDevice runs on them)
+};
+
+// One forward step's sequences as the device ops see them. The host arrays are always valid;
+// the d_* arrays are the same data in device memory (uploaded once per step by the graph).
+struct StepBatch {
+  int64_t n_tokens = 0, n_seqs = 0;
+  int block_size = 16;
+  // host
+  const int32_t* pos = nullptr;           // [n_tokens] absolute position of each token
+  const int32_t* seq_of_token = nullptr;  // [n_tokens]
+  const int32_t* seq_first_token = nullptr;  // [n_seqs]
+  const int32_t* seq_n_tokens = nullptr;     // [n_seqs]
+  const int32_t* const* block_tables = nullptr;  // [n_seqs] host block tables
+  // device
+  const int32_t* d_tokens = nullptr;       // [n_tokens]
+  const int32_t* d_pos = nullptr;          // [n_tokens]
+  const int32_t* d_slot = nullptr;         // [n_tokens] physical KV slot (block * bs + offset)
+  const int32_t* d_seq_of_token = nullptr;  // [n_tokens]
+  const int32_t* d_table_offset = nullptr;  // [n_seqs] start of a sequence's table in d_tables
+  const int32_t* d_tables = nullptr;        // all block tables back to back
+};
+
+enum class GatedActivation { kSilu, kGeluTanh };
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  // "host", "cuda:0 (NVIDIA H200, 139.8 GiB)".
+  virtual std::string Name() const = 0;
+  // Bytes of device memory free for the KV cache and scratch after the weights.
+  virtual int64_t FreeMemoryBytes() const = 0;
+
+  // --- memory (Alloc'd blocks are freed by Free or when the device is destroyed)
+  virtual StatusOr<void*> Alloc(int64_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  virtual Status CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual Status CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Device-to-device copy, ordered on the stream.
+  virtual void CopyOnDevice(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void Fill(void* dst, uint8_t value, int64_t bytes) = 0;
+  // Waits for the stream; reports the first error of the ops enqueued since the last call.
+  virtual Status Synchronize() = 0;
+
+  // --- weights
+  virtual bool SupportsWeights(DType t) const = 0;
+  // Uploads w (a 2-D matrix view, e.g. a file's tensor or a shard of it); `int8_scales` (host,
+  // one per row) for INT8 weights.
+  virtual StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) = 0;
+  // Uploads n FP32 values (norm weights, biases, RoPE frequencies).
+  StatusOr<float*> UploadFloats(const float* host, int64_t n);
+
+  // --- operators
+  // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.
+  virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // out[t] = W[tokens[t], :] * scale, dequantized (embedding lookup).
+  virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) = 0;
+  // y = x / sqrt(mean(x^2) + eps) * (w + w_offset) over n_rows rows of n (kernels::RmsNorm).
+  virtual void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
+                       int64_t n, float eps) = 0;
+  // y[t * n + i] += b[i].
+  virtual void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) = 0;
+  // y[i] += x[i].
+  virtual void Add(float* y, const float* x, int64_t n) = 0;
+  // y[i] *= s.
+  virtual void Scale(float* y, float s, int64_t n) = 0;
+  // y[i] = cap * tanh(y[i] / cap).
+  virtual void Softcap(float* y, float cap, int64_t n) = 0;
+  // out[i] = act(gate[i]) * up[i].
+  virtual void Gated(GatedActivation act, const float* gate, const float* up, float* out,
+                     int64_t n) = 0;
+  // Rotates x [n_tokens, n_heads, head_dim] in place, token t at position b.pos[t]
+  // (kernels::ApplyRope); inv_freq: rot_dim / 2 device floats.
+  virtual void Rope(float* x, int64_t n_heads, int64_t head_dim, const StepBatch& b,
+                    const kernels::RopeConfig& cfg, const float* inv_freq) = 0;
+  // Writes each token's k [n_kv_heads, head_dim] and v [n_kv_heads, v_head_dim] into its slot.
+  virtual void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
+                       const float* v) = 0;
+  // Causal paged attention of every token of the batch over its sequence's cache (positions
+  // <= its own, within the sliding window): q [n_tokens, n_heads, head_dim] -> out
+  // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
+  virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                              const kernels::AttentionParams& p, float* out) = 0;
+  // dst[i] = src[rows[i]] for n rows of n_cols floats; rows: device int32.
+  virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
+                          float* dst) = 0;
+  // Copies block src to block dst in a KV layer (copy-on-write).
+  void CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst);
+};
+
+// The device a spec names: "host" (HostDevice over `pool`, which must outlive it), "cuda" or
+// "cuda:N". An error that says why when the backend is not built in or the device is absent.
+StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool);
+// The CUDA device index of "cuda" (0) / "cuda:N", -1 for "host"; an error naming the spec for
+// anything else (the engine checks --device before loading a model).
+StatusOr<int> ParseDeviceSpec(const std::string& spec);
+// Number of CUDA devices present (0 without the CUDA backend or without a GPU).
+int CudaDeviceCount();
+
+}  // namespace peng::backend

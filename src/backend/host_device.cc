@@ -1,0 +1,157 @@
+// HostDevice: the Device interface over peng's CPU kernels in host memory -- the reference the
+// accelerator backends are checked against, and the device graph's runner in CI.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "backend/device.h"
+#include "kernels/int8_gemm.h"
+
+namespace peng::backend {
+namespace {
+
+class HostDevice final : public Device {
+ public:
+  explicit HostDevice(ThreadPool* pool) : pool_(pool) {}
+  ~HostDevice() override {
+    for (void* p : blocks_) std::free(p);
+  }
+
+  std::string Name() const override { return "host"; }
+  int64_t FreeMemoryBytes() const override { return int64_t{1} << 40; }
+
+  StatusOr<void*> Alloc(int64_t bytes) override {
+    if (bytes < 0) return InvalidArgument("negative allocation");
+    const size_t n = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, n == 0 ? 64 : n);
+    if (!p) return ResourceExhausted("host device: cannot allocate " + std::to_string(bytes));
+    blocks_.insert(p);
+    return p;
+  }
+  void Free(void* p) override {
+    if (blocks_.erase(p)) std::free(p);
+  }
+  Status CopyToDevice(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return OkStatus();
+  }
+  Status CopyToHost(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return OkStatus();
+  }
+  void CopyOnDevice(void* dst, const void* src, int64_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
+  void Fill(void* dst, uint8_t value, int64_t bytes) override { std::memset(dst, value, bytes); }
+  Status Synchronize() override { return OkStatus(); }
+
+  bool SupportsWeights(DType t) const override {
+    return t == DType::kI8 || kernels::MatMulSupports(t);
+  }
+  // The matrix stays where it is (the mapped file); nothing is copied.
+  StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) override {
+    if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
+    if (!SupportsWeights(w.dtype))
+      return Unimplemented(w.name + ": weights of type " + DTypeName(w.dtype) +
+                           " on the host device");
+    if (w.dtype == DType::kI8 && !int8_scales)
+      return InvalidArgument(w.name + ": INT8 weights need their scales");
+    DeviceMatrix m;
+    m.dtype = w.dtype;
+    m.rows = w.rows();
+    m.cols = w.cols();
+    m.row_bytes = w.row_bytes();
+    m.data = w.data;
+    m.scales = int8_scales;
+    m.host = w;
+    return m;
+  }
+
+  void MatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) override {
+    if (w.dtype == DType::kI8) {
+      kernels::Int8MatMulW8A16(Int8(w), x, T, y, pool_);
+    } else {
+      kernels::MatMul(w.host, x, T, y, pool_);
+    }
+  }
+  void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) override {
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+      float* o = out + t * w.cols;
+      const int32_t id = b.d_tokens[t];  // host memory
+      if (w.dtype == DType::kI8) {
+        const int8_t* q = static_cast<const int8_t*>(w.data) + id * w.cols;
+        for (int64_t c = 0; c < w.cols; ++c) o[c] = static_cast<float>(q[c]) * w.scales[id];
+      } else {
+        kernels::DequantizeRow(w.dtype, w.host.row(id), o, w.cols);
+      }
+      if (scale != 1.f) kernels::ScaleInPlace(o, scale, w.cols);
+    }
+  }
+  void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
+               int64_t n, float eps) override {
+    kernels::RmsNorm(x, w, w_offset, y, n_rows, n, eps);
+  }
+  void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
+    kernels::AddBiasRows(y, b, n_rows, n);
+  }
+  void Add(float* y, const float* x, int64_t n) override { kernels::AddInPlace(y, x, n); }
+  void Scale(float* y, float s, int64_t n) override { kernels::ScaleInPlace(y, s, n); }
+  void Softcap(float* y, float cap, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(y[i] / cap);
+  }
+  void Gated(GatedActivation act, const float* gate, const float* up, float* out,
+             int64_t n) override {
+    if (act == GatedActivation::kSilu) {
+      kernels::SiluMul(gate, up, out, n);
+    } else {
+      kernels::GeluTanhMul(gate, up, out, n);
+    }
+  }
+  void Rope(float* x, int64_t n_heads, int64_t head_dim, const StepBatch& b,
+            const kernels::RopeConfig& cfg, const float* inv_freq) override {
+    for (int64_t t = 0; t < b.n_tokens; ++t)
+      kernels::ApplyRope(x + t * n_heads * head_dim, n_heads, head_dim, b.pos[t], cfg, inv_freq);
+  }
+  void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
+               const float* v) override {
+    const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
+    const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
+    for (int64_t t = 0; t < b.n_tokens; ++t)
+      kernels::KvWrite(kv, b.block_tables[b.seq_of_token[t]], b.pos[t], k + t * kd, v + t * vd);
+  }
+  void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                      const kernels::AttentionParams& p, float* out) override {
+    const int64_t qd = int64_t{p.n_heads} * kv.head_dim, od = int64_t{p.n_heads} * kv.v_head_dim;
+    seqs_.clear();
+    for (int64_t s = 0; s < b.n_seqs; ++s) {
+      const int64_t t0 = b.seq_first_token[s];
+      seqs_.push_back({q + t0 * qd, b.seq_n_tokens[s], b.pos[t0], b.block_tables[s],
+                       out + t0 * od});
+    }
+    kernels::PagedAttentionBatch(seqs_.data(), b.n_seqs, kv, p, pool_);
+  }
+  void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
+                  float* dst) override {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * n_cols, src + int64_t{rows[i]} * n_cols, n_cols * sizeof(float));
+  }
+
+ private:
+  static kernels::Int8Weights Int8(const DeviceMatrix& w) {
+    return {static_cast<const int8_t*>(w.data), w.scales, w.rows, w.cols};
+  }
+
+  ThreadPool* pool_;
+  std::set<void*> blocks_;
+  std::vector<kernels::AttentionSeq> seqs_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> CreateHostDevice(ThreadPool* pool) {
+  return std::make_unique<HostDevice>(pool);
+}
+
+}  // namespace peng::backend

@@ -1,0 +1,68 @@
+// The executor of `--device cuda[:N]`: the engine core's batches on a backend::Device.
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "backend/device.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
+#include "model/layers/device_decoder.h"
+
+namespace peng {
+namespace {
+
+class DeviceExecutor : public Executor {
+ public:
+  DeviceExecutor(int threads, std::unique_ptr<Model> model)
+      : pool_(threads), model_(std::move(model)) {}
+
+  Status Init(const EngineOptions& o) {
+    const auto* decoder = dynamic_cast<const DecoderModel*>(model_.get());
+    if (!decoder)
+      return Unimplemented("--device " + o.device + ": the device graph runs the dense decoder "
+                           "models (Llama, Qwen2, Gemma 3 families) so far, not " +
+                           model_->config().arch);
+    PENG_ASSIGN_OR_RETURN(device_, backend::CreateDevice(o.device, &pool_));
+    PENG_ASSIGN_OR_RETURN(dm_, DeviceDecoderModel::Create(*decoder, device_.get()));
+    const int64_t cap = device_->FreeMemoryBytes() / 10 * 9;
+    PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model_, cap));
+    return dm_->AllocateKvCache(blocks, o.block_size, o.kv_dtype);
+  }
+
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t num_kv_blocks() const override { return dm_->num_kv_blocks(); }
+  int block_size() const override { return dm_->block_size(); }
+  Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
+                 float* logits) override {
+    try {
+      for (const BlockCopy& cp : copies) dm_->CopyBlock(cp.src, cp.dst);
+      return dm_->Forward(batch, logits);
+    } catch (const std::exception& e) {
+      return Internal(std::string("exception in the forward pass: ") + e.what());
+    }
+  }
+  Model& model() override { return *model_; }
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  // Destroyed in reverse: the device model before the device, both before the host model.
+  ThreadPool pool_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<backend::Device> device_;
+  std::unique_ptr<DeviceDecoderModel> dm_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& o,
+                                                         std::unique_ptr<Model> model) {
+  if (!model) return InvalidArgument("no model");
+  if (o.tensor_parallel_size > 1 || o.data_parallel_size > 1)
+    return Unimplemented("--device " + o.device +
+                         " with tensor or data parallelism is not implemented yet");
+  auto ex = std::make_unique<DeviceExecutor>(o.threads, std::move(model));
+  PENG_RETURN_IF_ERROR(ex->Init(o));
+  return std::unique_ptr<Executor>(std::move(ex));
+}
+
+}  // namespace peng
