@@ -13,6 +13,7 @@
 // F16 KV cache the bound is 2e-2 (measured <= 9e-3), top-1 and greedy still identical (the
 // generator picks seeds whose reference top-2 gaps are all > 0.01).
 // The folders have no tokenizer, so everything runs on token ids.
+// PENG_TEST_DEVICE (e.g. cuda) runs the model tests through the engine on that device.
 #include <gtest/gtest.h>
 
 #include "core/test_paths.h"
@@ -55,6 +56,8 @@ StatusOr<std::unique_ptr<Llm>> LoadFolder(const std::string& path, DType kv,
   o.max_model_len = 128;
   o.kv_dtype = kv;
   o.max_num_batched_tokens = max_num_batched_tokens;
+  // PENG_TEST_DEVICE=cuda: the same checks on an accelerator (scripts/gpu_check.sh).
+  if (const char* d = std::getenv("PENG_TEST_DEVICE"); d && *d) o.device = d;
   return Llm::Load(o);
 }
 

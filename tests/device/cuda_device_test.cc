@@ -1,0 +1,367 @@
+// Conformance of the CUDA backend (ctest label `cuda`; every test skips itself -- reported as
+// skipped by ctest -- where no GPU is present; scripts/gpu_check.sh runs them on a GPU machine).
+//
+// 1. Every op against the host device (the CPU kernels; matrices in exact mode: FP32
+//    activations times the dequantized weights) on random inputs. Tolerances, relative to the
+//    largest |value| of the reference output:
+//      GEMV (<= 32 tokens, FP32 throughout)          1e-4
+//      GEMM (prefill, FP16 operands, FP32 accum.)    1e-2
+//      RMSNorm, RoPE, activations, attention         1e-4 (F16 KV: both sides read the same
+//                                                    rounded values)
+// 2. The device graph on CUDA against the same graph on the host device (exact mode, F32 KV):
+//    the steps of device_test_util.h (<= 32 tokens a step, so the GEMV path), every logit
+//    within 1e-3 of the largest |logit|.
+// 3. The golden tests of the real models (tests/golden_check.h) through the engine with
+//    --device cuda: against the float64 HF reference with bounds that allow for the FP16
+//    prefill GEMMs (max |dlogit| <= 0.25 over the top-32, mean <= 0.1, top-1 and greedy
+//    identical outside reference gaps < 0.25).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "core/half.h"
+#include "device_test_util.h"
+#include "golden_check.h"
+#include "kernels/ops.h"
+#include "quant/random_weights.h"
+
+namespace peng {
+namespace {
+
+using backend::Device;
+using backend::DeviceMatrix;
+
+// The device under test: "cuda", or PENG_CONFORMANCE_DEVICE (e.g. "host": the harness itself
+// checked against the reference on a machine without a GPU). Empty: skip.
+std::string DeviceUnderTest() {
+  const char* e = std::getenv("PENG_CONFORMANCE_DEVICE");
+  const std::string spec = e && *e ? e : "cuda";
+  if (spec.rfind("cuda", 0) == 0 && backend::CudaDeviceCount() == 0) return "";
+  return spec;
+}
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string spec = DeviceUnderTest();
+    if (spec.empty()) GTEST_SKIP() << "no CUDA device";
+    auto c = backend::CreateDevice(spec, &pool_);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cuda_ = std::move(*c);
+    auto h = backend::CreateDevice("host", &pool_);
+    ASSERT_TRUE(h.ok());
+    host_ = std::move(*h);
+    kernels::SetExactActivations(true);
+    std::printf("[cuda] %s\n", cuda_->Name().c_str());
+  }
+  void TearDown() override { kernels::SetExactActivations(false); }
+
+  // n floats on both devices from the same host values.
+  struct Pair {
+    float* cuda;
+    float* host;
+  };
+  Pair Upload(const std::vector<float>& v) {
+    auto c = cuda_->UploadFloats(v.data(), static_cast<int64_t>(v.size()));
+    auto h = host_->UploadFloats(v.data(), static_cast<int64_t>(v.size()));
+    EXPECT_TRUE(c.ok() && h.ok());
+    return {*c, *h};
+  }
+  Pair Zeros(int64_t n) { return Upload(std::vector<float>(n, 0.f)); }
+  std::vector<float> Download(const float* p, int64_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(cuda_->CopyToHost(out.data(), p, n * 4).ok());
+    return out;
+  }
+  // The CUDA result of `p` against the host's, within tol of the largest |host value|.
+  void Expect(const Pair& p, int64_t n, double tol, const std::string& what) {
+    const Status s = cuda_->Synchronize();
+    ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
+    const std::vector<float> got = Download(p.cuda, n);
+    double scale = 1e-20, worst = 0;
+    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(double{p.host[i]}));
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = std::abs(double{got[i]} - p.host[i]);
+      if (!(d <= worst)) {
+        worst = d;
+        at = i;
+      }
+    }
+    std::printf("[cuda] %-28s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
+    EXPECT_LE(worst / scale, tol) << what << " at " << at << ": " << got[at] << " vs "
+                                  << p.host[at];
+  }
+  std::vector<float> Random(int64_t n, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng_);
+    return v;
+  }
+
+  ThreadPool pool_{2};
+  std::unique_ptr<Device> cuda_, host_;
+  std::mt19937_64 rng_{1234};
+};
+
+// Random weights of type t [rows, cols] (quant/random_weights.h); INT8 with positive row
+// scales.
+std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols, std::mt19937_64* rng,
+                                  std::vector<float>* int8_scales) {
+  std::vector<uint8_t> w(RowBytes(t, cols) * rows);
+  const Status s = FillRandomWeights(t, rows * cols, w.data(), rng);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (t == DType::kI8) {
+    std::uniform_real_distribution<float> pos(0.001f, 0.02f);
+    int8_scales->resize(rows);
+    for (float& x : *int8_scales) x = pos(*rng);
+  }
+  return w;
+}
+
+TEST_F(CudaTest, MatMulEveryWeightType) {
+  const int64_t rows = 96, cols = 512;  // cols: two K-quant super-blocks
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
+    std::vector<float> scales;
+    const std::vector<uint8_t> bytes = RandomMatrix(t, rows, cols, &rng_, &scales);
+    TensorView view;
+    view.name = std::string("w.") + DTypeName(t);
+    view.dtype = t;
+    view.shape = {rows, cols};
+    view.data = bytes.data();
+    view.size_bytes = bytes.size();
+    auto wc = cuda_->Upload(view, scales.empty() ? nullptr : scales.data());
+    auto wh = host_->Upload(view, scales.empty() ? nullptr : scales.data());
+    ASSERT_TRUE(wc.ok()) << wc.status().ToString();
+    ASSERT_TRUE(wh.ok()) << wh.status().ToString();
+    for (int64_t T : {1, 3, 9, 32, 33, 80}) {  // GEMV (one token, tiles), GEMM from 33
+      const Pair x = Upload(Random(T * cols));
+      const Pair y = Zeros(T * rows);
+      cuda_->MatMul(*wc, x.cuda, T, y.cuda);
+      host_->MatMul(*wh, x.host, T, y.host);
+      Expect(y, T * rows, T <= 32 ? 1e-4 : 1e-2,
+             std::string("MatMul ") + DTypeName(t) + " T=" + std::to_string(T));
+    }
+    // The embedding lookup of the same matrix.
+    const std::vector<int32_t> tokens = {5, 0, 95, 17};
+    backend::StepBatch bc, bh;
+    auto tc = cuda_->Alloc(16);
+    ASSERT_TRUE(tc.ok());
+    ASSERT_TRUE(cuda_->CopyToDevice(*tc, tokens.data(), 16).ok());
+    bc.n_tokens = bh.n_tokens = 4;
+    bc.d_tokens = static_cast<const int32_t*>(*tc);
+    bh.d_tokens = tokens.data();
+    const Pair e = Zeros(4 * cols);
+    cuda_->EmbedRows(*wc, bc, 0.5f, e.cuda);
+    host_->EmbedRows(*wh, bh, 0.5f, e.host);
+    Expect(e, 4 * cols, 1e-6, std::string("EmbedRows ") + DTypeName(t));
+  }
+}
+
+TEST_F(CudaTest, NormsActivationsAndElementwise) {
+  const int64_t rows = 7, n = 640;
+  const Pair x = Upload(Random(rows * n, -3.f, 3.f));
+  const Pair w = Upload(Random(n));
+  const Pair y = Zeros(rows * n);
+  cuda_->RmsNorm(x.cuda, w.cuda, 1.f, y.cuda, rows, n, 1e-6f);
+  host_->RmsNorm(x.host, w.host, 1.f, y.host, rows, n, 1e-6f);
+  Expect(y, rows * n, 1e-5, "RmsNorm");
+  const Pair up = Upload(Random(rows * n));
+  for (auto act : {backend::GatedActivation::kSilu, backend::GatedActivation::kGeluTanh}) {
+    const Pair o = Zeros(rows * n);
+    cuda_->Gated(act, x.cuda, up.cuda, o.cuda, rows * n);
+    host_->Gated(act, x.host, up.host, o.host, rows * n);
+    Expect(o, rows * n, 1e-5, act == backend::GatedActivation::kSilu ? "SiluMul" : "GeluTanhMul");
+  }
+  const Pair b = Upload(Random(n));
+  cuda_->AddBiasRows(y.cuda, b.cuda, rows, n);
+  host_->AddBiasRows(y.host, b.host, rows, n);
+  cuda_->Add(y.cuda, x.cuda, rows * n);
+  host_->Add(y.host, x.host, rows * n);
+  cuda_->Scale(y.cuda, 3.f, rows * n);
+  host_->Scale(y.host, 3.f, rows * n);
+  cuda_->Softcap(y.cuda, 5.f, rows * n);
+  host_->Softcap(y.host, 5.f, rows * n);
+  Expect(y, rows * n, 1e-5, "bias, add, scale, softcap");
+  const std::vector<int32_t> pick = {6, 0, 3};
+  auto pc = cuda_->Alloc(12);
+  ASSERT_TRUE(pc.ok() && cuda_->CopyToDevice(*pc, pick.data(), 12).ok());
+  const Pair g = Zeros(3 * n);
+  cuda_->GatherRows(x.cuda, static_cast<const int32_t*>(*pc), 3, n, g.cuda);
+  host_->GatherRows(x.host, pick.data(), 3, n, g.host);
+  Expect(g, 3 * n, 0, "GatherRows");
+}
+
+// A batch of three sequences (a 21-token prefill from 0, a decode at 40, a 5-token chunk from
+// 30) over 6 blocks of 16 each, with its StepBatch on both devices.
+struct AttnBatch {
+  std::vector<int32_t> pos, seq_of_token, first, count, slot, offsets, tables_flat;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<const int32_t*> table_ptrs;
+  backend::StepBatch host, cuda;
+};
+
+void BuildBatch(Device* cuda, AttnBatch* a) {
+  a->tables = {{4, 1, 0}, {2, 5, 3}, {7, 6, 8}};
+  const int64_t pos0[] = {0, 40, 30}, n[] = {21, 1, 5};
+  for (int s = 0; s < 3; ++s) {
+    a->first.push_back(static_cast<int32_t>(a->pos.size()));
+    a->count.push_back(static_cast<int32_t>(n[s]));
+    a->offsets.push_back(static_cast<int32_t>(a->tables_flat.size()));
+    a->tables_flat.insert(a->tables_flat.end(), a->tables[s].begin(), a->tables[s].end());
+    a->table_ptrs.push_back(a->tables[s].data());
+    for (int64_t i = 0; i < n[s]; ++i) {
+      const int64_t p = pos0[s] + i;
+      a->pos.push_back(static_cast<int32_t>(p));
+      a->seq_of_token.push_back(s);
+      a->slot.push_back(a->tables[s][p / 16] * 16 + static_cast<int32_t>(p % 16));
+    }
+  }
+  backend::StepBatch& h = a->host;
+  h.n_tokens = static_cast<int64_t>(a->pos.size());
+  h.n_seqs = 3;
+  h.block_size = 16;
+  h.pos = a->pos.data();
+  h.seq_of_token = a->seq_of_token.data();
+  h.seq_first_token = a->first.data();
+  h.seq_n_tokens = a->count.data();
+  h.block_tables = a->table_ptrs.data();
+  a->cuda = h;
+  auto up = [&](const std::vector<int32_t>& v) {
+    auto p = cuda->Alloc(static_cast<int64_t>(v.size() * 4));
+    EXPECT_TRUE(p.ok() && cuda->CopyToDevice(*p, v.data(), v.size() * 4).ok());
+    return static_cast<const int32_t*>(*p);
+  };
+  a->cuda.d_pos = up(a->pos);
+  a->cuda.d_slot = up(a->slot);
+  a->cuda.d_seq_of_token = up(a->seq_of_token);
+  a->cuda.d_table_offset = up(a->offsets);
+  a->cuda.d_tables = up(a->tables_flat);
+}
+
+TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
+  AttnBatch a;
+  BuildBatch(cuda_.get(), &a);
+  const int64_t T = a.host.n_tokens;
+  for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (int hd : {64, 128, 256}) {
+      const int H = 8, KV = 2;
+      const std::string tag = std::string(DTypeName(kv_type)) + " hd=" + std::to_string(hd);
+      kernels::RopeConfig rope;
+      rope.rot_dim = hd;
+      rope.theta = 10000.f;
+      for (auto style : {kernels::RopeStyle::kNeox, kernels::RopeStyle::kInterleaved}) {
+        rope.style = style;
+        std::vector<float> inv(hd / 2);
+        kernels::ComputeRopeInvFreq(rope, inv.data());
+        const Pair f = Upload(inv);
+        const Pair q = Upload(Random(T * H * hd));
+        cuda_->Rope(q.cuda, H, hd, a.cuda, rope, f.cuda);
+        host_->Rope(q.host, H, hd, a.host, rope, f.host);
+        Expect(q, T * H * hd, 1e-5, "Rope " + tag);
+      }
+      // A cache of 9 blocks holding random K/V at every position the batch's sequences have
+      // before it, then the batch's own K/V written by KvWrite.
+      kernels::KvLayerView kc, kh;
+      kc.dtype = kh.dtype = kv_type;
+      kc.num_blocks = kh.num_blocks = 9;
+      kc.block_size = kh.block_size = 16;
+      kc.n_kv_heads = kh.n_kv_heads = KV;
+      kc.head_dim = kh.head_dim = kc.v_head_dim = kh.v_head_dim = hd;
+      const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
+      std::vector<uint8_t> k0(bytes), v0(bytes);
+      {
+        const std::vector<float> rk = Random(bytes / RowBytes(kv_type, 1));
+        const std::vector<float> rv = Random(bytes / RowBytes(kv_type, 1));
+        for (size_t i = 0; i < rk.size(); ++i) {
+          if (kv_type == DType::kF16) {
+            const uint16_t hk = F32ToF16(rk[i]), hv = F32ToF16(rv[i]);
+            std::memcpy(&k0[2 * i], &hk, 2);
+            std::memcpy(&v0[2 * i], &hv, 2);
+          } else {
+            std::memcpy(&k0[4 * i], &rk[i], 4);
+            std::memcpy(&v0[4 * i], &rv[i], 4);
+          }
+        }
+      }
+      for (auto [view, dev] : {std::pair{&kc, cuda_.get()}, std::pair{&kh, host_.get()}}) {
+        view->k = *dev->Alloc(bytes);
+        view->v = *dev->Alloc(bytes);
+        ASSERT_TRUE(dev->CopyToDevice(view->k, k0.data(), bytes).ok());
+        ASSERT_TRUE(dev->CopyToDevice(view->v, v0.data(), bytes).ok());
+      }
+      const Pair k = Upload(Random(T * KV * hd)), v = Upload(Random(T * KV * hd));
+      cuda_->KvWrite(kc, a.cuda, k.cuda, v.cuda);
+      host_->KvWrite(kh, a.host, k.host, v.host);
+      const Pair q = Upload(Random(T * H * hd));
+      for (int window : {0, 8}) {
+        for (float softcap : {0.f, 20.f}) {
+          kernels::AttentionParams p;
+          p.n_heads = H;
+          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+          p.sliding_window = window;
+          p.softcap = softcap;
+          const Pair o = Zeros(T * H * hd);
+          cuda_->PagedAttention(q.cuda, kc, a.cuda, p, o.cuda);
+          host_->PagedAttention(q.host, kh, a.host, p, o.host);
+          Expect(o, T * H * hd, 1e-4,
+                 "PagedAttention " + tag + " window=" + std::to_string(window) +
+                     (softcap > 0 ? " softcap" : ""));
+        }
+      }
+      // Copy-on-write of a block.
+      cuda_->CopyKvBlock(kc, 4, 8);
+      host_->CopyKvBlock(kh, 4, 8);
+      std::vector<uint8_t> got(bytes);
+      ASSERT_TRUE(cuda_->CopyToHost(got.data(), kc.k, bytes).ok());
+      EXPECT_EQ(std::memcmp(got.data(), kh.k, bytes), 0) << "KV cache after writes and a copy";
+    }
+  }
+}
+
+TEST_F(CudaTest, DecoderGraphMatchesTheHostDevice) {
+  for (const std::string& path : device_test::ModelPaths()) {
+    SCOPED_TRACE(path);
+    std::unique_ptr<Model> model = device_test::Load(path);
+    ASSERT_NE(model, nullptr);
+    const device_test::Run h = device_test::RunDevice(*model, host_.get(), DType::kF32);
+    const device_test::Run c = device_test::RunDevice(*model, cuda_.get(), DType::kF32);
+    ASSERT_EQ(h.logits.size(), c.logits.size());
+    for (size_t i = 0; i < h.logits.size(); ++i) {
+      double scale = 1e-20, worst = 0;
+      for (float v : h.logits[i]) scale = std::max(scale, std::abs(double{v}));
+      for (size_t j = 0; j < h.logits[i].size(); ++j)
+        worst = std::max(worst, std::abs(double{h.logits[i][j]} - c.logits[i][j]));
+      std::printf("[cuda] graph %s step %zu: max |dlogit| / max |logit| = %.2e\n", path.c_str(),
+                  i, worst / scale);
+      EXPECT_LE(worst / scale, 1e-3) << "step " << i;
+    }
+  }
+}
+
+constexpr golden::Bounds kCudaHf = {true, 0.25, 0.1, 0.25};
+
+class CudaGoldenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DeviceUnderTest().empty()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+TEST_F(CudaGoldenTest, SmolLM2) {
+  golden::CheckModel("smollm2-135m-instruct-q4_1.hf.json", kCudaHf, DeviceUnderTest());
+}
+TEST_F(CudaGoldenTest, Gemma3) {
+  golden::CheckModel("gemma-3-270m-q4_k_m.hf.json", kCudaHf, DeviceUnderTest());
+}
+TEST_F(CudaGoldenTest, Qwen25Coder) {
+  golden::CheckModel("qwen2.5-coder-0.5b-instruct-q4_k_m.hf.json", kCudaHf, DeviceUnderTest());
+}
+
+}  // namespace
+}  // namespace peng

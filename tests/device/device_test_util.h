@@ -1,0 +1,143 @@
+// Shared by the device tests: a DecoderModel run on the CPU path (its own KvCache) and the same
+// model's graph on a backend::Device (DeviceDecoderModel), fed identical steps -- two prefills
+// of different lengths (one with logits for every token), then decode steps for both, then a
+// third sequence that starts from a copy of the first one's first block (copy-on-write) --
+// with every step's logits collected.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/device.h"
+#include "core/test_paths.h"
+#include "model/kv_cache.h"
+#include "model/layers/decoder.h"
+#include "model/layers/device_decoder.h"
+#include "model/registry.h"
+
+namespace peng::device_test {
+
+constexpr int kBlockSize = 16;
+constexpr int64_t kBlocks = 16;
+
+// The models the graph is checked on: the tiny HF fixtures (Llama, Qwen2 with biases, Gemma 3
+// with q/k norms, post norms, sliding windows and soft-capping) and the real GGUF files
+// (skipped when not downloaded).
+inline std::vector<std::string> ModelPaths(bool with_tiny = true) {
+  std::vector<std::string> out;
+  if (with_tiny)
+    for (const char* m : {"llama", "qwen2", "gemma3"})
+      out.push_back(test_util::SourceDir() + "/tests/data/hf_tiny/" + m);
+  for (const char* f : {"smollm2-135m-instruct-q4_1.gguf", "gemma-3-270m-q4_k_m.gguf",
+                        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}) {
+    const std::string p = test_util::ModelFile(f);
+    if (!p.empty()) out.push_back(p);
+  }
+  return out;
+}
+
+// The steps: token ids derived from the vocabulary size so every model gets valid ones.
+struct Steps {
+  std::vector<ForwardBatch> batches;
+  std::vector<std::vector<int32_t>> tables;  // block tables (sequence -> blocks)
+  std::vector<std::pair<int32_t, int32_t>> copies_before;  // per batch: block copy or {-1,-1}
+};
+
+inline Steps MakeSteps(int64_t vocab) {
+  Steps s;
+  s.tables = {{0, 1, 2}, {3, 4, 5}, {6, 7, 8}};
+  auto tok = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % vocab); };
+  auto seq = [&](int si, int64_t n, int64_t pos0, bool all) {
+    SeqBatchEntry e;
+    e.n_tokens = n;
+    e.pos0 = pos0;
+    e.block_table = s.tables[si].data();
+    e.n_blocks = static_cast<int64_t>(s.tables[si].size());
+    e.all_logits = all;
+    return e;
+  };
+  ForwardBatch prefill;  // 20 + 7 tokens
+  for (int64_t i = 0; i < 20; ++i) prefill.tokens.push_back(tok(i));
+  for (int64_t i = 0; i < 7; ++i) prefill.tokens.push_back(tok(100 + i));
+  prefill.seqs = {seq(0, 20, 0, true), seq(1, 7, 0, false)};
+  s.batches.push_back(prefill);
+  s.copies_before.push_back({-1, -1});
+  for (int step = 0; step < 3; ++step) {  // decode both
+    ForwardBatch d;
+    d.tokens = {tok(200 + step), tok(300 + step)};
+    d.seqs = {seq(0, 1, 20 + step, false), seq(1, 1, 7 + step, false)};
+    s.batches.push_back(d);
+    s.copies_before.push_back({-1, -1});
+  }
+  // Sequence 2 shares sequence 0's first 16 tokens: block 0 copied into block 6, then its own
+  // tokens from position 16 on, next to a decode of sequence 0.
+  ForwardBatch fork;
+  for (int64_t i = 0; i < 5; ++i) fork.tokens.push_back(tok(400 + i));
+  fork.tokens.push_back(tok(500));
+  fork.seqs = {seq(2, 5, 16, true), seq(0, 1, 23, false)};
+  s.batches.push_back(fork);
+  s.copies_before.push_back({0, 6});
+  return s;
+}
+
+struct Run {
+  std::vector<std::vector<float>> logits;  // per step
+  std::vector<float> hidden;               // the first step's residual stream (capture)
+};
+
+// The CPU engine path: DecoderModel::Forward over a host KvCache.
+inline Run RunCpu(Model& model, DType kv_dtype, ThreadPool* pool) {
+  Run r;
+  const ModelConfig& c = model.config();
+  auto kv = KvCache::Create(model.kv_spec(), kBlocks, kBlockSize, kv_dtype);
+  EXPECT_TRUE(kv.ok());
+  Steps s = MakeSteps(c.vocab_size);
+  for (size_t i = 0; i < s.batches.size(); ++i) {
+    if (s.copies_before[i].first >= 0)
+      (*kv)->CopyBlock(s.copies_before[i].first, s.copies_before[i].second);
+    ForwardBatch& b = s.batches[i];
+    if (i == 0) b.capture_hidden = &r.hidden;
+    std::vector<float> logits(b.NumLogitRows() * c.vocab_size);
+    Status st = model.Forward(b, kv->get(), logits.data(), pool);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    r.logits.push_back(std::move(logits));
+  }
+  return r;
+}
+
+// The device graph on `device`.
+inline Run RunDevice(Model& model, backend::Device* device, DType kv_dtype) {
+  Run r;
+  const ModelConfig& c = model.config();
+  auto* decoder = dynamic_cast<DecoderModel*>(&model);
+  EXPECT_NE(decoder, nullptr);
+  if (!decoder) return r;
+  auto dm = DeviceDecoderModel::Create(*decoder, device);
+  EXPECT_TRUE(dm.ok()) << dm.status().ToString();
+  if (!dm.ok()) return r;
+  Status st = (*dm)->AllocateKvCache(kBlocks, kBlockSize, kv_dtype);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  Steps s = MakeSteps(c.vocab_size);
+  for (size_t i = 0; i < s.batches.size(); ++i) {
+    if (s.copies_before[i].first >= 0)
+      (*dm)->CopyBlock(s.copies_before[i].first, s.copies_before[i].second);
+    ForwardBatch& b = s.batches[i];
+    if (i == 0) b.capture_hidden = &r.hidden;
+    std::vector<float> logits(b.NumLogitRows() * c.vocab_size);
+    st = (*dm)->Forward(b, logits.data());
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    r.logits.push_back(std::move(logits));
+  }
+  return r;
+}
+
+inline std::unique_ptr<Model> Load(const std::string& path) {
+  auto m = LoadModel(path);
+  EXPECT_TRUE(m.ok()) << path << ": " << m.status().ToString();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+}  // namespace peng::device_test
