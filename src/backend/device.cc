@@ -17,6 +17,32 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
   return static_cast<float*>(p);
 }
 
+StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView*>& experts,
+                                              std::vector<void*>* allocs) {
+  if (experts.empty()) return InvalidArgument("no experts to upload");
+  DeviceExperts out;
+  std::vector<const uint8_t*> ptrs;
+  for (const TensorView* t : experts) {
+    PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Upload(*t, nullptr));
+    if (m.data != t->data) allocs->push_back(const_cast<void*>(m.data));
+    if (!out.experts.empty() &&
+        (m.dtype != out.dtype || m.rows != out.rows || m.cols != out.cols))
+      return InvalidArgument(t->name + ": experts of one layer differ in type or shape");
+    out.dtype = m.dtype;
+    out.rows = m.rows;
+    out.cols = m.cols;
+    out.row_bytes = m.row_bytes;
+    ptrs.push_back(static_cast<const uint8_t*>(m.data));
+    out.experts.push_back(std::move(m));
+  }
+  const int64_t bytes = static_cast<int64_t>(ptrs.size() * sizeof(void*));
+  PENG_ASSIGN_OR_RETURN(void* table, Alloc(bytes));
+  allocs->push_back(table);
+  PENG_RETURN_IF_ERROR(CopyToDevice(table, ptrs.data(), bytes));
+  out.data = static_cast<const uint8_t* const*>(table);
+  return out;
+}
+
 void Device::CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst) {
   const int64_t es = static_cast<int64_t>(RowBytes(kv.dtype, 1));
   const int64_t kb = int64_t{kv.block_size} * kv.n_kv_heads * kv.head_dim * es;

@@ -2,7 +2,7 @@
 // memory, a stream of work, and the operator set the models use, each op an asynchronous call
 // on the device's stream over device pointers. A backend (CUDA today; Ascend CANN/ACL is the
 // planned sibling, docs/ascend.md) implements this class and nothing else: the graph
-// (model/layers/device_decoder.h), the scheduler, the KV block manager and sampling stay on the
+// (model/device_model.h), the scheduler, the KV block manager and sampling stay on the
 // host and are shared.
 //
 // HostDevice (CreateDevice("host")) implements the interface over peng's CPU kernels, in host
@@ -20,11 +20,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "kernels/mla.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 
 namespace peng::backend {
@@ -38,6 +41,16 @@ struct DeviceMatrix {
   const void* data = nullptr;     // device pointer
   const float* scales = nullptr;  // device pointer, INT8 only
   TensorView host;                // the host bytes it was uploaded from (HostDevice runs on them)
+};
+
+// The stacked weights of a mixture-of-experts layer: n matrices [rows, cols] of one type (the
+// gate, up or down projections of every routed expert).
+struct DeviceExperts {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  const uint8_t* const* data = nullptr;  // device array of the experts' device pointers
+  std::vector<DeviceMatrix> experts;     // each one (the host device runs on their views)
 };
 
 // One forward step's sequences as the device ops see them. The host arrays are always valid;
@@ -88,15 +101,20 @@ class Device {
   virtual StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) = 0;
   // Uploads n FP32 values (norm weights, biases, RoPE frequencies).
   StatusOr<float*> UploadFloats(const float* host, int64_t n);
+  // Uploads one matrix per expert (same type and shape) and the table of their pointers; the
+  // allocations are appended to *allocs.
+  StatusOr<DeviceExperts> UploadExperts(const std::vector<const TensorView*>& experts,
+                                        std::vector<void*>* allocs);
 
   // --- operators
   // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.
   virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
   // out[t] = W[tokens[t], :] * scale, dequantized (embedding lookup).
   virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) = 0;
-  // y = x / sqrt(mean(x^2) + eps) * (w + w_offset) over n_rows rows of n (kernels::RmsNorm).
+  // y = x / sqrt(mean(x^2) + eps) * (w + w_offset) over n_rows rows of n (kernels::RmsNorm);
+  // row r of x and y starts at r * stride (stride 0: n).
   virtual void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
-                       int64_t n, float eps) = 0;
+                       int64_t n, float eps, int64_t stride = 0) = 0;
   // y[t * n + i] += b[i].
   virtual void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) = 0;
   // y[i] += x[i].
@@ -108,11 +126,14 @@ class Device {
   // out[i] = act(gate[i]) * up[i].
   virtual void Gated(GatedActivation act, const float* gate, const float* up, float* out,
                      int64_t n) = 0;
-  // Rotates x [n_tokens, n_heads, head_dim] in place, token t at position b.pos[t]
-  // (kernels::ApplyRope); inv_freq: rot_dim / 2 device floats.
-  virtual void Rope(float* x, int64_t n_heads, int64_t head_dim, const StepBatch& b,
-                    const kernels::RopeConfig& cfg, const float* inv_freq) = 0;
-  // Writes each token's k [n_kv_heads, head_dim] and v [n_kv_heads, v_head_dim] into its slot.
+  // Rotates the first cfg.rot_dim values of each of n_heads heads in place (kernels::ApplyRope):
+  // head h of token t starts at x + t * token_stride + h * head_stride, token t at position
+  // b.pos[t]; inv_freq: rot_dim / 2 device floats.
+  virtual void Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+                    const StepBatch& b, const kernels::RopeConfig& cfg,
+                    const float* inv_freq) = 0;
+  // Writes each token's k [n_kv_heads, head_dim] and v [n_kv_heads, v_head_dim] into its slot;
+  // an MLA latent cache (kernels/mla.h: v_head_dim 0) takes only k, the row [c | k_pe].
   virtual void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
                        const float* v) = 0;
   // Causal paged attention of every token of the batch over its sequence's cache (positions
@@ -120,6 +141,29 @@ class Device {
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
   virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out) = 0;
+  // --- multi-head latent attention (kernels/mla.h), w_kvb the FP32 [H][d_nope + d_v][r] kv_b
+  // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
+  virtual void MlaAbsorbQuery(const float* q, int64_t n_tokens, const float* w_kvb,
+                              const kernels::MlaParams& p, float* out) = 0;
+  // Absorbed causal attention over the latent cache: q [T, H, r + d_rope] -> out [T, H, r].
+  virtual void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                            const kernels::MlaParams& p, float* out) = 0;
+  // o_lat [T, H, r] -> out [T, H * d_v] (W_UV o_lat per head).
+  virtual void MlaProjectOutput(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+                                const kernels::MlaParams& p, float* out) = 0;
+
+  // --- mixture of experts
+  // Router logits [T, n_experts] -> ids, w [T, k] (kernels::MoeRoute); bias: device or null.
+  virtual void MoeRoute(const float* logits, const float* bias, int64_t n_tokens,
+                        const kernels::MoeRouting& p, int32_t* ids, float* w) = 0;
+  // For every token t and slot j < k: y[(t k + j) rows + r] = W_e[r, :] . x_(t, j) with
+  // e = ids[t k + j] and x_(t, j) the row t k + j of x when x_per_slot, else row t.
+  virtual void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t n_tokens,
+                             const int32_t* ids, int k, bool x_per_slot, float* y) = 0;
+  // out[t n + i] += sum_j w[t k + j] * y[(t k + j) n + i].
+  virtual void SlotSum(const float* y, const float* w, int64_t n_tokens, int k, int64_t n,
+                       float* out) = 0;
+
   // dst[i] = src[rows[i]] for n rows of n_cols floats; rows: device int32.
   virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                           float* dst) = 0;

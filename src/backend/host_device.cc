@@ -90,8 +90,13 @@ class HostDevice final : public Device {
     }
   }
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
-               int64_t n, float eps) override {
-    kernels::RmsNorm(x, w, w_offset, y, n_rows, n, eps);
+               int64_t n, float eps, int64_t stride) override {
+    if (stride == 0 || stride == n) {
+      kernels::RmsNorm(x, w, w_offset, y, n_rows, n, eps);
+      return;
+    }
+    for (int64_t r = 0; r < n_rows; ++r)
+      kernels::RmsNorm(x + r * stride, w, w_offset, y + r * stride, 1, n, eps);
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
     kernels::AddBiasRows(y, b, n_rows, n);
@@ -109,17 +114,23 @@ class HostDevice final : public Device {
       kernels::GeluTanhMul(gate, up, out, n);
     }
   }
-  void Rope(float* x, int64_t n_heads, int64_t head_dim, const StepBatch& b,
-            const kernels::RopeConfig& cfg, const float* inv_freq) override {
+  void Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+            const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) override {
     for (int64_t t = 0; t < b.n_tokens; ++t)
-      kernels::ApplyRope(x + t * n_heads * head_dim, n_heads, head_dim, b.pos[t], cfg, inv_freq);
+      kernels::ApplyRope(x + t * token_stride, n_heads, head_stride, b.pos[t], cfg, inv_freq);
   }
   void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
                const float* v) override {
     const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
     const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
-    for (int64_t t = 0; t < b.n_tokens; ++t)
-      kernels::KvWrite(kv, b.block_tables[b.seq_of_token[t]], b.pos[t], k + t * kd, v + t * vd);
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+      const int32_t* table = b.block_tables[b.seq_of_token[t]];
+      if (kv.v_head_dim == 0) {
+        kernels::MlaKvWrite(kv, table, b.pos[t], k + t * kd);
+      } else {
+        kernels::KvWrite(kv, table, b.pos[t], k + t * kd, v + t * vd);
+      }
+    }
   }
   void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                       const kernels::AttentionParams& p, float* out) override {
@@ -131,6 +142,42 @@ class HostDevice final : public Device {
                        out + t0 * od});
     }
     kernels::PagedAttentionBatch(seqs_.data(), b.n_seqs, kv, p, pool_);
+  }
+  void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
+                      float* out) override {
+    kernels::MlaAbsorbQuery(q, T, w_kvb, p, out, pool_);
+  }
+  void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                    const kernels::MlaParams& p, float* out) override {
+    const int64_t qd = int64_t{p.n_heads} * kv.head_dim, od = int64_t{p.n_heads} * p.kv_lora_rank;
+    for (int64_t s = 0; s < b.n_seqs; ++s) {
+      const int64_t t0 = b.seq_first_token[s];
+      kernels::MlaPagedAttention(q + t0 * qd, b.seq_n_tokens[s], b.pos[t0], kv, b.block_tables[s],
+                                 p, out + t0 * od, pool_);
+    }
+  }
+  void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
+                        const kernels::MlaParams& p, float* out) override {
+    kernels::MlaProjectOutput(o_lat, T, w_kvb, p, out, pool_);
+  }
+  void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
+                int32_t* ids, float* w) override {
+    kernels::MoeRoute(logits, bias, T, p, ids, w);
+  }
+  void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
+                     bool x_per_slot, float* y) override {
+    for (int64_t i = 0; i < T * k; ++i) {
+      const float* xi = x + (x_per_slot ? i : i / k) * w.cols;
+      kernels::MatMul(w.experts[ids[i]].host, xi, 1, y + i * w.rows, pool_);
+    }
+  }
+  void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j) {
+        const float wj = w[t * k + j];
+        const float* yj = y + (t * k + j) * n;
+        for (int64_t i = 0; i < n; ++i) out[t * n + i] += wj * yj[i];
+      }
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {

@@ -6,7 +6,7 @@
 #include "backend/device.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
-#include "model/layers/device_decoder.h"
+#include "model/device_model.h"
 
 namespace peng {
 namespace {
@@ -17,13 +17,8 @@ class DeviceExecutor : public Executor {
       : pool_(threads), model_(std::move(model)) {}
 
   Status Init(const EngineOptions& o) {
-    const auto* decoder = dynamic_cast<const DecoderModel*>(model_.get());
-    if (!decoder)
-      return Unimplemented("--device " + o.device + ": the device graph runs the dense decoder "
-                           "models (Llama, Qwen2, Gemma 3 families) so far, not " +
-                           model_->config().arch);
     PENG_ASSIGN_OR_RETURN(device_, backend::CreateDevice(o.device, &pool_));
-    PENG_ASSIGN_OR_RETURN(dm_, DeviceDecoderModel::Create(*decoder, device_.get()));
+    PENG_ASSIGN_OR_RETURN(dm_, DeviceModel::Create(*model_, device_.get()));
     const int64_t cap = device_->FreeMemoryBytes() / 10 * 9;
     PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model_, cap));
     return dm_->AllocateKvCache(blocks, o.block_size, o.kv_dtype);
@@ -49,7 +44,7 @@ class DeviceExecutor : public Executor {
   ThreadPool pool_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<backend::Device> device_;
-  std::unique_ptr<DeviceDecoderModel> dm_;
+  std::unique_ptr<DeviceModel> dm_;
 };
 
 }  // namespace

@@ -262,8 +262,8 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
         kernels::ComputeRopeInvFreq(rope, inv.data());
         const Pair f = Upload(inv);
         const Pair q = Upload(Random(T * H * hd));
-        cuda_->Rope(q.cuda, H, hd, a.cuda, rope, f.cuda);
-        host_->Rope(q.host, H, hd, a.host, rope, f.host);
+        cuda_->Rope(q.cuda, H, hd, H * hd, a.cuda, rope, f.cuda);
+        host_->Rope(q.host, H, hd, H * hd, a.host, rope, f.host);
         Expect(q, T * H * hd, 1e-5, "Rope " + tag);
       }
       // A cache of 9 blocks holding random K/V at every position the batch's sequences have
@@ -322,6 +322,163 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       ASSERT_TRUE(cuda_->CopyToHost(got.data(), kc.k, bytes).ok());
       EXPECT_EQ(std::memcmp(got.data(), kh.k, bytes), 0) << "KV cache after writes and a copy";
     }
+  }
+}
+
+TEST_F(CudaTest, MlaOps) {
+  // V2-Lite's shapes: 16 heads, r 512, d_nope 128, d_rope 64, d_v 128.
+  AttnBatch a;
+  BuildBatch(cuda_.get(), &a);
+  const int64_t T = a.host.n_tokens;
+  kernels::MlaParams p;
+  p.n_heads = 16;
+  p.kv_lora_rank = 512;
+  p.d_nope = 128;
+  p.d_rope = 64;
+  p.d_v = 128;
+  p.scale = 0.1f;
+  const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope, dqk = p.d_nope + p.d_rope;
+  const Pair w_kvb = Upload(Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f));
+  const Pair q = Upload(Random(T * H * dqk));
+  const Pair qa = Zeros(T * H * row);
+  cuda_->MlaAbsorbQuery(q.cuda, T, w_kvb.cuda, p, qa.cuda);
+  host_->MlaAbsorbQuery(q.host, T, w_kvb.host, p, qa.host);
+  Expect(qa, T * H * row, 1e-4, "MlaAbsorbQuery");
+  // Strided RMSNorm of the latent part of each row and RoPE of its k_pe (as the graph does).
+  const Pair ckv = Upload(Random(T * row));
+  const Pair norm_w = Upload(Random(r));
+  cuda_->RmsNorm(ckv.cuda, norm_w.cuda, 0.f, ckv.cuda, T, r, 1e-6f, row);
+  host_->RmsNorm(ckv.host, norm_w.host, 0.f, ckv.host, T, r, 1e-6f, row);
+  kernels::RopeConfig rope;
+  rope.rot_dim = p.d_rope;
+  rope.style = kernels::RopeStyle::kInterleaved;
+  std::vector<float> inv(p.d_rope / 2);
+  kernels::ComputeRopeInvFreq(rope, inv.data());
+  const Pair f = Upload(inv);
+  cuda_->Rope(ckv.cuda + r, 1, row, row, a.cuda, rope, f.cuda);
+  host_->Rope(ckv.host + r, 1, row, row, a.host, rope, f.host);
+  cuda_->Rope(q.cuda + p.d_nope, H, dqk, H * dqk, a.cuda, rope, f.cuda);
+  host_->Rope(q.host + p.d_nope, H, dqk, H * dqk, a.host, rope, f.host);
+  Expect(ckv, T * row, 1e-5, "strided RmsNorm + RoPE (k_pe)");
+  Expect(q, T * H * dqk, 1e-5, "strided RoPE (q_pe)");
+  for (DType kv_type : {DType::kF32, DType::kF16}) {
+    kernels::KvLayerView kc, kh;
+    kc.dtype = kh.dtype = kv_type;
+    kc.num_blocks = kh.num_blocks = 9;
+    kc.block_size = kh.block_size = 16;
+    kc.n_kv_heads = kh.n_kv_heads = 1;
+    kc.head_dim = kh.head_dim = static_cast<int>(row);
+    kc.v_head_dim = kh.v_head_dim = 0;
+    const int64_t n = 9 * 16 * row;
+    const int64_t bytes = n * static_cast<int64_t>(RowBytes(kv_type, 1));
+    std::vector<uint8_t> init(bytes);
+    const std::vector<float> rv = Random(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (kv_type == DType::kF16) {
+        const uint16_t h = F32ToF16(rv[i]);
+        std::memcpy(&init[2 * i], &h, 2);
+      } else {
+        std::memcpy(&init[4 * i], &rv[i], 4);
+      }
+    }
+    for (auto [view, dev] : {std::pair{&kc, cuda_.get()}, std::pair{&kh, host_.get()}}) {
+      view->k = *dev->Alloc(bytes);
+      ASSERT_TRUE(dev->CopyToDevice(view->k, init.data(), bytes).ok());
+    }
+    cuda_->KvWrite(kc, a.cuda, ckv.cuda, nullptr);
+    host_->KvWrite(kh, a.host, ckv.host, nullptr);
+    const Pair ol = Zeros(T * H * r);
+    cuda_->MlaAttention(qa.cuda, kc, a.cuda, p, ol.cuda);
+    host_->MlaAttention(qa.host, kh, a.host, p, ol.host);
+    Expect(ol, T * H * r, 1e-4, std::string("MlaAttention ") + DTypeName(kv_type));
+    const Pair out = Zeros(T * H * p.d_v);
+    cuda_->MlaProjectOutput(ol.cuda, T, w_kvb.cuda, p, out.cuda);
+    host_->MlaProjectOutput(ol.host, T, w_kvb.host, p, out.host);
+    Expect(out, T * H * p.d_v, 1e-4, std::string("MlaProjectOutput ") + DTypeName(kv_type));
+  }
+}
+
+TEST_F(CudaTest, MoeOps) {
+  const int64_t T = 37, D = 256, I = 96;
+  for (auto method : {kernels::MoeRouting::Method::kGreedy,
+                      kernels::MoeRouting::Method::kGroupLimitedGreedy,
+                      kernels::MoeRouting::Method::kNoauxTc}) {
+    kernels::MoeRouting p;
+    p.n_experts = 64;
+    p.k = 6;
+    p.n_group = 8;
+    p.topk_group = 3;
+    p.method = method;
+    p.sigmoid = method == kernels::MoeRouting::Method::kNoauxTc;
+    p.norm_topk_prob = true;
+    p.routed_scaling_factor = 2.5f;
+    const Pair logits = Upload(Random(T * p.n_experts, -4.f, 4.f));
+    const Pair bias = Upload(Random(p.n_experts, -0.1f, 0.1f));
+    const bool with_bias = method == kernels::MoeRouting::Method::kNoauxTc;
+    auto ids_c = cuda_->Alloc(T * p.k * 4);
+    ASSERT_TRUE(ids_c.ok());
+    std::vector<int32_t> ids_h(T * p.k), ids_got(T * p.k);
+    const Pair w = Zeros(T * p.k);
+    cuda_->MoeRoute(logits.cuda, with_bias ? bias.cuda : nullptr, T, p,
+                    static_cast<int32_t*>(*ids_c), w.cuda);
+    host_->MoeRoute(logits.host, with_bias ? bias.host : nullptr, T, p, ids_h.data(), w.host);
+    ASSERT_TRUE(cuda_->CopyToHost(ids_got.data(), *ids_c, T * p.k * 4).ok());
+    EXPECT_EQ(ids_got, ids_h) << "routing method " << static_cast<int>(method);
+    Expect(w, T * p.k, 1e-6, "MoeRoute weights");
+    // The selected experts' products (64 experts of Q4_K gate/up and Q6_K down).
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<TensorView> views;
+    std::vector<const TensorView*> gate, down;
+    for (int e = 0; e < 2 * p.n_experts; ++e) {
+      const bool is_down = e >= p.n_experts;
+      const DType t = is_down ? DType::kQ6_K : DType::kQ4_K;
+      const int64_t rows = is_down ? D : I, cols = is_down ? 256 : D;
+      std::vector<float> unused;
+      bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
+      TensorView v;
+      v.name = "expert";
+      v.dtype = t;
+      v.shape = {rows, cols};
+      v.data = bytes.back().data();
+      v.size_bytes = bytes.back().size();
+      views.push_back(v);
+    }
+    for (int e = 0; e < 2 * p.n_experts; ++e)
+      (e < p.n_experts ? gate : down).push_back(&views[e]);
+    std::vector<void*> allocs_c, allocs_h;
+    auto gc = cuda_->UploadExperts(gate, &allocs_c);
+    auto gh = host_->UploadExperts(gate, &allocs_h);
+    auto dc = cuda_->UploadExperts(down, &allocs_c);
+    auto dh = host_->UploadExperts(down, &allocs_h);
+    ASSERT_TRUE(gc.ok() && gh.ok() && dc.ok() && dh.ok());
+    const Pair x = Upload(Random(T * D));
+    const Pair g = Zeros(T * p.k * I);
+    cuda_->ExpertsMatMul(*gc, x.cuda, T, static_cast<int32_t*>(*ids_c), p.k, false, g.cuda);
+    host_->ExpertsMatMul(*gh, x.host, T, ids_h.data(), p.k, false, g.host);
+    Expect(g, T * p.k * I, 1e-4, "ExpertsMatMul Q4_K (per token)");
+    // down: [T * k, 256] inputs, one per slot
+    const Pair act = Upload(Random(T * p.k * 256));
+    const Pair ys = Zeros(T * p.k * D);
+    cuda_->ExpertsMatMul(*dc, act.cuda, T, static_cast<int32_t*>(*ids_c), p.k, true, ys.cuda);
+    host_->ExpertsMatMul(*dh, act.host, T, ids_h.data(), p.k, true, ys.host);
+    Expect(ys, T * p.k * D, 1e-4, "ExpertsMatMul Q6_K (per slot)");
+    const Pair o = Upload(Random(T * D));
+    cuda_->SlotSum(ys.cuda, w.cuda, T, p.k, D, o.cuda);
+    host_->SlotSum(ys.host, w.host, T, p.k, D, o.host);
+    Expect(o, T * D, 1e-5, "SlotSum");
+  }
+}
+
+TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
+  for (const std::string& path : device_test::DeepseekPaths()) {
+    SCOPED_TRACE(path);
+    std::unique_ptr<Model> model = device_test::Load(path);
+    ASSERT_NE(model, nullptr);
+    const device_test::Run h = device_test::RunDevice(*model, host_.get(), DType::kF32);
+    const device_test::Run c = device_test::RunDevice(*model, cuda_.get(), DType::kF32);
+    const double d = device_test::RelativeDistance(h.logits, c.logits);
+    std::printf("[cuda] graph %s: max |dlogit| / max |logit| = %.2e\n", path.c_str(), d);
+    EXPECT_LE(d, 1e-4);
   }
 }
 

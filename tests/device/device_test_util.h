@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@
 #include "core/test_paths.h"
 #include "model/kv_cache.h"
 #include "model/layers/decoder.h"
-#include "model/layers/device_decoder.h"
+#include "model/device_model.h"
 #include "model/registry.h"
 
 namespace peng::device_test {
@@ -37,6 +39,30 @@ inline std::vector<std::string> ModelPaths(bool with_tiny = true) {
     if (!p.empty()) out.push_back(p);
   }
   return out;
+}
+
+// The tiny DeepSeek-V2 fixtures (tests/deepseek_model_test.cc): plain q / q LoRA, greedy and
+// group-limited routing, YaRN, attention bias, fused experts.
+inline std::vector<std::string> DeepseekPaths() {
+  std::vector<std::string> out;
+  for (const char* m : {"lite", "lite_fused", "v2", "mscale"})
+    out.push_back(test_util::SourceDir() + "/tests/data/deepseek_tiny/" + m);
+  return out;
+}
+
+// max |a - b| / max |a| over every step's logits (0 when identical).
+inline double RelativeDistance(const std::vector<std::vector<float>>& a,
+                               const std::vector<std::vector<float>>& b) {
+  double scale = 1e-30, worst = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    EXPECT_EQ(a[i].size(), b[i].size()) << "step " << i;
+    for (size_t j = 0; j < a[i].size() && j < b[i].size(); ++j) {
+      scale = std::max(scale, std::abs(double{a[i][j]}));
+      worst = std::max(worst, std::abs(double{a[i][j]} - b[i][j]));
+    }
+  }
+  return worst / scale;
 }
 
 // The steps: token ids derived from the vocabulary size so every model gets valid ones.
@@ -112,10 +138,7 @@ inline Run RunCpu(Model& model, DType kv_dtype, ThreadPool* pool) {
 inline Run RunDevice(Model& model, backend::Device* device, DType kv_dtype) {
   Run r;
   const ModelConfig& c = model.config();
-  auto* decoder = dynamic_cast<DecoderModel*>(&model);
-  EXPECT_NE(decoder, nullptr);
-  if (!decoder) return r;
-  auto dm = DeviceDecoderModel::Create(*decoder, device);
+  auto dm = DeviceModel::Create(model, device);
   EXPECT_TRUE(dm.ok()) << dm.status().ToString();
   if (!dm.ok()) return r;
   Status st = (*dm)->AllocateKvCache(kBlocks, kBlockSize, kv_dtype);

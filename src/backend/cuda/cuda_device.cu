@@ -38,6 +38,8 @@ constexpr int kRowsPerBlock = 8;     // GEMV: warps (rows) per thread block
 constexpr int kTokenTile = 8;        // GEMV: tokens per pass over the weights
 constexpr int64_t kGemvMaxTokens = 32;
 constexpr int kMaxHeadDim = 256;     // attention: head_dim and v_head_dim
+constexpr int kMaxMlaRow = 640;      // MLA: kv_lora_rank + rope dims of a cache row
+constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
 constexpr int kAttnWarps = 4;
 
 // ------------------------------------------------------------------------------------------
@@ -145,10 +147,60 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float*
   }
 }
 
+// Float types may have rows that are not whole units: value i of the tail, decoded alone.
+template <DType T>
+constexpr bool kFloatType = T == DType::kF32 || T == DType::kF16 || T == DType::kBF16;
+
+template <DType T>
+__device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t i) {
+  if constexpr (T == DType::kF32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (T == DType::kF16) {
+    return Half(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else {
+    return Bf16(reinterpret_cast<const uint16_t*>(row)[i]);
+  }
+}
+
+// sum_i w[i] x[i] over one unit (32 values); x 16-byte aligned when Vec4.
+template <bool Vec4>
+__device__ __forceinline__ float UnitDot(const float* w, const float* x) {
+  float s = 0.f;
+  if constexpr (Vec4) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 a = x4[i];
+      s += w[4 * i] * a.x + w[4 * i + 1] * a.y + w[4 * i + 2] * a.z + w[4 * i + 3] * a.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s += w[i] * x[i];
+  }
+  return s;
+}
+
+// This lane's share of row . x: whole units u = lane, lane + 32, ..., then (float types) the
+// values past the last whole unit, one per lane.
+template <DType T, bool Vec4>
+__device__ __forceinline__ float LaneRowDot(const uint8_t* row, int64_t cols, const float* x,
+                                            int lane) {
+  float wv[32], acc = 0.f;
+  for (int64_t u = lane; u < cols / 32; u += kWarp) {
+    DecodeUnit<T>(row, u, wv);
+    acc += UnitDot<Vec4>(wv, x + u * 32);
+  }
+  if constexpr (kFloatType<T>) {
+    const int64_t i = cols / 32 * 32 + lane;
+    if (i < cols) acc += DecodeOne<T>(row, i) * x[i];
+  }
+  return acc;
+}
+
 // ------------------------------------------------------------------------------------------
 // Kernels
 
-template <DType T, int NT>
+template <DType T, int NT, bool Vec4>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* scales, const float* x, int64_t n_tokens, float* y) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -164,17 +216,16 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
   for (int64_t u = lane; u < cols / 32; u += kWarp) {
     DecodeUnit<T>(row, u, wv);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      if (t < nt) {
-        const float4* xt = reinterpret_cast<const float4*>(x + (t0 + t) * cols + u * 32);
-        float s = 0.f;
+    for (int t = 0; t < NT; ++t)
+      if (t < nt) acc[t] += UnitDot<Vec4>(wv, x + (t0 + t) * cols + u * 32);
+  }
+  if constexpr (kFloatType<T>) {
+    const int64_t i = cols / 32 * 32 + lane;
+    if (i < cols) {
+      const float wi = DecodeOne<T>(row, i);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float4 a = xt[i];
-          s += wv[4 * i] * a.x + wv[4 * i + 1] * a.y + wv[4 * i + 2] * a.z + wv[4 * i + 3] * a.w;
-        }
-        acc[t] += s;
-      }
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) acc[t] += wi * x[(t0 + t) * cols + i];
     }
   }
 #pragma unroll
@@ -189,14 +240,20 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
 template <DType T>
 __global__ void DecodeToHalfKernel(const uint8_t* w, size_t row_bytes, int64_t rows,
                                    int64_t cols, const float* scales, __half* out) {
-  const int64_t units = cols / 32;
+  const int64_t units = (cols + 31) / 32;  // the last one partial for float types
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= rows * units) return;
   const int64_t r = i / units, u = i % units;
-  float wv[32];
-  DecodeUnit<T>(w + r * row_bytes, u, wv);
   const float s = scales ? scales[r] : 1.f;
   __half* o = out + r * cols + u * 32;
+  if (u * 32 + 32 > cols) {
+    if constexpr (kFloatType<T>)
+      for (int64_t c = u * 32; c < cols; ++c)
+        out[r * cols + c] = __float2half_rn(DecodeOne<T>(w + r * row_bytes, c) * s);
+    return;
+  }
+  float wv[32];
+  DecodeUnit<T>(w + r * row_bytes, u, wv);
 #pragma unroll
   for (int k = 0; k < 32; ++k) o[k] = __float2half_rn(wv[k] * s);
 }
@@ -212,6 +269,9 @@ __global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t cols, co
     DecodeUnit<T>(w + id * row_bytes, u, wv);
     for (int k = 0; k < 32; ++k) out[t * cols + u * 32 + k] = wv[k] * s;
   }
+  if constexpr (kFloatType<T>)
+    for (int64_t c = cols / 32 * 32 + threadIdx.x; c < cols; c += blockDim.x)
+      out[t * cols + c] = DecodeOne<T>(w + id * row_bytes, c) * s;
 }
 
 __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
@@ -231,10 +291,10 @@ __device__ float BlockSum(float v, float* shared) {
 }
 
 __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
-                              float eps) {
+                              float eps, int64_t stride) {
   __shared__ float shared[32];
-  const float* xr = x + int64_t{blockIdx.x} * n;
-  float* yr = y + int64_t{blockIdx.x} * n;
+  const float* xr = x + int64_t{blockIdx.x} * stride;
+  float* yr = y + int64_t{blockIdx.x} * stride;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = BlockSum(ss, shared);
@@ -271,8 +331,8 @@ __global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t
   if (i < n_rows * n) y[i] += b[i % n];
 }
 
-__global__ void RopeKernel(float* x, int64_t n_heads, int64_t head_dim, const int32_t* pos,
-                           int half, bool interleaved, float attention_factor,
+__global__ void RopeKernel(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+                           const int32_t* pos, int half, bool interleaved, float attention_factor,
                            const float* inv_freq) {
   const int64_t t = blockIdx.x;
   const float fpos = static_cast<float>(pos[t]);
@@ -282,7 +342,7 @@ __global__ void RopeKernel(float* x, int64_t n_heads, int64_t head_dim, const in
     const float theta = fpos * inv_freq[i];
     const float c = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
     const float s = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
-    float* xh = x + (t * n_heads + h) * head_dim;
+    float* xh = x + t * token_stride + h * head_stride;
     float* a = interleaved ? &xh[2 * i] : &xh[i];
     float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
     const float x0 = *a, x1 = *b;
@@ -317,11 +377,16 @@ __global__ void KvWriteKernel(KV* k_cache, KV* v_cache, const int32_t* slot, int
   for (int64_t i = threadIdx.x; i < vd; i += blockDim.x) KvStore(v_cache, s * vd + i, v[t * vd + i]);
 }
 
+// Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
+// head g at s * k_stride + g * head_dim (V likewise). MLA: one array of cache rows, the key is
+// the whole row and the value its first v_head_dim (= kv_lora_rank) values (v = k, strides the
+// row length).
 struct AttnArgs {
   const float* q;
   float* out;
   const void* k;
   const void* v;
+  int64_t k_stride, v_stride;
   const int32_t* pos;
   const int32_t* seq_of_token;
   const int32_t* table_offset;
@@ -333,12 +398,12 @@ struct AttnArgs {
 
 // One block per (token, head); warp w takes keys start + w, start + w + kAttnWarps, ... with its
 // own running maximum, sum and accumulator; the warps' states are merged at the end.
-template <typename KV>
+template <typename KV, int kMaxK, int kMaxV>
 __global__ void AttentionKernel(AttnArgs a) {
-  constexpr int kPerLane = kMaxHeadDim / kWarp;
-  __shared__ float q_s[kMaxHeadDim];
+  constexpr int kPerLane = kMaxV / kWarp;
+  __shared__ float q_s[kMaxK];
   __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
-  __shared__ float acc_s[kAttnWarps][kMaxHeadDim];
+  __shared__ float acc_s[kAttnWarps][kMaxV];
   const int64_t t = blockIdx.x;
   const int h = blockIdx.y;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -352,13 +417,12 @@ __global__ void AttentionKernel(AttnArgs a) {
   const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
   const KV* kc = static_cast<const KV*>(a.k);
   const KV* vc = static_cast<const KV*>(a.v);
-  const int64_t kd = int64_t{a.n_kv_heads} * a.head_dim, vd = int64_t{a.n_kv_heads} * a.v_head_dim;
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
   for (int64_t j = start + warp; j <= p; j += kAttnWarps) {
     const int64_t slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-    const KV* kr = kc + slot * kd + int64_t{kvh} * a.head_dim;
+    const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
     float s = 0.f;
     for (int i = lane; i < a.head_dim; i += kWarp) s += q_s[i] * KvLoad(kr, i);
     for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -368,7 +432,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     const float corr = expf(m - m_new);  // 0 for the first key (m = -inf)
     const float e = expf(s - m_new);
     l = l * corr + e;
-    const KV* vr = vc + slot * vd + int64_t{kvh} * a.v_head_dim;
+    const KV* vr = vc + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int d = lane + i * kWarp;
@@ -398,6 +462,139 @@ __global__ void AttentionKernel(AttnArgs a) {
       if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
     out[d] = s / ll;
   }
+}
+
+// out[t, h, j] = sum_i W_UK[h][i][j] q_nope[t, h, i] for j < r, then q_pe.
+__global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r, int dn, int dr,
+                                int dv, float* out) {
+  const int64_t th = blockIdx.x;  // token * H + head
+  const int h = static_cast<int>(th % H);
+  const float* qh = q + th * (dn + dr);
+  const float* w = w_kvb + int64_t{h} * (dn + dv) * r;
+  float* o = out + th * (r + dr);
+  for (int j = threadIdx.x; j < r; j += blockDim.x) {
+    float s = 0.f;
+    for (int i = 0; i < dn; ++i) s += w[int64_t{i} * r + j] * qh[i];
+    o[j] = s;
+  }
+  for (int j = threadIdx.x; j < dr; j += blockDim.x) o[r + j] = qh[dn + j];
+}
+
+// out[t, h * dv + i] = sum_j W_UV[h][i][j] o_lat[t, h, j]: one warp per output value.
+__global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, int r, int dn,
+                                 int dv, float* out) {
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % H);
+  const int i = blockIdx.y * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (i >= dv) return;
+  const float* w = w_kvb + (int64_t{h} * (dn + dv) + dn + i) * r;
+  const float* ol = o_lat + th * r;
+  float s = 0.f;
+  for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
+  for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) out[th * dv + i] = s;
+}
+
+constexpr int kMaxTopK = 16;
+constexpr int kMaxGroups = 16;
+
+// Index of the largest of v[0..n) not yet taken (ties: lower index).
+__device__ int ArgMaxFree(const float* v, int n, const bool* taken) {
+  int best = -1;
+  for (int i = 0; i < n; ++i)
+    if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+  return best;
+}
+
+// One thread per token: kernels::MoeRoute's arithmetic (softmax in double precision, ties to the
+// lower index).
+__global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
+                               kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const int E = p.n_experts, k = p.k;
+  float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
+  bool taken[kernels::kMaxRoutedExperts];
+  const float* lg = logits + t * E;
+  if (p.sigmoid) {
+    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
+  } else {
+    double m = lg[0], sum = 0;
+    for (int e = 1; e < E; ++e) m = fmax(m, double{lg[e]});
+    for (int e = 0; e < E; ++e) sum += exp(lg[e] - m);
+    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(exp(lg[e] - m) / sum);
+  }
+  for (int e = 0; e < E; ++e) {
+    choice[e] = s[e] + (bias ? bias[e] : 0.f);
+    taken[e] = false;
+  }
+  const int G = p.n_group > 1 ? p.n_group : 1;
+  if (p.method != kernels::MoeRouting::Method::kGreedy && G > 1) {
+    const int per = E / G;
+    float gs[kMaxGroups];
+    bool gtaken[kMaxGroups], keep[kMaxGroups];
+    for (int g = 0; g < G; ++g) {
+      const float* v = choice + g * per;
+      float a = -INFINITY, b = -INFINITY;
+      for (int e = 0; e < per; ++e) {
+        if (v[e] > a) {
+          b = a;
+          a = v[e];
+        } else if (v[e] > b) {
+          b = v[e];
+        }
+      }
+      gs[g] = p.method == kernels::MoeRouting::Method::kNoauxTc && per >= 2 ? a + b : a;
+      gtaken[g] = keep[g] = false;
+    }
+    for (int j = 0; j < p.topk_group; ++j) {
+      const int g = ArgMaxFree(gs, G, gtaken);
+      gtaken[g] = keep[g] = true;
+    }
+    for (int e = 0; e < E; ++e)
+      if (!keep[e / per]) choice[e] = 0.f;
+  }
+  int32_t* ids = ids_out + t * k;
+  float* w = w_out + t * k;
+  double sum = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = ArgMaxFree(choice, E, taken);
+    taken[e] = true;
+    ids[j] = e;
+    sum += w[j] = s[e];
+  }
+  const bool norm = p.method == kernels::MoeRouting::Method::kNoauxTc && p.norm_topk_prob;
+  for (int j = 0; j < k; ++j) {
+    const double v = norm ? w[j] / (sum + 1e-20) : w[j];
+    w[j] = static_cast<float>(v * p.routed_scaling_factor);
+  }
+}
+
+// GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the
+// pair. Only the selected experts' rows are read.
+template <DType T, bool Vec4>
+__global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
+                                  int64_t cols, const float* x, const int32_t* ids, int k,
+                                  bool x_per_slot, int64_t pair0, float* y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t pair = pair0 + blockIdx.y;
+  const uint8_t* row = experts[ids[pair]] + r * row_bytes;
+  const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
+  float acc = LaneRowDot<T, Vec4>(row, cols, xp, lane);
+  for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) y[pair * rows + r] = acc;
+}
+
+__global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
+                              float* out) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= T * n) return;
+  const int64_t t = i / n, c = i % n;
+  float s = 0.f;
+  for (int j = 0; j < k; ++j) s += w[t * k + j] * y[(t * k + j) * n + c];
+  out[i] += s;
 }
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols, float* dst) {
@@ -520,9 +717,6 @@ class CudaDevice final : public Device {
     if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
     if (!SupportsWeights(w.dtype))
       return Unimplemented(w.name + ": weights of type " + DTypeName(w.dtype) + " on " + name_);
-    if (w.cols() % 32 != 0)
-      return Unimplemented(w.name + ": " + std::to_string(w.cols()) +
-                           " columns (the CUDA kernels need a multiple of 32)");
     if (w.dtype == DType::kI8 && !int8_scales)
       return InvalidArgument(w.name + ": INT8 weights need their scales");
     DeviceMatrix m;
@@ -545,15 +739,19 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (T <= kGemvMaxTokens) {
+      const bool vec4 = w.cols % 4 == 0;
       WithType(w.dtype, [&]<DType D>() {
         const dim3 block(kRowsPerBlock * kWarp);
+        const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
+        const dim3 tiles(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile));
+        auto args = [&](auto kernel, dim3 grid) {
+          kernel<<<grid, block, 0, stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y);
+        };
         if (T == 1) {
-          GemvKernel<D, 1><<<dim3(Blocks(w.rows, kRowsPerBlock), 1), block, 0, stream_>>>(
-              wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y);
+          vec4 ? args(GemvKernel<D, 1, true>, one) : args(GemvKernel<D, 1, false>, one);
         } else {
-          GemvKernel<D, kTokenTile>
-              <<<dim3(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile)), block, 0,
-                 stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y);
+          vec4 ? args(GemvKernel<D, kTokenTile, true>, tiles)
+               : args(GemvKernel<D, kTokenTile, false>, tiles);
         }
       });
       Note(cudaGetLastError());
@@ -566,7 +764,7 @@ class CudaDevice final : public Device {
     __half* wh = static_cast<__half*>(w_half_);
     __half* xh = static_cast<__half*>(x_half_);
     WithType(w.dtype, [&]<DType D>() {
-      DecodeToHalfKernel<D><<<Blocks(w.rows * (w.cols / 32), 256), 256, 0, stream_>>>(
+      DecodeToHalfKernel<D><<<Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, 0, stream_>>>(
           wd, w.row_bytes, w.rows, w.cols, w.scales, wh);
     });
     ToHalfKernel<<<Blocks(T * w.cols, 256), 256, 0, stream_>>>(x, T * w.cols, xh);
@@ -592,9 +790,9 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
-               int64_t n, float eps) override {
+               int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    RmsNormKernel<<<n_rows, 256, 0, stream_>>>(x, w, w_offset, y, n, eps);
+    RmsNormKernel<<<n_rows, 256, 0, stream_>>>(x, w, w_offset, y, n, eps, stride ? stride : n);
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
@@ -611,10 +809,11 @@ class CudaDevice final : public Device {
              int64_t n) override {
     Elementwise(act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, out, gate, up, 0, n);
   }
-  void Rope(float* x, int64_t n_heads, int64_t head_dim, const StepBatch& b,
-            const kernels::RopeConfig& cfg, const float* inv_freq) override {
+  void Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+            const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) override {
     if (b.n_tokens == 0) return;
-    RopeKernel<<<b.n_tokens, 128, 0, stream_>>>(x, n_heads, head_dim, b.d_pos, cfg.rot_dim / 2,
+    RopeKernel<<<b.n_tokens, 128, 0, stream_>>>(x, n_heads, head_stride, token_stride, b.d_pos,
+                                                cfg.rot_dim / 2,
                                                 cfg.style == kernels::RopeStyle::kInterleaved,
                                                 cfg.attention_factor, inv_freq);
     Note(cudaGetLastError());
@@ -640,16 +839,88 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": head_dim above 256"));
       return;
     }
-    AttnArgs a{q,           out,           kv.k,         kv.v,          b.d_pos,
-               b.d_seq_of_token, b.d_table_offset, b.d_tables, p.n_heads,  kv.n_kv_heads,
-               kv.head_dim, kv.v_head_dim, kv.block_size, p.scale,      p.softcap,
-               p.sliding_window};
+    AttnArgs a = Args(q, out, kv, b);
+    a.k_stride = int64_t{kv.n_kv_heads} * kv.head_dim;
+    a.v_stride = int64_t{kv.n_kv_heads} * kv.v_head_dim;
+    a.n_heads = p.n_heads;
+    a.scale = p.scale;
+    a.softcap = p.softcap;
+    a.sliding_window = p.sliding_window;
     const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(p.n_heads));
     if (kv.dtype == DType::kF16) {
-      AttentionKernel<uint16_t><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+      AttentionKernel<uint16_t, kMaxHeadDim, kMaxHeadDim>
+          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
     } else {
-      AttentionKernel<float><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+      AttentionKernel<float, kMaxHeadDim, kMaxHeadDim><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
     }
+    Note(cudaGetLastError());
+  }
+  void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                    const kernels::MlaParams& p, float* out) override {
+    if (b.n_tokens == 0) return;
+    if (kv.head_dim > kMaxMlaRow || p.kv_lora_rank > kMaxMlaLatent) {
+      Keep(Unimplemented(name_ + ": MLA rows above 640 or latents above 512 values"));
+      return;
+    }
+    AttnArgs a = Args(q, out, kv, b);
+    a.v = kv.k;  // the value is the latent part of the same row
+    a.k_stride = a.v_stride = kv.head_dim;
+    a.n_heads = p.n_heads;
+    a.n_kv_heads = 1;
+    a.v_head_dim = p.kv_lora_rank;
+    a.scale = p.scale;
+    const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(p.n_heads));
+    if (kv.dtype == DType::kF16) {
+      AttentionKernel<uint16_t, kMaxMlaRow, kMaxMlaLatent>
+          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+    } else {
+      AttentionKernel<float, kMaxMlaRow, kMaxMlaLatent>
+          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+    }
+    Note(cudaGetLastError());
+  }
+  void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
+                      float* out) override {
+    if (T == 0) return;
+    MlaAbsorbKernel<<<T * p.n_heads, 256, 0, stream_>>>(q, w_kvb, p.n_heads, p.kv_lora_rank,
+                                                        p.d_nope, p.d_rope, p.d_v, out);
+    Note(cudaGetLastError());
+  }
+  void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
+                        const kernels::MlaParams& p, float* out) override {
+    if (T == 0) return;
+    MlaProjectKernel<<<dim3(T * p.n_heads, Blocks(p.d_v, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+                       stream_>>>(o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v, out);
+    Note(cudaGetLastError());
+  }
+  void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
+                int32_t* ids, float* w) override {
+    if (T == 0) return;
+    if (p.n_experts > kernels::kMaxRoutedExperts || p.k > kMaxTopK || p.n_group > kMaxGroups) {
+      Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
+      return;
+    }
+    MoeRouteKernel<<<Blocks(T, 64), 64, 0, stream_>>>(logits, bias, T, p, ids, w);
+    Note(cudaGetLastError());
+  }
+  void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
+                     bool x_per_slot, float* y) override {
+    if (T == 0) return;
+    const bool vec4 = w.cols % 4 == 0;
+    WithType(w.dtype, [&]<DType D>() {
+      auto kernel = vec4 ? ExpertsGemvKernel<D, true> : ExpertsGemvKernel<D, false>;
+      constexpr int64_t kMaxGridY = 65535;
+      for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
+        const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
+        kernel<<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(w.data, w.row_bytes, w.rows, w.cols,
+                                                            x, ids, k, x_per_slot, p0, y);
+      }
+    });
+    Note(cudaGetLastError());
+  }
+  void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
+    if (T == 0) return;
+    SlotSumKernel<<<Blocks(T * n, 256), 256, 0, stream_>>>(y, w, T, k, n, out);
     Note(cudaGetLastError());
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
@@ -662,6 +933,22 @@ class CudaDevice final : public Device {
  private:
   CudaDevice() = default;
 
+  AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b) {
+    AttnArgs a{};
+    a.q = q;
+    a.out = out;
+    a.k = kv.k;
+    a.v = kv.v;
+    a.pos = b.d_pos;
+    a.seq_of_token = b.d_seq_of_token;
+    a.table_offset = b.d_table_offset;
+    a.tables = b.d_tables;
+    a.n_kv_heads = kv.n_kv_heads;
+    a.head_dim = kv.head_dim;
+    a.v_head_dim = kv.v_head_dim;
+    a.block_size = kv.block_size;
+    return a;
+  }
   static Status Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return OkStatus();
     return Internal(std::string(what) + ": " + cudaGetErrorString(e));

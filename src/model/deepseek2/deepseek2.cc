@@ -258,6 +258,21 @@ Status Validate(const ModelFiles& files, const DeepseekV2Config& c) {
 
 }  // namespace
 
+kernels::MoeRouting DeepseekV2Config::Routing() const {
+  kernels::MoeRouting r;
+  r.n_experts = static_cast<int>(n_routed_experts);
+  r.k = static_cast<int>(num_experts_per_tok);
+  r.n_group = static_cast<int>(n_group);
+  r.topk_group = static_cast<int>(topk_group);
+  r.method = topk_method == TopkMethod::kGreedy               ? kernels::MoeRouting::Method::kGreedy
+             : topk_method == TopkMethod::kGroupLimitedGreedy ? kernels::MoeRouting::Method::kGroupLimitedGreedy
+                                                               : kernels::MoeRouting::Method::kNoauxTc;
+  r.sigmoid = scoring == Scoring::kSigmoid;
+  r.norm_topk_prob = norm_topk_prob;
+  r.routed_scaling_factor = routed_scaling_factor;
+  return r;
+}
+
 bool DeepseekV2Config::IsMoeLayer(int64_t il) const {
   return n_routed_experts > 0 && il >= first_k_dense_replace && il % moe_layer_freq == 0;
 }

@@ -62,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/moe.h"
 #include "model/layers/tensor_parallel.h"
 #include "model/model.h"
 #include "model/model_files.h"
@@ -97,6 +98,8 @@ struct DeepseekV2Config {
   bool norm_topk_prob = false;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // The router's parameters as kernels::MoeRoute takes them.
+  kernels::MoeRouting Routing() const;
   int64_t cache_row() const { return kv_lora_rank + qk_rope_head_dim; }
   // Layers < first_k_dense_replace are dense; the others are MoE when experts exist (and
   // layer % moe_layer_freq == 0, which all released configs satisfy with freq 1).
@@ -140,6 +143,7 @@ class DeepseekV2Model : public Model {
   void set_moe_reference(bool on) { moe_reference_ = on; }
 
  private:
+  friend class DeviceDeepseekModel;  // runs this model's graph on a device (device_model.h)
   struct Layer {
     const float* attn_norm = nullptr;
     Linear wq;  // no q LoRA
@@ -244,11 +248,9 @@ class DeepseekV2Model : public Model {
     Int8Acts acts;
   };
   std::vector<ExpertScratch> expert_scratch_;
-  // Routing and expert-assignment scratch, reused every step.
+  // Expert-assignment scratch, reused every step.
   struct RouteScratch {
-    std::vector<float> s, choice, group_score;
-    std::vector<int32_t> idx, groups, fill;
-    std::vector<uint8_t> keep;
+    std::vector<int32_t> fill;
     std::vector<std::pair<int64_t, int32_t>> active;
     std::vector<std::vector<int32_t>> mine;
     std::vector<int64_t> load;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "kernels/work_counter.h"
 #include "model/deepseek2/deepseek2.h"
@@ -17,18 +18,6 @@ namespace peng {
 using TopkMethod = DeepseekV2Config::TopkMethod;
 using Scoring = DeepseekV2Config::Scoring;
 
-namespace {
-
-// Indices of the k largest values of v[0..n) (ties: lower index first), in descending order.
-void TopK(const float* v, int64_t n, int64_t k, int32_t* out, std::vector<int32_t>* idx) {
-  idx->resize(n);
-  std::iota(idx->begin(), idx->end(), 0);
-  std::partial_sort(idx->begin(), idx->begin() + k, idx->end(),
-                    [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
-  std::copy_n(idx->begin(), k, out);
-}
-
-}  // namespace
 
 void DeepseekV2Model::RunMlpWith(const Linear& gate, const Linear& up, const Linear& down,
                                  const float* x, int64_t T, float* y, ThreadPool* pool,
@@ -99,68 +88,8 @@ void DeepseekV2Model::RunExpertsParallel(const Layer& L, const float* h, int64_t
 }
 
 void DeepseekV2Model::Route(const Layer& L, int64_t T) {
-  const DeepseekV2Config& c = cfg_;
-  const int64_t E = c.n_routed_experts, k = c.num_experts_per_tok;
-  RouteScratch& rs = route_;
-  rs.s.resize(E);
-  rs.choice.resize(E);
-  rs.groups.resize(std::max<int64_t>(c.n_group, 1));
-  rs.group_score.resize(std::max<int64_t>(c.n_group, 1));
-  rs.keep.resize(std::max<int64_t>(c.n_group, 1));
-  std::vector<float>& s = rs.s;
-  std::vector<float>& choice = rs.choice;
-  std::vector<int32_t>& idx = rs.idx;
-  std::vector<int32_t>& groups = rs.groups;
-  std::vector<float>& group_score = rs.group_score;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* lg = router_logits_.data() + t * E;
-    if (c.scoring == Scoring::kSigmoid) {
-      for (int64_t e = 0; e < E; ++e)
-        s[e] = static_cast<float>(1.0 / (1.0 + std::exp(-double{lg[e]})));
-    } else {
-      double m = lg[0], sum = 0;
-      for (int64_t e = 1; e < E; ++e) m = std::max(m, double{lg[e]});
-      for (int64_t e = 0; e < E; ++e) sum += std::exp(lg[e] - m);
-      for (int64_t e = 0; e < E; ++e) s[e] = static_cast<float>(std::exp(lg[e] - m) / sum);
-    }
-    for (int64_t e = 0; e < E; ++e) choice[e] = s[e] + (L.router_bias ? L.router_bias[e] : 0.f);
-    if (c.topk_method != TopkMethod::kGreedy && c.n_group > 1) {
-      const int64_t G = c.n_group, per = E / G;
-      for (int64_t g = 0; g < G; ++g) {
-        const float* v = choice.data() + g * per;
-        if (c.topk_method == TopkMethod::kNoauxTc) {  // sum of the group's top-2
-          float a = -INFINITY, b = -INFINITY;
-          for (int64_t e = 0; e < per; ++e) {
-            if (v[e] > a) {
-              b = a;
-              a = v[e];
-            } else if (v[e] > b) {
-              b = v[e];
-            }
-          }
-          group_score[g] = per >= 2 ? a + b : a;
-        } else {
-          group_score[g] = *std::max_element(v, v + per);
-        }
-      }
-      TopK(group_score.data(), G, c.topk_group, groups.data(), &idx);
-      std::fill(rs.keep.begin(), rs.keep.end(), 0);
-      for (int64_t j = 0; j < c.topk_group; ++j) rs.keep[groups[j]] = 1;
-      for (int64_t e = 0; e < E; ++e)
-        if (!rs.keep[e / per]) choice[e] = 0.f;
-    }
-    int32_t* ids = topk_ids_.data() + t * k;
-    float* w = topk_w_.data() + t * k;
-    TopK(choice.data(), E, k, ids, &idx);
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += w[j] = s[ids[j]];
-    // HF DeepseekV2 ignores norm_topk_prob (no released V2 config sets it); V3's noaux_tc uses it.
-    const bool norm = c.topk_method == TopkMethod::kNoauxTc && c.norm_topk_prob;
-    for (int64_t j = 0; j < k; ++j) {
-      const double v = norm ? w[j] / (sum + 1e-20) : w[j];
-      w[j] = static_cast<float>(v * c.routed_scaling_factor);
-    }
-  }
+  kernels::MoeRoute(router_logits_.data(), L.router_bias, T, cfg_.Routing(), topk_ids_.data(),
+                    topk_w_.data());
 }
 
 void DeepseekV2Model::RunMoe(const Layer& L, int64_t T, ThreadPool* pool) {

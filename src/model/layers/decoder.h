@@ -47,7 +47,7 @@ class DecoderModel : public Model {
   std::vector<const Linear*> Linears() const override;
 
  private:
-  friend class DeviceDecoderModel;  // runs this model's graph on a device (device_decoder.h)
+  friend class DeviceDecoderModel;  // runs this model's graph on a device (device_model.h)
   struct Layer {
     const float* attn_norm = nullptr;
     Linear wq;

@@ -1,0 +1,213 @@
+// DeepSeek-V2's graph on a backend::Device (model/device_model.h): MLA in its absorbed form over
+// the latent cache for every step (the FP32 kv_b, W_UK folded into the query, W_UV applied to
+// the attended latents) and DeepSeekMoE with routing on the device (kernels::MoeRoute's
+// arithmetic) and the selected experts' rows read per (token, slot) -- no host round trip
+// inside a layer.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "model/deepseek2/deepseek2.h"
+#include "model/device_model.h"
+
+namespace peng {
+
+using backend::DeviceExperts;
+using backend::DeviceMatrix;
+
+class DeviceDeepseekModel : public DeviceModel {
+ public:
+  DeviceDeepseekModel(const DeepseekV2Model& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
+
+  Status Init() {
+    if (m_.tp_size_ > 1 || m_.ep_)
+      return Unimplemented("tensor or expert parallelism on " + dev_->Name() +
+                           " is not implemented");
+    if (m_.cfg_.n_routed_experts > kernels::kMaxRoutedExperts)
+      return Unimplemented(std::to_string(m_.cfg_.n_routed_experts) + " routed experts on " +
+                           dev_->Name() + " (at most 512)");
+    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_);
+  }
+
+ private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    DeviceMatrix wq, wq_a, wq_b, wkv_a, wo;
+    const float *bq = nullptr, *bq_a = nullptr, *q_a_norm = nullptr, *bq_b = nullptr;
+    const float *bkv_a = nullptr, *kv_a_norm = nullptr, *bo = nullptr;
+    const float* w_kvb = nullptr;  // FP32 [H][d_nope + d_v][r]
+    const float* ffn_norm = nullptr;
+    bool moe = false;
+    DeviceMatrix w_gate, w_up, w_down;  // dense
+    DeviceMatrix router;
+    const float* router_bias = nullptr;
+    DeviceExperts exp_gate, exp_up, exp_down;
+    bool shared = false;
+    DeviceMatrix sh_gate, sh_up, sh_down;
+  };
+
+  // An optional matrix (bound or not in the host model).
+  Status MaybeMatrix(const Linear& l, DeviceMatrix* out) {
+    if (!l.bound()) return OkStatus();
+    PENG_ASSIGN_OR_RETURN(*out, Matrix(l));
+    return OkStatus();
+  }
+  StatusOr<DeviceExperts> Experts(const std::vector<Linear>& ls) {
+    std::vector<const TensorView*> views;
+    for (const Linear& l : ls) views.push_back(&l.tensor());
+    PENG_ASSIGN_OR_RETURN(DeviceExperts e, dev_->UploadExperts(views, &allocs_));
+    weight_bytes_ += static_cast<int64_t>(e.row_bytes) * e.rows * static_cast<int64_t>(ls.size());
+    return e;
+  }
+
+  Status UploadLayers() override {
+    const DeepseekV2Config& c = m_.cfg_;
+    const int64_t D = c.base.hidden_size, H = m_.n_heads_, dqk = c.qk_head_dim();
+    const int64_t r = c.kv_lora_rank, row = c.cache_row();
+    layers_.resize(m_.layers_.size());
+    for (size_t il = 0; il < m_.layers_.size(); ++il) {
+      const DeepseekV2Model::Layer& S = m_.layers_[il];
+      Layer& L = layers_[il];
+      PENG_ASSIGN_OR_RETURN(L.attn_norm, Floats(S.attn_norm, D));
+      PENG_RETURN_IF_ERROR(MaybeMatrix(S.wq, &L.wq));
+      PENG_RETURN_IF_ERROR(MaybeMatrix(S.wq_a, &L.wq_a));
+      PENG_RETURN_IF_ERROR(MaybeMatrix(S.wq_b, &L.wq_b));
+      PENG_ASSIGN_OR_RETURN(L.bq, Floats(S.bq, H * dqk));
+      PENG_ASSIGN_OR_RETURN(L.bq_a, Floats(S.bq_a, c.q_lora_rank));
+      PENG_ASSIGN_OR_RETURN(L.q_a_norm, Floats(S.q_a_norm, c.q_lora_rank));
+      PENG_ASSIGN_OR_RETURN(L.bq_b, Floats(S.bq_b, H * dqk));
+      PENG_ASSIGN_OR_RETURN(L.wkv_a, Matrix(S.wkv_a));
+      PENG_ASSIGN_OR_RETURN(L.bkv_a, Floats(S.bkv_a, row));
+      PENG_ASSIGN_OR_RETURN(L.kv_a_norm, Floats(S.kv_a_norm, r));
+      PENG_ASSIGN_OR_RETURN(L.w_kvb, Floats(S.w_kvb, H * (c.qk_nope_head_dim + c.v_head_dim) * r));
+      PENG_ASSIGN_OR_RETURN(L.wo, Matrix(S.wo));
+      PENG_ASSIGN_OR_RETURN(L.bo, Floats(S.bo, D));
+      PENG_ASSIGN_OR_RETURN(L.ffn_norm, Floats(S.ffn_norm, D));
+      L.moe = S.moe;
+      if (!S.moe) {
+        PENG_ASSIGN_OR_RETURN(L.w_gate, Matrix(S.w_gate));
+        PENG_ASSIGN_OR_RETURN(L.w_up, Matrix(S.w_up));
+        PENG_ASSIGN_OR_RETURN(L.w_down, Matrix(S.w_down));
+        continue;
+      }
+      PENG_ASSIGN_OR_RETURN(L.router, Matrix(S.router));
+      PENG_ASSIGN_OR_RETURN(L.router_bias, Floats(S.router_bias, c.n_routed_experts));
+      PENG_ASSIGN_OR_RETURN(L.exp_gate, Experts(S.exp_gate));
+      PENG_ASSIGN_OR_RETURN(L.exp_up, Experts(S.exp_up));
+      PENG_ASSIGN_OR_RETURN(L.exp_down, Experts(S.exp_down));
+      L.shared = S.sh_gate.bound();
+      if (L.shared) {
+        PENG_ASSIGN_OR_RETURN(L.sh_gate, Matrix(S.sh_gate));
+        PENG_ASSIGN_OR_RETURN(L.sh_up, Matrix(S.sh_up));
+        PENG_ASSIGN_OR_RETURN(L.sh_down, Matrix(S.sh_down));
+      }
+    }
+    PENG_ASSIGN_OR_RETURN(inv_freq_, Floats(m_.inv_freq_.data(),
+                                            static_cast<int64_t>(m_.inv_freq_.size())));
+    return OkStatus();
+  }
+
+  Status EnsureLayerScratch(int64_t T) override {
+    const DeepseekV2Config& c = m_.cfg_;
+    const int64_t D = c.base.hidden_size, H = m_.n_heads_, r = c.kv_lora_rank;
+    const int64_t k = std::max<int64_t>(c.num_experts_per_tok, 1);
+    const int64_t ffn = std::max({c.base.ffn_dim, k * c.moe_intermediate_size,
+                                  c.n_shared_experts * c.moe_intermediate_size});
+    for (auto [n, p] :
+         {std::pair{H * c.qk_head_dim(), &q_}, {std::max<int64_t>(c.q_lora_rank, 1), &qa_},
+          {c.cache_row(), &ckv_}, {H * c.cache_row(), &qlat_}, {H * r, &olat_},
+          {H * c.v_head_dim, &attn_}, {D, &o_}, {ffn, &gate_}, {ffn, &up_}, {k * D, &ys_},
+          {std::max<int64_t>(c.n_routed_experts, 1), &router_logits_}, {k, &w_}})
+      PENG_RETURN_IF_ERROR(Scratch(T * n, p));
+    return Scratch(T * k, &ids_);
+  }
+
+  // gate / up / SiLU / down over T rows of h_ into o_.
+  void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+           int64_t T) {
+    dev_->MatMul(gate, h_, T, gate_);
+    dev_->MatMul(up, h_, T, up_);
+    dev_->Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * gate.rows);
+    dev_->MatMul(down, gate_, T, o_);
+  }
+
+  void RunLayer(int il) override {
+    const DeepseekV2Config& c = m_.cfg_;
+    const Layer& L = layers_[il];
+    const backend::StepBatch& b = step_;
+    const int64_t T = b.n_tokens, D = c.base.hidden_size, H = m_.n_heads_;
+    const int64_t dn = c.qk_nope_head_dim, dqk = c.qk_head_dim(), r = c.kv_lora_rank;
+    const int64_t row = c.cache_row();
+    backend::Device& d = *dev_;
+
+    // --- MLA
+    d.RmsNorm(x_, L.attn_norm, 0.f, h_, T, D, c.base.rms_eps);
+    if (c.q_lora_rank > 0) {
+      d.MatMul(L.wq_a, h_, T, qa_);
+      d.AddBiasRows(qa_, L.bq_a, T, c.q_lora_rank);
+      d.RmsNorm(qa_, L.q_a_norm, 0.f, qa_, T, c.q_lora_rank, c.latent_norm_eps);
+      d.MatMul(L.wq_b, qa_, T, q_);
+      d.AddBiasRows(q_, L.bq_b, T, H * dqk);
+    } else {
+      d.MatMul(L.wq, h_, T, q_);
+      d.AddBiasRows(q_, L.bq, T, H * dqk);
+    }
+    d.MatMul(L.wkv_a, h_, T, ckv_);
+    d.AddBiasRows(ckv_, L.bkv_a, T, row);
+    d.RmsNorm(ckv_, L.kv_a_norm, 0.f, ckv_, T, r, c.latent_norm_eps, row);
+    d.Rope(ckv_ + r, 1, row, row, b, c.base.rope, inv_freq_);  // k_pe
+    d.Rope(q_ + dn, H, dqk, H * dqk, b, c.base.rope, inv_freq_);  // every head's q_pe
+    d.KvWrite(kv_[il], b, ckv_, nullptr);
+    kernels::MlaParams mp;
+    mp.n_heads = static_cast<int>(H);
+    mp.kv_lora_rank = static_cast<int>(r);
+    mp.d_nope = static_cast<int>(dn);
+    mp.d_rope = static_cast<int>(c.qk_rope_head_dim);
+    mp.d_v = static_cast<int>(c.v_head_dim);
+    mp.scale = c.softmax_scale;
+    d.MlaAbsorbQuery(q_, T, L.w_kvb, mp, qlat_);
+    d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
+    d.MlaProjectOutput(olat_, T, L.w_kvb, mp, attn_);
+    d.MatMul(L.wo, attn_, T, o_);
+    d.AddBiasRows(o_, L.bo, T, D);
+    d.Add(x_, o_, T * D);
+
+    // --- FFN: dense, or routed + shared experts
+    d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
+    if (!L.moe) {
+      Mlp(L.w_gate, L.w_up, L.w_down, T);
+      d.Add(x_, o_, T * D);
+      return;
+    }
+    const int k = static_cast<int>(c.num_experts_per_tok);
+    const int64_t I = c.moe_intermediate_size;
+    d.MatMul(L.router, h_, T, router_logits_);
+    d.MoeRoute(router_logits_, L.router_bias, T, c.Routing(), ids_, w_);
+    d.ExpertsMatMul(L.exp_gate, h_, T, ids_, k, false, gate_);
+    d.ExpertsMatMul(L.exp_up, h_, T, ids_, k, false, up_);
+    d.Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * k * I);
+    d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
+    d.SlotSum(ys_, w_, T, k, D, x_);  // the routed experts straight into the residual
+    if (L.shared) {
+      Mlp(L.sh_gate, L.sh_up, L.sh_down, T);
+      d.Add(x_, o_, T * D);
+    }
+  }
+
+  const DeepseekV2Model& m_;
+  std::vector<Layer> layers_;
+  const float* inv_freq_ = nullptr;
+  float *q_ = nullptr, *qa_ = nullptr, *ckv_ = nullptr, *qlat_ = nullptr, *olat_ = nullptr;
+  float *attn_ = nullptr, *o_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ys_ = nullptr;
+  float *router_logits_ = nullptr, *w_ = nullptr;
+  int32_t* ids_ = nullptr;
+};
+
+StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDeepseek(const DeepseekV2Model& model,
+                                                            backend::Device* device) {
+  auto m = std::make_unique<DeviceDeepseekModel>(model, device);
+  PENG_RETURN_IF_ERROR(m->Init());
+  return std::unique_ptr<DeviceModel>(std::move(m));
+}
+
+}  // namespace peng

@@ -1,0 +1,359 @@
+#include "model/device_model.h"
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "model/deepseek2/deepseek2.h"
+#include "model/layers/decoder.h"
+
+namespace peng {
+
+using backend::DeviceMatrix;
+
+StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const Model& model,
+                                                           backend::Device* device) {
+  if (const auto* d = dynamic_cast<const DecoderModel*>(&model))
+    return CreateDeviceDecoder(*d, device);
+  if (const auto* d = dynamic_cast<const DeepseekV2Model*>(&model))
+    return CreateDeviceDeepseek(*d, device);
+  return Unimplemented("architecture " + model.config().arch + " has no device graph");
+}
+
+DeviceModel::~DeviceModel() {
+  (void)dev_->Synchronize();
+  for (void* p : allocs_) dev_->Free(p);
+}
+
+StatusOr<DeviceMatrix> DeviceModel::Matrix(const Linear& l) {
+  StatusOr<DeviceMatrix> m = dev_->Upload(l.tensor(), l.int8_scales());
+  if (!m.ok()) return m.status();
+  if (m->data != l.tensor().data) {  // a copy on the device (the host device keeps the file's)
+    allocs_.push_back(const_cast<void*>(m->data));
+    if (m->scales) allocs_.push_back(const_cast<float*>(m->scales));
+  }
+  weight_bytes_ += static_cast<int64_t>(m->row_bytes) * m->rows;
+  return m;
+}
+
+StatusOr<const float*> DeviceModel::Floats(const float* host, int64_t n) {
+  if (!host) return static_cast<const float*>(nullptr);
+  PENG_ASSIGN_OR_RETURN(float* p, dev_->UploadFloats(host, n));
+  allocs_.push_back(p);
+  return static_cast<const float*>(p);
+}
+
+template <typename T>
+Status DeviceModel::Scratch(int64_t n, T** p) {
+  if (*p) {
+    dev_->Free(*p);
+    allocs_.erase(std::find(allocs_.begin(), allocs_.end(), static_cast<void*>(*p)));
+  }
+  PENG_ASSIGN_OR_RETURN(void* q, dev_->Alloc(n * static_cast<int64_t>(sizeof(T))));
+  allocs_.push_back(q);
+  *p = static_cast<T*>(q);
+  return OkStatus();
+}
+template Status DeviceModel::Scratch<float>(int64_t, float**);
+template Status DeviceModel::Scratch<int32_t>(int64_t, int32_t**);
+
+Status DeviceModel::Upload(const Linear& tok_embd, const Linear& output,
+                           const float* output_norm) {
+  PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix(tok_embd));
+  if (&output.tensor() == &tok_embd.tensor()) {
+    output_ = tok_embd_;
+  } else {
+    PENG_ASSIGN_OR_RETURN(output_, Matrix(output));
+  }
+  PENG_ASSIGN_OR_RETURN(output_norm_, Floats(output_norm, host_.config().hidden_size));
+  PENG_RETURN_IF_ERROR(UploadLayers());
+  return dev_->Synchronize();
+}
+
+Status DeviceModel::AllocateKvCache(int64_t num_blocks, int block_size, DType dtype) {
+  if (!kv_.empty()) return Internal("the device KV cache is already allocated");
+  if (dtype != DType::kF16 && dtype != DType::kF32)
+    return InvalidArgument(std::string("KV cache type ") + DTypeName(dtype));
+  const KvCacheSpec spec = host_.kv_spec();
+  const int64_t es = static_cast<int64_t>(RowBytes(dtype, 1));
+  for (const KvCacheSpec::Layer& sl : spec.layers) {
+    kernels::KvLayerView v;
+    v.dtype = dtype;
+    v.num_blocks = num_blocks;
+    v.block_size = block_size;
+    v.n_kv_heads = sl.n_kv_heads;
+    v.head_dim = sl.head_dim;
+    v.v_head_dim = sl.v_head_dim;
+    const int64_t per_token = int64_t{sl.n_kv_heads} * es;
+    PENG_ASSIGN_OR_RETURN(v.k, dev_->Alloc(num_blocks * block_size * per_token * sl.head_dim));
+    allocs_.push_back(v.k);
+    if (sl.v_head_dim > 0) {  // (an MLA latent cache has no V)
+      PENG_ASSIGN_OR_RETURN(v.v,
+                            dev_->Alloc(num_blocks * block_size * per_token * sl.v_head_dim));
+      allocs_.push_back(v.v);
+    }
+    kv_.push_back(v);
+  }
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  return OkStatus();
+}
+
+void DeviceModel::CopyBlock(int32_t src, int32_t dst) {
+  for (const kernels::KvLayerView& v : kv_) dev_->CopyKvBlock(v, src, dst);
+}
+
+Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
+  const ModelConfig& c = host_.config();
+  if (meta_ints > meta_capacity_) {
+    const int64_t n = std::max(meta_ints, 2 * meta_capacity_);
+    PENG_RETURN_IF_ERROR(Scratch(n, &meta_));
+    meta_capacity_ = n;
+  }
+  if (logit_rows_ > logit_capacity_) {  // rows of logits: often far fewer than tokens
+    PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * c.vocab_size, &logits_));
+    logit_capacity_ = logit_rows_;
+  }
+  if (T <= scratch_tokens_) return OkStatus();
+  PENG_RETURN_IF_ERROR(Scratch(T * c.hidden_size, &x_));
+  PENG_RETURN_IF_ERROR(Scratch(T * c.hidden_size, &h_));
+  PENG_RETURN_IF_ERROR(EnsureLayerScratch(T));
+  scratch_tokens_ = T;
+  return OkStatus();
+}
+
+Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t S = static_cast<int64_t>(batch.seqs.size());
+  std::vector<int64_t> pos(T);
+  std::vector<int32_t> seq_of_token(T);
+  PENG_RETURN_IF_ERROR(PrepareBatch(batch, num_blocks_, block_size_, host_.config().vocab_size,
+                                    pos.data(), seq_of_token.data()));
+  int64_t n_tables = 0;
+  for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
+  logit_rows_ = batch.NumLogitRows();
+  meta_host_.assign(4 * T + S + n_tables + logit_rows_, 0);
+  int32_t* tokens = meta_host_.data();
+  int32_t* p32 = tokens + T;
+  int32_t* slot = p32 + T;
+  int32_t* sot = slot + T;
+  int32_t* offs = sot + T;
+  int32_t* tables = offs + S;
+  int32_t* rows = tables + n_tables;
+  seq_first_.resize(S);
+  seq_n_.resize(S);
+  tables_.resize(S);
+  int64_t t = 0, off = 0, r = 0;
+  for (int64_t si = 0; si < S; ++si) {
+    const SeqBatchEntry& s = batch.seqs[si];
+    seq_first_[si] = static_cast<int32_t>(t);
+    seq_n_[si] = static_cast<int32_t>(s.n_tokens);
+    tables_[si] = s.block_table;
+    offs[si] = static_cast<int32_t>(off);
+    std::copy(s.block_table, s.block_table + s.n_blocks, tables + off);
+    off += s.n_blocks;
+    if (s.want_logits)
+      for (int64_t i = s.all_logits ? 0 : s.n_tokens - 1; i < s.n_tokens; ++i)
+        rows[r++] = static_cast<int32_t>(t + i);
+    t += s.n_tokens;
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    tokens[i] = batch.tokens[i];
+    p32[i] = static_cast<int32_t>(pos[i]);
+    sot[i] = seq_of_token[i];
+    const int32_t* table = batch.seqs[seq_of_token[i]].block_table;
+    slot[i] = table[pos[i] / block_size_] * block_size_ +
+              static_cast<int32_t>(pos[i] % block_size_);
+  }
+  PENG_RETURN_IF_ERROR(EnsureScratch(T, static_cast<int64_t>(meta_host_.size())));
+  PENG_RETURN_IF_ERROR(dev_->CopyToDevice(meta_, meta_host_.data(),
+                                          static_cast<int64_t>(meta_host_.size() * 4)));
+  backend::StepBatch& b = step_;
+  b.n_tokens = T;
+  b.n_seqs = S;
+  b.block_size = block_size_;
+  b.pos = p32;
+  b.seq_of_token = sot;
+  b.seq_first_token = seq_first_.data();
+  b.seq_n_tokens = seq_n_.data();
+  b.block_tables = tables_.data();
+  b.d_tokens = meta_;
+  b.d_pos = meta_ + T;
+  b.d_slot = meta_ + 2 * T;
+  b.d_seq_of_token = meta_ + 3 * T;
+  b.d_table_offset = meta_ + 4 * T;
+  b.d_tables = meta_ + 4 * T + S;
+  d_logit_rows_ = meta_ + 4 * T + S + n_tables;
+  return OkStatus();
+}
+
+Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
+  const ModelConfig& c = host_.config();
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = c.hidden_size;
+  if (T == 0) return OkStatus();
+  if (kv_.empty()) return Internal("the device KV cache is not allocated");
+  PENG_RETURN_IF_ERROR(PrepareStep(batch));
+  dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_);
+  std::vector<float>* cap = batch.capture_hidden;
+  auto capture = [&]() -> Status {
+    if (!cap) return OkStatus();
+    const size_t n = cap->size();
+    cap->resize(n + T * D);
+    return dev_->CopyToHost(cap->data() + n, x_, T * D * 4);
+  };
+  if (cap) cap->clear();
+  PENG_RETURN_IF_ERROR(capture());
+  for (int il = 0; il < c.n_layers; ++il) {
+    RunLayer(il);
+    PENG_RETURN_IF_ERROR(capture());
+  }
+  if (logit_rows_ > 0) {
+    // The rows that need logits (into h_), normalised, projected.
+    dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
+    dev_->RmsNorm(h_, output_norm_, c.norm_weight_offset, h_, logit_rows_, D, c.rms_eps);
+    dev_->MatMul(output_, h_, logit_rows_, logits_);
+    if (c.final_logit_softcap > 0)
+      dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * c.vocab_size);
+    PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, logit_rows_ * c.vocab_size * 4));
+  }
+  return dev_->Synchronize();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dense decoder families (layers/decoder.h).
+
+class DeviceDecoderModel : public DeviceModel {
+ public:
+  DeviceDecoderModel(const DecoderModel& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
+  Status Init() {
+    if (m_.tp_size_ > 1)
+      return Unimplemented("tensor parallelism on " + dev_->Name() + " is not implemented");
+    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_);
+  }
+
+ private:
+  struct Layer {
+    const float* attn_norm = nullptr;
+    DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float* bq = nullptr;
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* post_attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    const float* post_ffn_norm = nullptr;
+  };
+
+  Status UploadLayers() override {
+    const ModelConfig& c = m_.cfg_;
+    const int64_t D = c.hidden_size, hd = c.head_dim;
+    const int64_t qd = m_.n_heads_ * hd, kvd = m_.n_kv_heads_ * hd;
+    layers_.resize(m_.layers_.size());
+    for (size_t il = 0; il < m_.layers_.size(); ++il) {
+      const DecoderModel::Layer& H = m_.layers_[il];
+      Layer& L = layers_[il];
+      PENG_ASSIGN_OR_RETURN(L.attn_norm, Floats(H.attn_norm, D));
+      PENG_ASSIGN_OR_RETURN(L.wq, Matrix(H.wq));
+      PENG_ASSIGN_OR_RETURN(L.wk, Matrix(H.wk));
+      PENG_ASSIGN_OR_RETURN(L.wv, Matrix(H.wv));
+      PENG_ASSIGN_OR_RETURN(L.wo, Matrix(H.wo));
+      PENG_ASSIGN_OR_RETURN(L.bq, Floats(H.bq, qd));
+      PENG_ASSIGN_OR_RETURN(L.bk, Floats(H.bk, kvd));
+      PENG_ASSIGN_OR_RETURN(L.bv, Floats(H.bv, kvd));
+      PENG_ASSIGN_OR_RETURN(L.q_norm, Floats(H.q_norm, hd));
+      PENG_ASSIGN_OR_RETURN(L.k_norm, Floats(H.k_norm, hd));
+      PENG_ASSIGN_OR_RETURN(L.post_attn_norm, Floats(H.post_attn_norm, D));
+      PENG_ASSIGN_OR_RETURN(L.ffn_norm, Floats(H.ffn_norm, D));
+      PENG_ASSIGN_OR_RETURN(L.post_ffn_norm, Floats(H.post_ffn_norm, D));
+      PENG_ASSIGN_OR_RETURN(L.w_gate, Matrix(H.w_gate));
+      PENG_ASSIGN_OR_RETURN(L.w_up, Matrix(H.w_up));
+      PENG_ASSIGN_OR_RETURN(L.w_down, Matrix(H.w_down));
+    }
+    PENG_ASSIGN_OR_RETURN(inv_freq_, Floats(m_.inv_freq_.data(),
+                                            static_cast<int64_t>(m_.inv_freq_.size())));
+    if (!m_.inv_freq_local_.empty()) {
+      PENG_ASSIGN_OR_RETURN(inv_freq_local_,
+                            Floats(m_.inv_freq_local_.data(),
+                                   static_cast<int64_t>(m_.inv_freq_local_.size())));
+    }
+    return OkStatus();
+  }
+
+  Status EnsureLayerScratch(int64_t T) override {
+    const int64_t D = m_.cfg_.hidden_size, hd = m_.cfg_.head_dim;
+    const int64_t qd = m_.n_heads_ * hd, kvd = m_.n_kv_heads_ * hd, F = m_.ffn_;
+    for (auto [n, p] : {std::pair{D, &o_}, {qd, &q_}, {qd, &attn_}, {kvd, &k_}, {kvd, &v_},
+                        {F, &gate_}, {F, &up_}})
+      PENG_RETURN_IF_ERROR(Scratch(T * n, p));
+    return OkStatus();
+  }
+
+  void RunLayer(int il) override {
+    const ModelConfig& c = m_.cfg_;
+    const Layer& L = layers_[il];
+    const backend::StepBatch& b = step_;
+    const int64_t T = b.n_tokens, D = c.hidden_size, hd = c.head_dim;
+    const int64_t H = m_.n_heads_, KV = m_.n_kv_heads_, F = m_.ffn_;
+    const bool sliding = !c.layer_sliding.empty() && c.layer_sliding[il];
+    const kernels::RopeConfig& rope = sliding ? c.rope_local : c.rope;
+    const float* inv_freq = sliding ? inv_freq_local_ : inv_freq_;
+    backend::Device& d = *dev_;
+
+    // --- attention block
+    d.RmsNorm(x_, L.attn_norm, c.norm_weight_offset, h_, T, D, c.rms_eps);
+    d.MatMul(L.wq, h_, T, q_);
+    d.MatMul(L.wk, h_, T, k_);
+    d.MatMul(L.wv, h_, T, v_);
+    if (L.bq) {
+      d.AddBiasRows(q_, L.bq, T, H * hd);
+      d.AddBiasRows(k_, L.bk, T, KV * hd);
+      d.AddBiasRows(v_, L.bv, T, KV * hd);
+    }
+    if (c.qk_norm) {
+      d.RmsNorm(q_, L.q_norm, c.norm_weight_offset, q_, T * H, hd, c.rms_eps);
+      d.RmsNorm(k_, L.k_norm, c.norm_weight_offset, k_, T * KV, hd, c.rms_eps);
+    }
+    d.Rope(q_, H, hd, H * hd, b, rope, inv_freq);
+    d.Rope(k_, KV, hd, KV * hd, b, rope, inv_freq);
+    d.KvWrite(kv_[il], b, k_, v_);
+    kernels::AttentionParams ap;
+    ap.n_heads = static_cast<int>(H);
+    ap.scale = c.AttentionScale();
+    ap.sliding_window = sliding ? c.sliding_window : 0;
+    d.PagedAttention(q_, kv_[il], b, ap, attn_);
+    d.MatMul(L.wo, attn_, T, o_);
+    if (L.post_attn_norm)
+      d.RmsNorm(o_, L.post_attn_norm, c.norm_weight_offset, o_, T, D, c.rms_eps);
+    d.Add(x_, o_, T * D);
+
+    // --- feed-forward block
+    d.RmsNorm(x_, L.ffn_norm, c.norm_weight_offset, h_, T, D, c.rms_eps);
+    d.MatMul(L.w_gate, h_, T, gate_);
+    d.MatMul(L.w_up, h_, T, up_);
+    d.Gated(c.activation == Activation::kSilu ? backend::GatedActivation::kSilu
+                                              : backend::GatedActivation::kGeluTanh,
+            gate_, up_, gate_, T * F);
+    d.MatMul(L.w_down, gate_, T, o_);
+    if (L.post_ffn_norm)
+      d.RmsNorm(o_, L.post_ffn_norm, c.norm_weight_offset, o_, T, D, c.rms_eps);
+    d.Add(x_, o_, T * D);
+  }
+
+  const DecoderModel& m_;
+  std::vector<Layer> layers_;
+  const float* inv_freq_ = nullptr;
+  const float* inv_freq_local_ = nullptr;
+  float *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr, *o_ = nullptr;
+  float *gate_ = nullptr, *up_ = nullptr;
+};
+
+StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDecoder(const DecoderModel& model,
+                                                           backend::Device* device) {
+  auto m = std::make_unique<DeviceDecoderModel>(model, device);
+  PENG_RETURN_IF_ERROR(m->Init());
+  return std::unique_ptr<DeviceModel>(std::move(m));
+}
+
+}  // namespace peng

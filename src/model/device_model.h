@@ -1,0 +1,101 @@
+// DeviceModel: a loaded model's forward pass on a backend::Device -- the same graph as the CPU
+// model, op for op, with the weights uploaded once in their stored types, the paged KV cache in
+// device memory (the same block ids and layout as on the CPU) and one host round trip per
+// step: the batch's tokens, positions, KV slots, block tables and logit rows go up in one copy,
+// the logit rows come back. It is built from the loaded host model, which keeps the host side
+// (the mapped file, the config, the tensor checks) and is the CPU reference it is tested
+// against (tests/device).
+//
+// This class holds what every graph shares (memory, the KV cache, the step's metadata, the
+// embedding lookup and the LM head); a subclass per family runs the layers:
+//   DeviceDecoderModel  (layers/decoder.h: Llama, Qwen2, Gemma 3)      model/device_model.cc
+//   DeviceDeepseekModel (deepseek2/deepseek2.h: MLA + DeepSeekMoE)      model/deepseek2/
+//                                                                       deepseek2_device.cc
+// Not yet on a device: tensor / expert / data parallelism (a shard is refused), INT8 W8A8
+// activations (INT8 weights run as W8A16) and DeepSeek's expanded prefill form (the absorbed
+// form serves every step, with the FP32 kv_b).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/device.h"
+#include "model/layers/linear.h"
+#include "model/model.h"
+
+namespace peng {
+
+class DeviceModel {
+ public:
+  // `model` on `device` (both must outlive the result): a DecoderModel or DeepseekV2Model.
+  static StatusOr<std::unique_ptr<DeviceModel>> Create(const Model& model,
+                                                       backend::Device* device);
+  virtual ~DeviceModel();
+
+  // Allocates the paged KV cache in device memory: num_blocks blocks of block_size tokens.
+  Status AllocateKvCache(int64_t num_blocks, int block_size, DType dtype);
+  int64_t num_kv_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  // Device bytes of weights uploaded.
+  int64_t weight_bytes() const { return weight_bytes_; }
+  // Copies block src to block dst in every layer (copy-on-write; ordered before the next step).
+  void CopyBlock(int32_t src, int32_t dst);
+  // Model::Forward on the device: NumLogitRows() rows of vocab_size logits into host `logits`.
+  Status Forward(const ForwardBatch& batch, float* logits);
+
+ protected:
+  DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}
+  // Uploads the layers' weights (the subclass) after the shared ones.
+  virtual Status UploadLayers() = 0;
+  // Per-layer scratch for T tokens (the subclass; called when T grows).
+  virtual Status EnsureLayerScratch(int64_t T) = 0;
+  // One layer over step_: x_ in, x_ out.
+  virtual void RunLayer(int il) = 0;
+
+  Status Upload(const Linear& tok_embd, const Linear& output, const float* output_norm);
+  StatusOr<backend::DeviceMatrix> Matrix(const Linear& l);
+  StatusOr<const float*> Floats(const float* host, int64_t n);
+  // A device scratch array of n floats (or ints), replacing *p (freed) when given.
+  template <typename T>
+  Status Scratch(int64_t n, T** p);
+
+  const Model& host_;
+  backend::Device* dev_;
+  std::vector<void*> allocs_;  // everything this model allocated on the device
+  int64_t weight_bytes_ = 0;
+
+  std::vector<kernels::KvLayerView> kv_;
+  float* x_ = nullptr;  // the residual stream [T, hidden]
+  float* h_ = nullptr;  // [T, hidden] scratch (normed input; the logit rows at the end)
+  backend::StepBatch step_;
+
+ private:
+  Status PrepareStep(const ForwardBatch& batch);
+  Status EnsureScratch(int64_t T, int64_t meta_ints);
+
+  backend::DeviceMatrix tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  int64_t num_blocks_ = 0;
+  int block_size_ = 0;
+  int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
+  float* logits_ = nullptr;
+  int32_t* meta_ = nullptr;
+  // This step: tokens, pos, slot, seq_of_token, table offsets, tables, logit rows -- uploaded
+  // in one copy (the host side of step_ points into it).
+  std::vector<int32_t> meta_host_;
+  std::vector<int32_t> seq_first_, seq_n_;
+  std::vector<const int32_t*> tables_;
+  int64_t logit_rows_ = 0;
+  const int32_t* d_logit_rows_ = nullptr;
+};
+
+// The families' device graphs (DeviceModel::Create picks by the host model's type).
+class DecoderModel;
+class DeepseekV2Model;
+StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDecoder(const DecoderModel& model,
+                                                           backend::Device* device);
+StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDeepseek(const DeepseekV2Model& model,
+                                                            backend::Device* device);
+
+}  // namespace peng
