@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/device.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
@@ -143,13 +144,24 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
       tg_tps.push_back(a.tg / *s);
     }
   }
-  // The widest loads of the active ISA on every thread, 1 GiB, best of 3 (kernels/probe.h).
-  const double bw = kernels::MeasureReadBandwidth(&m.pool(), int64_t{1} << 30, 3) / 1e9;
+  // The widest loads of the active ISA on every thread, 1 GiB, best of 3 (kernels/probe.h); on
+  // a device its own memory's, by its own probe.
+  double bw = 0;
+  std::string device_name = "cpu";
+  if (a.device == "cpu") {
+    bw = kernels::MeasureReadBandwidth(&m.pool(), int64_t{1} << 30, 3) / 1e9;
+  } else {
+    auto dev = backend::CreateDevice(a.device, &m.pool());
+    if (!dev.ok()) return dev.status();
+    bw = (*dev)->MeasureReadBandwidth(int64_t{1} << 30) / 1e9;
+    device_name = (*dev)->Name();
+  }
   const int64_t bytes = m.model().WeightBytesPerToken();
   nlohmann::json j;
   j["model"] = a.model_path;
   j["threads"] = m.pool().num_threads();
   j["isa"] = kernels::IsaName(kernels::ActiveIsa());
+  j["device"] = device_name;
   j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
   j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
   j["weight_bytes_per_token"] = bytes;
@@ -189,8 +201,9 @@ int RunBench(const BenchArgs& a) {
   const std::vector<double> pp_tps = j["pp"]["tokens_per_s"], tg_tps = j["tg"]["tokens_per_s"];
   const double bw = j["mem_bandwidth_gbs"];
   const int64_t bytes = j["weight_bytes_per_token"];
-  std::printf("model: %s\nthreads: %d  isa: %s\n", a.bench.model_path.c_str(),
-              j["threads"].get<int>(), j["isa"].get<std::string>().c_str());
+  std::printf("model: %s\nthreads: %d  isa: %s  device: %s\n", a.bench.model_path.c_str(),
+              j["threads"].get<int>(), j["isa"].get<std::string>().c_str(),
+              j["device"].get<std::string>().c_str());
   std::printf("%-8s %10s %10s %10s\n", "test", "median", "min", "max");
   if (!pp_tps.empty()) {
     Stats s = Summarize(pp_tps);

@@ -93,6 +93,9 @@ class Device {
   virtual void Fill(void* dst, uint8_t value, int64_t bytes) = 0;
   // Waits for the stream; reports the first error of the ops enqueued since the last call.
   virtual Status Synchronize() = 0;
+  // Read bandwidth of the device memory in bytes/s, measured the way the fastest kernel reaches
+  // it (the widest loads, every core or multiprocessor), best of 3 passes over `bytes`.
+  virtual double MeasureReadBandwidth(int64_t bytes) = 0;
 
   // --- weights
   virtual bool SupportsWeights(DType t) const = 0;

@@ -8,6 +8,7 @@
 
 #include "backend/device.h"
 #include "kernels/int8_gemm.h"
+#include "kernels/probe.h"
 
 namespace peng::backend {
 namespace {
@@ -46,6 +47,9 @@ class HostDevice final : public Device {
   }
   void Fill(void* dst, uint8_t value, int64_t bytes) override { std::memset(dst, value, bytes); }
   Status Synchronize() override { return OkStatus(); }
+  double MeasureReadBandwidth(int64_t bytes) override {
+    return kernels::MeasureReadBandwidth(pool_, bytes, 3);
+  }
 
   bool SupportsWeights(DType t) const override {
     return t == DType::kI8 || kernels::MatMulSupports(t);

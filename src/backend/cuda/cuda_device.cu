@@ -597,6 +597,17 @@ __global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, 
   out[i] += s;
 }
 
+// Sums every float4 of x (grid-stride): the read-bandwidth probe.
+__global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
+  float s = 0.f;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float4 v = x[i];
+    s += v.x + v.y + v.z + v.w;
+  }
+  if (s == 1234.5f) *sink = s;  // (keeps the loads)
+}
+
 __global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols, float* dst) {
   const int64_t i = blockIdx.x;
   for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
@@ -708,6 +719,32 @@ class CudaDevice final : public Device {
     Status s = error_;
     (void)(error_ = OkStatus());
     return s;
+  }
+
+  double MeasureReadBandwidth(int64_t bytes) override {
+    StatusOr<void*> buf = Alloc(bytes + 256);
+    if (!buf.ok()) return 0;
+    Fill(*buf, 0, bytes + 256);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, index_);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double best = 0;
+    for (int pass = 0; pass < 4; ++pass) {  // the first is a warm-up
+      cudaEventRecord(a, stream_);
+      ReadKernel<<<prop.multiProcessorCount * 8, 512, 0, stream_>>>(
+          static_cast<const float4*>(*buf), bytes / 16, static_cast<float*>(*buf) + bytes / 4);
+      cudaEventRecord(b, stream_);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      if (pass > 0 && ms > 0) best = std::max(best, bytes / (ms * 1e-3));
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    Free(*buf);
+    return Synchronize().ok() ? best : 0;
   }
 
   bool SupportsWeights(DType t) const override {

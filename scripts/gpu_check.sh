@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks and benchmarks on a GPU machine, as one prepared script (issue 15).
+# The GPU machine (docs/cuda.md) has nvcc and CMake but none of peng's Debian libraries, cannot
+# fetch anything and takes at most 64 MiB of files, so everything is built here and travels in
+# the git-ignored folder gpu/:
+#
+#   scripts/gpu_check.sh prepare   (here: x86-64 with the CUDA toolkit, ~10 min on 2 cores)
+#     builds build-gpu (nvcc, no MPI) and copies into gpu/: the binaries, the shared libraries
+#     they need beyond glibc / libstdc++ / the CUDA driver, the skeletons of the three GGUF
+#     models (bench/random_gguf: metadata, tokenizer and tensor list, no weights) and the
+#     wheels of the OpenAI client for the e2e tests.
+#   scripts/gpu_check.sh run       (there, from the repository root, with gpu/ carried; writes
+#                                   its logs and results to $OUT or out/gpu)
+#     1. nvidia-smi; random-weight copies of SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M and
+#        Qwen2.5-0.5B Q4_K_M at their real shapes, and the real-size V2-Lite-shaped Q4_0 file
+#        (bench/make_deepseek_gguf)
+#     2. tests: cuda_device_test (every op against the CPU reference on random inputs, the
+#        graphs of both families against the host device, the golden checks where the real
+#        models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the tiny Llama / Qwen2 /
+#        Gemma 3 fixtures against their float64 transformers references), device_graph_test
+#     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
+#        the small models) with the device's measured read bandwidth -> bench-*.json
+#     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
+#     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
+#   Steps 3-5 run even when a test fails; the exit status is non-zero if any step failed.
+#   STEPS="tests bench" limits the run to those steps (models, tests, bench, serve, e2e).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-}
+BUNDLE=gpu
+MODELS=(smollm2-135m-instruct-q4_1 gemma-3-270m-q4_k_m qwen2.5-coder-0.5b-instruct-q4_k_m)
+BINARIES=(tools/peng tests/cuda_device_test tests/device_graph_test tests/hf_model_test
+          bench/random_gguf bench/make_deepseek_gguf)
+WHEELS=(openai==3.57.0 pydantic==2.14.4 pydantic-core==2.50.5 jiter annotated-types
+        typing-inspection sniffio typing-extensions httpx2 httpcore2 truststore idna h11 anyio)
+
+prepare() {
+  set -e
+  command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
+    { echo "gpu_check: nvcc not found (the CUDA toolkit is needed to build)" >&2; exit 1; }
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPENG_MPI=OFF >/dev/null
+  ninja -C build-gpu "${BINARIES[@]}"
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE"/bin "$BUNDLE"/lib "$BUNDLE"/skel "$BUNDLE"/whl
+  for b in "${BINARIES[@]}"; do cp "build-gpu/$b" "$BUNDLE/bin/"; done
+  # Shared libraries from this machine's Debian packages (the GPU image has glibc, libstdc++,
+  # libgcc and the CUDA libraries of its own toolkit).
+  for b in "$BUNDLE"/bin/*; do
+    ldd "$b" | awk '/=> \// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnccl.so*) ;;
+      *) cp -L "$lib" "$BUNDLE/lib/" ;;
+    esac
+  done
+  for m in "${MODELS[@]}"; do
+    f=models/$m.gguf
+    [[ -f $f ]] || { echo "gpu_check: $f missing (scripts/fetch_models.sh)" >&2; exit 1; }
+    build-gpu/bench/random_gguf skeleton "$f" "$BUNDLE/skel/$m.skel.gguf"
+  done
+  if ! python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 -d "$BUNDLE/whl" "${WHEELS[@]}"; then
+    echo "gpu_check: could not download the e2e client's wheels; step e2e will be skipped" >&2
+    rm -rf "$BUNDLE/whl"
+  fi
+  grep -qx "/$BUNDLE/" .git/info/exclude 2>/dev/null || echo "/$BUNDLE/" >> .git/info/exclude
+  du -sh "$BUNDLE"
+  echo "gpu_check: ready; on the GPU machine run: scripts/gpu_check.sh run (carry $BUNDLE)"
+}
+
+FAILED=()
+step() {  # name command...: runs it with its output in $RES/<name>.log, records failures
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  if "$@" > "$RES/$name.log" 2>&1; then
+    echo "    ok"
+  else
+    echo "    FAILED ($?), last lines of $RES/$name.log:"
+    tail -n 25 "$RES/$name.log" | sed 's/^/    /'
+    FAILED+=("$name")
+  fi
+}
+want() { [[ -z "${STEPS:-}" || " $STEPS " == *" $1 "* ]]; }
+
+wait_health() {  # url
+  for _ in $(seq 1 240); do
+    curl -sf "$1/health" > /dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+bench_json() {  # model out.json args...: peng bench's JSON document into out.json
+  local model=$1 out=$2
+  shift 2
+  "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
+}
+
+serve_bench() {  # model port
+  "$BUNDLE/bin/peng" serve "$1" --device cuda --host 127.0.0.1 --port "$2" --max-num-seqs 64 \
+    > "$RES/serve-server.log" 2>&1 &
+  local pid=$!
+  wait_health "http://127.0.0.1:$2" || { kill $pid; return 1; }
+  "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$2" -n 256 --max-concurrency 64 \
+    --input-len 128 --output-len 128 --out "$RES/serve-64.json"
+  local rc=$?
+  kill -TERM $pid
+  wait $pid
+  return $rc
+}
+
+run() {
+  [[ -d $BUNDLE/bin ]] || { echo "gpu_check: $BUNDLE/ missing: run 'prepare' first and carry it" >&2; exit 1; }
+  RES=${OUT:-out/gpu}
+  mkdir -p "$RES"
+  # cuBLAS (too large to carry) from the machine's CUDA toolkit or its PyTorch wheels.
+  local cublas
+  cublas=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  ldd "$BUNDLE/bin/peng" | grep "not found" && echo "gpu_check: libraries missing (above)"
+  local mdir=/tmp/peng-models
+  mkdir -p "$mdir"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
+    --format=csv | tee "$RES/gpu.txt"
+  if want models; then
+    for m in "${MODELS[@]}"; do
+      step "model-$m" "$BUNDLE/bin/random_gguf" fill "$BUNDLE/skel/$m.skel.gguf" "$mdir/$m.gguf"
+    done
+    step model-deepseek "$BUNDLE/bin/make_deepseek_gguf" -o "$mdir/deepseek-v2-lite-random-q4_0.gguf" \
+      --threads "$(nproc)"
+  fi
+  if want tests; then
+    # The graphs on the random-weight files of real shape; the golden checks need the trained
+    # weights, absent here (they skip, and say so).
+    step test-cuda env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test"
+    step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
+      --gtest_filter='HfModelTest.*'
+    step test-device-graph env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/device_graph_test"
+  fi
+  if want bench; then
+    for m in "${MODELS[@]}"; do
+      step "bench-$m" bench_json "$mdir/$m.gguf" "$RES/bench-$m.json" --tg 128 --batch 32
+    done
+    step bench-deepseek bench_json "$mdir/deepseek-v2-lite-random-q4_0.gguf" \
+      "$RES/bench-deepseek.json" --tg 64
+  fi
+  if want serve; then
+    step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300
+  fi
+  if want e2e; then
+    if [[ -d $BUNDLE/whl ]]; then
+      step e2e-install python3 -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target /tmp/peng-site "$BUNDLE"/whl/*.whl
+      printf '#!/bin/sh\nexec "%s" "$@" --device cuda\n' "$PWD/$BUNDLE/bin/peng" > /tmp/peng-cuda
+      chmod +x /tmp/peng-cuda
+      step e2e env PYTHONPATH=/tmp/peng-site PENG_BIN=/tmp/peng-cuda \
+        PENG_E2E_MODEL="$mdir/smollm2-135m-instruct-q4_1.gguf" \
+        python3 -m pytest -q -x -p no:cacheprovider tests/e2e/test_openai.py
+    else
+      echo "=== e2e: skipped (no wheels in $BUNDLE/whl)"
+    fi
+  fi
+  if ((${#FAILED[@]})); then
+    echo "gpu_check: FAILED: ${FAILED[*]}"
+    return 1
+  fi
+  echo "gpu_check: PASS (results in $RES)"
+}
+
+case "$MODE" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu_check.sh prepare|run" >&2; exit 2 ;;
+esac
