@@ -73,9 +73,13 @@ StatusOr<int> ParseDeviceSpec(const std::string& spec) {
 }
 
 StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool) {
-  PENG_ASSIGN_OR_RETURN(const int index, ParseDeviceSpec(spec));
+  PENG_ASSIGN_OR_RETURN(int index, ParseDeviceSpec(spec));
   if (index < 0) return CreateHostDevice(pool);
 #ifdef PENG_HAVE_CUDA
+  // Plain "cuda" in an MPI job: one GPU per rank of this host (its local rank).
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (spec == "cuda" && local && cuda::DeviceCount() > 0)
+    index = std::atoi(local) % cuda::DeviceCount();
   return cuda::CreateDevice(index);
 #else
   return Unimplemented("--device " + spec +

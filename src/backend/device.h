@@ -29,6 +29,7 @@
 #include "kernels/mla.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
+#include "parallel/communicator.h"
 
 namespace peng::backend {
 
@@ -102,6 +103,12 @@ class Device {
   // Uploads w (a 2-D matrix view, e.g. a file's tensor or a shard of it); `int8_scales` (host,
   // one per row) for INT8 weights.
   virtual StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) = 0;
+  // The collectives of `group` (the ranks' host communicator, e.g. a tensor-parallel group of
+  // an MPI job) on this device's memory and stream: the returned Communicator's pointers are
+  // device pointers. Host: `group` itself; CUDA: NCCL (one rank per GPU), its id sent over
+  // `group`. Collective over `group`.
+  virtual StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) = 0;
+
   // Uploads n FP32 values (norm weights, biases, RoPE frequencies).
   StatusOr<float*> UploadFloats(const float* host, int64_t n);
   // Uploads one matrix per expert (same type and shape) and the table of their pointers; the
@@ -112,8 +119,10 @@ class Device {
   // --- operators
   // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.
   virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
-  // out[t] = W[tokens[t], :] * scale, dequantized (embedding lookup).
-  virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) = 0;
+  // out[t] = W[tokens[t] - row0, :] * scale, dequantized (embedding lookup); zeros for a token
+  // outside [row0, row0 + rows) (a vocabulary-parallel shard: the ranks' rows are summed).
+  virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
+                         int64_t row0 = 0) = 0;
   // y = x / sqrt(mean(x^2) + eps) * (w + w_offset) over n_rows rows of n (kernels::RmsNorm);
   // row r of x and y starts at r * stride (stride 0: n).
   virtual void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
@@ -175,7 +184,8 @@ class Device {
 };
 
 // The device a spec names: "host" (HostDevice over `pool`, which must outlive it), "cuda" or
-// "cuda:N". An error that says why when the backend is not built in or the device is absent.
+// "cuda:N" ("cuda" in an mpirun job: the GPU of the rank's local rank on its host). An error
+// that says why when the backend is not built in or the device is absent.
 StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool);
 // The CUDA device index of "cuda" (0) / "cuda:N", -1 for "host"; an error naming the spec for
 // anything else (the engine checks --device before loading a model).

@@ -1,5 +1,6 @@
 // HostDevice: the Device interface over peng's CPU kernels in host memory -- the reference the
 // accelerator backends are checked against, and the device graph's runner in CI.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,35 @@
 
 namespace peng::backend {
 namespace {
+
+// The host's own communicator, not owned (host memory is this device's memory).
+class Borrowed final : public Communicator {
+ public:
+  explicit Borrowed(Communicator* c) : c_(c) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  void AllReduceSum(float* d, int64_t n) override { c_->AllReduceSum(d, n); }
+  void ReduceScatterSum(const float* in, float* out, int64_t n) override {
+    c_->ReduceScatterSum(in, out, n);
+  }
+  void AllGather(const void* in, int64_t b, void* out) override { c_->AllGather(in, b, out); }
+  void Gather(const void* in, int64_t b, void* out, int root) override {
+    c_->Gather(in, b, out, root);
+  }
+  void Broadcast(void* d, int64_t b, int root) override { c_->Broadcast(d, b, root); }
+  void BroadcastPolled(void* d, int64_t b, int root) override { c_->BroadcastPolled(d, b, root); }
+  void AllToAll(const void* in, int64_t b, void* out) override { c_->AllToAll(in, b, out); }
+  void AllToAllV(const void* in, const int64_t* sb, void* out, const int64_t* rb) override {
+    c_->AllToAllV(in, sb, out, rb);
+  }
+  void Barrier() override { c_->Barrier(); }
+  [[noreturn]] void Abort(const std::string& m) override { c_->Abort(m); }
+  std::unique_ptr<Communicator> Split(int color, int key) override { return c_->Split(color, key); }
+  std::string Describe() const override { return c_->Describe(); }
+
+ private:
+  Communicator* c_;
+};
 
 class HostDevice final : public Device {
  public:
@@ -47,6 +77,9 @@ class HostDevice final : public Device {
   }
   void Fill(void* dst, uint8_t value, int64_t bytes) override { std::memset(dst, value, bytes); }
   Status Synchronize() override { return OkStatus(); }
+  StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) override {
+    return std::unique_ptr<Communicator>(new Borrowed(group));
+  }
   double MeasureReadBandwidth(int64_t bytes) override {
     return kernels::MeasureReadBandwidth(pool_, bytes, 3);
   }
@@ -80,10 +113,15 @@ class HostDevice final : public Device {
       kernels::MatMul(w.host, x, T, y, pool_);
     }
   }
-  void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) override {
+  void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
+                 int64_t row0) override {
     for (int64_t t = 0; t < b.n_tokens; ++t) {
       float* o = out + t * w.cols;
-      const int32_t id = b.d_tokens[t];  // host memory
+      const int64_t id = b.d_tokens[t] - row0;  // (host memory)
+      if (id < 0 || id >= w.rows) {
+        std::fill_n(o, w.cols, 0.f);
+        continue;
+      }
       if (w.dtype == DType::kI8) {
         const int8_t* q = static_cast<const int8_t*>(w.data) + id * w.cols;
         for (int64_t c = 0; c < w.cols; ++c) o[c] = static_cast<float>(q[c]) * w.scales[id];

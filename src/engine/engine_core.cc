@@ -35,9 +35,9 @@ Status ValidateOptions(const EngineOptions& o) {
     return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
   if (o.device != "cpu") {
     PENG_RETURN_IF_ERROR(backend::ParseDeviceSpec(o.device).status());
-    if (o.tensor_parallel_size > 1 || o.data_parallel_size > 1)
+    if (o.data_parallel_size > 1)
       return Unimplemented("--device " + o.device +
-                           " with tensor or data parallelism is not implemented yet");
+                           " with data parallelism is not implemented yet");
   }
   return OkStatus();
 }

@@ -58,7 +58,12 @@ template Status DeviceModel::Scratch<float>(int64_t, float**);
 template Status DeviceModel::Scratch<int32_t>(int64_t, int32_t**);
 
 Status DeviceModel::Upload(const Linear& tok_embd, const Linear& output,
-                           const float* output_norm) {
+                           const float* output_norm, Communicator* tp) {
+  if (tp && tp->size() > 1) {
+    host_tp_ = tp;
+    PENG_RETURN_IF_ERROR(vocab_.Plan(host_.config().vocab_size, tp, "the device model"));
+    PENG_ASSIGN_OR_RETURN(comm_, dev_->CreateCommunicator(tp));
+  }
   PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix(tok_embd));
   if (&output.tensor() == &tok_embd.tensor()) {
     output_ = tok_embd_;
@@ -111,7 +116,7 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     meta_capacity_ = n;
   }
   if (logit_rows_ > logit_capacity_) {  // rows of logits: often far fewer than tokens
-    PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * c.vocab_size, &logits_));
+    PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * output_.rows, &logits_));
     logit_capacity_ = logit_rows_;
   }
   if (T <= scratch_tokens_) return OkStatus();
@@ -194,7 +199,8 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   if (T == 0) return OkStatus();
   if (kv_.empty()) return Internal("the device KV cache is not allocated");
   PENG_RETURN_IF_ERROR(PrepareStep(batch));
-  dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_);
+  dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
+  if (comm_) comm_->AllReduceSum(x_, T * D);  // each token's row came from one rank
   std::vector<float>* cap = batch.capture_hidden;
   auto capture = [&]() -> Status {
     if (!cap) return OkStatus();
@@ -212,10 +218,16 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     // The rows that need logits (into h_), normalised, projected.
     dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
     dev_->RmsNorm(h_, output_norm_, c.norm_weight_offset, h_, logit_rows_, D, c.rms_eps);
-    dev_->MatMul(output_, h_, logit_rows_, logits_);
-    if (c.final_logit_softcap > 0)
-      dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * c.vocab_size);
-    PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, logit_rows_ * c.vocab_size * 4));
+    dev_->MatMul(output_, h_, logit_rows_, logits_);  // [rows, this rank's vocabulary]
+    const int64_t n = logit_rows_ * output_.rows;
+    if (c.final_logit_softcap > 0) dev_->Softcap(logits_, c.final_logit_softcap, n);
+    if (!host_tp_) {
+      PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, n * 4));
+    } else {  // the ranks' columns meet on rank 0's host
+      local_logits_.resize(n);
+      PENG_RETURN_IF_ERROR(dev_->CopyToHost(local_logits_.data(), logits_, n * 4));
+      vocab_.GatherLogits(local_logits_.data(), logit_rows_, logits);
+    }
   }
   return dev_->Synchronize();
 }
@@ -226,11 +238,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
 class DeviceDecoderModel : public DeviceModel {
  public:
   DeviceDecoderModel(const DecoderModel& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
-  Status Init() {
-    if (m_.tp_size_ > 1)
-      return Unimplemented("tensor parallelism on " + dev_->Name() + " is not implemented");
-    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_);
-  }
+  Status Init() { return Upload(m_.tok_embd_, m_.output_, m_.output_norm_, m_.tp_); }
 
  private:
   struct Layer {
@@ -324,6 +332,7 @@ class DeviceDecoderModel : public DeviceModel {
     ap.sliding_window = sliding ? c.sliding_window : 0;
     d.PagedAttention(q_, kv_[il], b, ap, attn_);
     d.MatMul(L.wo, attn_, T, o_);
+    if (comm_) comm_->AllReduceSum(o_, T * D);  // row parallel: the heads' shares
     if (L.post_attn_norm)
       d.RmsNorm(o_, L.post_attn_norm, c.norm_weight_offset, o_, T, D, c.rms_eps);
     d.Add(x_, o_, T * D);
@@ -336,6 +345,7 @@ class DeviceDecoderModel : public DeviceModel {
                                               : backend::GatedActivation::kGeluTanh,
             gate_, up_, gate_, T * F);
     d.MatMul(L.w_down, gate_, T, o_);
+    if (comm_) comm_->AllReduceSum(o_, T * D);  // row parallel: the FFN slices' shares
     if (L.post_ffn_norm)
       d.RmsNorm(o_, L.post_ffn_norm, c.norm_weight_offset, o_, T, D, c.rms_eps);
     d.Add(x_, o_, T * D);

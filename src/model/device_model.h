@@ -11,9 +11,12 @@
 //   DeviceDecoderModel  (layers/decoder.h: Llama, Qwen2, Gemma 3)      model/device_model.cc
 //   DeviceDeepseekModel (deepseek2/deepseek2.h: MLA + DeepSeekMoE)      model/deepseek2/
 //                                                                       deepseek2_device.cc
-// Not yet on a device: tensor / expert / data parallelism (a shard is refused), INT8 W8A8
-// activations (INT8 weights run as W8A16) and DeepSeek's expanded prefill form (the absorbed
-// form serves every step, with the FP32 kv_b).
+// Tensor parallelism (dense models): the host model is a shard (layers/decoder.h); the device
+// graph sums the row-parallel outputs and the vocabulary-parallel embedding with the device's
+// collectives (Device::CreateCommunicator over the host group: NCCL on CUDA) and gathers the
+// logit rows on the host of rank 0. Not yet on a device: DeepSeek under tensor / expert
+// parallelism, data parallelism, INT8 W8A8 activations (INT8 weights run as W8A16) and
+// DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32 kv_b).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,9 @@
 
 #include "backend/device.h"
 #include "model/layers/linear.h"
+#include "model/layers/tensor_parallel.h"
 #include "model/model.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 
@@ -53,7 +58,10 @@ class DeviceModel {
   // One layer over step_: x_ in, x_ out.
   virtual void RunLayer(int il) = 0;
 
-  Status Upload(const Linear& tok_embd, const Linear& output, const float* output_norm);
+  // The shared weights, then the layers'. `tp`: the host model's tensor-parallel group (null
+  // alone): the device collectives are set up over it and the vocabulary split as the host's.
+  Status Upload(const Linear& tok_embd, const Linear& output, const float* output_norm,
+                Communicator* tp);
   StatusOr<backend::DeviceMatrix> Matrix(const Linear& l);
   StatusOr<const float*> Floats(const float* host, int64_t n);
   // A device scratch array of n floats (or ints), replacing *p (freed) when given.
@@ -62,6 +70,7 @@ class DeviceModel {
 
   const Model& host_;
   backend::Device* dev_;
+  std::unique_ptr<Communicator> comm_;  // the device's collectives (tensor parallel; else null)
   std::vector<void*> allocs_;  // everything this model allocated on the device
   int64_t weight_bytes_ = 0;
 
@@ -75,6 +84,9 @@ class DeviceModel {
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
   backend::DeviceMatrix tok_embd_, output_;
+  Communicator* host_tp_ = nullptr;
+  VocabParallel vocab_;             // this rank's embedding / LM head rows (tensor parallel)
+  std::vector<float> local_logits_;  // this rank's logit columns on the host (tensor parallel)
   const float* output_norm_ = nullptr;
   int64_t num_blocks_ = 0;
   int block_size_ = 0;

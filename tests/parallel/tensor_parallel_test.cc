@@ -1,6 +1,7 @@
 // Tensor and data parallelism against one process, under `mpirun -np N` with the job's layout
 // from the command line (`--tp T --dp D`, N = T x D; default T = N): ctest runs tp 2, tp 4,
-// dp 2 and tp 2 x dp 2. Rank 0 runs the tests; every other rank serves rank 0's engine cores
+// dp 2 and tp 2 x dp 2, and tp 2 with `--device host` (the device graph's shards and its
+// collectives, the path CUDA + NCCL take, against the CPU engine in one process). Rank 0 runs the tests; every other rank serves rank 0's engine cores
 // (RunParallelWorker) until the end. For each model rank 0 computes, in the same process, the
 // single-process reference (the whole model, a plain LocalExecutor) and the parallel result
 // (CreateEngineCore with the layout: its shard of replica 0, the other ranks' shards and
@@ -41,6 +42,7 @@ constexpr double kExactBound = 1e-5;  // relative to the largest |logit|
 using test_util::World;
 
 int g_tp = 1, g_dp = 1;  // the job's layout (main)
+std::string g_device = "cpu";  // --device of the parallel run (the reference runs on the CPU)
 
 EngineOptions Options(const std::string& path, DType kv, bool expert_parallel) {
   EngineOptions o;
@@ -69,6 +71,7 @@ std::unique_ptr<EngineCore> SingleCore(const EngineOptions& o) {
 std::unique_ptr<EngineCore> ParallelCore(EngineOptions o) {
   o.tensor_parallel_size = g_tp;
   o.data_parallel_size = g_dp;
+  o.device = g_device;
   auto core = CreateEngineCore(o);
   EXPECT_TRUE(core.ok()) << core.status().ToString();
   return core.ok() ? std::move(*core) : nullptr;
@@ -312,12 +315,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--tp") peng::g_tp = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--dp") peng::g_dp = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--device") peng::g_device = argv[i + 1];
   }
   if (peng::g_tp == 0) peng::g_tp = world->size() / std::max(1, peng::g_dp);
   peng::EngineOptions o;  // the layout and threads; the model and KV come from rank 0
   o.threads = 1;
   o.tensor_parallel_size = peng::g_tp;
   o.data_parallel_size = peng::g_dp;
+  o.device = peng::g_device;
   const peng::StatusOr<bool> worker = peng::RunParallelWorker(o);
   if (!worker.ok()) world->Abort(worker.status().ToString());
   int rc = 0;

@@ -19,6 +19,9 @@
 #include <string>
 
 #include "backend/cuda/cuda_device.h"
+#ifdef PENG_HAVE_NCCL
+#include "backend/cuda/nccl_communicator.h"
+#endif
 #include "kernels/quant_blocks.h"
 
 namespace peng::backend::cuda {
@@ -259,10 +262,15 @@ __global__ void DecodeToHalfKernel(const uint8_t* w, size_t row_bytes, int64_t r
 }
 
 template <DType T>
-__global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* scales,
-                            const int32_t* tokens, float scale, float* out) {
+__global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                            const float* scales, const int32_t* tokens, int64_t row0, float scale,
+                            float* out) {
   const int64_t t = blockIdx.x;
-  const int32_t id = tokens[t];
+  const int64_t id = tokens[t] - row0;
+  if (id < 0 || id >= rows) {  // another rank's row (vocabulary-parallel shard)
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[t * cols + c] = 0.f;
+    return;
+  }
   const float s = scale * (scales ? scales[id] : 1.f);
   float wv[32];
   for (int64_t u = threadIdx.x; u < cols / 32; u += blockDim.x) {
@@ -747,6 +755,14 @@ class CudaDevice final : public Device {
     return Synchronize().ok() ? best : 0;
   }
 
+  StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) override {
+#ifdef PENG_HAVE_NCCL
+    return CreateNcclCommunicator(group, index_, stream_);
+#else
+    return Unimplemented(name_ + ": built without NCCL, no collectives across GPUs");
+#endif
+  }
+
   bool SupportsWeights(DType t) const override {
     return WithType(t, Nothing{});
   }
@@ -817,12 +833,13 @@ class CudaDevice final : public Device {
       Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
   }
 
-  void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out) override {
+  void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
+                 int64_t row0) override {
     if (b.n_tokens == 0) return;
     WithType(w.dtype, [&]<DType D>() {
       EmbedKernel<D><<<b.n_tokens, 128, 0, stream_>>>(static_cast<const uint8_t*>(w.data),
-                                                      w.row_bytes, w.cols, w.scales, b.d_tokens,
-                                                      scale, out);
+                                                      w.row_bytes, w.rows, w.cols, w.scales,
+                                                      b.d_tokens, row0, scale, out);
     });
     Note(cudaGetLastError());
   }

@@ -26,7 +26,7 @@ class DeviceDeepseekModel : public DeviceModel {
     if (m_.cfg_.n_routed_experts > kernels::kMaxRoutedExperts)
       return Unimplemented(std::to_string(m_.cfg_.n_routed_experts) + " routed experts on " +
                            dev_->Name() + " (at most 512)");
-    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_);
+    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_, nullptr);
   }
 
  private:

@@ -64,13 +64,18 @@ bool VocabParallel::Project(const Linear& out, const float* x, const Int8Acts* x
     out.Forward(x, xq, rows, logits, pool, scratch);  // [rows, vocab]
     return true;
   }
+  all_.resize(rows * stride_ * tp_->size());
+  out.Forward(x, xq, rows, all_.data(), pool, scratch);
+  return GatherLogits(all_.data(), rows, logits);
+}
+
+bool VocabParallel::GatherLogits(const float* mine, int64_t rows, float* logits) {
   // This rank's vocabulary columns, gathered on rank 0 as [tp][rows][stride_].
   const int64_t S = stride_, n = tp_->size();
   local_.assign(rows * S, 0.f);
-  all_.resize(rows * S * n);
-  out.Forward(x, xq, rows, all_.data(), pool, scratch);
   for (int64_t r = 0; r < rows; ++r)  // [rows, size_] -> [rows, S] (the last rank pads)
-    std::copy_n(all_.data() + r * size_, size_, local_.data() + r * S);
+    std::copy_n(mine + r * size_, size_, local_.data() + r * S);
+  all_.resize(rows * S * n);
   tp_->Gather(local_.data(), rows * S * static_cast<int64_t>(sizeof(float)), all_.data(), 0);
   if (tp_->rank() != 0) return false;
   for (int64_t k = 0; k < n; ++k) {

@@ -52,6 +52,9 @@ class VocabParallel {
   // other ranks, whose `logits` are untouched).
   bool Project(const Linear& out, const float* x, const Int8Acts* xq, int64_t rows,
                float* logits, ThreadPool* pool, Int8Acts* scratch);
+  // The gather of Project: `mine` [rows, size()] (this rank's columns, computed elsewhere, e.g.
+  // on a device) into logits [rows, vocab] on rank 0 (returns false on the others).
+  bool GatherLogits(const float* mine, int64_t rows, float* logits);
 
  private:
   Communicator* tp_ = nullptr;
