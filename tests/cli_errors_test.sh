@@ -79,6 +79,15 @@ cp -r "$tmp/tiny_w8a8" "$tmp/tiny_badqc" && cp "$tmp/qc.json" "$tmp/tiny_badqc/q
 expect "unknown scheme in quant_config.json" 1 "unknown quantization scheme 'w3a3'" \
   "$peng" logits -m "$tmp/tiny_badqc" --tokens 1,2 --out "$tmp/o.npy"
 
+# --device: an unknown name, and CUDA without a GPU (or a build without it), are clear errors;
+# the host device runs the device graph (the tiny llama folder, token ids).
+tiny="$src/tests/data/hf_tiny/llama"
+expect "unknown device" 1 "unknown device 'tpu'" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device tpu
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  expect "cuda without a gpu" 1 "CUDA" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device cuda
+fi
+expect "host device" 0 "" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device host
+
 model="${PENG_MODELS_DIR:-$src/models}/smollm2-135m-instruct-q4_1.gguf"
 if [ -f "$model" ]; then
   expect "prompt longer than context" 1 "exceeds the context length" \

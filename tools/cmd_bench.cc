@@ -248,9 +248,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  c->add_option("--device", a->bench.device,
-                "Where the model runs: cpu, cuda or cuda:N (the CUDA backend; dense decoder models), host "
-                "(the device graph on the CPU kernels)");
+  AddDeviceOption(c, &a->bench.device);
   c->add_option("--batch", a->bench.batch,
                 "Also decode --tg tokens in this many sequences at once through the engine "
                 "(and in one, for the scaling)")

@@ -10,6 +10,12 @@
 
 namespace peng::tools {
 
+void AddDeviceOption(CLI::App* c, std::string* device) {
+  c->add_option("--device", *device,
+                "Where the model runs: cpu (default), cuda or cuda:N (an NVIDIA GPU; docs/"
+                "devices.md), host (the device graph on the CPU kernels)");
+}
+
 int Fail(const std::string& what) {
   std::fprintf(stderr, "peng: error: %s\n", what.c_str());
   return 1;
@@ -96,9 +102,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  c->add_option("--device", a->llm.device,
-                "Where the model runs: cpu, cuda or cuda:N (the CUDA backend; dense decoder models), host "
-                "(the device graph on the CPU kernels)");
+  AddDeviceOption(c, &a->llm.device);
   c->add_option("-c,--ctx-size", a->llm.max_model_len, "Context length")
       ->check(CLI::Range(1, 1 << 24));
   c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,

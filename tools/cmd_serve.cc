@@ -153,9 +153,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  c->add_option("--device", a->engine.device,
-                "Where the model runs: cpu, cuda or cuda:N (the CUDA backend; dense decoder models), host "
-                "(the device graph on the CPU kernels)");
+  AddDeviceOption(c, &a->engine.device);
   c->add_option("--max-waiting", a->engine.max_waiting,
                 "Queued requests at most; beyond that requests get 429")
       ->check(CLI::Range(0, 1 << 20))

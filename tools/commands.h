@@ -46,6 +46,8 @@ void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc
 void RegisterQuantize(CLI::App& app, int* exit_code);  // tools/cmd_quantize.cc
 void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 
+// --device (EngineOptions::device) on a subcommand.
+void AddDeviceOption(CLI::App* c, std::string* device);
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);
 // Writes `text` to `path` (replacing it); IoError naming the path when that fails.
