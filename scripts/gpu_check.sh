@@ -17,7 +17,7 @@
 #     2. tests: cuda_device_test (every op against the CPU reference on random inputs, the
 #        graphs of both families against the host device, the golden checks where the real
 #        models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the tiny Llama / Qwen2 /
-#        Gemma 3 fixtures against their float64 transformers references), device_graph_test
+#        Gemma 3 fixtures against their float64 transformers references)
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
@@ -29,8 +29,8 @@ cd "$(dirname "$0")/.."
 MODE=${1:-}
 BUNDLE=gpu
 MODELS=(smollm2-135m-instruct-q4_1 gemma-3-270m-q4_k_m qwen2.5-coder-0.5b-instruct-q4_k_m)
-BINARIES=(tools/peng tests/cuda_device_test tests/device_graph_test tests/hf_model_test
-          bench/random_gguf bench/make_deepseek_gguf)
+BINARIES=(tools/peng tests/cuda_device_test tests/hf_model_test bench/random_gguf
+          bench/make_deepseek_gguf)
 WHEELS=(openai==3.57.0 pydantic==2.14.4 pydantic-core==2.50.5 jiter annotated-types
         typing-inspection sniffio typing-extensions httpx2 httpcore2 truststore idna h11 anyio)
 
@@ -43,6 +43,7 @@ prepare() {
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE"/bin "$BUNDLE"/lib "$BUNDLE"/skel "$BUNDLE"/whl
   for b in "${BINARIES[@]}"; do cp "build-gpu/$b" "$BUNDLE/bin/"; done
+  strip "$BUNDLE"/bin/*  # (the 64 MiB the GPU machine takes)
   # Shared libraries from this machine's Debian packages (the GPU image has glibc, libstdc++,
   # libgcc and the CUDA libraries of its own toolkit).
   for b in "$BUNDLE"/bin/*; do
@@ -138,7 +139,6 @@ run() {
     step test-cuda env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test"
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'
-    step test-device-graph env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/device_graph_test"
   fi
   if want bench; then
     for m in "${MODELS[@]}"; do

@@ -1,0 +1,617 @@
+// The CUDA backend's kernels (included by cuda_device.cu only: one translation unit). Every
+// quantized format is decoded 32 values (one "unit") at a time by DecodeUnit; the GEMV, expert
+// GEMV, GEMM staging and embedding kernels share it. FP32 accumulation throughout.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "kernels/moe.h"
+#include "kernels/quant_blocks.h"
+
+namespace peng::backend::cuda {
+namespace {
+
+using kernels::BlockQ4_0;
+using kernels::BlockQ4_1;
+using kernels::BlockQ4_K;
+using kernels::BlockQ5_0;
+using kernels::BlockQ5_1;
+using kernels::BlockQ5_K;
+using kernels::BlockQ6_K;
+using kernels::BlockQ8_0;
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;     // GEMV: warps (rows) per thread block
+constexpr int kTokenTile = 8;        // GEMV: tokens per pass over the weights
+constexpr int64_t kGemvMaxTokens = 32;
+constexpr int kMaxHeadDim = 256;     // attention: head_dim and v_head_dim
+constexpr int kMaxMlaRow = 640;      // MLA: kv_lora_rank + rope dims of a cache row
+constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
+constexpr int kAttnWarps = 4;
+
+// ------------------------------------------------------------------------------------------
+// Decoding one unit (32 consecutive values of a row) into registers.
+
+__device__ __forceinline__ float Half(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float Bf16(uint16_t h) { return __uint_as_float(uint32_t{h} << 16); }
+__device__ __forceinline__ uint32_t Load32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+// 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K scale field (UnpackScalesK).
+__device__ __forceinline__ void ScaleMinK(const uint8_t* s, int j, float* sc, float* m) {
+  if (j < 4) {
+    *sc = static_cast<float>(s[j] & 63);
+    *m = static_cast<float>(s[j + 4] & 63);
+  } else {
+    *sc = static_cast<float>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float* w) {
+  if constexpr (T == DType::kF32) {
+    const float* p = reinterpret_cast<const float*>(row) + u * 32;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = p[i];
+  } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + u * 32;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = T == DType::kF16 ? Half(p[i]) : Bf16(p[i]);
+  } else if constexpr (T == DType::kI8) {
+    const int8_t* p = reinterpret_cast<const int8_t*>(row) + u * 32;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(p[i]);
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1) {
+    using B = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+    const B& b = reinterpret_cast<const B*>(row)[u];
+    const float d = Half(b.d);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int lo = b.qs[i] & 0xF, hi = b.qs[i] >> 4;
+      if constexpr (T == DType::kQ4_0) {
+        w[i] = d * static_cast<float>(lo - 8);
+        w[i + 16] = d * static_cast<float>(hi - 8);
+      } else {
+        const float m = Half(b.m);
+        w[i] = d * static_cast<float>(lo) + m;
+        w[i + 16] = d * static_cast<float>(hi) + m;
+      }
+    }
+  } else if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
+    using B = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    const B& b = reinterpret_cast<const B*>(row)[u];
+    const float d = Half(b.d);
+    const uint32_t h = Load32(b.qh);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int lo = (b.qs[i] & 0xF) | ((h >> i) & 1) << 4;
+      const int hi = (b.qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4;
+      if constexpr (T == DType::kQ5_0) {
+        w[i] = d * static_cast<float>(lo - 16);
+        w[i + 16] = d * static_cast<float>(hi - 16);
+      } else {
+        const float m = Half(b.m);
+        w[i] = d * static_cast<float>(lo) + m;
+        w[i + 16] = d * static_cast<float>(hi) + m;
+      }
+    }
+  } else if constexpr (T == DType::kQ8_0) {
+    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
+    const float d = Half(b.d);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(b.qs[i]) * d;
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    using B = std::conditional_t<T == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+    const B& b = reinterpret_cast<const B*>(row)[u / 8];
+    const int j = static_cast<int>(u % 8);
+    float sc, m;
+    ScaleMinK(b.scales, j, &sc, &m);
+    const float ds = Half(b.d) * sc, dm = Half(b.dmin) * m;
+    const uint8_t* qs = b.qs + 32 * (j / 2);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      int q = (j % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+      if constexpr (T == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
+      w[l] = ds * static_cast<float>(q) - dm;
+    }
+  } else if constexpr (T == DType::kQ6_K) {
+    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
+    const int k = static_cast<int>(u % 8);  // values 32k .. 32k + 31 of the super-block
+    const int h = k / 4, kk = k % 4;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const float d = Half(b.d);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int v = 32 * kk + l;  // within the half
+      int q = v < 64 ? (ql[v] & 0xF) : (ql[v - 64] >> 4);
+      q |= ((qh[l] >> (2 * kk)) & 3) << 4;
+      const float ds = d * static_cast<float>(b.scales[(128 * h + v) / 16]);
+      w[l] = ds * static_cast<float>(q - 32);
+    }
+  }
+}
+
+// Float types may have rows that are not whole units: value i of the tail, decoded alone.
+template <DType T>
+constexpr bool kFloatType = T == DType::kF32 || T == DType::kF16 || T == DType::kBF16;
+
+template <DType T>
+__device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t i) {
+  if constexpr (T == DType::kF32) {
+    return reinterpret_cast<const float*>(row)[i];
+  } else if constexpr (T == DType::kF16) {
+    return Half(reinterpret_cast<const uint16_t*>(row)[i]);
+  } else {
+    return Bf16(reinterpret_cast<const uint16_t*>(row)[i]);
+  }
+}
+
+// sum_i w[i] x[i] over one unit (32 values); x 16-byte aligned when Vec4.
+template <bool Vec4>
+__device__ __forceinline__ float UnitDot(const float* w, const float* x) {
+  float s = 0.f;
+  if constexpr (Vec4) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float4 a = x4[i];
+      s += w[4 * i] * a.x + w[4 * i + 1] * a.y + w[4 * i + 2] * a.z + w[4 * i + 3] * a.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s += w[i] * x[i];
+  }
+  return s;
+}
+
+// This lane's share of row . x: whole units u = lane, lane + 32, ..., then (float types) the
+// values past the last whole unit, one per lane.
+template <DType T, bool Vec4>
+__device__ __forceinline__ float LaneRowDot(const uint8_t* row, int64_t cols, const float* x,
+                                            int lane) {
+  float wv[32], acc = 0.f;
+  for (int64_t u = lane; u < cols / 32; u += kWarp) {
+    DecodeUnit<T>(row, u, wv);
+    acc += UnitDot<Vec4>(wv, x + u * 32);
+  }
+  if constexpr (kFloatType<T>) {
+    const int64_t i = cols / 32 * 32 + lane;
+    if (i < cols) acc += DecodeOne<T>(row, i) * x[i];
+  }
+  return acc;
+}
+
+// ------------------------------------------------------------------------------------------
+// Kernels
+
+template <DType T, int NT, bool Vec4>
+__global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                           const float* scales, const float* x, int64_t n_tokens, float* y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t t0 = int64_t{blockIdx.y} * NT;
+  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
+  const uint8_t* row = w + r * row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  float wv[32];
+  for (int64_t u = lane; u < cols / 32; u += kWarp) {
+    DecodeUnit<T>(row, u, wv);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      if (t < nt) acc[t] += UnitDot<Vec4>(wv, x + (t0 + t) * cols + u * 32);
+  }
+  if constexpr (kFloatType<T>) {
+    const int64_t i = cols / 32 * 32 + lane;
+    if (i < cols) {
+      const float wi = DecodeOne<T>(row, i);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) acc[t] += wi * x[(t0 + t) * cols + i];
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float s = acc[t];
+    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = scales ? s * scales[r] : s;
+  }
+}
+
+// Decodes rows x units into an FP16 [rows, cols] copy (INT8 rows scaled).
+template <DType T>
+__global__ void DecodeToHalfKernel(const uint8_t* w, size_t row_bytes, int64_t rows,
+                                   int64_t cols, const float* scales, __half* out) {
+  const int64_t units = (cols + 31) / 32;  // the last one partial for float types
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= rows * units) return;
+  const int64_t r = i / units, u = i % units;
+  const float s = scales ? scales[r] : 1.f;
+  __half* o = out + r * cols + u * 32;
+  if (u * 32 + 32 > cols) {
+    if constexpr (kFloatType<T>)
+      for (int64_t c = u * 32; c < cols; ++c)
+        out[r * cols + c] = __float2half_rn(DecodeOne<T>(w + r * row_bytes, c) * s);
+    return;
+  }
+  float wv[32];
+  DecodeUnit<T>(w + r * row_bytes, u, wv);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) o[k] = __float2half_rn(wv[k] * s);
+}
+
+template <DType T>
+__global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                            const float* scales, const int32_t* tokens, int64_t row0, float scale,
+                            float* out) {
+  const int64_t t = blockIdx.x;
+  const int64_t id = tokens[t] - row0;
+  if (id < 0 || id >= rows) {  // another rank's row (vocabulary-parallel shard)
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[t * cols + c] = 0.f;
+    return;
+  }
+  const float s = scale * (scales ? scales[id] : 1.f);
+  float wv[32];
+  for (int64_t u = threadIdx.x; u < cols / 32; u += blockDim.x) {
+    DecodeUnit<T>(w + id * row_bytes, u, wv);
+    for (int k = 0; k < 32; ++k) out[t * cols + u * 32 + k] = wv[k] * s;
+  }
+  if constexpr (kFloatType<T>)
+    for (int64_t c = cols / 32 * 32 + threadIdx.x; c < cols; c += blockDim.x)
+      out[t * cols + c] = DecodeOne<T>(w + id * row_bytes, c) * s;
+}
+
+__global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2half_rn(x[i]);
+}
+
+__device__ float BlockSum(float v, float* shared) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float s = 0.f;
+  for (int i = 0; i < static_cast<int>(blockDim.x / kWarp); ++i) s += shared[i];
+  __syncthreads();
+  return s;
+}
+
+__global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
+                              float eps, int64_t stride) {
+  __shared__ float shared[32];
+  const float* xr = x + int64_t{blockIdx.x} * stride;
+  float* yr = y + int64_t{blockIdx.x} * stride;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = BlockSum(ss, shared);
+  const float s = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / n + eps));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * s) * (w[i] + w_offset);
+}
+
+enum class Ew { kAdd, kScale, kSoftcap, kSilu, kGelu };
+
+__global__ void ElementwiseKernel(Ew op, float* y, const float* a, const float* b, float s,
+                                  int64_t n) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  switch (op) {
+    case Ew::kAdd: y[i] += a[i]; break;
+    case Ew::kScale: y[i] *= s; break;
+    case Ew::kSoftcap: y[i] = s * tanhf(y[i] / s); break;
+    case Ew::kSilu: {
+      const float z = a[i];
+      y[i] = z / (1.0f + expf(-z)) * b[i];
+      break;
+    }
+    case Ew::kGelu: {
+      const float z = a[i];
+      const float u = 0.7978845608028654f * (z + 0.044715f * ((z * z) * z));
+      y[i] = 0.5f * z * (1.0f + tanhf(u)) * b[i];
+      break;
+    }
+  }
+}
+
+__global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t n) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n_rows * n) y[i] += b[i % n];
+}
+
+__global__ void RopeKernel(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+                           const int32_t* pos, int half, bool interleaved, float attention_factor,
+                           const float* inv_freq) {
+  const int64_t t = blockIdx.x;
+  const float fpos = static_cast<float>(pos[t]);
+  for (int64_t k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+    const int64_t h = k / half;
+    const int i = static_cast<int>(k % half);
+    const float theta = fpos * inv_freq[i];
+    const float c = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
+    const float s = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
+    float* xh = x + t * token_stride + h * head_stride;
+    float* a = interleaved ? &xh[2 * i] : &xh[i];
+    float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
+    const float x0 = *a, x1 = *b;
+    *a = x0 * c - x1 * s;
+    *b = x1 * c + x0 * s;
+  }
+}
+
+template <typename KV>
+__device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
+  if constexpr (sizeof(KV) == 2) {
+    return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  } else {
+    return p[i];
+  }
+}
+template <typename KV>
+__device__ __forceinline__ void KvStore(KV* p, int64_t i, float v) {
+  if constexpr (sizeof(KV) == 2) {
+    reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+  } else {
+    p[i] = v;
+  }
+}
+
+template <typename KV>
+__global__ void KvWriteKernel(KV* k_cache, KV* v_cache, const int32_t* slot, int64_t kd,
+                              int64_t vd, const float* k, const float* v) {
+  const int64_t t = blockIdx.x;
+  const int64_t s = slot[t];
+  for (int64_t i = threadIdx.x; i < kd; i += blockDim.x) KvStore(k_cache, s * kd + i, k[t * kd + i]);
+  for (int64_t i = threadIdx.x; i < vd; i += blockDim.x) KvStore(v_cache, s * vd + i, v[t * vd + i]);
+}
+
+// Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
+// head g at s * k_stride + g * head_dim (V likewise). MLA: one array of cache rows, the key is
+// the whole row and the value its first v_head_dim (= kv_lora_rank) values (v = k, strides the
+// row length).
+struct AttnArgs {
+  const float* q;
+  float* out;
+  const void* k;
+  const void* v;
+  int64_t k_stride, v_stride;
+  const int32_t* pos;
+  const int32_t* seq_of_token;
+  const int32_t* table_offset;
+  const int32_t* tables;
+  int n_heads, n_kv_heads, head_dim, v_head_dim, block_size;
+  float scale, softcap;
+  int sliding_window;
+};
+
+// One block per (token, head); warp w takes keys start + w, start + w + kAttnWarps, ... with its
+// own running maximum, sum and accumulator; the warps' states are merged at the end.
+template <typename KV, int kMaxK, int kMaxV>
+__global__ void AttentionKernel(AttnArgs a) {
+  constexpr int kPerLane = kMaxV / kWarp;
+  __shared__ float q_s[kMaxK];
+  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  __shared__ float acc_s[kAttnWarps][kMaxV];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int64_t p = a.pos[t];
+  const int32_t* table = a.tables + a.table_offset[a.seq_of_token[t]];
+  const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) q_s[i] = q[i];
+  __syncthreads();
+  const int64_t first = p - a.sliding_window + 1;
+  const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
+  const KV* kc = static_cast<const KV*>(a.k);
+  const KV* vc = static_cast<const KV*>(a.v);
+  float m = -INFINITY, l = 0.f, acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
+  for (int64_t j = start + warp; j <= p; j += kAttnWarps) {
+    const int64_t slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
+    const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+    float s = 0.f;
+    for (int i = lane; i < a.head_dim; i += kWarp) s += q_s[i] * KvLoad(kr, i);
+    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s *= a.scale;
+    if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);  // 0 for the first key (m = -inf)
+    const float e = expf(s - m_new);
+    l = l * corr + e;
+    const KV* vr = vc + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int d = lane + i * kWarp;
+      if (d < a.v_head_dim) acc[i] = acc[i] * corr + e * KvLoad(vr, d);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + i * kWarp;
+    if (d < a.v_head_dim) acc_s[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float mm = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) mm = fmaxf(mm, m_s[w]);
+  float ll = 0.f;
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (l_s[w] > 0.f) ll += l_s[w] * expf(m_s[w] - mm);
+  float* out = a.out + (t * a.n_heads + h) * a.v_head_dim;
+  for (int d = threadIdx.x; d < a.v_head_dim; d += blockDim.x) {
+    float s = 0.f;
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
+    out[d] = s / ll;
+  }
+}
+
+// out[t, h, j] = sum_i W_UK[h][i][j] q_nope[t, h, i] for j < r, then q_pe.
+__global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r, int dn, int dr,
+                                int dv, float* out) {
+  const int64_t th = blockIdx.x;  // token * H + head
+  const int h = static_cast<int>(th % H);
+  const float* qh = q + th * (dn + dr);
+  const float* w = w_kvb + int64_t{h} * (dn + dv) * r;
+  float* o = out + th * (r + dr);
+  for (int j = threadIdx.x; j < r; j += blockDim.x) {
+    float s = 0.f;
+    for (int i = 0; i < dn; ++i) s += w[int64_t{i} * r + j] * qh[i];
+    o[j] = s;
+  }
+  for (int j = threadIdx.x; j < dr; j += blockDim.x) o[r + j] = qh[dn + j];
+}
+
+// out[t, h * dv + i] = sum_j W_UV[h][i][j] o_lat[t, h, j]: one warp per output value.
+__global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, int r, int dn,
+                                 int dv, float* out) {
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % H);
+  const int i = blockIdx.y * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (i >= dv) return;
+  const float* w = w_kvb + (int64_t{h} * (dn + dv) + dn + i) * r;
+  const float* ol = o_lat + th * r;
+  float s = 0.f;
+  for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
+  for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (lane == 0) out[th * dv + i] = s;
+}
+
+constexpr int kMaxTopK = 16;
+constexpr int kMaxGroups = 16;
+
+// Index of the largest of v[0..n) not yet taken (ties: lower index).
+__device__ int ArgMaxFree(const float* v, int n, const bool* taken) {
+  int best = -1;
+  for (int i = 0; i < n; ++i)
+    if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+  return best;
+}
+
+// One thread per token: kernels::MoeRoute's arithmetic (softmax in double precision, ties to the
+// lower index).
+__global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
+                               kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
+  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const int E = p.n_experts, k = p.k;
+  float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
+  bool taken[kernels::kMaxRoutedExperts];
+  const float* lg = logits + t * E;
+  if (p.sigmoid) {
+    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
+  } else {
+    double m = lg[0], sum = 0;
+    for (int e = 1; e < E; ++e) m = fmax(m, double{lg[e]});
+    for (int e = 0; e < E; ++e) sum += exp(lg[e] - m);
+    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(exp(lg[e] - m) / sum);
+  }
+  for (int e = 0; e < E; ++e) {
+    choice[e] = s[e] + (bias ? bias[e] : 0.f);
+    taken[e] = false;
+  }
+  const int G = p.n_group > 1 ? p.n_group : 1;
+  if (p.method != kernels::MoeRouting::Method::kGreedy && G > 1) {
+    const int per = E / G;
+    float gs[kMaxGroups];
+    bool gtaken[kMaxGroups], keep[kMaxGroups];
+    for (int g = 0; g < G; ++g) {
+      const float* v = choice + g * per;
+      float a = -INFINITY, b = -INFINITY;
+      for (int e = 0; e < per; ++e) {
+        if (v[e] > a) {
+          b = a;
+          a = v[e];
+        } else if (v[e] > b) {
+          b = v[e];
+        }
+      }
+      gs[g] = p.method == kernels::MoeRouting::Method::kNoauxTc && per >= 2 ? a + b : a;
+      gtaken[g] = keep[g] = false;
+    }
+    for (int j = 0; j < p.topk_group; ++j) {
+      const int g = ArgMaxFree(gs, G, gtaken);
+      gtaken[g] = keep[g] = true;
+    }
+    for (int e = 0; e < E; ++e)
+      if (!keep[e / per]) choice[e] = 0.f;
+  }
+  int32_t* ids = ids_out + t * k;
+  float* w = w_out + t * k;
+  double sum = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = ArgMaxFree(choice, E, taken);
+    taken[e] = true;
+    ids[j] = e;
+    sum += w[j] = s[e];
+  }
+  const bool norm = p.method == kernels::MoeRouting::Method::kNoauxTc && p.norm_topk_prob;
+  for (int j = 0; j < k; ++j) {
+    const double v = norm ? w[j] / (sum + 1e-20) : w[j];
+    w[j] = static_cast<float>(v * p.routed_scaling_factor);
+  }
+}
+
+// GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the
+// pair. Only the selected experts' rows are read.
+template <DType T, bool Vec4>
+__global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
+                                  int64_t cols, const float* x, const int32_t* ids, int k,
+                                  bool x_per_slot, int64_t pair0, float* y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t pair = pair0 + blockIdx.y;
+  const uint8_t* row = experts[ids[pair]] + r * row_bytes;
+  const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
+  float acc = LaneRowDot<T, Vec4>(row, cols, xp, lane);
+  for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) y[pair * rows + r] = acc;
+}
+
+__global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
+                              float* out) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= T * n) return;
+  const int64_t t = i / n, c = i % n;
+  float s = 0.f;
+  for (int j = 0; j < k; ++j) s += w[t * k + j] * y[(t * k + j) * n + c];
+  out[i] += s;
+}
+
+// Sums every float4 of x (grid-stride): the read-bandwidth probe.
+__global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
+  float s = 0.f;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float4 v = x[i];
+    s += v.x + v.y + v.z + v.w;
+  }
+  if (s == 1234.5f) *sink = s;  // (keeps the loads)
+}
+
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols, float* dst) {
+  const int64_t i = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
+    dst[i * n_cols + c] = src[int64_t{rows[i]} * n_cols + c];
+}
+
+// ------------------------------------------------------------------------------------------
+
+}  // namespace
+}  // namespace peng::backend::cuda
