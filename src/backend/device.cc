@@ -17,6 +17,23 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
   return static_cast<float*>(p);
 }
 
+StatusOr<DeviceMatrix> Device::Describe(const TensorView& w, const float* int8_scales) const {
+  if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
+  if (!SupportsWeights(w.dtype))
+    return Unimplemented(w.name + ": weights of type " + DTypeName(w.dtype) + " on " + Name());
+  if (w.dtype == DType::kI8 && !int8_scales)
+    return InvalidArgument(w.name + ": INT8 weights need their scales");
+  DeviceMatrix m;
+  m.dtype = w.dtype;
+  m.rows = w.rows();
+  m.cols = w.cols();
+  m.row_bytes = w.row_bytes();
+  m.data = w.data;
+  m.scales = int8_scales;
+  m.host = w;
+  return m;
+}
+
 StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView*>& experts,
                                               std::vector<void*>* allocs) {
   if (experts.empty()) return InvalidArgument("no experts to upload");

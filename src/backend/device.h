@@ -181,6 +181,11 @@ class Device {
                           float* dst) = 0;
   // Copies block src to block dst in a KV layer (copy-on-write).
   void CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst);
+
+ protected:
+  // Upload()'s checks (2-D, a supported type, INT8 with scales) and the matrix described with
+  // its host bytes and scales as data (the backend replaces them with its copies).
+  StatusOr<DeviceMatrix> Describe(const TensorView& w, const float* int8_scales) const;
 };
 
 // The device a spec names: "host" (HostDevice over `pool`, which must outlive it), "cuda" or

@@ -89,21 +89,7 @@ class HostDevice final : public Device {
   }
   // The matrix stays where it is (the mapped file); nothing is copied.
   StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) override {
-    if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
-    if (!SupportsWeights(w.dtype))
-      return Unimplemented(w.name + ": weights of type " + DTypeName(w.dtype) +
-                           " on the host device");
-    if (w.dtype == DType::kI8 && !int8_scales)
-      return InvalidArgument(w.name + ": INT8 weights need their scales");
-    DeviceMatrix m;
-    m.dtype = w.dtype;
-    m.rows = w.rows();
-    m.cols = w.cols();
-    m.row_bytes = w.row_bytes();
-    m.data = w.data;
-    m.scales = int8_scales;
-    m.host = w;
-    return m;
+    return Describe(w, int8_scales);
   }
 
   void MatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) override {

@@ -1,6 +1,4 @@
 // The executor of `--device cuda[:N]`: the engine core's batches on a backend::Device.
-#include <algorithm>
-#include <exception>
 #include <string>
 
 #include "backend/device.h"
@@ -29,12 +27,10 @@ class DeviceExecutor : public Executor {
   int block_size() const override { return dm_->block_size(); }
   Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
                  float* logits) override {
-    try {
+    return GuardForwardPass([&] {
       for (const BlockCopy& cp : copies) dm_->CopyBlock(cp.src, cp.dst);
       return dm_->Forward(batch, logits);
-    } catch (const std::exception& e) {
-      return Internal(std::string("exception in the forward pass: ") + e.what());
-    }
+    });
   }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }

@@ -32,12 +32,10 @@ class LocalExecutor : public Executor {
   int block_size() const override { return static_cast<int>(kv_->block_size()); }
   Status Execute(const ForwardBatch& batch, std::span<const BlockCopy> copies,
                  float* logits) override {
-    try {
+    return GuardForwardPass([&] {
       for (const BlockCopy& cp : copies) kv_->CopyBlock(cp.src, cp.dst);
       return model_->Forward(batch, kv_.get(), logits, &pool_);
-    } catch (const std::exception& e) {
-      return Internal(std::string("exception in the forward pass: ") + e.what());
-    }
+    });
   }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <exception>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -56,6 +58,17 @@ class Executor {
   virtual Model& model() = 0;
   virtual ThreadPool& pool() = 0;
 };
+
+// Runs one forward pass `f` (returning Status); an exception it throws becomes an Internal error
+// naming it, so a failing step fails its requests instead of the process.
+template <typename F>
+Status GuardForwardPass(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return Internal(std::string("exception in the forward pass: ") + e.what());
+  }
+}
 
 // The longest sequence (prompt + output) the engine allows: options.max_model_len capped by
 // the model's context length.

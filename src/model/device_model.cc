@@ -80,21 +80,14 @@ Status DeviceModel::AllocateKvCache(int64_t num_blocks, int block_size, DType dt
   if (dtype != DType::kF16 && dtype != DType::kF32)
     return InvalidArgument(std::string("KV cache type ") + DTypeName(dtype));
   const KvCacheSpec spec = host_.kv_spec();
-  const int64_t es = static_cast<int64_t>(RowBytes(dtype, 1));
-  for (const KvCacheSpec::Layer& sl : spec.layers) {
-    kernels::KvLayerView v;
-    v.dtype = dtype;
-    v.num_blocks = num_blocks;
-    v.block_size = block_size;
-    v.n_kv_heads = sl.n_kv_heads;
-    v.head_dim = sl.head_dim;
-    v.v_head_dim = sl.v_head_dim;
-    const int64_t per_token = int64_t{sl.n_kv_heads} * es;
-    PENG_ASSIGN_OR_RETURN(v.k, dev_->Alloc(num_blocks * block_size * per_token * sl.head_dim));
+  for (size_t il = 0; il < spec.layers.size(); ++il) {
+    int64_t k_bytes, v_bytes;
+    kernels::KvLayerView v =
+        spec.LayerView(static_cast<int>(il), num_blocks, block_size, dtype, &k_bytes, &v_bytes);
+    PENG_ASSIGN_OR_RETURN(v.k, dev_->Alloc(k_bytes));
     allocs_.push_back(v.k);
-    if (sl.v_head_dim > 0) {  // (an MLA latent cache has no V)
-      PENG_ASSIGN_OR_RETURN(v.v,
-                            dev_->Alloc(num_blocks * block_size * per_token * sl.v_head_dim));
+    if (v_bytes > 0) {  // (an MLA latent cache has no V)
+      PENG_ASSIGN_OR_RETURN(v.v, dev_->Alloc(v_bytes));
       allocs_.push_back(v.v);
     }
     kv_.push_back(v);

@@ -31,7 +31,6 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheSpec& spec, int6
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
   kv->dtype_ = dtype;
-  const int64_t elem = GetDTypeInfo(dtype).block_bytes;
   const int64_t total = spec.BytesPerToken(dtype) * block_size * num_blocks;
   try {
     kv->storage_.assign(static_cast<size_t>(total), 0);
@@ -39,21 +38,34 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheSpec& spec, int6
     return ResourceExhausted("cannot allocate " + std::to_string(total) + " bytes of KV cache");
   }
   uint8_t* p = kv->storage_.data();
-  for (const KvCacheSpec::Layer& l : spec.layers) {
-    kernels::KvLayerView v;
-    v.dtype = dtype;
-    v.num_blocks = num_blocks;
-    v.block_size = block_size;
-    v.n_kv_heads = l.n_kv_heads;
-    v.head_dim = l.head_dim;
-    v.v_head_dim = l.v_head_dim;
+  for (size_t il = 0; il < spec.layers.size(); ++il) {
+    int64_t k_bytes, v_bytes;
+    kernels::KvLayerView v =
+        spec.LayerView(static_cast<int>(il), num_blocks, block_size, dtype, &k_bytes, &v_bytes);
     v.k = p;
-    p += num_blocks * block_size * l.n_kv_heads * l.head_dim * elem;
-    v.v = p;
-    p += num_blocks * block_size * l.n_kv_heads * l.v_head_dim * elem;
+    v.v = p + k_bytes;
+    p += k_bytes + v_bytes;
     kv->layers_.push_back(v);
   }
   return kv;
+}
+
+kernels::KvLayerView KvCacheSpec::LayerView(int il, int64_t num_blocks, int block_size,
+                                            DType dtype, int64_t* k_bytes,
+                                            int64_t* v_bytes) const {
+  const Layer& l = layers[il];
+  kernels::KvLayerView v;
+  v.dtype = dtype;
+  v.num_blocks = num_blocks;
+  v.block_size = block_size;
+  v.n_kv_heads = l.n_kv_heads;
+  v.head_dim = l.head_dim;
+  v.v_head_dim = l.v_head_dim;
+  const int64_t per_head_token = num_blocks * block_size * l.n_kv_heads *
+                                 static_cast<int64_t>(GetDTypeInfo(dtype).block_bytes);
+  *k_bytes = per_head_token * l.head_dim;
+  *v_bytes = per_head_token * l.v_head_dim;
+  return v;
 }
 
 void KvCache::CopyBlock(int32_t src, int32_t dst) {

@@ -23,6 +23,10 @@ struct KvCacheSpec {
   std::vector<Layer> layers;
   // Bytes one token occupies across all layers (K + V).
   int64_t BytesPerToken(DType dtype) const;
+  // The view of layer `il` for a cache of num_blocks blocks, without its K / V pointers, and
+  // the bytes its K and V arrays take (the caller places them: host or device memory).
+  kernels::KvLayerView LayerView(int il, int64_t num_blocks, int block_size, DType dtype,
+                                 int64_t* k_bytes, int64_t* v_bytes) const;
 };
 
 class KvCache {

@@ -170,17 +170,7 @@ class CudaDevice final : public Device {
     return WithType(t, Nothing{});
   }
   StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) override {
-    if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
-    if (!SupportsWeights(w.dtype))
-      return Unimplemented(w.name + ": weights of type " + DTypeName(w.dtype) + " on " + name_);
-    if (w.dtype == DType::kI8 && !int8_scales)
-      return InvalidArgument(w.name + ": INT8 weights need their scales");
-    DeviceMatrix m;
-    m.dtype = w.dtype;
-    m.rows = w.rows();
-    m.cols = w.cols();
-    m.row_bytes = w.row_bytes();
-    m.host = w;
+    PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Describe(w, int8_scales));
     const int64_t bytes = static_cast<int64_t>(m.row_bytes) * m.rows;
     PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes));
     PENG_RETURN_IF_ERROR(CopyToDevice(p, w.data, bytes));
