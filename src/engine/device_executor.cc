@@ -48,8 +48,6 @@ class DeviceExecutor : public Executor {
 StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& o,
                                                          std::unique_ptr<Model> model) {
   if (!model) return InvalidArgument("no model");
-  if (o.data_parallel_size > 1)
-    return Unimplemented("--device " + o.device + " with data parallelism is not implemented yet");
   auto ex = std::make_unique<DeviceExecutor>(o.threads, std::move(model));
   PENG_RETURN_IF_ERROR(ex->Init(o));
   return std::unique_ptr<Executor>(std::move(ex));

@@ -33,12 +33,7 @@ Status ValidateOptions(const EngineOptions& o) {
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
       o.num_kv_blocks < 0)
     return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
-  if (o.device != "cpu") {
-    PENG_RETURN_IF_ERROR(backend::ParseDeviceSpec(o.device).status());
-    if (o.data_parallel_size > 1)
-      return Unimplemented("--device " + o.device +
-                           " with data parallelism is not implemented yet");
-  }
+  if (o.device != "cpu") PENG_RETURN_IF_ERROR(backend::ParseDeviceSpec(o.device).status());
   return OkStatus();
 }
 

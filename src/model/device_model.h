@@ -11,12 +11,13 @@
 //   DeviceDecoderModel  (layers/decoder.h: Llama, Qwen2, Gemma 3)      model/device_model.cc
 //   DeviceDeepseekModel (deepseek2/deepseek2.h: MLA + DeepSeekMoE)      model/deepseek2/
 //                                                                       deepseek2_device.cc
-// Tensor parallelism (dense models): the host model is a shard (layers/decoder.h); the device
-// graph sums the row-parallel outputs and the vocabulary-parallel embedding with the device's
-// collectives (Device::CreateCommunicator over the host group: NCCL on CUDA) and gathers the
-// logit rows on the host of rank 0. Not yet on a device: DeepSeek under tensor / expert
-// parallelism, data parallelism, INT8 W8A8 activations (INT8 weights run as W8A16) and
-// DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32 kv_b).
+// Tensor parallelism: the host model is a shard (layers/decoder.h, deepseek2/deepseek2.h); the
+// device graph sums the row-parallel outputs and the vocabulary-parallel embedding with the
+// device's collectives (Device::CreateCommunicator over the host group: NCCL on CUDA) and
+// gathers the logit columns on the host of rank 0. Data parallelism needs nothing here (each
+// replica's executor is a device executor). Not yet on a device: expert parallelism, INT8 W8A8
+// activations (INT8 weights run as W8A16) and DeepSeek's expanded prefill form (the absorbed
+// form serves every step, with the FP32 kv_b).
 #pragma once
 
 #include <cstdint>

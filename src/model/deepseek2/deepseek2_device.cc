@@ -2,7 +2,10 @@
 // the latent cache for every step (the FP32 kv_b, W_UK folded into the query, W_UV applied to
 // the attended latents) and DeepSeekMoE with routing on the device (kernels::MoeRoute's
 // arithmetic) and the selected experts' rows read per (token, slot) -- no host round trip
-// inside a layer.
+// inside a layer. Tensor parallel (without expert parallelism): the host model is the rank's
+// shard (its heads, the FFNs' and each expert's intermediate slices, the latent cache
+// replicated) and the graph sums o, the dense FFN and each MoE layer's routed + shared output
+// with the device's collectives, as the CPU model does.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -20,13 +23,12 @@ class DeviceDeepseekModel : public DeviceModel {
   DeviceDeepseekModel(const DeepseekV2Model& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
 
   Status Init() {
-    if (m_.tp_size_ > 1 || m_.ep_)
-      return Unimplemented("tensor or expert parallelism on " + dev_->Name() +
-                           " is not implemented");
+    if (m_.expert_parallel_ || m_.ep_)
+      return Unimplemented("expert parallelism on " + dev_->Name() + " is not implemented");
     if (m_.cfg_.n_routed_experts > kernels::kMaxRoutedExperts)
       return Unimplemented(std::to_string(m_.cfg_.n_routed_experts) + " routed experts on " +
                            dev_->Name() + " (at most 512)");
-    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_, nullptr);
+    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_, m_.tp_);
   }
 
  private:
@@ -116,19 +118,24 @@ class DeviceDeepseekModel : public DeviceModel {
     for (auto [n, p] :
          {std::pair{H * c.qk_head_dim(), &q_}, {std::max<int64_t>(c.q_lora_rank, 1), &qa_},
           {c.cache_row(), &ckv_}, {H * c.cache_row(), &qlat_}, {H * r, &olat_},
-          {H * c.v_head_dim, &attn_}, {D, &o_}, {ffn, &gate_}, {ffn, &up_}, {k * D, &ys_},
+          {H * c.v_head_dim, &attn_}, {D, &o_}, {D, &shared_}, {ffn, &gate_}, {ffn, &up_},
+          {k * D, &ys_},
           {std::max<int64_t>(c.n_routed_experts, 1), &router_logits_}, {k, &w_}})
       PENG_RETURN_IF_ERROR(Scratch(T * n, p));
     return Scratch(T * k, &ids_);
   }
 
-  // gate / up / SiLU / down over T rows of h_ into o_.
+  // gate / up / SiLU / down over T rows of h_ into out.
   void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-           int64_t T) {
+           int64_t T, float* out) {
     dev_->MatMul(gate, h_, T, gate_);
     dev_->MatMul(up, h_, T, up_);
     dev_->Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * gate.rows);
-    dev_->MatMul(down, gate_, T, o_);
+    dev_->MatMul(down, gate_, T, out);
+  }
+  // x summed over the tensor-parallel ranks (no-op alone).
+  void AllReduce(float* x, int64_t n) {
+    if (comm_) comm_->AllReduceSum(x, n);
   }
 
   void RunLayer(int il) override {
@@ -169,13 +176,15 @@ class DeviceDeepseekModel : public DeviceModel {
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     d.MlaProjectOutput(olat_, T, L.w_kvb, mp, attn_);
     d.MatMul(L.wo, attn_, T, o_);
+    AllReduce(o_, T * D);  // row parallel: the heads' shares
     d.AddBiasRows(o_, L.bo, T, D);
     d.Add(x_, o_, T * D);
 
     // --- FFN: dense, or routed + shared experts
     d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
     if (!L.moe) {
-      Mlp(L.w_gate, L.w_up, L.w_down, T);
+      Mlp(L.w_gate, L.w_up, L.w_down, T, o_);
+      AllReduce(o_, T * D);
       d.Add(x_, o_, T * D);
       return;
     }
@@ -187,18 +196,32 @@ class DeviceDeepseekModel : public DeviceModel {
     d.ExpertsMatMul(L.exp_up, h_, T, ids_, k, false, up_);
     d.Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * k * I);
     d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
-    d.SlotSum(ys_, w_, T, k, D, x_);  // the routed experts straight into the residual
-    if (L.shared) {
-      Mlp(L.sh_gate, L.sh_up, L.sh_down, T);
-      d.Add(x_, o_, T * D);
+    if (!comm_) {  // the routed experts straight into the residual, then the shared ones
+      d.SlotSum(ys_, w_, T, k, D, x_);
+      if (L.shared) {
+        Mlp(L.sh_gate, L.sh_up, L.sh_down, T, o_);
+        d.Add(x_, o_, T * D);
+      }
+      return;
     }
+    // Tensor parallel: this rank's slices of the routed and shared experts, summed in one
+    // all-reduce.
+    d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
+    d.SlotSum(ys_, w_, T, k, D, o_);
+    if (L.shared) {
+      Mlp(L.sh_gate, L.sh_up, L.sh_down, T, shared_);
+      d.Add(o_, shared_, T * D);
+    }
+    AllReduce(o_, T * D);
+    d.Add(x_, o_, T * D);
   }
 
   const DeepseekV2Model& m_;
   std::vector<Layer> layers_;
   const float* inv_freq_ = nullptr;
   float *q_ = nullptr, *qa_ = nullptr, *ckv_ = nullptr, *qlat_ = nullptr, *olat_ = nullptr;
-  float *attn_ = nullptr, *o_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *ys_ = nullptr;
+  float *attn_ = nullptr, *o_ = nullptr, *shared_ = nullptr, *gate_ = nullptr, *up_ = nullptr;
+  float* ys_ = nullptr;
   float *router_logits_ = nullptr, *w_ = nullptr;
   int32_t* ids_ = nullptr;
 };
