@@ -40,10 +40,14 @@ StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView
   DeviceExperts out;
   std::vector<const uint8_t*> ptrs;
   for (const TensorView* t : experts) {
+    if (!t) {  // another rank's expert
+      ptrs.push_back(nullptr);
+      out.experts.emplace_back();
+      continue;
+    }
     PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Upload(*t, nullptr));
     if (m.data != t->data) allocs->push_back(const_cast<void*>(m.data));
-    if (!out.experts.empty() &&
-        (m.dtype != out.dtype || m.rows != out.rows || m.cols != out.cols))
+    if (out.rows > 0 && (m.dtype != out.dtype || m.rows != out.rows || m.cols != out.cols))
       return InvalidArgument(t->name + ": experts of one layer differ in type or shape");
     out.dtype = m.dtype;
     out.rows = m.rows;
@@ -52,6 +56,7 @@ StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView
     ptrs.push_back(static_cast<const uint8_t*>(m.data));
     out.experts.push_back(std::move(m));
   }
+  if (out.rows == 0) return InvalidArgument("no expert of the layer is held here");
   const int64_t bytes = static_cast<int64_t>(ptrs.size() * sizeof(void*));
   PENG_ASSIGN_OR_RETURN(void* table, Alloc(bytes));
   allocs->push_back(table);

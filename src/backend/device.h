@@ -50,7 +50,9 @@ struct DeviceExperts {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;
-  const uint8_t* const* data = nullptr;  // device array of the experts' device pointers
+  // Device array of the experts' device pointers; null for an expert this rank does not hold
+  // (expert parallelism): its products are zeros.
+  const uint8_t* const* data = nullptr;
   std::vector<DeviceMatrix> experts;     // each one (the host device runs on their views)
 };
 
@@ -111,8 +113,8 @@ class Device {
 
   // Uploads n FP32 values (norm weights, biases, RoPE frequencies).
   StatusOr<float*> UploadFloats(const float* host, int64_t n);
-  // Uploads one matrix per expert (same type and shape) and the table of their pointers; the
-  // allocations are appended to *allocs.
+  // Uploads one matrix per expert (same type and shape; null: an expert not held here) and the
+  // table of their pointers; the allocations are appended to *allocs.
   StatusOr<DeviceExperts> UploadExperts(const std::vector<const TensorView*>& experts,
                                         std::vector<void*>* allocs);
 
@@ -169,7 +171,8 @@ class Device {
   virtual void MoeRoute(const float* logits, const float* bias, int64_t n_tokens,
                         const kernels::MoeRouting& p, int32_t* ids, float* w) = 0;
   // For every token t and slot j < k: y[(t k + j) rows + r] = W_e[r, :] . x_(t, j) with
-  // e = ids[t k + j] and x_(t, j) the row t k + j of x when x_per_slot, else row t.
+  // e = ids[t k + j] and x_(t, j) the row t k + j of x when x_per_slot, else row t (0 when
+  // expert e is not held here).
   virtual void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t n_tokens,
                              const int32_t* ids, int k, bool x_per_slot, float* y) = 0;
   // out[t n + i] += sum_j w[t k + j] * y[(t k + j) n + i].

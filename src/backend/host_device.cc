@@ -195,8 +195,12 @@ class HostDevice final : public Device {
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
                      bool x_per_slot, float* y) override {
     for (int64_t i = 0; i < T * k; ++i) {
-      const float* xi = x + (x_per_slot ? i : i / k) * w.cols;
-      kernels::MatMul(w.experts[ids[i]].host, xi, 1, y + i * w.rows, pool_);
+      const DeviceMatrix& e = w.experts[ids[i]];
+      if (!e.data) {  // another rank's expert
+        std::fill_n(y + i * w.rows, w.rows, 0.f);
+        continue;
+      }
+      kernels::MatMul(e.host, x + (x_per_slot ? i : i / k) * w.cols, 1, y + i * w.rows, pool_);
     }
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {

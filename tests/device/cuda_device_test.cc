@@ -456,6 +456,18 @@ TEST_F(CudaTest, MoeOps) {
     cuda_->ExpertsMatMul(*gc, x.cuda, T, static_cast<int32_t*>(*ids_c), p.k, false, g.cuda);
     host_->ExpertsMatMul(*gh, x.host, T, ids_h.data(), p.k, false, g.host);
     Expect(g, T * p.k * I, 1e-4, "ExpertsMatMul Q4_K (per token)");
+    // Expert parallel: the odd experts held by another rank give zeros.
+    std::vector<const TensorView*> even = gate;
+    for (size_t e = 1; e < even.size(); e += 2) even[e] = nullptr;
+    auto ec = cuda_->UploadExperts(even, &allocs_c);
+    auto eh = host_->UploadExperts(even, &allocs_h);
+    ASSERT_TRUE(ec.ok() && eh.ok());
+    const Pair ge = Upload(std::vector<float>(T * p.k * I, 7.f));
+    cuda_->ExpertsMatMul(*ec, x.cuda, T, static_cast<int32_t*>(*ids_c), p.k, false, ge.cuda);
+    host_->ExpertsMatMul(*eh, x.host, T, ids_h.data(), p.k, false, ge.host);
+    Expect(ge, T * p.k * I, 1e-4, "ExpertsMatMul, odd experts elsewhere");
+    for (int64_t i = 0; i < T * p.k; ++i)
+      if (ids_h[i] % 2) ASSERT_EQ(ge.host[i * I], 0.f);
     // down: [T * k, 256] inputs, one per slot
     const Pair act = Upload(Random(T * p.k * 256));
     const Pair ys = Zeros(T * p.k * D);

@@ -577,6 +577,10 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
   const int64_t pair = pair0 + blockIdx.y;
+  if (!experts[ids[pair]]) {  // another rank's expert
+    if (lane == 0) y[pair * rows + r] = 0.f;
+    return;
+  }
   const uint8_t* row = experts[ids[pair]] + r * row_bytes;
   const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
   float acc = LaneRowDot<T, Vec4>(row, cols, xp, lane);

@@ -2,10 +2,11 @@
 // the latent cache for every step (the FP32 kv_b, W_UK folded into the query, W_UV applied to
 // the attended latents) and DeepSeekMoE with routing on the device (kernels::MoeRoute's
 // arithmetic) and the selected experts' rows read per (token, slot) -- no host round trip
-// inside a layer. Tensor parallel (without expert parallelism): the host model is the rank's
-// shard (its heads, the FFNs' and each expert's intermediate slices, the latent cache
-// replicated) and the graph sums o, the dense FFN and each MoE layer's routed + shared output
-// with the device's collectives, as the CPU model does.
+// inside a layer. Tensor parallel: the host model is the rank's shard (its heads, the FFNs'
+// slices, each expert's intermediate slice or -- expert parallel -- its whole experts, the
+// latent cache replicated) and the graph sums o, the dense FFN and each MoE layer's routed +
+// shared output with the device's collectives, as the CPU model does; another rank's expert
+// contributes zeros here. Expert parallelism across data-parallel replicas is not on devices.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -23,8 +24,9 @@ class DeviceDeepseekModel : public DeviceModel {
   DeviceDeepseekModel(const DeepseekV2Model& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
 
   Status Init() {
-    if (m_.expert_parallel_ || m_.ep_)
-      return Unimplemented("expert parallelism on " + dev_->Name() + " is not implemented");
+    if (m_.ep_)
+      return Unimplemented("expert parallelism across data-parallel replicas on " +
+                           dev_->Name() + " is not implemented");
     if (m_.cfg_.n_routed_experts > kernels::kMaxRoutedExperts)
       return Unimplemented(std::to_string(m_.cfg_.n_routed_experts) + " routed experts on " +
                            dev_->Name() + " (at most 512)");
@@ -55,10 +57,14 @@ class DeviceDeepseekModel : public DeviceModel {
     return OkStatus();
   }
   StatusOr<DeviceExperts> Experts(const std::vector<Linear>& ls) {
-    std::vector<const TensorView*> views;
-    for (const Linear& l : ls) views.push_back(&l.tensor());
+    std::vector<const TensorView*> views;  // null: another rank's expert (expert parallel)
+    int64_t held = 0;
+    for (const Linear& l : ls) {
+      views.push_back(l.bound() ? &l.tensor() : nullptr);
+      held += l.bound();
+    }
     PENG_ASSIGN_OR_RETURN(DeviceExperts e, dev_->UploadExperts(views, &allocs_));
-    weight_bytes_ += static_cast<int64_t>(e.row_bytes) * e.rows * static_cast<int64_t>(ls.size());
+    weight_bytes_ += static_cast<int64_t>(e.row_bytes) * e.rows * held;
     return e;
   }
 
