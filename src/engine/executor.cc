@@ -14,8 +14,6 @@
 #include "model/registry.h"
 
 namespace peng {
-
-
 namespace {
 
 int64_t PhysicalMemoryBytes() {

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,9 +86,9 @@ StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& opt
 StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
                            int64_t memory_cap = -1);
 
-// Runs `model` (a dense decoder model loaded on the host) on options.device ("cuda", "cuda:N";
-// backend/device.h) through DeviceDecoderModel: weights uploaded once, the KV cache in device
-// memory (options.num_kv_blocks, else options.kv_cache_bytes, else enough for max_num_seqs
+// Runs `model` (loaded on the host: a DecoderModel or DeepseekV2Model, this rank's shard under
+// tensor parallelism) on options.device ("cuda", "cuda:N", "host"; backend/device.h) through a
+// DeviceModel (model/device_model.h): weights uploaded once, the KV cache in device memory (options.num_kv_blocks, else options.kv_cache_bytes, else enough for max_num_seqs
 // full-length sequences capped at 90% of the device's free memory). CreateLocalExecutor calls
 // it for any device but "cpu".
 StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& options,
