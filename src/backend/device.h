@@ -96,6 +96,16 @@ class Device {
   virtual void Fill(void* dst, uint8_t value, int64_t bytes) = 0;
   // Waits for the stream; reports the first error of the ops enqueued since the last call.
   virtual Status Synchronize() = 0;
+  // Recorded sequences of ops (CUDA graphs): BeginGraph() records the ops enqueued until
+  // EndGraph(key), which stores them under `key` and runs them; LaunchGraph(key) runs them
+  // again (false when nothing is stored under it). The recorded ops keep their arguments: the
+  // caller replays only while the buffers and shapes they were recorded with are unchanged.
+  // Devices without graphs (the host) run ops as they come: SupportsGraphs() is false.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual void BeginGraph() {}
+  virtual Status EndGraph(uint64_t key) { return OkStatus(); }
+  virtual bool LaunchGraph(uint64_t key) { return false; }
+  virtual void ClearGraphs() {}
   // Read bandwidth of the device memory in bytes/s, measured the way the fastest kernel reaches
   // it (the widest loads, every core or multiprocessor), best of 3 passes over `bytes`.
   virtual double MeasureReadBandwidth(int64_t bytes) = 0;

@@ -35,7 +35,10 @@ class Borrowed final : public Communicator {
     c_->AllToAllV(in, sb, out, rb);
   }
   void Barrier() override { c_->Barrier(); }
-  [[noreturn]] void Abort(const std::string& m) override { c_->Abort(m); }
+  [[noreturn]] void Abort(const std::string& m) override {
+    c_->Abort(m);
+    std::abort();  // (not reached)
+  }
   std::unique_ptr<Communicator> Split(int color, int key) override { return c_->Split(color, key); }
   std::string Describe() const override { return c_->Describe(); }
 

@@ -45,6 +45,7 @@ StatusOr<const float*> DeviceModel::Floats(const float* host, int64_t n) {
 
 template <typename T>
 Status DeviceModel::Scratch(int64_t n, T** p) {
+  dev_->ClearGraphs();  // (recorded steps point at the old buffers)
   if (*p) {
     dev_->Free(*p);
     allocs_.erase(std::find(allocs_.begin(), allocs_.end(), static_cast<void*>(*p)));
@@ -129,6 +130,7 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
                                     pos.data(), seq_of_token.data()));
   int64_t n_tables = 0;
   for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
+  n_tables_ = n_tables;
   logit_rows_ = batch.NumLogitRows();
   meta_host_.assign(4 * T + S + n_tables + logit_rows_, 0);
   int32_t* tokens = meta_host_.data();
@@ -192,28 +194,44 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   if (T == 0) return OkStatus();
   if (kv_.empty()) return Internal("the device KV cache is not allocated");
   PENG_RETURN_IF_ERROR(PrepareStep(batch));
-  dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
-  if (comm_) comm_->AllReduceSum(x_, T * D);  // each token's row came from one rank
   std::vector<float>* cap = batch.capture_hidden;
-  auto capture = [&]() -> Status {
-    if (!cap) return OkStatus();
-    const size_t n = cap->size();
-    cap->resize(n + T * D);
-    return dev_->CopyToHost(cap->data() + n, x_, T * D * 4);
-  };
-  if (cap) cap->clear();
-  PENG_RETURN_IF_ERROR(capture());
-  for (int il = 0; il < c.n_layers; ++il) {
-    RunLayer(il);
+  // A small step (decode) without collectives or captures is recorded once per shape and then
+  // replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
+  // step depends on -- token, sequence, block-table and logit-row counts (they place the
+  // metadata arrays) -- and the scratch buffers stay where they are until they grow, which
+  // drops the recordings.
+  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens;
+  const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
+                       static_cast<uint64_t>(logit_rows_) << 32 |
+                       static_cast<uint64_t>(n_tables_) << 48;
+  if (!graph || !dev_->LaunchGraph(key)) {
+    if (graph) dev_->BeginGraph();
+    dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
+    if (comm_) comm_->AllReduceSum(x_, T * D);  // each token's row came from one rank
+    auto capture = [&]() -> Status {
+      if (!cap) return OkStatus();
+      const size_t n = cap->size();
+      cap->resize(n + T * D);
+      return dev_->CopyToHost(cap->data() + n, x_, T * D * 4);
+    };
+    if (cap) cap->clear();
     PENG_RETURN_IF_ERROR(capture());
+    for (int il = 0; il < c.n_layers; ++il) {
+      RunLayer(il);
+      PENG_RETURN_IF_ERROR(capture());
+    }
+    if (logit_rows_ > 0) {
+      // The rows that need logits (into h_), normalised, projected.
+      dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
+      dev_->RmsNorm(h_, output_norm_, c.norm_weight_offset, h_, logit_rows_, D, c.rms_eps);
+      dev_->MatMul(output_, h_, logit_rows_, logits_);  // [rows, this rank's vocabulary]
+      if (c.final_logit_softcap > 0)
+        dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
+    }
+    if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));
   }
   if (logit_rows_ > 0) {
-    // The rows that need logits (into h_), normalised, projected.
-    dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
-    dev_->RmsNorm(h_, output_norm_, c.norm_weight_offset, h_, logit_rows_, D, c.rms_eps);
-    dev_->MatMul(output_, h_, logit_rows_, logits_);  // [rows, this rank's vocabulary]
     const int64_t n = logit_rows_ * output_.rows;
-    if (c.final_logit_softcap > 0) dev_->Softcap(logits_, c.final_logit_softcap, n);
     if (!host_tp_) {
       PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, n * 4));
     } else {  // the ranks' columns meet on rank 0's host

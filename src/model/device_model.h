@@ -100,8 +100,9 @@ class DeviceModel {
   std::vector<int32_t> meta_host_;
   std::vector<int32_t> seq_first_, seq_n_;
   std::vector<const int32_t*> tables_;
-  int64_t logit_rows_ = 0;
+  int64_t logit_rows_ = 0, n_tables_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
+  static constexpr int64_t kGraphMaxTokens = 32;  // steps replayed as graphs (decode sizes)
 };
 
 // The families' device graphs (DeviceModel::Create picks by the host model's type).

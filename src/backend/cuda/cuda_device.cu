@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
+#include <map>
 #include <set>
 #include <string>
 
@@ -59,6 +61,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override {
     cudaSetDevice(index_);
     cudaStreamSynchronize(stream_);
+    ClearGraphs();
     for (void* p : blocks_) cudaFree(p);
     if (blas_) cublasDestroy(blas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -130,6 +133,36 @@ class CudaDevice final : public Device {
     Status s = error_;
     (void)(error_ = OkStatus());
     return s;
+  }
+
+  // CUDA graphs of decode steps; PENG_CUDA_GRAPHS=0 turns them off.
+  bool SupportsGraphs() const override { return graphs_on_; }
+  void BeginGraph() override {
+    Note(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  Status EndGraph(uint64_t key) override {
+    cudaGraph_t g = nullptr;
+    PENG_RETURN_IF_ERROR(Check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture"));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    PENG_RETURN_IF_ERROR(Check(e, "cudaGraphInstantiate"));
+    if (graphs_.size() >= kMaxGraphs) ClearGraphs();
+    graphs_[key] = exec;
+    Note(cudaGraphLaunch(exec, stream_));
+    return OkStatus();
+  }
+  bool LaunchGraph(uint64_t key) override {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return false;
+    Note(cudaGraphLaunch(it->second, stream_));
+    return true;
+  }
+  void ClearGraphs() override {
+    if (graphs_.empty()) return;
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
   }
 
   double MeasureReadBandwidth(int64_t bytes) override {
@@ -428,8 +461,14 @@ class CudaDevice final : public Device {
     return true;
   }
 
+  static constexpr size_t kMaxGraphs = 256;
   int index_ = 0;
   std::string name_;
+  bool graphs_on_ = [] {
+    const char* e = std::getenv("PENG_CUDA_GRAPHS");
+    return !(e && std::string(e) == "0");
+  }();
+  std::map<uint64_t, cudaGraphExec_t> graphs_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::set<void*> blocks_;

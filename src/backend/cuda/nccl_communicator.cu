@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,14 @@ class NcclCommunicator final : public Communicator {
     cudaStreamSynchronize(stream_);
     group_->Barrier();
   }
-  [[noreturn]] void Abort(const std::string& message) override { group_->Abort(message); }
+  [[noreturn]] void Abort(const std::string& message) override {
+    group_->Abort(message);
+    std::abort();  // (not reached)
+  }
   // NCCL groups are made from host groups (CreateNcclCommunicator over a Split of the host
   // communicator), not split themselves.
   std::unique_ptr<Communicator> Split(int, int) override {
-    group_->Abort("Split of an NCCL communicator: split the host communicator instead");
+    Abort("Split of an NCCL communicator: split the host communicator instead");
   }
   std::string Describe() const override {
     int v = 0;
