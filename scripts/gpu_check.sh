@@ -15,8 +15,8 @@
 #        Qwen2.5-0.5B Q4_K_M at their real shapes, and the real-size V2-Lite-shaped Q4_0 file
 #        (bench/make_deepseek_gguf)
 #     2. tests: cuda_device_test (every op against the CPU reference on random inputs, the
-#        graphs of both families against the host device, the golden checks where the real
-#        models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the tiny Llama / Qwen2 /
+#        graphs of both families against the host device -- with CUDA graphs and again without
+#        -- and the golden checks where the real models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the tiny Llama / Qwen2 /
 #        Gemma 3 fixtures against their float64 transformers references)
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json
@@ -137,6 +137,8 @@ run() {
     # The graphs on the random-weight files of real shape; the golden checks need the trained
     # weights, absent here (they skip, and say so).
     step test-cuda env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test"
+    step test-cuda-no-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
+      "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'
   fi
