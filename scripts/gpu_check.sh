@@ -156,9 +156,8 @@ run() {
     if [[ -d $BUNDLE/whl ]]; then
       step e2e-install python3 -m pip install -q --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target /tmp/peng-site "$BUNDLE"/whl/*.whl
-      printf '#!/bin/sh\nexec "%s" "$@" --device cuda\n' "$PWD/$BUNDLE/bin/peng" > /tmp/peng-cuda
-      chmod +x /tmp/peng-cuda
-      step e2e env PYTHONPATH=/tmp/peng-site PENG_BIN=/tmp/peng-cuda \
+      step e2e env PYTHONPATH=/tmp/peng-site PENG_BIN="$PWD/$BUNDLE/bin/peng" \
+        PENG_E2E_SERVE_ARGS="--device cuda" \
         PENG_E2E_MODEL="$mdir/smollm2-135m-instruct-q4_1.gguf" \
         python3 -m pytest -q -x -p no:cacheprovider tests/e2e/test_openai.py
     else

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything and runs the whole test suite (what CI runs through .ci/run):
 # Debian packages, Release build with tests, all three models, ctest, the OpenAI e2e suite
-# (with schemathesis) on two models, a short soak and connection stress, the failover test
+# (with schemathesis) on two models and through the device path (--device host), under MPI
+# (tensor / data / expert parallel), a short soak and connection stress, the failover test
 # behind nginx, the ARM64 cross build under qemu, the instruction-count work counter, a short
 # fuzz run.
 # Exits non-zero when any step fails; the last line is a one-line summary.
@@ -41,6 +42,14 @@ step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
 step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_test.sh
 step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" bash scripts/e2e_test.sh
+# The device path end to end (--device host: the device graph and its KV cache behind the
+# server -- batching, n > 1 copy-on-write, preemption, streams; the way --device cuda serves):
+# SmolLM2 and the DeepSeek-V2 fixture.
+step e2e-device env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" PENG_E2E_SERVE_ARGS="--device host" \
+  bash scripts/e2e_test.sh -k "test_completion or test_chat or n2 or stop or concurrent or preemption or disconnected"
+step e2e-device-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
+  PENG_E2E_SERVE_ARGS="--device host" PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" \
+  bash scripts/e2e_test.sh -k "test_completion or test_chat or n2"
 # The same OpenAI suite against a tensor-parallel job: mpirun -np 2 peng serve Qwen2.5 -tp 2
 # (scripts/mpi_serve.sh: SIGTERM becomes SIGUSR1 to mpirun, the graceful drain under MPI).
 step e2e-tp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \

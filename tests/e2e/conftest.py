@@ -4,7 +4,8 @@ Each server is started on a free port (`--port 0`; the port is read from the ser
 line "... on http://HOST:PORT ..."), waited for until GET /health answers 200, and killed
 when its fixture goes out of scope. PENG_BIN selects the binary (default build/tools/peng),
 PENG_E2E_MODEL the model (default models/smollm2-135m-instruct-q4_1.gguf); a fixture may pass
-another model (PengServer(..., model=path)).
+another model (PengServer(..., model=path)). PENG_E2E_SERVE_ARGS adds arguments to every
+`peng serve` (e.g. "--device host", "--device cuda").
 """
 
 import os
@@ -24,6 +25,7 @@ PENG_BIN = Path(os.environ.get("PENG_BIN", ROOT / "build" / "tools" / "peng"))
 MODEL = Path(os.environ.get("PENG_E2E_MODEL", ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf"))
 MODEL_NAME = "smollm2"
 THREADS = os.environ.get("PENG_E2E_THREADS", "2")
+SERVE_ARGS = os.environ.get("PENG_E2E_SERVE_ARGS", "").split()
 START_TIMEOUT_S = 180
 
 
@@ -38,7 +40,8 @@ class PengServer:
             pytest.fail(f"{model} not found: run scripts/fetch_models.sh")
         self.api_key = api_key
         args = [str(PENG_BIN), "serve", str(model), "--host", "127.0.0.1", "--port", "0",
-                "--served-model-name", MODEL_NAME, "--threads", THREADS, *extra_args]
+                "--served-model-name", MODEL_NAME, "--threads", THREADS, *SERVE_ARGS,
+                *extra_args]
         if api_key:
             args += ["--api-key", api_key]
         self.log = tempfile.NamedTemporaryFile(prefix="peng-serve-", suffix=".log", delete=False)
