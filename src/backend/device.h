@@ -60,7 +60,6 @@ struct DeviceExperts {
 // the d_* arrays are the same data in device memory (uploaded once per step by the graph).
 struct StepBatch {
   int64_t n_tokens = 0, n_seqs = 0;
-  int block_size = 16;
   // host
   const int32_t* pos = nullptr;           // [n_tokens] absolute position of each token
   const int32_t* seq_of_token = nullptr;  // [n_tokens]
@@ -117,8 +116,8 @@ class Device {
   virtual StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) = 0;
   // The collectives of `group` (the ranks' host communicator, e.g. a tensor-parallel group of
   // an MPI job) on this device's memory and stream: the returned Communicator's pointers are
-  // device pointers. Host: `group` itself; CUDA: NCCL (one rank per GPU), its id sent over
-  // `group`. Collective over `group`.
+  // device pointers (CUDA: NCCL, one rank per GPU, its id sent over `group`; collective over
+  // `group`). Null when `group` itself works on this device's memory (the host device).
   virtual StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) = 0;
 
   // Uploads n FP32 values (norm weights, biases, RoPE frequencies).

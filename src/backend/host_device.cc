@@ -14,38 +14,6 @@
 namespace peng::backend {
 namespace {
 
-// The host's own communicator, not owned (host memory is this device's memory).
-class Borrowed final : public Communicator {
- public:
-  explicit Borrowed(Communicator* c) : c_(c) {}
-  int rank() const override { return c_->rank(); }
-  int size() const override { return c_->size(); }
-  void AllReduceSum(float* d, int64_t n) override { c_->AllReduceSum(d, n); }
-  void ReduceScatterSum(const float* in, float* out, int64_t n) override {
-    c_->ReduceScatterSum(in, out, n);
-  }
-  void AllGather(const void* in, int64_t b, void* out) override { c_->AllGather(in, b, out); }
-  void Gather(const void* in, int64_t b, void* out, int root) override {
-    c_->Gather(in, b, out, root);
-  }
-  void Broadcast(void* d, int64_t b, int root) override { c_->Broadcast(d, b, root); }
-  void BroadcastPolled(void* d, int64_t b, int root) override { c_->BroadcastPolled(d, b, root); }
-  void AllToAll(const void* in, int64_t b, void* out) override { c_->AllToAll(in, b, out); }
-  void AllToAllV(const void* in, const int64_t* sb, void* out, const int64_t* rb) override {
-    c_->AllToAllV(in, sb, out, rb);
-  }
-  void Barrier() override { c_->Barrier(); }
-  [[noreturn]] void Abort(const std::string& m) override {
-    c_->Abort(m);
-    std::abort();  // (not reached)
-  }
-  std::unique_ptr<Communicator> Split(int color, int key) override { return c_->Split(color, key); }
-  std::string Describe() const override { return c_->Describe(); }
-
- private:
-  Communicator* c_;
-};
-
 class HostDevice final : public Device {
  public:
   explicit HostDevice(ThreadPool* pool) : pool_(pool) {}
@@ -80,8 +48,9 @@ class HostDevice final : public Device {
   }
   void Fill(void* dst, uint8_t value, int64_t bytes) override { std::memset(dst, value, bytes); }
   Status Synchronize() override { return OkStatus(); }
-  StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) override {
-    return std::unique_ptr<Communicator>(new Borrowed(group));
+  // Host memory: the host group itself serves.
+  StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator*) override {
+    return std::unique_ptr<Communicator>();
   }
   double MeasureReadBandwidth(int64_t bytes) override {
     return kernels::MeasureReadBandwidth(pool_, bytes, 3);

@@ -63,7 +63,8 @@ Status DeviceModel::Upload(const Linear& tok_embd, const Linear& output,
   if (tp && tp->size() > 1) {
     host_tp_ = tp;
     PENG_RETURN_IF_ERROR(vocab_.Plan(host_.config().vocab_size, tp, "the device model"));
-    PENG_ASSIGN_OR_RETURN(comm_, dev_->CreateCommunicator(tp));
+    PENG_ASSIGN_OR_RETURN(own_comm_, dev_->CreateCommunicator(tp));
+    comm_ = own_comm_ ? own_comm_.get() : tp;
   }
   PENG_ASSIGN_OR_RETURN(tok_embd_, Matrix(tok_embd));
   if (&output.tensor() == &tok_embd.tensor()) {
@@ -124,8 +125,10 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
 Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t S = static_cast<int64_t>(batch.seqs.size());
-  std::vector<int64_t> pos(T);
-  std::vector<int32_t> seq_of_token(T);
+  std::vector<int64_t>& pos = pos_;
+  std::vector<int32_t>& seq_of_token = seq_of_token_;
+  pos.resize(T);
+  seq_of_token.resize(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, num_blocks_, block_size_, host_.config().vocab_size,
                                     pos.data(), seq_of_token.data()));
   int64_t n_tables = 0;
@@ -171,7 +174,6 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   backend::StepBatch& b = step_;
   b.n_tokens = T;
   b.n_seqs = S;
-  b.block_size = block_size_;
   b.pos = p32;
   b.seq_of_token = sot;
   b.seq_first_token = seq_first_.data();

@@ -72,7 +72,10 @@ class DeviceModel {
 
   const Model& host_;
   backend::Device* dev_;
-  std::unique_ptr<Communicator> comm_;  // the device's collectives (tensor parallel; else null)
+  // The device's collectives (tensor parallel; else null): the device's own communicator, or the
+  // host group itself when that works on the device's memory (the host device).
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<Communicator> own_comm_;
   std::vector<void*> allocs_;  // everything this model allocated on the device
   int64_t weight_bytes_ = 0;
 
@@ -98,6 +101,8 @@ class DeviceModel {
   // This step: tokens, pos, slot, seq_of_token, table offsets, tables, logit rows -- uploaded
   // in one copy (the host side of step_ points into it).
   std::vector<int32_t> meta_host_;
+  std::vector<int64_t> pos_;           // PrepareStep's scratch (reused)
+  std::vector<int32_t> seq_of_token_;
   std::vector<int32_t> seq_first_, seq_n_;
   std::vector<const int32_t*> tables_;
   int64_t logit_rows_ = 0, n_tables_ = 0;

@@ -226,7 +226,6 @@ void BuildBatch(Device* cuda, AttnBatch* a) {
   backend::StepBatch& h = a->host;
   h.n_tokens = static_cast<int64_t>(a->pos.size());
   h.n_seqs = 3;
-  h.block_size = 16;
   h.pos = a->pos.data();
   h.seq_of_token = a->seq_of_token.data();
   h.seq_first_token = a->first.data();
