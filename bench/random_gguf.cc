@@ -66,8 +66,12 @@ int Fill(const std::string& skel_path, const std::string& out_path, uint64_t see
   if (!list) return Fail(skel_path + ": not a skeleton (no " + kKey + ")");
   GgufWriter w;
   CopyMetadata(**in, &w);
-  std::vector<DType> types;
-  std::vector<int64_t> sizes;
+  struct Tensor {
+    DType type;
+    int64_t values;
+    bool vector;  // 1-D (norm weights, biases): values around 1
+  };
+  std::vector<Tensor> tensors;
   for (const std::string& line : *list) {
     std::istringstream s(line);
     std::string name, type, dim;
@@ -81,15 +85,14 @@ int Fill(const std::string& skel_path, const std::string& out_path, uint64_t see
     if (!st.ok()) return Fail(st.ToString());
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    types.push_back(*t);
-    sizes.push_back(shape.size() == 1 ? -n : n);  // negative: a vector
+    tensors.push_back({*t, n, shape.size() == 1});
   }
   std::mt19937_64 rng(seed);
   const Status st = w.WriteFile(out_path, [&](size_t i, const std::string&,
                                               std::vector<uint8_t>* bytes) {
-    const bool vec = sizes[i] < 0;
-    return FillRandomWeights(types[i], vec ? -sizes[i] : sizes[i], bytes->data(), &rng,
-                             vec ? 0.5f : -0.1f, vec ? 1.5f : 0.1f);
+    const Tensor& t = tensors[i];
+    return FillRandomWeights(t.type, t.values, bytes->data(), &rng, t.vector ? 0.5f : -0.1f,
+                             t.vector ? 1.5f : 0.1f);
   });
   if (!st.ok()) return Fail(st.ToString());
   std::printf("%s: %zu tensors of random weights\n", out_path.c_str(), list->size());

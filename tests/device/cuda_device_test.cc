@@ -23,10 +23,11 @@
 #include <cstring>
 #include <random>
 
-#include "core/half.h"
+#include "backend/device.h"
 #include "device_test_util.h"
 #include "golden_check.h"
 #include "kernels/ops.h"
+#include "model/kv_cache.h"
 #include "quant/random_weights.h"
 
 namespace peng {
@@ -35,10 +36,10 @@ namespace {
 using backend::Device;
 using backend::DeviceMatrix;
 
-// The device under test: "cuda", or PENG_CONFORMANCE_DEVICE (e.g. "host": the harness itself
-// checked against the reference on a machine without a GPU). Empty: skip.
+// The device under test: "cuda", or PENG_TEST_DEVICE (e.g. "host": the harness itself checked
+// against the reference on a machine without a GPU). Empty: skip.
 std::string DeviceUnderTest() {
-  const char* e = std::getenv("PENG_CONFORMANCE_DEVICE");
+  const char* e = std::getenv("PENG_TEST_DEVICE");
   const std::string spec = e && *e ? e : "cuda";
   if (spec.rfind("cuda", 0) == 0 && backend::CudaDeviceCount() == 0) return "";
   return spec;
@@ -95,6 +96,26 @@ class CudaTest : public ::testing::Test {
     std::printf("[cuda] %-28s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
     EXPECT_LE(worst / scale, tol) << what << " at " << at << ": " << got[at] << " vs "
                                   << p.host[at];
+  }
+  // A KV layer of 9 blocks of 16 tokens on the device under test (*kc) and on the host device
+  // (*kh), K (and V when v_head_dim > 0) holding the same random values in `t`.
+  void RandomCache(DType t, int kv_heads, int head_dim, int v_head_dim, kernels::KvLayerView* kc,
+                   kernels::KvLayerView* kh) {
+    KvCacheSpec spec;
+    spec.layers.push_back({kv_heads, head_dim, v_head_dim});
+    int64_t k_bytes, v_bytes;
+    *kc = *kh = spec.LayerView(0, 9, 16, t, &k_bytes, &v_bytes);
+    for (auto [part, bytes] : {std::pair{&kernels::KvLayerView::k, k_bytes},
+                               std::pair{&kernels::KvLayerView::v, v_bytes}}) {
+      if (bytes == 0) continue;
+      std::vector<uint8_t> init(bytes);
+      ASSERT_TRUE(FillRandomWeights(t, bytes / static_cast<int64_t>(RowBytes(t, 1)), init.data(),
+                                    &rng_).ok());
+      for (auto [view, dev] : {std::pair{kc, cuda_.get()}, std::pair{kh, host_.get()}}) {
+        view->*part = *dev->Alloc(bytes);
+        ASSERT_TRUE(dev->CopyToDevice(view->*part, init.data(), bytes).ok());
+      }
+    }
   }
   std::vector<float> Random(int64_t n, float lo = -1.f, float hi = 1.f) {
     std::uniform_real_distribution<float> u(lo, hi);
@@ -268,33 +289,8 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       // A cache of 9 blocks holding random K/V at every position the batch's sequences have
       // before it, then the batch's own K/V written by KvWrite.
       kernels::KvLayerView kc, kh;
-      kc.dtype = kh.dtype = kv_type;
-      kc.num_blocks = kh.num_blocks = 9;
-      kc.block_size = kh.block_size = 16;
-      kc.n_kv_heads = kh.n_kv_heads = KV;
-      kc.head_dim = kh.head_dim = kc.v_head_dim = kh.v_head_dim = hd;
+      RandomCache(kv_type, KV, hd, hd, &kc, &kh);
       const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
-      std::vector<uint8_t> k0(bytes), v0(bytes);
-      {
-        const std::vector<float> rk = Random(bytes / RowBytes(kv_type, 1));
-        const std::vector<float> rv = Random(bytes / RowBytes(kv_type, 1));
-        for (size_t i = 0; i < rk.size(); ++i) {
-          if (kv_type == DType::kF16) {
-            const uint16_t hk = F32ToF16(rk[i]), hv = F32ToF16(rv[i]);
-            std::memcpy(&k0[2 * i], &hk, 2);
-            std::memcpy(&v0[2 * i], &hv, 2);
-          } else {
-            std::memcpy(&k0[4 * i], &rk[i], 4);
-            std::memcpy(&v0[4 * i], &rv[i], 4);
-          }
-        }
-      }
-      for (auto [view, dev] : {std::pair{&kc, cuda_.get()}, std::pair{&kh, host_.get()}}) {
-        view->k = *dev->Alloc(bytes);
-        view->v = *dev->Alloc(bytes);
-        ASSERT_TRUE(dev->CopyToDevice(view->k, k0.data(), bytes).ok());
-        ASSERT_TRUE(dev->CopyToDevice(view->v, v0.data(), bytes).ok());
-      }
       const Pair k = Upload(Random(T * KV * hd)), v = Upload(Random(T * KV * hd));
       cuda_->KvWrite(kc, a.cuda, k.cuda, v.cuda);
       host_->KvWrite(kh, a.host, k.host, v.host);
@@ -361,29 +357,8 @@ TEST_F(CudaTest, MlaOps) {
   Expect(ckv, T * row, 1e-5, "strided RmsNorm + RoPE (k_pe)");
   Expect(q, T * H * dqk, 1e-5, "strided RoPE (q_pe)");
   for (DType kv_type : {DType::kF32, DType::kF16}) {
-    kernels::KvLayerView kc, kh;
-    kc.dtype = kh.dtype = kv_type;
-    kc.num_blocks = kh.num_blocks = 9;
-    kc.block_size = kh.block_size = 16;
-    kc.n_kv_heads = kh.n_kv_heads = 1;
-    kc.head_dim = kh.head_dim = static_cast<int>(row);
-    kc.v_head_dim = kh.v_head_dim = 0;
-    const int64_t n = 9 * 16 * row;
-    const int64_t bytes = n * static_cast<int64_t>(RowBytes(kv_type, 1));
-    std::vector<uint8_t> init(bytes);
-    const std::vector<float> rv = Random(n);
-    for (int64_t i = 0; i < n; ++i) {
-      if (kv_type == DType::kF16) {
-        const uint16_t h = F32ToF16(rv[i]);
-        std::memcpy(&init[2 * i], &h, 2);
-      } else {
-        std::memcpy(&init[4 * i], &rv[i], 4);
-      }
-    }
-    for (auto [view, dev] : {std::pair{&kc, cuda_.get()}, std::pair{&kh, host_.get()}}) {
-      view->k = *dev->Alloc(bytes);
-      ASSERT_TRUE(dev->CopyToDevice(view->k, init.data(), bytes).ok());
-    }
+    kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
+    RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
     cuda_->KvWrite(kc, a.cuda, ckv.cuda, nullptr);
     host_->KvWrite(kh, a.host, ckv.host, nullptr);
     const Pair ol = Zeros(T * H * r);
@@ -483,10 +458,9 @@ TEST_F(CudaTest, MoeOps) {
 TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
   for (const std::string& path : device_test::DeepseekPaths()) {
     SCOPED_TRACE(path);
-    std::unique_ptr<Model> model = device_test::Load(path);
-    ASSERT_NE(model, nullptr);
-    const device_test::Run h = device_test::RunDevice(*model, host_.get(), DType::kF32);
-    const device_test::Run c = device_test::RunDevice(*model, cuda_.get(), DType::kF32);
+    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
+    const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
+    ASSERT_FALSE(h.logits.empty());
     const double d = device_test::RelativeDistance(h.logits, c.logits);
     std::printf("[cuda] graph %s: max |dlogit| / max |logit| = %.2e\n", path.c_str(), d);
     EXPECT_LE(d, 1e-4);
@@ -496,19 +470,15 @@ TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
 TEST_F(CudaTest, DecoderGraphMatchesTheHostDevice) {
   for (const std::string& path : device_test::ModelPaths()) {
     SCOPED_TRACE(path);
-    std::unique_ptr<Model> model = device_test::Load(path);
-    ASSERT_NE(model, nullptr);
-    const device_test::Run h = device_test::RunDevice(*model, host_.get(), DType::kF32);
-    const device_test::Run c = device_test::RunDevice(*model, cuda_.get(), DType::kF32);
+    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
+    const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
     ASSERT_EQ(h.logits.size(), c.logits.size());
-    for (size_t i = 0; i < h.logits.size(); ++i) {
-      double scale = 1e-20, worst = 0;
-      for (float v : h.logits[i]) scale = std::max(scale, std::abs(double{v}));
-      for (size_t j = 0; j < h.logits[i].size(); ++j)
-        worst = std::max(worst, std::abs(double{h.logits[i][j]} - c.logits[i][j]));
+    ASSERT_FALSE(h.logits.empty());
+    for (size_t i = 0; i < h.logits.size(); ++i) {  // each step against its own largest logit
+      const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
       std::printf("[cuda] graph %s step %zu: max |dlogit| / max |logit| = %.2e\n", path.c_str(),
-                  i, worst / scale);
-      EXPECT_LE(worst / scale, 1e-3) << "step " << i;
+                  i, d);
+      EXPECT_LE(d, 1e-3) << "step " << i;
     }
   }
 }

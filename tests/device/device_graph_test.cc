@@ -7,29 +7,23 @@
 
 #include <cstdio>
 
+#include "backend/device.h"
 #include "device_test_util.h"
 #include "kernels/ops.h"
 
 namespace peng {
 namespace {
 
-using device_test::Load;
 using device_test::ModelPaths;
-using device_test::RunCpu;
-using device_test::RunDevice;
+using device_test::RunSteps;
 
 class DeviceGraphTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(DeviceGraphTest, HostDeviceEqualsCpuPathBitForBit) {
-  ThreadPool pool(2);
-  auto device = backend::CreateDevice("host", &pool);
-  ASSERT_TRUE(device.ok());
   for (const std::string& path : ModelPaths()) {
     SCOPED_TRACE(path);
-    std::unique_ptr<Model> model = Load(path);
-    ASSERT_NE(model, nullptr);
-    const device_test::Run cpu = RunCpu(*model, GetParam(), &pool);
-    const device_test::Run dev = RunDevice(*model, device->get(), GetParam());
+    const device_test::Run cpu = RunSteps(path, "cpu", GetParam());
+    const device_test::Run dev = RunSteps(path, "host", GetParam());
     ASSERT_EQ(cpu.logits.size(), dev.logits.size());
     for (size_t i = 0; i < cpu.logits.size(); ++i) {
       ASSERT_EQ(cpu.logits[i].size(), dev.logits[i].size()) << "step " << i;
@@ -50,15 +44,10 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, DeviceGraphTest, ::testing::Values(DType::kF16
 // differ by rounding only: within 1e-5 of the largest |logit|, in exact mode and F32 KV.
 TEST(DeviceGraph, DeepseekOnTheHostDeviceMatchesTheCpuPath) {
   kernels::SetExactActivations(true);
-  ThreadPool pool(2);
-  auto device = backend::CreateDevice("host", &pool);
-  ASSERT_TRUE(device.ok());
   for (const std::string& path : device_test::DeepseekPaths()) {
     SCOPED_TRACE(path);
-    std::unique_ptr<Model> model = Load(path);
-    ASSERT_NE(model, nullptr);
-    const device_test::Run cpu = RunCpu(*model, DType::kF32, &pool);
-    const device_test::Run dev = RunDevice(*model, device->get(), DType::kF32);
+    const device_test::Run cpu = RunSteps(path, "cpu", DType::kF32);
+    const device_test::Run dev = RunSteps(path, "host", DType::kF32);
     const double d = device_test::RelativeDistance(cpu.logits, dev.logits);
     std::printf("[device] %s: max |dlogit| / max |logit| = %.2e\n", path.c_str(), d);
     EXPECT_LE(d, 1e-5);
@@ -69,13 +58,10 @@ TEST(DeviceGraph, DeepseekOnTheHostDeviceMatchesTheCpuPath) {
 
 TEST(DeviceGraph, ExactModeToo) {
   kernels::SetExactActivations(true);
-  ThreadPool pool(2);
-  auto device = backend::CreateDevice("host", &pool);
-  ASSERT_TRUE(device.ok());
-  std::unique_ptr<Model> model = Load(ModelPaths()[1]);  // qwen2 tiny
-  const device_test::Run cpu = RunCpu(*model, DType::kF32, &pool);
-  const device_test::Run dev = RunDevice(*model, device->get(), DType::kF32);
+  const device_test::Run cpu = RunSteps(ModelPaths()[1], "cpu", DType::kF32);  // qwen2 tiny
+  const device_test::Run dev = RunSteps(ModelPaths()[1], "host", DType::kF32);
   kernels::SetExactActivations(false);
+  ASSERT_FALSE(cpu.logits.empty());
   ASSERT_EQ(cpu.logits, dev.logits);
 }
 

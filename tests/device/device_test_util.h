@@ -1,5 +1,5 @@
-// Shared by the device tests: a DecoderModel run on the CPU path (its own KvCache) and the same
-// model's graph on a backend::Device (DeviceDecoderModel), fed identical steps -- two prefills
+// Shared by the device tests: a model run through the CPU engine's executor and through a
+// device's (the device graph, model/device_model.h), fed identical steps -- two prefills
 // of different lengths (one with logits for every token), then decode steps for both, then a
 // third sequence that starts from a copy of the first one's first block (copy-on-write) --
 // with every step's logits collected.
@@ -13,11 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/device.h"
 #include "core/test_paths.h"
-#include "model/kv_cache.h"
-#include "model/layers/decoder.h"
-#include "model/device_model.h"
+#include "engine/engine.h"
+#include "engine/executor.h"
 #include "model/registry.h"
 
 namespace peng::device_test {
@@ -114,44 +112,34 @@ struct Run {
   std::vector<float> hidden;               // the first step's residual stream (capture)
 };
 
-// The CPU engine path: DecoderModel::Forward over a host KvCache.
-inline Run RunCpu(Model& model, DType kv_dtype, ThreadPool* pool) {
+// The model at `path` through the executor of `device` -- "cpu": the CPU engine's
+// LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
+// its KV cache in device memory) -- fed MakeSteps' batches and block copies.
+inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype) {
   Run r;
-  const ModelConfig& c = model.config();
-  auto kv = KvCache::Create(model.kv_spec(), kBlocks, kBlockSize, kv_dtype);
-  EXPECT_TRUE(kv.ok());
-  Steps s = MakeSteps(c.vocab_size);
+  StatusOr<std::unique_ptr<Model>> model = LoadModel(path);
+  EXPECT_TRUE(model.ok()) << path << ": " << model.status().ToString();
+  if (!model.ok()) return r;
+  const int64_t vocab = (*model)->config().vocab_size;
+  EngineOptions o;
+  o.threads = 2;
+  o.device = device;
+  o.num_kv_blocks = kBlocks;
+  o.block_size = kBlockSize;
+  o.kv_dtype = kv_dtype;
+  StatusOr<std::unique_ptr<Executor>> ex = CreateLocalExecutor(o, std::move(*model));
+  EXPECT_TRUE(ex.ok()) << device << ": " << ex.status().ToString();
+  if (!ex.ok()) return r;
+  Steps s = MakeSteps(vocab);
   for (size_t i = 0; i < s.batches.size(); ++i) {
+    std::vector<BlockCopy> copies;
     if (s.copies_before[i].first >= 0)
-      (*kv)->CopyBlock(s.copies_before[i].first, s.copies_before[i].second);
+      copies.push_back({s.copies_before[i].first, s.copies_before[i].second});
     ForwardBatch& b = s.batches[i];
     if (i == 0) b.capture_hidden = &r.hidden;
-    std::vector<float> logits(b.NumLogitRows() * c.vocab_size);
-    Status st = model.Forward(b, kv->get(), logits.data(), pool);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    r.logits.push_back(std::move(logits));
-  }
-  return r;
-}
-
-// The device graph on `device`.
-inline Run RunDevice(Model& model, backend::Device* device, DType kv_dtype) {
-  Run r;
-  const ModelConfig& c = model.config();
-  auto dm = DeviceModel::Create(model, device);
-  EXPECT_TRUE(dm.ok()) << dm.status().ToString();
-  if (!dm.ok()) return r;
-  Status st = (*dm)->AllocateKvCache(kBlocks, kBlockSize, kv_dtype);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  Steps s = MakeSteps(c.vocab_size);
-  for (size_t i = 0; i < s.batches.size(); ++i) {
-    if (s.copies_before[i].first >= 0)
-      (*dm)->CopyBlock(s.copies_before[i].first, s.copies_before[i].second);
-    ForwardBatch& b = s.batches[i];
-    if (i == 0) b.capture_hidden = &r.hidden;
-    std::vector<float> logits(b.NumLogitRows() * c.vocab_size);
-    st = (*dm)->Forward(b, logits.data());
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    std::vector<float> logits(b.NumLogitRows() * vocab);
+    const Status st = (*ex)->Execute(b, copies, logits.data());
+    EXPECT_TRUE(st.ok()) << device << ": " << st.ToString();
     r.logits.push_back(std::move(logits));
   }
   return r;
