@@ -64,7 +64,8 @@ inline double MeanTopDistance(const nlohmann::json& a, const nlohmann::json& b) 
 }
 
 // Same for peng's logits rows against a golden's top-32 lists.
-inline double MeanTopDistance(const std::vector<float>& logits, int64_t V, const nlohmann::json& b) {
+inline double MeanTopDistance(const std::vector<float>& logits, int64_t V,
+                              const nlohmann::json& b) {
   double sum = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     double worst = 0;

@@ -320,10 +320,9 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t m
     blocks = o.num_kv_blocks;
   } else if (o.kv_cache_bytes == 0) {
     blocks = int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
-    blocks = std::min(blocks, KvCache::BlocksForBudget(model.kv_spec(), o.block_size,
-                                                       o.kv_dtype,
-                                                       memory_cap >= 0 ? memory_cap
-                                                                       : PhysicalMemoryBytes() / 4));
+    const int64_t cap = memory_cap >= 0 ? memory_cap : PhysicalMemoryBytes() / 4;
+    blocks = std::min(blocks,
+                      KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype, cap));
   } else {
     blocks = KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype,
                                       o.kv_cache_bytes);

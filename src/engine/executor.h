@@ -88,8 +88,9 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
 
 // Runs `model` (loaded on the host: a DecoderModel or DeepseekV2Model, this rank's shard under
 // tensor parallelism) on options.device ("cuda", "cuda:N", "host"; backend/device.h) through a
-// DeviceModel (model/device_model.h): weights uploaded once, the KV cache in device memory (options.num_kv_blocks, else options.kv_cache_bytes, else enough for max_num_seqs
-// full-length sequences capped at 90% of the device's free memory). CreateLocalExecutor calls
+// DeviceModel (model/device_model.h): weights uploaded once, the KV cache in device memory
+// (options.num_kv_blocks, else options.kv_cache_bytes, else enough for max_num_seqs full-length
+// sequences capped at 90% of the device's free memory). CreateLocalExecutor calls
 // it for any device but "cpu".
 StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& options,
                                                          std::unique_ptr<Model> model);

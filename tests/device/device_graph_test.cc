@@ -82,7 +82,8 @@ TEST(DeviceSpec, CudaWithoutAGpuIsAClearError) {
   auto d = backend::CreateDevice("cuda", &pool);
   ASSERT_FALSE(d.ok());
 #ifdef PENG_HAVE_CUDA
-  EXPECT_NE(d.status().message().find("no CUDA device"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("no CUDA device"), std::string::npos)
+      << d.status().ToString();
 #else
   EXPECT_NE(d.status().message().find("built without the CUDA backend"), std::string::npos);
 #endif

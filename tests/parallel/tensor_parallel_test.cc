@@ -1,8 +1,9 @@
 // Tensor and data parallelism against one process, under `mpirun -np N` with the job's layout
 // from the command line (`--tp T --dp D`, N = T x D; default T = N): ctest runs tp 2, tp 4,
 // dp 2 and tp 2 x dp 2, and tp 2 / dp 2 with `--device host` (the device graphs' shards and
-// collectives, the path CUDA + NCCL take, and device replicas, against the CPU engine). Rank 0 runs the tests; every other rank serves rank 0's engine cores
-// (RunParallelWorker) until the end. For each model rank 0 computes, in the same process, the
+// collectives, the path CUDA + NCCL take, and device replicas, against the CPU engine). Rank 0
+// runs the tests; every other rank serves rank 0's engine cores (RunParallelWorker) until the
+// end. For each model rank 0 computes, in the same process, the
 // single-process reference (the whole model, a plain LocalExecutor) and the parallel result
 // (CreateEngineCore with the layout: its shard of replica 0, the other ranks' shards and
 // replicas; requests spread over the replicas):

@@ -280,8 +280,12 @@ class CudaDevice final : public Device {
     BiasRowsKernel<<<Blocks(n_rows * n, 256), 256, 0, stream_>>>(y, b, n_rows, n);
     Note(cudaGetLastError());
   }
-  void Add(float* y, const float* x, int64_t n) override { Elementwise(Ew::kAdd, y, x, nullptr, 0, n); }
-  void Scale(float* y, float s, int64_t n) override { Elementwise(Ew::kScale, y, nullptr, nullptr, s, n); }
+  void Add(float* y, const float* x, int64_t n) override {
+    Elementwise(Ew::kAdd, y, x, nullptr, 0, n);
+  }
+  void Scale(float* y, float s, int64_t n) override {
+    Elementwise(Ew::kScale, y, nullptr, nullptr, s, n);
+  }
   void Softcap(float* y, float cap, int64_t n) override {
     Elementwise(Ew::kSoftcap, y, nullptr, nullptr, cap, n);
   }
@@ -326,14 +330,7 @@ class CudaDevice final : public Device {
     a.scale = p.scale;
     a.softcap = p.softcap;
     a.sliding_window = p.sliding_window;
-    const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(p.n_heads));
-    if (kv.dtype == DType::kF16) {
-      AttentionKernel<uint16_t, kMaxHeadDim, kMaxHeadDim>
-          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
-    } else {
-      AttentionKernel<float, kMaxHeadDim, kMaxHeadDim><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
-    }
-    Note(cudaGetLastError());
+    LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                     const kernels::MlaParams& p, float* out) override {
@@ -349,15 +346,7 @@ class CudaDevice final : public Device {
     a.n_kv_heads = 1;
     a.v_head_dim = p.kv_lora_rank;
     a.scale = p.scale;
-    const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(p.n_heads));
-    if (kv.dtype == DType::kF16) {
-      AttentionKernel<uint16_t, kMaxMlaRow, kMaxMlaLatent>
-          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
-    } else {
-      AttentionKernel<float, kMaxMlaRow, kMaxMlaLatent>
-          <<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
-    }
-    Note(cudaGetLastError());
+    LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
   }
   void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
                       float* out) override {
@@ -413,6 +402,17 @@ class CudaDevice final : public Device {
  private:
   CudaDevice() = default;
 
+  // One block per (token, head) over an F16 or F32 cache.
+  template <int kMaxK, int kMaxV>
+  void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
+    const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+    if (cache == DType::kF16) {
+      AttentionKernel<uint16_t, kMaxK, kMaxV><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+    } else {
+      AttentionKernel<float, kMaxK, kMaxV><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+    }
+    Note(cudaGetLastError());
+  }
   AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b) {
     AttnArgs a{};
     a.q = q;

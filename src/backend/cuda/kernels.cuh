@@ -370,8 +370,10 @@ __global__ void KvWriteKernel(KV* k_cache, KV* v_cache, const int32_t* slot, int
                               int64_t vd, const float* k, const float* v) {
   const int64_t t = blockIdx.x;
   const int64_t s = slot[t];
-  for (int64_t i = threadIdx.x; i < kd; i += blockDim.x) KvStore(k_cache, s * kd + i, k[t * kd + i]);
-  for (int64_t i = threadIdx.x; i < vd; i += blockDim.x) KvStore(v_cache, s * vd + i, v[t * vd + i]);
+  for (int64_t i = threadIdx.x; i < kd; i += blockDim.x)
+    KvStore(k_cache, s * kd + i, k[t * kd + i]);
+  for (int64_t i = threadIdx.x; i < vd; i += blockDim.x)
+    KvStore(v_cache, s * vd + i, v[t * vd + i]);
 }
 
 // Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
@@ -609,7 +611,8 @@ __global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
   if (s == 1234.5f) *sink = s;  // (keeps the loads)
 }
 
-__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols, float* dst) {
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols,
+                                 float* dst) {
   const int64_t i = blockIdx.x;
   for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
     dst[i * n_cols + c] = src[int64_t{rows[i]} * n_cols + c];

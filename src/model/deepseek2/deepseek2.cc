@@ -264,9 +264,7 @@ kernels::MoeRouting DeepseekV2Config::Routing() const {
   r.k = static_cast<int>(num_experts_per_tok);
   r.n_group = static_cast<int>(n_group);
   r.topk_group = static_cast<int>(topk_group);
-  r.method = topk_method == TopkMethod::kGreedy               ? kernels::MoeRouting::Method::kGreedy
-             : topk_method == TopkMethod::kGroupLimitedGreedy ? kernels::MoeRouting::Method::kGroupLimitedGreedy
-                                                               : kernels::MoeRouting::Method::kNoauxTc;
+  r.method = topk_method;
   r.sigmoid = scoring == Scoring::kSigmoid;
   r.norm_topk_prob = norm_topk_prob;
   r.routed_scaling_factor = routed_scaling_factor;

@@ -71,7 +71,7 @@
 namespace peng {
 
 struct DeepseekV2Config {
-  enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+  using TopkMethod = kernels::MoeRouting::Method;  // (the router's own enum)
   enum class Scoring { kSoftmax, kSigmoid };
 
   ModelConfig base;         // arch "deepseek2", head_dim = qk_head_dim, rope over d_r (interleaved)

@@ -181,7 +181,8 @@ void DeepseekV2Model::ExchangeAllToAll(const Layer& L, int64_t T, ThreadPool* po
   for (int d = 0; d < n_rep; ++d) n_recv += recv[d];
   ep_pad_.resize(n_send * D);  // the rows to send, peer by peer
   for (int d = 0, at = 0; d < n_rep; ++d)
-    for (const int32_t t : ep_rows_[d]) std::copy_n(h_.data() + t * D, D, ep_pad_.data() + at++ * D);
+    for (const int32_t t : ep_rows_[d])
+      std::copy_n(h_.data() + t * D, D, ep_pad_.data() + at++ * D);
   ep_h_.resize(n_recv * D);
   ep_o_.resize(n_recv * D);
   const int64_t row = D * static_cast<int64_t>(sizeof(float));
