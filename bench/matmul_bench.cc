@@ -111,7 +111,7 @@ void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<std::pair<i
 
 PENG_BENCH_TYPE(Q4_1, {576, 1536}, {1536, 576}, {49152, 576});
 PENG_BENCH_TYPE(Q8_0, {576, 1536}, {1536, 576}, {49152, 576});
-PENG_BENCH_TYPE(Q4_0, {896, 4864}, {4864, 896});
+PENG_BENCH_TYPE(Q4_0, {896, 4864}, {4864, 896}, {1408, 2048}, {2048, 1408}, {3072, 2048});  // V2-Lite
 PENG_BENCH_TYPE(Q5_0, {896, 4864}, {4864, 896});
 PENG_BENCH_TYPE(Q5_1, {896, 4864});
 PENG_BENCH_TYPE(Q4_K, {896, 4864}, {1536, 1536});

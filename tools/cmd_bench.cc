@@ -104,6 +104,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.tensor_parallel_size = a.tensor_parallel_size;
   o.enable_expert_parallel = a.enable_expert_parallel;
   o.data_parallel_size = a.data_parallel_size;
+  o.huge_pages = a.huge_pages;
   EngineOptions eo;  // --batch: the serving engine
   eo.model_path = a.model_path;
   eo.threads = a.threads;
@@ -116,6 +117,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   eo.tensor_parallel_size = a.tensor_parallel_size;
   eo.enable_expert_parallel = a.enable_expert_parallel;
   eo.data_parallel_size = a.data_parallel_size;
+  eo.huge_pages = a.huge_pages;
   const bool batched = a.batch > 0 && a.tg > 1;
   // Tensor-parallel ranks > 0 serve rank 0's engine cores (Llm's, then the batched engine's).
   PENG_ASSIGN_OR_RETURN(const bool worker, RunParallelWorker(Llm::CoreOptions(o)));
@@ -248,7 +250,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  AddDeviceOption(c, &a->bench.device);
+  AddDeviceOptions(c, &a->bench.device, &a->bench.huge_pages);
   c->add_option("--batch", a->bench.batch,
                 "Also decode --tg tokens in this many sequences at once through the engine "
                 "(and in one, for the scaling)")

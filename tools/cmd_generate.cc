@@ -10,10 +10,14 @@
 
 namespace peng::tools {
 
-void AddDeviceOption(CLI::App* c, std::string* device) {
+void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages) {
   c->add_option("--device", *device,
                 "Where the model runs: cpu (default), cuda or cuda:N (an NVIDIA GPU; docs/"
                 "devices.md), host (the device graph on the CPU kernels)");
+  c->add_flag("--huge-pages", *huge_pages,
+              "Read the weight files into private transparent huge pages instead of mapping "
+              "them in place (one-process CPU jobs whose files take at most a quarter of the "
+              "available memory; the packed panels of Q4_0/Q4_1/Q8_0 use huge pages anyway)");
 }
 
 int Fail(const std::string& what) {
@@ -102,7 +106,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("--stop", a->sp.stop, "Stop string (repeatable)");
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  AddDeviceOption(c, &a->llm.device);
+  AddDeviceOptions(c, &a->llm.device, &a->llm.huge_pages);
   c->add_option("-c,--ctx-size", a->llm.max_model_len, "Context length")
       ->check(CLI::Range(1, 1 << 24));
   c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,

@@ -83,7 +83,7 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
   c->add_flag("--exact", a->exact,
               "FP32 activations and KV cache (no 8-bit activation quantization): for comparing "
               "with FP32 references");
-  AddDeviceOption(c, &a->llm.device);
+  AddDeviceOptions(c, &a->llm.device, &a->llm.huge_pages);
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->callback([a, exit_code, p, t] {

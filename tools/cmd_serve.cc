@@ -153,7 +153,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
-  AddDeviceOption(c, &a->engine.device);
+  AddDeviceOptions(c, &a->engine.device, &a->engine.huge_pages);
   c->add_option("--max-waiting", a->engine.max_waiting,
                 "Queued requests at most; beyond that requests get 429")
       ->check(CLI::Range(0, 1 << 20))

@@ -38,6 +38,7 @@ struct OfflineBenchOptions {
   bool enable_expert_parallel = false;
   int data_parallel_size = 1;    // > 1: under mpirun (with --batch: requests spread over replicas)
   std::string device = "cpu";    // --device
+  bool huge_pages = false;       // --huge-pages
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);
@@ -46,8 +47,9 @@ void RegisterEval(CLI::App& app, int* exit_code);  // tools/cmd_eval.cc
 void RegisterQuantize(CLI::App& app, int* exit_code);  // tools/cmd_quantize.cc
 void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 
-// --device (EngineOptions::device) on a subcommand.
-void AddDeviceOption(CLI::App* c, std::string* device);
+// --device (EngineOptions::device) and --huge-pages (EngineOptions::huge_pages) on a
+// subcommand.
+void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages);
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);
 // Writes `text` to `path` (replacing it); IoError naming the path when that fails.

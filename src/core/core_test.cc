@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 
@@ -74,5 +76,43 @@ TEST(ThreadPoolTest, ParallelForCoversRangeOnce) {
   }
 }
 
+
+// A file read into huge pages holds the file's bytes, exactly as the in-place mapping does; an
+// empty file and a missing one behave alike in both modes.
+TEST(MappedFileTest, HugePageCopyHoldsTheFileBytes) {
+  const std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
+  std::vector<uint8_t> bytes((size_t{3} << 20) + 12345);  // not a whole number of huge pages
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 2654435761u >> 7);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  for (const bool huge : {false, true}) {
+    StatusOr<MappedFile> m = MappedFile::Open(path, huge);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->size(), bytes.size());
+    EXPECT_EQ(std::memcmp(m->data(), bytes.data(), bytes.size()), 0);
+    EXPECT_EQ(m->in_huge_pages(), huge && TransparentHugePagesAvailable());
+    if (m->in_huge_pages()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(m->data()) % (uintptr_t{2} << 20), 0u);
+    }
+    MappedFile moved = std::move(*m);  // the memory goes with the move
+    EXPECT_EQ(moved.data()[bytes.size() - 1], bytes.back());
+    EXPECT_EQ(m->data(), nullptr);
+  }
+  std::remove(path.c_str());
+  const std::string empty = ::testing::TempDir() + "/mapped_file_empty.bin";
+  std::fclose(std::fopen(empty.c_str(), "wb"));
+  StatusOr<MappedFile> e = MappedFile::Open(empty, true);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->size(), 0u);
+  EXPECT_FALSE(e->in_huge_pages());
+  std::remove(empty.c_str());
+  StatusOr<MappedFile> missing = MappedFile::Open(empty, true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("cannot open"), std::string::npos);
+}
 }  // namespace
 }  // namespace peng

@@ -19,6 +19,10 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t size_bytes = 0;
+  // The same matrix repacked at load time into the active ISA's panel layout
+  // (kernels::PackPanels; its owner keeps it alive), or null. Only the kernels of the ISA that
+  // packed it read it; everything else reads `data`.
+  const uint8_t* panels = nullptr;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -53,6 +53,12 @@ struct EngineOptions {
   // MoE models under tensor parallelism: whole routed experts per rank instead of a slice of
   // each (ModelLoadOptions::expert_parallel; `--enable-expert-parallel`).
   bool enable_expert_parallel = false;
+  // `--huge-pages`: a job of one process reads the weight files into private
+  // transparent-huge-page memory (ModelLoadOptions::huge_pages) when they take at most a
+  // quarter of the memory available; otherwise (the default, a job of several ranks, a device)
+  // they are mapped in place, where the page cache is shared. WeightsInHugePages()
+  // (engine_core.h) decides. (The kernels' packed panels live in huge pages either way.)
+  bool huge_pages = false;
   int max_waiting = 256;                // Submit() fails with ResourceExhausted beyond this
   // The machine's peaks, the denominators of the utilization gauges (EngineStats): measured
   // once per process at start-up on the engine's threads (kernels/probe.h, ~0.3 s) unless

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
@@ -22,7 +24,41 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// Bytes of the weight files at `path` (a file, or a folder's .safetensors shards).
+int64_t WeightFileBytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    const auto n = fs::file_size(path, ec);
+    return ec ? 0 : static_cast<int64_t>(n);
+  }
+  int64_t total = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size(ec));
+  return total;
+}
+
+// MemAvailable of /proc/meminfo (free memory plus the page cache the kernel can drop), or 0.
+int64_t AvailableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
 }  // namespace
+
+bool WeightsInHugePages(const EngineOptions& o) {
+  if (!o.huge_pages || o.device != "cpu") return false;
+  const int64_t bytes = WeightFileBytes(o.model_path);
+  // A quarter: the kernels' packed panels (kernels::PackPanels) may hold a second copy of most
+  // of the weights, and the KV cache comes on top.
+  return bytes > 0 && bytes <= AvailableMemoryBytes() / 4;
+}
 
 Status ValidateOptions(const EngineOptions& o) {
   if (o.threads < 0) return InvalidArgument("threads must be >= 0");
@@ -638,7 +674,8 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
   PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
   PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
   if (L.world->size() == 1) {
-    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(o.model_path));
+    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                          LoadModel(o.model_path, {.huge_pages = WeightsInHugePages(o)}));
     PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
     return CreateEngineCore(o, std::move(model), std::move(tok));
   }

@@ -130,6 +130,11 @@ class EngineCore {
 
 // Checks the options every engine needs (threads, positive sizes, the utilization window).
 Status ValidateOptions(const EngineOptions& options);
+// Whether a single-process engine reads its weights into huge pages (EngineOptions::huge_pages):
+// asked for, on the CPU (a device keeps its own copy), and the weight files take at most a
+// quarter of the memory available now (MemAvailable): the packed panels may copy most weights
+// once more, and the KV cache comes on top.
+bool WeightsInHugePages(const EngineOptions& options);
 // A core over a LocalExecutor: loads the model and tokenizer from options.model_path, or takes
 // the given ones (tokenizer may be null). With options.tensor_parallel_size > 1 (only from
 // model_path, on rank 0 of an MPI job of that many processes) the core drives a

@@ -365,5 +365,33 @@ TEST(EngineTest, SmolLmBatchOf16AndStopStrings) {
   ExpectAllFreed(e.get());
 }
 
+// Weights read into huge pages (`--huge-pages`) give exactly the logits of weights mapped in
+// place, for a GGUF file and a safetensors folder; WeightsInHugePages() keeps the mapping by
+// default, on a device, and for a path it cannot size.
+TEST(EngineTest, HugePageWeightsGiveTheMappedLogits) {
+  const std::string folder = SourceDir() + "/tests/data/deepseek_tiny/serve";
+  EXPECT_TRUE(WeightsInHugePages({.model_path = folder, .huge_pages = true}));
+  EXPECT_FALSE(WeightsInHugePages({.model_path = folder}));
+  EXPECT_FALSE(WeightsInHugePages({.model_path = folder, .device = "cuda", .huge_pages = true}));
+  EXPECT_FALSE(WeightsInHugePages({.model_path = folder + "/no_such_model.gguf",
+                                   .huge_pages = true}));
+  for (const std::string& path : {folder, SmolLm()}) {
+    if (path.empty()) continue;
+    SCOPED_TRACE(path);
+    const Ids prompt = {1, 41, 68, 75, 600, 12};
+    std::vector<float> logits[2];
+    for (const bool huge : {false, true}) {
+      auto llm = Llm::Load({.model_path = path, .threads = 2, .max_model_len = 64,
+                            .huge_pages = huge});
+      ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+      auto l = (*llm)->PromptLogits(prompt);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      logits[huge] = std::move(*l);
+    }
+    ASSERT_FALSE(logits[0].empty());
+    EXPECT_EQ(logits[0], logits[1]);
+  }
+}
+
 }  // namespace
 }  // namespace peng

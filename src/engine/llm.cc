@@ -42,6 +42,7 @@ EngineOptions Llm::CoreOptions(const LlmOptions& o) {
   e.tensor_parallel_size = o.tensor_parallel_size;
   e.enable_expert_parallel = o.enable_expert_parallel;
   e.data_parallel_size = o.data_parallel_size;
+  e.huge_pages = o.huge_pages;
   return e;
 }
 

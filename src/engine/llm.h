@@ -32,6 +32,7 @@ struct LlmOptions {
   int tensor_parallel_size = 1;          // > 1: under mpirun (EngineOptions)
   bool enable_expert_parallel = false;   // (EngineOptions)
   int data_parallel_size = 1;            // (EngineOptions; one request at a time uses replica 0)
+  bool huge_pages = false;               // (EngineOptions)
 };
 
 struct GenerateStats {

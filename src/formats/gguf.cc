@@ -297,8 +297,8 @@ Status ReadTensorInfo(Cursor& c, RawTensor* t) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  PENG_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, bool huge_pages) {
+  PENG_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path, huge_pages));
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->name_ = path;
   f->file_ = std::move(mapped);

@@ -37,7 +37,8 @@ struct GgufValue {
 
 class GgufFile {
  public:
-  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // huge_pages: read into huge-page memory instead of mapping in place (MappedFile::Open).
+  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path, bool huge_pages = false);
   // Parses an in-memory image (fuzzing, tests); `name` is used in error messages. The bytes
   // must outlive the GgufFile.
   static StatusOr<std::unique_ptr<GgufFile>> FromBytes(const uint8_t* data, size_t size,

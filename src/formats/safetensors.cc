@@ -98,8 +98,9 @@ Status ParseTensor(const std::string& name, const Json& entry, const uint8_t* da
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  PENG_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path));
+StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path,
+                                                                 bool huge_pages) {
+  PENG_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(path, huge_pages));
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->name_ = path;
   f->file_ = std::move(mapped);
@@ -173,12 +174,13 @@ const TensorView* SafetensorsFile::FindTensor(const std::string& name) const {
 
 // ---------------------------------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::Open(const std::string& path) {
+StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::Open(const std::string& path,
+                                                                   bool huge_pages) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::unique_ptr<SafetensorsModel> m(new SafetensorsModel());
   if (fs::is_regular_file(path, ec)) {
-    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(path));
+    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(path, huge_pages));
     PENG_RETURN_IF_ERROR(m->AddShard(std::move(shard)));
     return m;
   }
@@ -186,18 +188,19 @@ StatusOr<std::unique_ptr<SafetensorsModel>> SafetensorsModel::Open(const std::st
   const std::string index_path = (fs::path(path) / "model.safetensors.index.json").string();
   const std::string single_path = (fs::path(path) / "model.safetensors").string();
   if (fs::is_regular_file(index_path, ec)) {
-    PENG_RETURN_IF_ERROR(m->OpenIndex(path, index_path));
+    PENG_RETURN_IF_ERROR(m->OpenIndex(path, index_path, huge_pages));
     return m;
   }
   if (fs::is_regular_file(single_path, ec)) {
-    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(single_path));
+    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(single_path, huge_pages));
     PENG_RETURN_IF_ERROR(m->AddShard(std::move(shard)));
     return m;
   }
   return NotFound(path + ": neither model.safetensors nor model.safetensors.index.json found");
 }
 
-Status SafetensorsModel::OpenIndex(const std::string& dir, const std::string& index_path) {
+Status SafetensorsModel::OpenIndex(const std::string& dir, const std::string& index_path,
+                                   bool huge_pages) {
   PENG_ASSIGN_OR_RETURN(Json index, ParseJsonFile(index_path));
   auto wm = index.is_object() ? index.find("weight_map") : index.end();
   if (!index.is_object() || wm == index.end() || !wm->is_object()) {
@@ -218,7 +221,7 @@ Status SafetensorsModel::OpenIndex(const std::string& dir, const std::string& in
   }
   for (const std::string& f : shard_names) {
     const std::string shard_path = (std::filesystem::path(dir) / f).string();
-    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(shard_path));
+    PENG_ASSIGN_OR_RETURN(auto shard, SafetensorsFile::Open(shard_path, huge_pages));
     PENG_RETURN_IF_ERROR(AddShard(std::move(shard)));
   }
   for (const auto& [tensor, file] : wm->items()) {

@@ -26,7 +26,9 @@ class SafetensorsFile {
   // Headers larger than this are rejected as corrupt (the reference implementation's limit).
   static constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
-  static StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // huge_pages: read into huge-page memory instead of mapping in place (MappedFile::Open).
+  static StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path,
+                                                         bool huge_pages = false);
   // Parses an in-memory image (fuzzing, tests); `name` is used in error messages. The bytes
   // must outlive the SafetensorsFile.
   static StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(const uint8_t* data, size_t size,
@@ -54,7 +56,8 @@ class SafetensorsModel {
  public:
   // `path`: a directory holding model.safetensors.index.json (preferred) or model.safetensors,
   // or the path of a single .safetensors file.
-  static StatusOr<std::unique_ptr<SafetensorsModel>> Open(const std::string& path);
+  static StatusOr<std::unique_ptr<SafetensorsModel>> Open(const std::string& path,
+                                                          bool huge_pages = false);
 
   // All tensors of all shards (shards in name order, each in file order).
   const std::vector<TensorView>& tensors() const { return tensors_; }
@@ -64,7 +67,7 @@ class SafetensorsModel {
  private:
   SafetensorsModel() = default;
   Status AddShard(std::unique_ptr<SafetensorsFile> shard);
-  Status OpenIndex(const std::string& dir, const std::string& index_path);
+  Status OpenIndex(const std::string& dir, const std::string& index_path, bool huge_pages);
 
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<TensorView> tensors_;

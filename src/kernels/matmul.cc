@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/mapped_file.h"
 #include "kernels/isa.h"
 #include "kernels/ops.h"
 #include "kernels/quant_blocks.h"
@@ -196,6 +197,22 @@ bool ExactActivations() { return g_exact_activations; }
 
 bool MatMulSupports(DType t) { return RefMatMulKernel(t) != nullptr; }
 
+std::shared_ptr<const uint8_t> PackPanels(const TensorView& w) {
+#if defined(__x86_64__)
+  if (ActiveIsa() != Isa::kAvx512 || w.ndim() != 2) return nullptr;
+  const size_t panel = Avx512PanelBytes(w.dtype, w.cols());
+  if (panel == 0) return nullptr;
+  std::shared_ptr<uint8_t> out = AllocateHugePages(panel * ((w.rows() + 15) / 16));
+  if (!out) return nullptr;  // (the row-major matrix still works)
+  Avx512PackPanels(w.dtype, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.rows(),
+                   w.cols(), out.get());
+  return out;
+#else
+  (void)w;
+  return nullptr;
+#endif
+}
+
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   PENG_CHECK_MSG(MatMulSupports(t), "DequantizeRow: unsupported type");
   ref::DequantizeRow(t, src, dst, n);
@@ -224,6 +241,12 @@ Part MakePart(const TensorView& w, int64_t row_begin, int64_t row_end, const flo
   args.x = x;
   args.y = y;
   args.ldy = ldy;
+#if defined(__x86_64__)
+  if (w.panels && row_begin % 16 == 0 && ActiveIsa() == Isa::kAvx512) {
+    args.panel_bytes = Avx512PanelBytes(w.dtype, w.cols());
+    args.panels = w.panels + row_begin / 16 * args.panel_bytes;
+  }
+#endif
   // Work counts (kernels/work_counter.h): the rows are read once whatever n_tokens is.
   WorkCounts& work = ThreadWork();
   work.weight_bytes += p.rows * args.row_bytes;

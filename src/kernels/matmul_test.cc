@@ -205,6 +205,52 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
   }
 }
 
+// Weights packed at load time into the active ISA's panels (PackPanels: AVX-512 Q4_0 / Q4_1 /
+// Q8_0) give the row-major results bit for bit: decode and batches of every tile width, a row
+// count that leaves a partial last panel, an odd block count, row slices on a panel boundary
+// (the packed path) and off it (the row-major path), one thread and two.
+TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
+  const DType t = GetParam();
+  ThreadPool pool(2);
+  bool packed_any = false;
+  for (Isa isa : kAllIsas) {
+    if (!IsaSupported(isa)) continue;
+    SetActiveIsa(isa);
+    for (const int64_t rows : {16, 41}) {
+      std::mt19937 rng(static_cast<unsigned>(rows) * 7 + 3);
+      const int64_t cols = ColsFor(t, GetDTypeInfo(t).block_size == 32 ? 3 : 2);
+      const auto w = RandomWeights(t, rows, cols, rng);
+      const int64_t n_tokens = 9;
+      const auto x = RandomActs(cols * n_tokens, rng);
+      TensorView plain = View(t, rows, cols, w), packed = plain;
+      const std::shared_ptr<const uint8_t> panels = PackPanels(plain);
+      const bool expect_panels = isa == Isa::kAvx512 &&
+          (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0);
+      ASSERT_EQ(panels != nullptr, expect_panels) << DTypeName(t) << " " << IsaName(isa);
+      if (!panels) continue;
+      packed_any = true;
+      packed.panels = panels.get();
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (const int64_t nt : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, n_tokens}) {
+          std::vector<float> want(rows * nt), got(rows * nt);
+          MatMul(plain, x.data(), nt, want.data(), p);
+          MatMul(packed, x.data(), nt, got.data(), p);
+          ASSERT_EQ(want, got) << DTypeName(t) << " rows " << rows << " tokens " << nt;
+        }
+        for (const int64_t begin : {int64_t{16}, int64_t{5}}) {
+          const int64_t n = rows - begin;
+          std::vector<float> want(n * 2), got(n * 2);
+          MatMulRows(plain, begin, rows, x.data(), 2, want.data(), n, p);
+          MatMulRows(packed, begin, rows, x.data(), 2, got.data(), n, p);
+          ASSERT_EQ(want, got) << DTypeName(t) << " rows " << begin << ".." << rows;
+        }
+      }
+    }
+  }
+  if (IsaSupported(Isa::kAvx512) && (t == DType::kQ4_0 || t == DType::kQ8_0))
+    EXPECT_TRUE(packed_any);
+}
+
 // The same for any row slice and any sub-batch: a token's output of a row is bit-identical
 // whether it comes from the whole matrix and a 65-token batch (a 64-token chunk and a
 // one-token chunk), from a slice that starts on an odd row or holds a single row (on i8mm the

@@ -138,6 +138,10 @@ struct MatMulArgs {
   ActRows a;
   float* y = nullptr;
   int64_t ldy = 0;
+  // The rows packed into 16-row panels (TensorView::panels, from the args' first row, which is
+  // then a multiple of 16), panel_bytes apart; null: only the row-major `w`.
+  const uint8_t* panels = nullptr;
+  size_t panel_bytes = 0;
 };
 
 // Computes rows [r0, r1) of args for all tokens.
@@ -154,6 +158,12 @@ MatMulKernel Avx512MatMulKernel(DType t);
 MatMulKernel NeonMatMulKernel(DType t);      // cpu/matmul_neon.cc (ARMv8.0)
 MatMulKernel NeonDotMatMulKernel(DType t);   // cpu/matmul_dotprod.cc (sdot)
 MatMulKernel NeonI8mmMatMulKernel(DType t);  // cpu/matmul_i8mm.cc (smmla + sdot)
+// AVX-512's load-time panel layout (kernels::PackPanels): bytes per 16-row panel of a matrix of
+// `cols` columns, 0 for a type it does not pack; and the packing of `rows` rows (`row_bytes`
+// apart) into ceil(rows / 16) panels.
+size_t Avx512PanelBytes(DType t, int64_t cols);
+void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                      uint8_t* out);
 QuantizeActFn Avx2QuantizeAct();
 QuantizeActFn Avx512QuantizeAct();
 QuantizeActFn NeonQuantizeAct();  // every ARM64 level (needs no extension)

@@ -12,7 +12,7 @@ namespace peng {
 
 ModelFiles::~ModelFiles() = default;
 
-StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) {
+StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path, bool huge_pages) {
   std::unique_ptr<ModelFiles> mf(new ModelFiles());
   mf->path_ = path;
   if (IsDirectory(path)) {
@@ -21,7 +21,7 @@ StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) 
         !mf->hf_config_["model_type"].is_string())
       return InvalidArgument(path + "/config.json: missing string field 'model_type'");
     mf->arch_ = mf->hf_config_["model_type"].get<std::string>();
-    PENG_ASSIGN_OR_RETURN(mf->st_, SafetensorsModel::Open(path));
+    PENG_ASSIGN_OR_RETURN(mf->st_, SafetensorsModel::Open(path, huge_pages));
     const std::string qc_path = path + "/quant_config.json";
     if (PathExists(qc_path)) {
       PENG_ASSIGN_OR_RETURN(nlohmann::json qj, ParseJsonFile(qc_path));
@@ -31,7 +31,7 @@ StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) 
     PENG_RETURN_IF_ERROR(ValidateQuantizedTensors(mf->quant(), mf->AllTensors(), path));
     return mf;
   }
-  PENG_ASSIGN_OR_RETURN(mf->gguf_, GgufFile::Open(path));
+  PENG_ASSIGN_OR_RETURN(mf->gguf_, GgufFile::Open(path, huge_pages));
   auto arch = mf->gguf_->GetString("general.architecture");
   if (!arch) return DataLoss(path + ": GGUF has no 'general.architecture' metadata");
   mf->arch_ = *arch;

@@ -24,8 +24,10 @@ class SafetensorsModel;
 
 class ModelFiles {
  public:
-  // `path` is a .gguf file or a directory with config.json.
-  static StatusOr<std::unique_ptr<ModelFiles>> Open(const std::string& path);
+  // `path` is a .gguf file or a directory with config.json. huge_pages: the weight files are
+  // read into huge-page memory instead of mapped in place (MappedFile::Open).
+  static StatusOr<std::unique_ptr<ModelFiles>> Open(const std::string& path,
+                                                    bool huge_pages = false);
   ~ModelFiles();
 
   const std::string& path() const { return path_; }

@@ -16,7 +16,7 @@ const std::vector<ArchEntry>& Architectures() {
 
 StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                            const ModelLoadOptions& options) {
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files, ModelFiles::Open(path));
+  PENG_ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> files, ModelFiles::Open(path, options.huge_pages));
   std::string known;
   for (const ArchEntry& a : Architectures()) {
     if (files->arch() == a.name) return a.load(std::move(files), options);

@@ -27,6 +27,9 @@ struct ModelLoadOptions {
   // With expert_parallel and data parallelism: the ranks of this rank's tensor-parallel index
   // in every replica; MoE models then partition the experts over all of them.
   Communicator* ep_replicas = nullptr;
+  // Read the weight files into private transparent-huge-page memory instead of mapping them in
+  // place (MappedFile::Open; faster decoding, no page cache shared with other processes).
+  bool huge_pages = false;
 };
 
 using ModelLoaderFn = StatusOr<std::unique_ptr<Model>> (*)(std::unique_ptr<ModelFiles> files,

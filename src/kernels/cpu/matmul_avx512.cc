@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/tile_driver.h"
@@ -332,8 +333,115 @@ __m512i* PanelBuffer(size_t vectors) {
   return buf.p;
 }
 
+// ---- Panels packed at load time (PackPanels): per 16-row panel and block, the block's quants
+// as panel vectors in their stored width -- Q4_0 / Q4_1: 4 vectors, vector k = bytes 4k..4k+3 of
+// qs of every row (low nibbles: values 4k..4k+3, high nibbles: values 16 + 4k..), Q8_0: 8
+// vectors of values 4j..4j+3 with the sign bit flipped -- then the 16 rows' fp16 d (and m).
+// Exactly the bytes of the 16 rows, rearranged, so a panel streams like the rows it replaces;
+// a block decodes with two ops per nibble vector instead of a per-row reduction
+// (ReduceBlockPairs), and the same ScaleBlock in the same order gives the same results.
+template <class K>
+struct Packed {
+  static constexpr int kQuantVectors = std::is_same_v<K, KQ8_0> ? 8 : 4;
+  static constexpr int64_t kBlockBytes = 64 * kQuantVectors + 32 * (K::kMin ? 2 : 1);
+  // The 8 panel vectors of the block at p (vector j: values 4j..4j+3 of every row, u8).
+  static void Decode(const uint8_t* p, __m512i v[8]) {
+    if constexpr (kQuantVectors == 8) {
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) v[j] = _mm512_loadu_si512(p + 64 * j);
+    } else {
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_loadu_si512(p + 64 * k);
+        v[k] = _mm512_and_si512(q, m4);
+        v[4 + k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      }
+    }
+  }
+  static __m512 Scale(const uint8_t* p, int which) {  // 0: d, 1: m
+    return _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(p + 64 * kQuantVectors + 32 * which)));
+  }
+};
+
+template <class K>
+void PackPanelsOf(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
+  using B = typename K::B;
+  using P = Packed<K>;
+  const int64_t nb = cols / kQK;
+  for (int64_t r = 0; r < rows; r += 16) {
+    for (int64_t b = 0; b < nb; ++b, out += P::kBlockBytes) {
+      for (int i = 0; i < 16; ++i) {
+        const B* blk = reinterpret_cast<const B*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
+        for (int j = 0; j < P::kQuantVectors; ++j) {
+          uint8_t* dst = out + 64 * j + 4 * i;
+          std::memcpy(dst, blk->qs + 4 * j, 4);
+          if constexpr (P::kQuantVectors == 8)
+            for (int c = 0; c < 4; ++c) dst[c] ^= 0x80;
+        }
+        uint8_t* scales = out + 64 * P::kQuantVectors;
+        std::memcpy(scales + 2 * i, &blk->d, 2);
+        if constexpr (K::kMin) std::memcpy(scales + 32 + 2 * i, &blk->m, 2);
+      }
+    }
+  }
+}
+
+// T tokens from t0 against the packed panel of rows [r, r_end).
+template <class K, int T>
+void PackedTile(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end, int64_t t0) {
+  using P = Packed<K>;
+  const int64_t nb = g.cols / kQK;
+  const int64_t ahead = PrefetchAhead(P::kBlockBytes);
+  TokenActs a[T];
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) {
+    a[t] = Acts(g, t0 + t);
+    acc[t] = _mm512_setzero_ps();
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t bb = 0; bb < nb; ++bb) {
+    const uint8_t* p = panel + bb * P::kBlockBytes;
+    PrefetchStream<P::kBlockBytes>(p, ahead);
+    __m512i v[8];
+    P::Decode(p, v);
+    __m512i dot[T];
+    for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+      for (int t = 0; t < T; ++t)
+        dot[t] = _mm512_dpbusd_epi32(
+            dot[t], v[j], _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
+    const __m512 dw = P::Scale(p, 0);
+    const __m512 mw = K::kMin ? P::Scale(p, 1) : zero;
+    for (int t = 0; t < T; ++t) acc[t] = ScaleBlock<K>(dot[t], dw, mw, a[t], bb, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
+}
+
+template <class K>
+void PackedKernel(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  constexpr int kT = 4;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int64_t r_end = std::min(r + 16, r1);
+    const uint8_t* panel = g.panels + (r / 16) * g.panel_bytes;
+    int64_t t = 0;
+    for (; t + kT <= g.n_tokens; t += kT) PackedTile<K, kT>(g, panel, r, r_end, t);
+    switch (g.n_tokens - t) {
+      case 3: PackedTile<K, 3>(g, panel, r, r_end, t); break;
+      case 2: PackedTile<K, 2>(g, panel, r, r_end, t); break;
+      case 1: PackedTile<K, 1>(g, panel, r, r_end, t); break;
+      default: break;
+    }
+  }
+}
+
 template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  if constexpr (!std::is_same_v<K, KQ5_0> && !std::is_same_v<K, KQ5_1>) {
+    if (g.panels && r0 % 16 == 0) return PackedKernel<K>(g, r0, r1);
+  }
   if (g.n_tokens == 1) {
     for (int64_t r = r0; r < r1; r += 16) PanelGemv<K>(g, r, std::min(r + 16, r1));
     return;
@@ -581,5 +689,25 @@ MatMulKernel Avx512MatMulKernel(DType t) {
 }
 
 QuantizeActFn Avx512QuantizeAct() { return &QuantizeAct; }
+
+size_t Avx512PanelBytes(DType t, int64_t cols) {
+  const int64_t nb = cols / kQK;
+  switch (t) {
+    case DType::kQ4_0: return nb * Packed<KQ4_0>::kBlockBytes;
+    case DType::kQ4_1: return nb * Packed<KQ4_1>::kBlockBytes;
+    case DType::kQ8_0: return nb * Packed<KQ8_0>::kBlockBytes;
+    default: return 0;
+  }
+}
+
+void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                      uint8_t* out) {
+  switch (t) {
+    case DType::kQ4_0: return PackPanelsOf<KQ4_0>(w, row_bytes, rows, cols, out);
+    case DType::kQ4_1: return PackPanelsOf<KQ4_1>(w, row_bytes, rows, cols, out);
+    case DType::kQ8_0: return PackPanelsOf<KQ8_0>(w, row_bytes, rows, cols, out);
+    default: return;
+  }
+}
 
 }  // namespace peng::kernels

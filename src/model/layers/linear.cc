@@ -41,6 +41,25 @@ StatusOr<const float*> BindVector(const ModelFiles& files, const std::string& na
 
 StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, int64_t rows,
                               int64_t cols) {
+  PENG_ASSIGN_OR_RETURN(Linear l, BindView(files, name, rows, cols));
+  l.AttachPanels();
+  return l;
+}
+
+void Linear::AttachPanels() {
+  owned_panels_.reset();
+  if (!w_ || int8_) return;
+  std::shared_ptr<const uint8_t> packed = kernels::PackPanels(*w_);
+  if (!packed) return;
+  auto view = std::make_shared<TensorView>(*w_);
+  view->panels = packed.get();
+  owned_view_ = view;
+  w_ = view.get();
+  owned_panels_ = std::move(packed);
+}
+
+StatusOr<Linear> Linear::BindView(const ModelFiles& files, const std::string& name, int64_t rows,
+                                  int64_t cols) {
   PENG_ASSIGN_OR_RETURN(const TensorView* t, files.Require(name));
   if (t->ndim() != 2 || t->dim(0) != rows || t->dim(1) != cols)
     return DataLoss(files.path() + ": tensor '" + name + "' has shape " + t->ShapeString() +
@@ -101,6 +120,7 @@ StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& n
     PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, static_cast<const float*>(s->data) +
                                                        index * total_rows + row0));
   }
+  l.AttachPanels();
   return l;
 }
 
@@ -119,7 +139,7 @@ StatusOr<int64_t> Linear::ColumnGranularity(const ModelFiles& files, const std::
 StatusOr<Linear> Linear::BindShard(const ModelFiles& files, const std::string& name,
                                    int64_t rows_total, int64_t cols_total, int64_t row0,
                                    int64_t rows, int64_t col0, int64_t cols) {
-  PENG_ASSIGN_OR_RETURN(Linear l, Bind(files, name, rows_total, cols_total));
+  PENG_ASSIGN_OR_RETURN(Linear l, BindView(files, name, rows_total, cols_total));
   if (row0 < 0 || rows <= 0 || row0 + rows > rows_total || col0 < 0 || cols <= 0 ||
       col0 + cols > cols_total)
     return InvalidArgument(files.path() + ": shard [" + std::to_string(row0) + ":" +
@@ -139,8 +159,9 @@ StatusOr<Linear> Linear::BindShard(const ModelFiles& files, const std::string& n
     l.rows_ = rows;
     if (l.int8_) PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, l.scales_ + row0));
   }
-  if (col0 == 0 && cols == cols_total) return l;
-  return l.Columns(files, col0, cols);
+  if (col0 != 0 || cols != cols_total) return l.Columns(files, col0, cols);
+  l.AttachPanels();
+  return l;
 }
 
 StatusOr<Linear> Linear::Columns(const ModelFiles& files, int64_t col0, int64_t cols) const {
@@ -176,6 +197,7 @@ StatusOr<Linear> Linear::Columns(const ModelFiles& files, int64_t col0, int64_t 
   l.w_ = view.get();
   l.cols_ = cols;
   if (l.int8_) PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, l.scales_));  // checks cols
+  l.AttachPanels();
   return l;
 }
 

@@ -98,6 +98,12 @@ class Linear {
   void DequantizeRow(int64_t r, float* out) const;
 
  private:
+  // Bind without the panels (BindShard slices the view first).
+  static StatusOr<Linear> BindView(const ModelFiles& files, const std::string& name,
+                                   int64_t rows, int64_t cols);
+  // Points the view at the matrix packed into the kernels' panel layout (kernels::PackPanels),
+  // where the active ISA has one for its type.
+  void AttachPanels();
   kernels::Int8Weights Int8View() const;
   // Makes this an INT8 matrix with `scales` (one per row), after checking the column count.
   Status AttachInt8Scales(const ModelFiles& files, const float* scales);
@@ -111,6 +117,7 @@ class Linear {
   std::shared_ptr<std::vector<float>> owned_scales_;    // when the file's are unaligned
   std::shared_ptr<TensorView> owned_view_;              // BindSlice / BindShard: the view
   std::shared_ptr<uint8_t> owned_bytes_;                // Columns: a column slice
+  std::shared_ptr<const uint8_t> owned_panels_;         // AttachPanels: the packed copy
 };
 
 }  // namespace peng
