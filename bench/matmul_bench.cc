@@ -3,6 +3,8 @@
 // (n_tokens = 1) the weights rotate through copies totalling kFootprintBytes, so they come
 // from memory, not cache; compare its GB/s with BM_MemRead over the same footprint.
 // PENG_BENCH_HOT=1 keeps one copy (cache-resident: measures compute, not memory).
+// BM_MatMulPanels: the same with the weights packed into the kernels' panels first (the layout
+// models run for Q4_0 / Q4_1 / Q8_0 on AVX-512).
 //   peng_micro_bench --benchmark_filter='MatMul/Q4_1'
 #include <benchmark/benchmark.h>
 
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -73,7 +76,9 @@ std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols) {
   return w;
 }
 
-void BM_MatMul(benchmark::State& state, DType t) {
+// packed: every copy packed into the kernels' panels first (PackPanels; the layout the models
+// run, Linear packs at bind time), where the active ISA has them for the type.
+void RunMatMul(benchmark::State& state, DType t, bool packed) {
   const int64_t rows = state.range(0), cols = state.range(1), n_tokens = state.range(2);
   const std::vector<uint8_t> one = RandomMatrix(t, rows, cols);
   const bool hot = std::getenv("PENG_BENCH_HOT") != nullptr;  // weights stay in cache
@@ -81,15 +86,25 @@ void BM_MatMul(benchmark::State& state, DType t) {
       n_tokens == 1 && !hot ? std::max<size_t>(1, kFootprintBytes / one.size()) : 1;
   std::vector<uint8_t> all(one.size() * copies);
   for (size_t c = 0; c < copies; ++c) std::memcpy(&all[c * one.size()], one.data(), one.size());
+  std::vector<std::shared_ptr<const uint8_t>> panels(copies);
   std::vector<float> x(cols * n_tokens), y(rows * n_tokens);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 200) * 0.01f - 1.f;
   TensorView w;
   w.dtype = t;
   w.shape = {rows, cols};
   w.size_bytes = one.size();
+  for (size_t c = 0; packed && c < copies; ++c) {
+    w.data = &all[c * one.size()];
+    panels[c] = PackPanels(w);
+    if (!panels[c]) {
+      state.SkipWithError("no panel layout for this type on this ISA");
+      return;
+    }
+  }
   size_t c = 0;
   for (auto _ : state) {
     w.data = &all[c * one.size()];
+    w.panels = panels[c].get();
     c = c + 1 == copies ? 0 : c + 1;
     MatMul(w, x.data(), n_tokens, y.data(), nullptr);
     benchmark::ClobberMemory();
@@ -99,6 +114,8 @@ void BM_MatMul(benchmark::State& state, DType t) {
       2.0 * rows * cols * n_tokens * state.iterations() * 1e-9, benchmark::Counter::kIsRate);
   state.SetLabel(IsaName(ActiveIsa()));
 }
+void BM_MatMul(benchmark::State& state, DType t) { RunMatMul(state, t, false); }
+void BM_MatMulPanels(benchmark::State& state, DType t) { RunMatMul(state, t, true); }
 
 void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<std::pair<int, int>> shapes) {
   for (auto [rows, cols] : shapes)
@@ -120,6 +137,13 @@ PENG_BENCH_TYPE(Q6_K, {896, 4864}, {1536, 1536});
 PENG_BENCH_TYPE(F16, {896, 4864});
 PENG_BENCH_TYPE(BF16, {896, 4864});
 PENG_BENCH_TYPE(F32, {896, 4864});
+
+#define PENG_BENCH_PANELS(T, ...)                                                     \
+  BENCHMARK_CAPTURE(BM_MatMulPanels, T, DType::k##T)->Apply([](auto* b) { Shapes(b, {__VA_ARGS__}); })
+
+PENG_BENCH_PANELS(Q4_1, {576, 1536}, {1536, 576}, {49152, 576});
+PENG_BENCH_PANELS(Q8_0, {576, 1536}, {1536, 576}, {49152, 576});
+PENG_BENCH_PANELS(Q4_0, {896, 4864}, {4864, 896}, {1408, 2048}, {2048, 1408}, {3072, 2048});
 
 }  // namespace
 }  // namespace peng::kernels

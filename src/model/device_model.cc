@@ -125,12 +125,10 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
 Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t S = static_cast<int64_t>(batch.seqs.size());
-  std::vector<int64_t>& pos = pos_;
-  std::vector<int32_t>& seq_of_token = seq_of_token_;
-  pos.resize(T);
-  seq_of_token.resize(T);
+  pos_.resize(T);
+  seq_of_token_.resize(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, num_blocks_, block_size_, host_.config().vocab_size,
-                                    pos.data(), seq_of_token.data()));
+                                    pos_.data(), seq_of_token_.data()));
   int64_t n_tables = 0;
   for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
   n_tables_ = n_tables;
@@ -162,11 +160,11 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   }
   for (int64_t i = 0; i < T; ++i) {
     tokens[i] = batch.tokens[i];
-    p32[i] = static_cast<int32_t>(pos[i]);
-    sot[i] = seq_of_token[i];
-    const int32_t* table = batch.seqs[seq_of_token[i]].block_table;
-    slot[i] = table[pos[i] / block_size_] * block_size_ +
-              static_cast<int32_t>(pos[i] % block_size_);
+    p32[i] = static_cast<int32_t>(pos_[i]);
+    sot[i] = seq_of_token_[i];
+    const int32_t* table = batch.seqs[seq_of_token_[i]].block_table;
+    slot[i] = table[pos_[i] / block_size_] * block_size_ +
+              static_cast<int32_t>(pos_[i] % block_size_);
   }
   PENG_RETURN_IF_ERROR(EnsureScratch(T, static_cast<int64_t>(meta_host_.size())));
   PENG_RETURN_IF_ERROR(dev_->CopyToDevice(meta_, meta_host_.data(),
@@ -202,7 +200,9 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // step depends on -- token, sequence, block-table and logit-row counts (they place the
   // metadata arrays) -- and the scratch buffers stay where they are until they grow, which
   // drops the recordings.
-  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens;
+  // (Each count takes 16 bits of the key; a step whose block tables do not fit runs unrecorded.)
+  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens &&
+                     n_tables_ < (int64_t{1} << 16);
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
                        static_cast<uint64_t>(n_tables_) << 48;

@@ -68,39 +68,28 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float*
     const int8_t* p = reinterpret_cast<const int8_t*>(row) + u * 32;
 #pragma unroll
     for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(p[i]);
-  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1) {
-    using B = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
+                       T == DType::kQ5_1) {
+    // Nibble i of qs is value i (low) / i + 16 (high); Q5 adds bit i / i + 16 of qh as bit 4.
+    // Q4_0 / Q5_0: w = d (q - 8 / 16); Q4_1 / Q5_1: w = d q + m.
+    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
+    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
+    constexpr int kOff = kMin ? 0 : kFive ? 16 : 8;
+    using B4 = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+    using B5 = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    using B = std::conditional_t<kFive, B5, B4>;
     const B& b = reinterpret_cast<const B*>(row)[u];
     const float d = Half(b.d);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int lo = b.qs[i] & 0xF, hi = b.qs[i] >> 4;
-      if constexpr (T == DType::kQ4_0) {
-        w[i] = d * static_cast<float>(lo - 8);
-        w[i + 16] = d * static_cast<float>(hi - 8);
-      } else {
-        const float m = Half(b.m);
-        w[i] = d * static_cast<float>(lo) + m;
-        w[i + 16] = d * static_cast<float>(hi) + m;
-      }
-    }
-  } else if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
-    using B = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
-    const B& b = reinterpret_cast<const B*>(row)[u];
-    const float d = Half(b.d);
-    const uint32_t h = Load32(b.qh);
+    uint32_t h = 0;
+    if constexpr (kFive) h = Load32(b.qh);
+    float m = 0.f;
+    if constexpr (kMin) m = Half(b.m);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int lo = (b.qs[i] & 0xF) | ((h >> i) & 1) << 4;
       const int hi = (b.qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4;
-      if constexpr (T == DType::kQ5_0) {
-        w[i] = d * static_cast<float>(lo - 16);
-        w[i + 16] = d * static_cast<float>(hi - 16);
-      } else {
-        const float m = Half(b.m);
-        w[i] = d * static_cast<float>(lo) + m;
-        w[i + 16] = d * static_cast<float>(hi) + m;
-      }
+      w[i] = d * static_cast<float>(lo - kOff) + m;
+      w[i + 16] = d * static_cast<float>(hi - kOff) + m;
     }
   } else if constexpr (T == DType::kQ8_0) {
     const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];

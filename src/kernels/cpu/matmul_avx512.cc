@@ -288,33 +288,59 @@ void PackPanel(const MatMulArgs& g, int64_t r, int64_t r_end, __m512i* pack) {
   }
 }
 
-// T tokens from t0 against a packed panel.
-template <class K, int T>
-void PanelTile(const MatMulArgs& g, const __m512i* pack, int64_t r, int64_t r_end, int64_t t0) {
+// The block sources of a panel tile: per block bb, the 8 panel vectors (vector j: values
+// 4j..4j+3 of the 16 rows, u8) and the rows' d_w (and m_w).
+// CallPacked: PackPanel's per-call buffer (vectors unpacked, scales as floats).
+template <class K>
+struct CallPacked {
+  const __m512i* pack;
+  void Block(int64_t bb, __m512i v[8], __m512* dw, __m512* mw) const {
+    const __m512i* p = pack + bb * PackedBlockVectors<K>();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) v[j] = _mm512_load_si512(p + j);
+    *dw = _mm512_load_ps(reinterpret_cast<const float*>(p + 8));
+    if constexpr (K::kMin) *mw = _mm512_load_ps(reinterpret_cast<const float*>(p + 9));
+  }
+};
+
+// T tokens from t0 against the panel of rows [r, r_end) that `src` delivers block by block.
+template <class K, int T, class Src>
+void PanelTile(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end, int64_t t0) {
   const int64_t nb = g.cols / kQK;
-  constexpr int64_t kV = PackedBlockVectors<K>();
   TokenActs a[T];
   __m512 acc[T];
   for (int t = 0; t < T; ++t) {
     a[t] = Acts(g, t0 + t);
     acc[t] = _mm512_setzero_ps();
   }
-  const __m512 zero = _mm512_setzero_ps();
   for (int64_t bb = 0; bb < nb; ++bb) {
-    const __m512i* p = pack + bb * kV;
+    __m512i v[8];
+    __m512 dw, mw = _mm512_setzero_ps();
+    src.Block(bb, v, &dw, &mw);
     __m512i dot[T];
     for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      const __m512i v = _mm512_load_si512(p + j);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
       for (int t = 0; t < T; ++t)
         dot[t] = _mm512_dpbusd_epi32(
-            dot[t], v, _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
-    }
-    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(p + 8));
-    const __m512 mw = K::kMin ? _mm512_load_ps(reinterpret_cast<const float*>(p + 9)) : zero;
+            dot[t], v[j], _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
     for (int t = 0; t < T; ++t) acc[t] = ScaleBlock<K>(dot[t], dw, mw, a[t], bb, acc[t]);
   }
   for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
+}
+
+// Every token of the call against one panel, 4 at a time.
+template <class K, class Src>
+void PanelTokens(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end) {
+  constexpr int kT = 4;
+  int64_t t = 0;
+  for (; t + kT <= g.n_tokens; t += kT) PanelTile<K, kT>(g, src, r, r_end, t);
+  switch (g.n_tokens - t) {
+    case 3: PanelTile<K, 3>(g, src, r, r_end, t); break;
+    case 2: PanelTile<K, 2>(g, src, r, r_end, t); break;
+    case 1: PanelTile<K, 1>(g, src, r, r_end, t); break;
+    default: break;
+  }
 }
 
 // The per-thread panel buffer, grown as needed.
@@ -344,8 +370,11 @@ template <class K>
 struct Packed {
   static constexpr int kQuantVectors = std::is_same_v<K, KQ8_0> ? 8 : 4;
   static constexpr int64_t kBlockBytes = 64 * kQuantVectors + 32 * (K::kMin ? 2 : 1);
-  // The 8 panel vectors of the block at p (vector j: values 4j..4j+3 of every row, u8).
-  static void Decode(const uint8_t* p, __m512i v[8]) {
+  const uint8_t* panel;
+  int64_t ahead;  // prefetch distance (bytes)
+  void Block(int64_t bb, __m512i v[8], __m512* dw, __m512* mw) const {
+    const uint8_t* p = panel + bb * kBlockBytes;
+    PrefetchStream<kBlockBytes>(p, ahead);
     if constexpr (kQuantVectors == 8) {
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) v[j] = _mm512_loadu_si512(p + 64 * j);
@@ -358,10 +387,10 @@ struct Packed {
         v[4 + k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       }
     }
-  }
-  static __m512 Scale(const uint8_t* p, int which) {  // 0: d, 1: m
-    return _mm512_cvtph_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(p + 64 * kQuantVectors + 32 * which)));
+    const uint8_t* scales = p + 64 * kQuantVectors;
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+    if constexpr (K::kMin)
+      *mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
   }
 };
 
@@ -388,78 +417,27 @@ void PackPanelsOf(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols
   }
 }
 
-// T tokens from t0 against the packed panel of rows [r, r_end).
-template <class K, int T>
-void PackedTile(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end, int64_t t0) {
-  using P = Packed<K>;
-  const int64_t nb = g.cols / kQK;
-  const int64_t ahead = PrefetchAhead(P::kBlockBytes);
-  TokenActs a[T];
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) {
-    a[t] = Acts(g, t0 + t);
-    acc[t] = _mm512_setzero_ps();
-  }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int64_t bb = 0; bb < nb; ++bb) {
-    const uint8_t* p = panel + bb * P::kBlockBytes;
-    PrefetchStream<P::kBlockBytes>(p, ahead);
-    __m512i v[8];
-    P::Decode(p, v);
-    __m512i dot[T];
-    for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j)
-      for (int t = 0; t < T; ++t)
-        dot[t] = _mm512_dpbusd_epi32(
-            dot[t], v[j], _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
-    const __m512 dw = P::Scale(p, 0);
-    const __m512 mw = K::kMin ? P::Scale(p, 1) : zero;
-    for (int t = 0; t < T; ++t) acc[t] = ScaleBlock<K>(dot[t], dw, mw, a[t], bb, acc[t]);
-  }
-  for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
-}
-
-template <class K>
-void PackedKernel(const MatMulArgs& g, int64_t r0, int64_t r1) {
-  constexpr int kT = 4;
-  for (int64_t r = r0; r < r1; r += 16) {
-    const int64_t r_end = std::min(r + 16, r1);
-    const uint8_t* panel = g.panels + (r / 16) * g.panel_bytes;
-    int64_t t = 0;
-    for (; t + kT <= g.n_tokens; t += kT) PackedTile<K, kT>(g, panel, r, r_end, t);
-    switch (g.n_tokens - t) {
-      case 3: PackedTile<K, 3>(g, panel, r, r_end, t); break;
-      case 2: PackedTile<K, 2>(g, panel, r, r_end, t); break;
-      case 1: PackedTile<K, 1>(g, panel, r, r_end, t); break;
-      default: break;
-    }
-  }
-}
-
 template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
   if constexpr (!std::is_same_v<K, KQ5_0> && !std::is_same_v<K, KQ5_1>) {
-    if (g.panels && r0 % 16 == 0) return PackedKernel<K>(g, r0, r1);
+    if (g.panels && r0 % 16 == 0) {  // packed at load time
+      const int64_t ahead = PrefetchAhead(Packed<K>::kBlockBytes);
+      for (int64_t r = r0; r < r1; r += 16)
+        PanelTokens<K>(g, Packed<K>{g.panels + (r / 16) * g.panel_bytes, ahead}, r,
+                       std::min(r + 16, r1));
+      return;
+    }
   }
   if (g.n_tokens == 1) {
     for (int64_t r = r0; r < r1; r += 16) PanelGemv<K>(g, r, std::min(r + 16, r1));
     return;
   }
-  constexpr int kT = 4;
   __m512i* pack = PanelBuffer(static_cast<size_t>(g.cols / kQK * PackedBlockVectors<K>()));
   if (!pack) std::abort();
   for (int64_t r = r0; r < r1; r += 16) {
     const int64_t r_end = std::min(r + 16, r1);
     PackPanel<K>(g, r, r_end, pack);
-    int64_t t = 0;
-    for (; t + kT <= g.n_tokens; t += kT) PanelTile<K, kT>(g, pack, r, r_end, t);
-    switch (g.n_tokens - t) {
-      case 3: PanelTile<K, 3>(g, pack, r, r_end, t); break;
-      case 2: PanelTile<K, 2>(g, pack, r, r_end, t); break;
-      case 1: PanelTile<K, 1>(g, pack, r, r_end, t); break;
-      default: break;
-    }
+    PanelTokens<K>(g, CallPacked<K>{pack}, r, r_end);
   }
 }
 
