@@ -14,6 +14,7 @@
 #include "engine/llm.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
+#include "kernels/ops.h"
 #include "model/registry.h"
 #include "tokenizer/streaming_decoder.h"
 
@@ -362,11 +363,10 @@ void EngineCore::FinishStep(Replica* rp) {
     try {
       // A NaN anywhere (or +inf, which the softmax cannot weigh) means this row is garbage.
       const Clock::time_point check_begin = Clock::now();
-      for (int64_t v = 0; v < vocab_; ++v) {
-        if (std::isnan(logits[v]) || logits[v] == std::numeric_limits<float>::infinity())
-          throw std::runtime_error("the model produced a non-finite logit (token " +
-                                   std::to_string(v) + ")");
-      }
+      const int64_t bad = kernels::FindNanOrPosInf(logits, vocab_);
+      if (bad >= 0)
+        throw std::runtime_error("the model produced a non-finite logit (token " +
+                                 std::to_string(bad) + ")");
       step_.sample_seconds += Seconds(Clock::now() - check_begin);
       if (r->in.n > 1 && !r->forked) Fork(r, logits);
       SampleAndEmit(c, logits);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "kernels/ops.h"
 
 namespace peng {
 namespace {
@@ -87,8 +88,10 @@ int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& histor
   // NaN has no place in an order: sorting or selecting over it is undefined behaviour. The
   // engine fails a request whose logits hold NaN before it gets here; any other caller gets
   // NaN treated as "never".
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (std::isnan(logits[i])) logits[i] = kNegInf;
+  if (kernels::FindNanOrPosInf(logits, vocab) >= 0) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (std::isnan(logits[i])) logits[i] = kNegInf;
+    }
   }
   const int32_t id = (params_.greedy() || params_.top_k == 1) ? Argmax(logits, vocab)
                                                               : SampleRandom(logits, vocab);
@@ -206,11 +209,7 @@ double Sampler::NextUniform() {
 
 int32_t Sampler::Argmax(const float* logits, int64_t vocab) {
   PENG_CHECK(vocab > 0);
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lowest id
-  }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(kernels::ArgMax(logits, vocab));  // ties keep the lowest id
 }
 
 double Sampler::LogSumExp(const float* logits, int64_t vocab) {

@@ -46,6 +46,10 @@ void AddInPlace(float* y, const float* x, int64_t n) { PENG_DISPATCH_(AddInPlace
 
 void ScaleInPlace(float* y, float s, int64_t n) { PENG_DISPATCH_(ScaleInPlace, y, s, n); }
 
+int64_t ArgMax(const float* x, int64_t n) { PENG_DISPATCH_(ArgMax, x, n); }
+
+int64_t FindNanOrPosInf(const float* x, int64_t n) { PENG_DISPATCH_(FindNanOrPosInf, x, n); }
+
 #undef PENG_DISPATCH_
 #undef PENG_SIMD_CASES_
 

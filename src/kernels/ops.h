@@ -92,6 +92,13 @@ void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n);
 // y[i] *= s
 void ScaleInPlace(float* y, float s, int64_t n);
 
+// Scans of a logits row (the sampler's and the engine's per-row checks).
+// The lowest i whose x[i] is the largest value that is not NaN; 0 when every value is NaN.
+// n >= 1.
+int64_t ArgMax(const float* x, int64_t n);
+// The lowest i with x[i] NaN or +inf; -1 when there is none.
+int64_t FindNanOrPosInf(const float* x, int64_t n);
+
 // ---------------------------------------------------------------------------------------------
 // Rotary position embedding (rope.cc)
 
@@ -118,6 +125,13 @@ void ComputeRopeInvFreq(const RopeConfig& cfg, float* inv_freq);
 // Rotates x = [n_heads, head_dim] (head stride head_dim) in place for absolute position pos.
 void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
                const float* inv_freq);
+// ApplyRope in two halves: the angles depend on the position only, so a step computes each
+// token's row once (RopeCosSin: cs[i] = cos, cs[rot_dim/2 + i] = sin of pair i, times
+// attention_factor; rot_dim floats) and every layer rotates with it (ApplyRopeCosSin).
+// Together they give ApplyRope's results bit for bit.
+void RopeCosSin(int64_t pos, const RopeConfig& cfg, const float* inv_freq, float* cs);
+void ApplyRopeCosSin(float* x, int64_t n_heads, int64_t head_dim, const RopeConfig& cfg,
+                     const float* cs);
 
 // ---------------------------------------------------------------------------------------------
 // Paged attention (attention.cc)

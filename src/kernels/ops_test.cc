@@ -2,7 +2,9 @@
 // reference against double-precision formulas, and RoPE / YaRN against independent math.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -104,6 +106,43 @@ TEST(ElementwiseIsa, MatchesReference) {
         ref::RmsNorm(a.data(), w.data(), offset, want.data(), 1, n, 1e-6f);
         ExpectRelNear(got, ToDouble(want), kSimdRel, "rmsnorm");
       }
+    }
+  }
+}
+
+// ArgMax / FindNanOrPosInf: exact indices on every ISA (the scalar one too) for rows built so
+// the answer is known: a tie for the maximum, NaN and +/-inf at chosen places, every length.
+TEST(ElementwiseIsa, LogitScansGiveExactIndices) {
+  IsaGuard guard;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<Isa> isas = SimdIsas();
+  isas.push_back(Isa::kScalar);
+  for (Isa isa : isas) {
+    SCOPED_TRACE(IsaName(isa));
+    SetActiveIsa(isa);
+    for (int64_t n : kLengths) {
+      SCOPED_TRACE(n);
+      std::vector<float> x = Random(n, -10.f, 10.f, 5 + n);
+      EXPECT_EQ(FindNanOrPosInf(x.data(), n), -1);
+      const int64_t at = n / 2, tie = n - 1;
+      x[at] = 11.f;
+      x[tie] = 11.f;
+      EXPECT_EQ(ArgMax(x.data(), n), std::min(at, tie));
+      x[tie] = -inf;  // -inf is an ordinary (small) value
+      EXPECT_EQ(FindNanOrPosInf(x.data(), n), -1);
+      x[0] = nan;  // skipped by ArgMax, found by the scan
+      EXPECT_EQ(ArgMax(x.data(), n), n == 1 ? 0 : at);
+      EXPECT_EQ(FindNanOrPosInf(x.data(), n), 0);
+      x[0] = 1.f;
+      x[tie] = inf;
+      EXPECT_EQ(ArgMax(x.data(), n), tie);
+      EXPECT_EQ(FindNanOrPosInf(x.data(), n), tie);
+      std::vector<float> all_nan(n, nan);
+      EXPECT_EQ(ArgMax(all_nan.data(), n), 0);
+      std::vector<float> low(n, -inf);  // NaN first, -inf after: the first -inf
+      low[0] = nan;
+      EXPECT_EQ(ArgMax(low.data(), n), n == 1 ? 0 : 1);
     }
   }
 }

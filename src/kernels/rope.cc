@@ -64,4 +64,13 @@ void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const R
   ref::ApplyRope(x, n_heads, head_dim, pos, cfg, inv_freq);
 }
 
+void RopeCosSin(int64_t pos, const RopeConfig& cfg, const float* inv_freq, float* cs) {
+  ref::RopeCosSin(pos, cfg, inv_freq, cs);
+}
+
+void ApplyRopeCosSin(float* x, int64_t n_heads, int64_t head_dim, const RopeConfig& cfg,
+                     const float* cs) {
+  ref::ApplyRopeCosSin(x, n_heads, head_dim, cfg, cs);
+}
+
 }  // namespace peng::kernels

@@ -39,6 +39,13 @@ Status PrepareBatch(const ForwardBatch& batch, int64_t num_blocks, int block_siz
   return OkStatus();
 }
 
+void RopeRows(const int64_t* pos, int64_t T, const kernels::RopeConfig& cfg,
+              const std::vector<float>& inv_freq, std::vector<float>* cs) {
+  cs->resize(static_cast<size_t>(T) * cfg.rot_dim);
+  for (int64_t t = 0; t < T; ++t)
+    kernels::RopeCosSin(pos[t], cfg, inv_freq.data(), cs->data() + t * cfg.rot_dim);
+}
+
 int64_t GatherLogitRows(const ForwardBatch& batch, const float* x, int64_t hidden, float* sel) {
   int64_t rows = 0, t = 0;
   for (const SeqBatchEntry& s : batch.seqs) {

@@ -51,6 +51,10 @@ inline Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t
   return PrepareBatch(batch, kv.num_blocks(), kv.block_size(), vocab_size, pos, seq_of_token);
 }
 int64_t GatherLogitRows(const ForwardBatch& batch, const float* x, int64_t hidden, float* sel);
+// RoPE's cos/sin rows of the batch's T positions (kernels::RopeCosSin, cfg.rot_dim floats a
+// token) into *cs: computed once a step and shared by every layer.
+void RopeRows(const int64_t* pos, int64_t T, const kernels::RopeConfig& cfg,
+              const std::vector<float>& inv_freq, std::vector<float>* cs);
 
 class Model {
  public:

@@ -281,6 +281,37 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
       [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
 }
 
+// As the AVX-512 version: the largest value (vmaxps skips a NaN first operand), then its first
+// position. The tail is scalar.
+int64_t ArgMax(const float* x, int64_t n) {
+  const float ninf = -__builtin_inff();
+  __m256 m = _mm256_set1_ps(ninf);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+  float best = HMax(m);
+  for (int64_t j = i; j < n; ++j) best = x[j] > best ? x[j] : best;
+  const __m256 b = _mm256_set1_ps(best);
+  for (i = 0; i + kW <= n; i += kW) {
+    const int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
+    if (eq) return i + __builtin_ctz(eq);
+  }
+  for (; i < n; ++i)
+    if (x[i] == best) return i;
+  return 0;  // every value NaN
+}
+
+int64_t FindNanOrPosInf(const float* x, int64_t n) {
+  const __m256 inf = _mm256_set1_ps(__builtin_inff());
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {  // not below +inf: NaN or +inf
+    const int bad = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), inf, _CMP_NLT_UQ));
+    if (bad) return i + __builtin_ctz(bad);
+  }
+  for (; i < n; ++i)
+    if (!(x[i] < __builtin_inff())) return i;
+  return -1;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) {

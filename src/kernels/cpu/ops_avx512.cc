@@ -221,6 +221,33 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
            [&](int64_t r, int64_t i, __mmask16 m) { return LoadF16(v + r * v_stride + i, m); });
 }
 
+// Two passes: the largest value (vmaxps returns its second operand when the first is NaN, so
+// NaN is skipped), then its first position.
+int64_t ArgMax(const float* x, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+  __m512 m = ninf;
+  for (int64_t i = 0; i < n; i += kW)
+    m = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, TailMask(n - i), x + i), m);
+  const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 t = TailMask(n - i);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(t, _mm512_maskz_loadu_ps(t, x + i), best, _CMP_EQ_OQ);
+    if (eq) return i + __builtin_ctz(eq);
+  }
+  return 0;  // every value NaN
+}
+
+int64_t FindNanOrPosInf(const float* x, int64_t n) {
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 m = TailMask(n - i);
+    const __mmask16 bad =  // not below +inf: NaN or +inf
+        _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), inf, _CMP_NLT_UQ);
+    if (bad) return i + __builtin_ctz(bad);
+  }
+  return -1;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) {
     const __mmask16 m = TailMask(n - i);

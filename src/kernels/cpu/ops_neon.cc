@@ -263,6 +263,33 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
       [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
 }
 
+// The largest value (vmaxnm skips NaN), then its first position. The tail is scalar.
+int64_t ArgMax(const float* x, int64_t n) {
+  float32x4_t m = vdupq_n_f32(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) m = vmaxnmq_f32(m, vld1q_f32(x + i));
+  float best = vmaxnmvq_f32(m);
+  for (int64_t j = i; j < n; ++j) best = x[j] > best ? x[j] : best;
+  const float32x4_t b = vdupq_n_f32(best);
+  for (i = 0; i + kW <= n; i += kW) {
+    if (vmaxvq_u32(vceqq_f32(vld1q_f32(x + i), b)) != 0) break;
+  }
+  for (; i < n; ++i)
+    if (x[i] == best) return i;
+  return 0;  // every value NaN
+}
+
+int64_t FindNanOrPosInf(const float* x, int64_t n) {
+  const float32x4_t inf = vdupq_n_f32(__builtin_inff());
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {  // every lane below +inf: no NaN, no +inf
+    if (vminvq_u32(vcltq_f32(vld1q_f32(x + i), inf)) == 0) break;
+  }
+  for (; i < n; ++i)
+    if (!(x[i] < __builtin_inff())) return i;
+  return -1;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));

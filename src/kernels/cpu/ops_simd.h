@@ -28,7 +28,9 @@ namespace peng::kernels {
   void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows,         \
                    int64_t dim, float* acc);                                                    \
   float ExpShiftSum(float* x, int64_t n, float m);                                              \
-  void F32ToF16Row(const float* x, uint16_t* y, int64_t n);
+  void F32ToF16Row(const float* x, uint16_t* y, int64_t n);                                     \
+  int64_t ArgMax(const float* x, int64_t n);                                                    \
+  int64_t FindNanOrPosInf(const float* x, int64_t n);
 
 #if defined(__x86_64__)
 namespace avx2 {

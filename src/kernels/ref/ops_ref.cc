@@ -57,22 +57,53 @@ void ScaleInPlace(float* y, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
+int64_t ArgMax(const float* x, int64_t n) {
+  int64_t best = -1;
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    // strict: ties keep the lowest index; NaN compares neither greater nor equal
+    if (x[i] > m || (best < 0 && x[i] == m)) {
+      m = x[i];
+      best = i;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+int64_t FindNanOrPosInf(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(x[i] < std::numeric_limits<float>::infinity())) return i;
+  return -1;
+}
+
 // Angles follow HF: theta_i = float32(float32(pos) * inv_freq[i]); cos and sin of that float32
 // angle are evaluated in double and rounded to float32 (a correctly rounded float32 cos/sin),
 // then multiplied by attention_factor in float32. The rotation itself is in float32.
-void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
-               const float* inv_freq) {
-  constexpr int kMaxHalf = 512;
+void RopeCosSin(int64_t pos, const RopeConfig& cfg, const float* inv_freq, float* cs) {
   const int half = cfg.rot_dim / 2;
-  PENG_CHECK(cfg.rot_dim % 2 == 0 && cfg.rot_dim <= head_dim && half <= kMaxHalf);
-  float cos_t[kMaxHalf];
-  float sin_t[kMaxHalf];
   const float fpos = static_cast<float>(pos);
   for (int i = 0; i < half; ++i) {
     const float theta = fpos * inv_freq[i];
-    cos_t[i] = static_cast<float>(std::cos(static_cast<double>(theta))) * cfg.attention_factor;
-    sin_t[i] = static_cast<float>(std::sin(static_cast<double>(theta))) * cfg.attention_factor;
+    cs[i] = static_cast<float>(std::cos(static_cast<double>(theta))) * cfg.attention_factor;
+    cs[half + i] = static_cast<float>(std::sin(static_cast<double>(theta))) * cfg.attention_factor;
   }
+}
+
+void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
+               const float* inv_freq) {
+  constexpr int kMaxRot = 1024;
+  PENG_CHECK(cfg.rot_dim <= kMaxRot);
+  float cs[kMaxRot];
+  ref::RopeCosSin(pos, cfg, inv_freq, cs);
+  ref::ApplyRopeCosSin(x, n_heads, head_dim, cfg, cs);
+}
+
+void ApplyRopeCosSin(float* x, int64_t n_heads, int64_t head_dim, const RopeConfig& cfg,
+                     const float* cs) {
+  const int half = cfg.rot_dim / 2;
+  PENG_CHECK(cfg.rot_dim % 2 == 0 && cfg.rot_dim <= head_dim);
+  const float* cos_t = cs;
+  const float* sin_t = cs + half;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* xh = x + h * head_dim;
     for (int i = 0; i < half; ++i) {

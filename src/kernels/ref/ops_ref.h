@@ -22,8 +22,13 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t n);
 void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
 void AddInPlace(float* y, const float* x, int64_t n);
 void ScaleInPlace(float* y, float s, int64_t n);
+int64_t ArgMax(const float* x, int64_t n);
+int64_t FindNanOrPosInf(const float* x, int64_t n);
 void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
                const float* inv_freq);
+void RopeCosSin(int64_t pos, const RopeConfig& cfg, const float* inv_freq, float* cs);
+void ApplyRopeCosSin(float* x, int64_t n_heads, int64_t head_dim, const RopeConfig& cfg,
+                     const float* cs);
 
 // out[r] = dot(q[0..dim), k[r * k_stride ..][0..dim)) for r < n_rows.
 void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,

@@ -809,10 +809,11 @@ void DeepseekV2Model::RunAttention(int il, const ForwardBatch& batch, KvCache* k
   for (int64_t t = 0; t < T; ++t) {
     float* ck = ckv_.data() + t * row;
     kernels::RmsNorm(ck, L.kv_a_norm, 0.f, ck, 1, r, c.latent_norm_eps);
-    kernels::ApplyRope(ck + r, 1, dr, pos_[t], c.base.rope, inv_freq_.data());
+    const float* cs = rope_cs_.data() + t * c.base.rope.rot_dim;
+    kernels::ApplyRopeCosSin(ck + r, 1, dr, c.base.rope, cs);
     float* qt = q_.data() + t * H * dqk;
     for (int64_t h = 0; h < H; ++h) std::copy_n(qt + h * dqk + dn, dr, qpe.data() + h * dr);
-    kernels::ApplyRope(qpe.data(), H, dr, pos_[t], c.base.rope, inv_freq_.data());
+    kernels::ApplyRopeCosSin(qpe.data(), H, dr, c.base.rope, cs);
     for (int64_t h = 0; h < H; ++h) std::copy_n(qpe.data() + h * dr, dr, qt + h * dqk + dn);
     kernels::MlaKvWrite(kvl, batch.seqs[seq_of_token_[t]].block_table, pos_[t], ck);
   }
@@ -857,6 +858,7 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   }
   EnsureScratch(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
+  RopeRows(pos_.data(), T, b.rope, inv_freq_, &rope_cs_);
   vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
 
   std::vector<float>* cap = batch.capture_hidden;

@@ -233,6 +233,7 @@ class DeepseekV2Model : public Model {
   std::vector<float> x_, h_, o_, qa_, q_, ckv_, qlat_, olat_, attn_, gate_, up_, sel_;
   std::vector<float> ctx_rows_, ctx_lat_, ctx_kv_;  // expanded prefill: cache rows, latents, K/V
   std::vector<int64_t> pos_;
+  std::vector<float> rope_cs_;  // RopeRows of this step
   std::vector<int32_t> seq_of_token_;
   // MoE routing: per token top-k expert ids and weights; per expert its token rows.
   std::vector<float> router_logits_, moe_out_, xe_, ge_, ue_, ye_;

@@ -213,7 +213,7 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   const int64_t qd = H * hd, kvd = KV * hd;
   const bool sliding = !c.layer_sliding.empty() && c.layer_sliding[il];
   const kernels::RopeConfig& rope = sliding ? c.rope_local : c.rope;
-  const float* inv_freq = sliding ? inv_freq_local_.data() : inv_freq_.data();
+  const float* rope_cs = sliding ? rope_cs_local_.data() : rope_cs_.data();
 
   // --- attention block
   const Int8Acts* hq = Norm(x_.data(), L.attn_norm, h_.data(), T, L.wq);
@@ -231,8 +231,8 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   }
   const kernels::KvLayerView& kvl = kv->layer(il);
   for (int64_t t = 0; t < T; ++t) {
-    kernels::ApplyRope(q_.data() + t * qd, H, hd, pos_[t], rope, inv_freq);
-    kernels::ApplyRope(k_.data() + t * kvd, KV, hd, pos_[t], rope, inv_freq);
+    kernels::ApplyRopeCosSin(q_.data() + t * qd, H, hd, rope, rope_cs + t * rope.rot_dim);
+    kernels::ApplyRopeCosSin(k_.data() + t * kvd, KV, hd, rope, rope_cs + t * rope.rot_dim);
     const SeqBatchEntry& s = batch.seqs[seq_of_token_[t]];
     kernels::KvWrite(kvl, s.block_table, pos_[t], k_.data() + t * kvd, v_.data() + t * kvd);
   }
@@ -285,6 +285,9 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   EnsureScratch(T);
   // Validate the batch before touching the cache.
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
+  RopeRows(pos_.data(), T, c.rope, inv_freq_, &rope_cs_);
+  if (!inv_freq_local_.empty())
+    RopeRows(pos_.data(), T, c.rope_local, inv_freq_local_, &rope_cs_local_);
   vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
   if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
 

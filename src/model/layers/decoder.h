@@ -106,6 +106,7 @@ class DecoderModel : public Model {
   int64_t scratch_tokens_ = 0;
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, gate_, up_;
   std::vector<int64_t> pos_;
+  std::vector<float> rope_cs_, rope_cs_local_;  // RopeRows of this step (global / sliding layers)
   std::vector<int32_t> seq_of_token_;
   std::vector<kernels::AttentionSeq> attn_seqs_;  // PagedAttentionBatch arguments
   std::vector<float> sel_;
