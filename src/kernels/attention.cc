@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/ops_simd.h"
@@ -56,45 +58,77 @@ int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t 
   return ((block * kv.block_size + slot) * kv.n_kv_heads + head) * dim;
 }
 
-// out[0..v_head_dim) = attention of one query vector q (at position pos) over keys
-// [lo, pos] of kv head kvh.
-void AttendOne(const float* q, int64_t pos, int kvh, const KvLayerView& kv,
-               const int32_t* block_table, const AttentionParams& p, const AttnOps& ops,
-               float* out) {
+// Prefetches the K and V rows of kv head kvh in slots [first, last) of physical block phys: the
+// blocks of a sequence are scattered, a head's rows in a block are strided, and the hardware
+// prefetchers do not follow; without it each (query, block) pair waits on memory.
+void PrefetchBlock(const KvLayerView& kv, int64_t phys, int64_t first, int64_t last, int kvh) {
+  const size_t es = kv.dtype == DType::kF16 ? 2 : 4;
+  const int dv = VHeadDim(kv);
+  const char* k =
+      static_cast<const char*>(kv.k) + es * CacheOffset(kv, phys, first, kvh, kv.head_dim);
+  const char* v = static_cast<const char*>(kv.v) + es * CacheOffset(kv, phys, first, kvh, dv);
+  const size_t k_stride = es * kv.n_kv_heads * kv.head_dim, v_stride = es * kv.n_kv_heads * dv;
+  const size_t k_bytes = es * kv.head_dim, v_bytes = es * dv;
+  for (int64_t s = first; s < last; ++s, k += k_stride, v += v_stride) {
+    for (size_t off = 0; off < k_bytes; off += 64) __builtin_prefetch(k + off, 0, 3);
+    for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off, 0, 3);
+  }
+}
+
+// out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
+// [lo, pos] of kv head kvh, for h < n_heads (heads that share kv head kvh): each block's keys
+// and values are read from memory once for all of them.
+void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int kvh,
+                 const KvLayerView& kv, const int32_t* block_table, const AttentionParams& p,
+                 const AttnOps& ops, float* out, int64_t out_stride) {
   const int bs = kv.block_size;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
   const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
   const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
   const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
+  thread_local std::vector<float> acc_buf;
+  thread_local std::vector<OnlineSoftmax> sms;
+  acc_buf.assign(static_cast<size_t>(n_heads) * dv, 0.f);
+  sms.assign(n_heads, OnlineSoftmax{});
   float scores[kMaxBlockSize];
-  float acc[kMaxVHeadDim];
-  std::fill(acc, acc + dv, 0.f);
-  OnlineSoftmax sm;
+  const auto slots = [&](int64_t b, int64_t* first, int64_t* last) {  // of block b
+    *first = std::max(lo, b * bs) - b * bs;
+    *last = std::min(pos + 1, (b + 1) * bs) - b * bs;
+  };
+  int64_t first, last;
   for (int64_t b = lo / bs; b <= pos / bs; ++b) {
     const int64_t phys = block_table[b];
     PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
-    const int64_t first = std::max(lo, b * bs) - b * bs;      // slots [first, last) of block b
-    const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
+    if (b < pos / bs) {  // the next block's rows arrive while this one is scored
+      slots(b + 1, &first, &last);
+      PrefetchBlock(kv, block_table[b + 1], first, last, kvh);
+    }
+    slots(b, &first, &last);
     const int64_t n = last - first;
     const int64_t k_off = CacheOffset(kv, phys, first, kvh, dk);
     const int64_t v_off = CacheOffset(kv, phys, first, kvh, dv);
-    if (kv.dtype == DType::kF16) {
-      ops.dot_f16(q, static_cast<const uint16_t*>(kv.k) + k_off, k_stride, n, dk, scores);
-    } else {
-      ops.dot_f32(q, static_cast<const float*>(kv.k) + k_off, k_stride, n, dk, scores);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      float s = scores[j] * p.scale;
-      if (p.softcap > 0.f) s = p.softcap * std::tanh(s / p.softcap);
-      scores[j] = s;
-    }
     const void* values = kv.dtype == DType::kF16
                              ? static_cast<const void*>(static_cast<const uint16_t*>(kv.v) + v_off)
                              : static_cast<const void*>(static_cast<const float*>(kv.v) + v_off);
-    sm.Add(ops, scores, n, values, kv.dtype, v_stride, dv, acc);
+    for (int h = 0; h < n_heads; ++h) {
+      if (kv.dtype == DType::kF16) {
+        ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + k_off, k_stride, n, dk,
+                    scores);
+      } else {
+        ops.dot_f32(q + h * q_stride, static_cast<const float*>(kv.k) + k_off, k_stride, n, dk,
+                    scores);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        float s = scores[j] * p.scale;
+        if (p.softcap > 0.f) s = p.softcap * std::tanh(s / p.softcap);
+        scores[j] = s;
+      }
+      sms[h].Add(ops, scores, n, values, kv.dtype, v_stride, dv, acc_buf.data() + h * dv);
+    }
   }
-  sm.Finish(acc, dv, out);
+  for (int h = 0; h < n_heads; ++h)
+    sms[h].Finish(acc_buf.data() + h * dv, dv, out + h * out_stride);
 }
 
 void CheckLayout(const KvLayerView& kv) {
@@ -142,27 +176,50 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   const int group = p.n_heads / kv.n_kv_heads;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
-  // Item prefix sums per sequence; item i of sequence s = (token i / n_heads, head i % n_heads).
-  int64_t n_items = 0;
+  int64_t n_rows = 0;  // query tokens
   for (int64_t s = 0; s < n_seqs; ++s) {
-    n_items += seqs[s].n_q * p.n_heads;
+    n_rows += seqs[s].n_q;
     // Per (query, key): a dk-dot for the score and a dv-axpy for the output, in every head.
     CountAttentionWork(seqs[s].n_q, seqs[s].pos0, p.sliding_window,
                        static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
                        2 * int64_t{p.n_heads} * (dk + dv));
   }
+  // A work item is one query token and the heads of one kv head (their keys and values are read
+  // from memory once) -- or a single head when that leaves fewer than 4 items a thread (one
+  // decode token of a model with few kv heads still spreads over every thread).
+  const int threads = pool ? pool->num_threads() : 1;
+  const int per_item = n_rows * kv.n_kv_heads >= 4 * threads ? group : 1;
+  const int items_per_row = p.n_heads / per_item;
+  const int64_t n_items = n_rows * items_per_row;
   // Items are dealt round-robin so that the long rows at the end of a causal prefill chunk
-  // spread over all workers.
+  // spread over all workers; item i of sequence s = (token i / items_per_row, heads from
+  // (i % items_per_row) * per_item).
   auto run = [&](int64_t begin, int64_t step) {
     int64_t s = 0, s_first = 0;  // sequence of item i and its first item
+    int64_t ns = 0, ns_first = 0;  // the same for the item after it, whose first block is
+                                   // prefetched while this one runs
+    const auto locate = [&](int64_t i, int64_t* seq, int64_t* seq_first) {
+      while (i >= *seq_first + seqs[*seq].n_q * items_per_row)
+        *seq_first += seqs[(*seq)++].n_q * items_per_row;
+      const int64_t j = i - *seq_first;
+      return std::pair<int64_t, int>(j / items_per_row,
+                                     static_cast<int>(j % items_per_row) * per_item);
+    };
     for (int64_t i = begin; i < n_items; i += step) {
-      while (i >= s_first + seqs[s].n_q * p.n_heads) s_first += seqs[s++].n_q * p.n_heads;
+      const auto [t, h] = locate(i, &s, &s_first);
       const AttentionSeq& sq = seqs[s];
-      const int64_t j = i - s_first;
-      const int64_t t = j / p.n_heads;
-      const int h = static_cast<int>(j % p.n_heads);
-      AttendOne(sq.q + (t * p.n_heads + h) * dk, sq.pos0 + t, h / group, kv, sq.block_table, p,
-                ops, sq.out + (t * p.n_heads + h) * dv);
+      if (i + step < n_items) {
+        const auto [nt, nh] = locate(i + step, &ns, &ns_first);
+        const AttentionSeq& nq = seqs[ns];
+        const int64_t pos = nq.pos0 + nt;
+        const int64_t lo =
+            p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+        const int64_t b = lo / kv.block_size;
+        PrefetchBlock(kv, nq.block_table[b], lo - b * kv.block_size,
+                      std::min<int64_t>(pos + 1 - b * kv.block_size, kv.block_size), nh / group);
+      }
+      AttendHeads(sq.q + (t * p.n_heads + h) * dk, dk, per_item, sq.pos0 + t, h / group, kv,
+                  sq.block_table, p, ops, sq.out + (t * p.n_heads + h) * dv, dv);
     }
   };
   if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {

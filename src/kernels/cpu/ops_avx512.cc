@@ -138,17 +138,42 @@ void ScaleInPlace(float* y, float s, int64_t n) {
 
 namespace {
 
-// Dot products of q with R rows at once (independent FMA chains).
-template <int R, typename Load>
-inline void DotRowsN(const float* q, int64_t dim, float* out, Load load) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < dim; i += kW) {
-    const __mmask16 m = TailMask(dim - i);
-    const __m512 qv = LoadF32(q + i, m);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(qv, load(r, i, m), acc[r]);
+// out[r] = dot(q, row r) for r < n <= 16. Each row's 16-lane partial sums are folded with the
+// other rows' in a transpose-and-add tree (45 shuffles and adds for 16 rows, where a horizontal
+// sum per row takes 8), and the 16 scores leave in one store. Rows are produced as the tree
+// consumes them, so few vectors are live.
+template <typename Load>
+inline void DotRows16(const float* q, int64_t dim, int n, float* out, Load load) {
+  const auto z = [&](int r) {
+    __m512 acc = _mm512_setzero_ps();
+    if (r >= n) return acc;
+    for (int64_t i = 0; i < dim; i += kW) {
+      const __mmask16 m = TailMask(dim - i);
+      acc = _mm512_fmadd_ps(LoadF32(q + i, m), load(r, i, m), acc);
+    }
+    return acc;
+  };
+  __m512 t[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    __m512 s[2];
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; ++p) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+      const __m512 za = z(4 * g + 2 * p), zb = z(4 * g + 2 * p + 1);
+      s[p] = _mm512_add_ps(_mm512_unpacklo_ps(za, zb), _mm512_unpackhi_ps(za, zb));
+    }
+    // per 128-bit lane: rows 4g..4g+3, each summed over that lane's 4 elements
+    const __m512d s0 = _mm512_castps_pd(s[0]), s1 = _mm512_castps_pd(s[1]);
+    t[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(s0, s1)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(s0, s1)));
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+  // [rows 0-3 x2 halves, rows 4-7 x2 halves], then the halves summed: rows 0-15 in order.
+  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88),
+                                  _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
+  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88),
+                                  _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
+  _mm512_mask_storeu_ps(out, TailMask(n), _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88),
+                                                        _mm512_shuffle_f32x4(u0, u1, 0xDD)));
 }
 
 // acc[0..dim) += sum_r w[r] * row_r; 64 accumulator floats stay in registers across rows.
@@ -183,29 +208,19 @@ inline void AxpyRows(const float* w, int64_t n_rows, int64_t dim, float* acc, Lo
 
 void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                 float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
+  for (int64_t r = 0; r < n_rows; r += 16) {
     const float* kr = k + r * k_stride;
-    DotRowsN<4>(q, dim, out + r,
-                [&](int j, int64_t i, __mmask16 m) { return LoadF32(kr + j * k_stride + i, m); });
-  }
-  for (; r < n_rows; ++r) {
-    const float* kr = k + r * k_stride;
-    DotRowsN<1>(q, dim, out + r, [&](int, int64_t i, __mmask16 m) { return LoadF32(kr + i, m); });
+    DotRows16(q, dim, static_cast<int>(n_rows - r < 16 ? n_rows - r : 16), out + r,
+              [&](int j, int64_t i, __mmask16 m) { return LoadF32(kr + j * k_stride + i, m); });
   }
 }
 
 void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                 float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
+  for (int64_t r = 0; r < n_rows; r += 16) {
     const uint16_t* kr = k + r * k_stride;
-    DotRowsN<4>(q, dim, out + r,
-                [&](int j, int64_t i, __mmask16 m) { return LoadF16(kr + j * k_stride + i, m); });
-  }
-  for (; r < n_rows; ++r) {
-    const uint16_t* kr = k + r * k_stride;
-    DotRowsN<1>(q, dim, out + r, [&](int, int64_t i, __mmask16 m) { return LoadF16(kr + i, m); });
+    DotRows16(q, dim, static_cast<int>(n_rows - r < 16 ? n_rows - r : 16), out + r,
+              [&](int j, int64_t i, __mmask16 m) { return LoadF16(kr + j * k_stride + i, m); });
   }
 }
 
@@ -231,7 +246,8 @@ int64_t ArgMax(const float* x, int64_t n) {
   const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(m));
   for (int64_t i = 0; i < n; i += kW) {
     const __mmask16 t = TailMask(n - i);
-    const __mmask16 eq = _mm512_mask_cmp_ps_mask(t, _mm512_maskz_loadu_ps(t, x + i), best, _CMP_EQ_OQ);
+    const __mmask16 eq =
+        _mm512_mask_cmp_ps_mask(t, _mm512_maskz_loadu_ps(t, x + i), best, _CMP_EQ_OQ);
     if (eq) return i + __builtin_ctz(eq);
   }
   return 0;  // every value NaN
