@@ -95,7 +95,9 @@ ActRows ActLayout(int ab, int64_t n_tokens, int64_t cols, size_t* bytes) {
   a.qs_stride = RoundUp(cols, 64) + 64;
   a.d_stride = RoundUp(cols / ab + 2, 16);
   a.sums_stride = RoundUp(cols / 16 + 2, 32);
-  *bytes = static_cast<size_t>(a.qs_stride) * n_tokens + sizeof(float) * a.d_stride * n_tokens +
+  const int64_t float_rows = ab == kQK ? 3 : 1;  // d, and for 32-value blocks fsum and dsum
+  *bytes = static_cast<size_t>(a.qs_stride) * n_tokens +
+           sizeof(float) * a.d_stride * n_tokens * float_rows +
            sizeof(int16_t) * a.sums_stride * n_tokens;
   *bytes = (*bytes + 63) & ~size_t{63};
   return a;
@@ -114,10 +116,15 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
   const size_t d_bytes = sizeof(float) * a.d_stride * n_tokens;
   int8_t* qs = reinterpret_cast<int8_t*>(base);
   float* d = reinterpret_cast<float*>(base + qs_bytes);
-  int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes);
+  const bool block32 = ab == kQK;
+  float* fsum = block32 ? d + a.d_stride * n_tokens : nullptr;
+  float* dsum = block32 ? fsum + a.d_stride * n_tokens : nullptr;
+  int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes * (block32 ? 3 : 1));
   a.qs = qs;
   a.d = d;
   a.sums = sums;
+  a.fsum = fsum;
+  a.dsum = dsum;
   auto run = [&](int64_t t0, int64_t t1) {
     for (int64_t tk = t0; tk < t1; ++tk) {
       int8_t* q = qs + tk * a.qs_stride;
@@ -127,6 +134,16 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
       std::fill(q + cols, q + a.qs_stride, int8_t{0});
       std::fill(dd + cols / ab, dd + a.d_stride, 0.f);
       std::fill(ss + cols / 16, ss + a.sums_stride, int16_t{0});
+      if (block32) {
+        float* fs = fsum + tk * a.d_stride;
+        float* ds = dsum + tk * a.d_stride;
+        for (int64_t b = 0; b < cols / kQK; ++b) {
+          fs[b] = static_cast<float>(ss[2 * b] + ss[2 * b + 1]);
+          ds[b] = dd[b] * fs[b];
+        }
+        std::fill(fs + cols / kQK, fs + a.d_stride, 0.f);
+        std::fill(ds + cols / kQK, ds + a.d_stride, 0.f);
+      }
     }
   };
   if (pool && pool->num_threads() > 1 && n_tokens >= 2 * pool->num_threads()) {

@@ -118,10 +118,15 @@ inline void ActBlockScale(float amax, int ab, float* d, float* iscale) {
 
 // Quantized activation rows (see the header comment). Row t starts at qs + t * qs_stride,
 // d + t * d_stride, sums + t * sums_stride.
+// For 32-value blocks also, per block bb, fsum[bb] = float(sums[2bb] + sums[2bb + 1]) and
+// dsum[bb] = d[bb] * fsum[bb] (row t at t * d_stride): the offset and min terms of a block's
+// dot as floats a GEMM kernel can broadcast straight from memory.
 struct ActRows {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   const int16_t* sums = nullptr;
+  const float* fsum = nullptr;
+  const float* dsum = nullptr;
   int64_t qs_stride = 0, d_stride = 0, sums_stride = 0;
 };
 

@@ -161,21 +161,27 @@ inline __m512i LoadHeads(const B* const w[16], int64_t bb) {
 struct TokenActs {
   const int8_t* q;  // read 4 bytes at a time with Load32 (no int32 aliasing of int8 data)
   const float* d;
-  const int16_t* sums;
+  const float* fsum;  // float(sum of the block's values), d * that (ActRows)
+  const float* dsum;
 };
 inline TokenActs Acts(const MatMulArgs& g, int64_t t) {
-  return {g.a.qs + t * g.a.qs_stride, g.a.d + t * g.a.d_stride, g.a.sums + t * g.a.sums_stride};
+  const int64_t f = t * g.a.d_stride;
+  return {g.a.qs + t * g.a.qs_stride, g.a.d + f, g.a.fsum + f, g.a.dsum + f};
 }
 
-// acc += the 16 rows' value of block bb for one token, given the block's int32 dots.
+// acc += the 16 rows' value of block bb for one token, given the block's int32 dots. Every
+// per-token factor is a broadcast from memory (no scalar arithmetic, no register broadcast);
+// dot - kOff * sum is exact in float (both are integers below 2^24), so this equals the
+// integer subtraction.
 template <class K>
 inline __m512 ScaleBlock(__m512i dot, __m512 dw, __m512 mw, const TokenActs& a, int64_t bb,
                          __m512 acc) {
-  const int32_t sum = a.sums[2 * bb] + a.sums[2 * bb + 1];
-  const float da = a.d[bb];
-  if constexpr (K::kOff != 0) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(K::kOff * sum));
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(da)), acc);
-  if constexpr (K::kMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(da * static_cast<float>(sum)), acc);
+  __m512 fdot = _mm512_cvtepi32_ps(dot);
+  if constexpr (K::kOff != 0)
+    fdot = _mm512_fnmadd_ps(_mm512_set1_ps(static_cast<float>(K::kOff)),
+                            _mm512_set1_ps(a.fsum[bb]), fdot);
+  acc = _mm512_fmadd_ps(fdot, _mm512_mul_ps(dw, _mm512_set1_ps(a.d[bb])), acc);
+  if constexpr (K::kMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.dsum[bb]), acc);
   return acc;
 }
 
