@@ -283,6 +283,10 @@ void RunPartRows(const Part& p, int64_t r0, int64_t r1) {
     c.a.qs = args.a.qs + t0 * args.a.qs_stride;
     c.a.d = args.a.d + t0 * args.a.d_stride;
     c.a.sums = args.a.sums + t0 * args.a.sums_stride;
+    if (args.a.fsum) {
+      c.a.fsum = args.a.fsum + t0 * args.a.d_stride;
+      c.a.dsum = args.a.dsum + t0 * args.a.d_stride;
+    }
     c.y = args.y + t0 * args.ldy;
     p.kernel(c, r0, r1);
   }
