@@ -338,7 +338,30 @@ void EngineCore::FinishStep(Replica* rp) {
     ev.hidden_states = std::move(R.hidden);
     Emit(static_cast<Completion*>(out.scheduled[0].seq)->req, std::move(ev));
   }
-  int64_t row = 0;
+  // A NaN anywhere (or +inf, which the softmax cannot weigh) means a row is garbage: every
+  // sampled row is scanned first, over the threads (a batch's logits are megabytes).
+  const Clock::time_point check_begin = Clock::now();
+  last_rows_.clear();
+  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(out.scheduled.size()); ++i) {
+    const SeqBatchEntry& e = R.batch.seqs[i];
+    if (!e.want_logits) continue;
+    row += e.all_logits ? e.n_tokens : 1;
+    last_rows_.push_back(row - 1);
+  }
+  bad_logit_.resize(last_rows_.size());
+  const auto scan = [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j)
+      bad_logit_[j] = kernels::FindNanOrPosInf(R.logits.data() + last_rows_[j] * vocab_, vocab_);
+  };
+  const int64_t n_rows = static_cast<int64_t>(last_rows_.size());
+  ThreadPool& pool = executor_->pool();
+  if (n_rows >= 2 * pool.num_threads()) {
+    pool.ParallelFor(n_rows, scan);
+  } else {
+    scan(0, n_rows);
+  }
+  step_.sample_seconds += Seconds(Clock::now() - check_begin);
+  int64_t row = 0, sampled = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const SeqBatchEntry& e = R.batch.seqs[i];
     if (!e.want_logits) continue;
@@ -346,6 +369,7 @@ void EngineCore::FinishStep(Replica* rp) {
     const int64_t rows = e.all_logits ? e.n_tokens : 1;
     float* first_row = R.logits.data() + row * vocab_;
     row += rows;
+    const int64_t bad = bad_logit_[sampled++];
     if (c->done) continue;  // failed earlier in this step
     Request* r = c->req;
     if (e.all_logits) {  // scoring: the prompt positions' logits, before any sampling
@@ -361,13 +385,9 @@ void EngineCore::FinishStep(Replica* rp) {
     }
     float* logits = first_row + (rows - 1) * vocab_;
     try {
-      // A NaN anywhere (or +inf, which the softmax cannot weigh) means this row is garbage.
-      const Clock::time_point check_begin = Clock::now();
-      const int64_t bad = kernels::FindNanOrPosInf(logits, vocab_);
       if (bad >= 0)
         throw std::runtime_error("the model produced a non-finite logit (token " +
                                  std::to_string(bad) + ")");
-      step_.sample_seconds += Seconds(Clock::now() - check_begin);
       if (r->in.n > 1 && !r->forked) Fork(r, logits);
       SampleAndEmit(c, logits);
     } catch (const std::exception& e) {

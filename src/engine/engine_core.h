@@ -117,6 +117,7 @@ class EngineCore {
   std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
   std::vector<EngineCoreOutput> outputs_;
   std::vector<float> fork_row_, raw_row_;
+  std::vector<int64_t> last_rows_, bad_logit_;  // FinishStep's sampled rows and their scans
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

@@ -87,14 +87,18 @@ int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& histor
   ApplyPenalties(logits, vocab, history);
   // NaN has no place in an order: sorting or selecting over it is undefined behaviour. The
   // engine fails a request whose logits hold NaN before it gets here; any other caller gets
-  // NaN treated as "never".
-  if (kernels::FindNanOrPosInf(logits, vocab) >= 0) {
-    for (int64_t i = 0; i < vocab; ++i) {
-      if (std::isnan(logits[i])) logits[i] = kNegInf;
+  // NaN treated as "never" (Argmax skips it; random sampling first turns it into -inf).
+  int32_t id;
+  if (params_.greedy() || params_.top_k == 1) {
+    id = Argmax(logits, vocab);
+  } else {
+    if (kernels::FindNanOrPosInf(logits, vocab) >= 0) {
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isnan(logits[i])) logits[i] = kNegInf;
+      }
     }
+    id = SampleRandom(logits, vocab);
   }
-  const int32_t id = (params_.greedy() || params_.top_k == 1) ? Argmax(logits, vocab)
-                                                              : SampleRandom(logits, vocab);
 
   if (raw_logprob != nullptr) {
     float raw = logits[id];

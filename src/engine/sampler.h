@@ -92,7 +92,7 @@ class Sampler {
   static float LogProb(const float* logits, int64_t vocab, int32_t id);
   // log(sum(exp(logits))), computed stably in double.
   static double LogSumExp(const float* logits, int64_t vocab);
-  // Index of the largest logit, ties -> lowest id.
+  // Index of the largest logit, ties -> lowest id; NaN is skipped (0 when every logit is NaN).
   static int32_t Argmax(const float* logits, int64_t vocab);
 
   const SamplingParams& params() const { return params_; }

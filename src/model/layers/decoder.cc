@@ -75,17 +75,30 @@ Status DecoderModel::PlanTensorParallel() {
   return OkStatus();
 }
 
-const Int8Acts* DecoderModel::Norm(const float* x, const float* w, float* h, int64_t T,
-                                   const Linear& consumer) {
+const Int8Acts* DecoderModel::Norm(float* x, const float* w, float* h, int64_t T,
+                                   const Linear& consumer, ThreadPool* pool, float* add,
+                                   const float* post_w) {
   const ModelConfig& c = cfg_;
-  if (!consumer.WantsInt8Acts()) {
-    kernels::RmsNorm(x, w, c.norm_weight_offset, h, T, c.hidden_size, c.rms_eps);
-    return nullptr;
-  }
-  acts_.Resize(T, c.hidden_size);
-  kernels::RmsNormQuantize(x, w, c.norm_weight_offset, h, acts_.q.data(), acts_.scales.data(),
-                           T, c.hidden_size, c.rms_eps);
-  return &acts_;
+  const int64_t D = c.hidden_size;
+  const bool int8 = consumer.WantsInt8Acts();
+  if (int8) acts_.Resize(T, D);
+  const int64_t groups = D / kernels::kInt8ActGroup;
+  ForRows(pool, T, D, [&](int64_t t0, int64_t t1) {
+    const int64_t n = t1 - t0;
+    if (add) {
+      if (post_w) kernels::RmsNorm(add + t0 * D, post_w, c.norm_weight_offset, add + t0 * D, n, D,
+                                   c.rms_eps);
+      kernels::AddInPlace(x + t0 * D, add + t0 * D, n * D);
+    }
+    if (int8) {
+      kernels::RmsNormQuantize(x + t0 * D, w, c.norm_weight_offset, h + t0 * D,
+                               acts_.q.data() + t0 * D, acts_.scales.data() + t0 * groups, n, D,
+                               c.rms_eps);
+    } else {
+      kernels::RmsNorm(x + t0 * D, w, c.norm_weight_offset, h + t0 * D, n, D, c.rms_eps);
+    }
+  });
+  return int8 ? &acts_ : nullptr;
 }
 
 StatusOr<const float*> DecoderModel::Vector(const std::string& name, int64_t n, bool optional) {
@@ -216,26 +229,33 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
   const float* rope_cs = sliding ? rope_cs_local_.data() : rope_cs_.data();
 
   // --- attention block
-  const Int8Acts* hq = Norm(x_.data(), L.attn_norm, h_.data(), T, L.wq);
+  const Int8Acts* hq = Norm(x_.data(), L.attn_norm, h_.data(), T, L.wq, pool);
   {  // q [T, n_heads * hd], k and v [T, n_kv_heads * hd]
     const Linear* ls[] = {&L.wq, &L.wk, &L.wv};
     float* ys[] = {q_.data(), k_.data(), v_.data()};
     Linear::ForwardGroup(ls, ys, 3, h_.data(), hq, T, pool, &acts_scratch_);
   }
-  kernels::AddBiasRows(q_.data(), L.bq, T, qd);
-  kernels::AddBiasRows(k_.data(), L.bk, T, kvd);
-  kernels::AddBiasRows(v_.data(), L.bv, T, kvd);
-  if (c.qk_norm) {
-    kernels::RmsNorm(q_.data(), L.q_norm, c.norm_weight_offset, q_.data(), T * H, hd, c.rms_eps);
-    kernels::RmsNorm(k_.data(), L.k_norm, c.norm_weight_offset, k_.data(), T * KV, hd, c.rms_eps);
-  }
+  // Per token: biases, q/k norms, RoPE, and its K and V into the cache (its own slot).
   const kernels::KvLayerView& kvl = kv->layer(il);
-  for (int64_t t = 0; t < T; ++t) {
-    kernels::ApplyRopeCosSin(q_.data() + t * qd, H, hd, rope, rope_cs + t * rope.rot_dim);
-    kernels::ApplyRopeCosSin(k_.data() + t * kvd, KV, hd, rope, rope_cs + t * rope.rot_dim);
-    const SeqBatchEntry& s = batch.seqs[seq_of_token_[t]];
-    kernels::KvWrite(kvl, s.block_table, pos_[t], k_.data() + t * kvd, v_.data() + t * kvd);
-  }
+  ForRows(pool, T, qd + 2 * kvd, [&](int64_t ta, int64_t tb) {
+    const int64_t n = tb - ta;
+    float* q = q_.data() + ta * qd;
+    float* k = k_.data() + ta * kvd;
+    float* v = v_.data() + ta * kvd;
+    kernels::AddBiasRows(q, L.bq, n, qd);
+    kernels::AddBiasRows(k, L.bk, n, kvd);
+    kernels::AddBiasRows(v, L.bv, n, kvd);
+    if (c.qk_norm) {
+      kernels::RmsNorm(q, L.q_norm, c.norm_weight_offset, q, n * H, hd, c.rms_eps);
+      kernels::RmsNorm(k, L.k_norm, c.norm_weight_offset, k, n * KV, hd, c.rms_eps);
+    }
+    for (int64_t t = ta; t < tb; ++t) {
+      kernels::ApplyRopeCosSin(q_.data() + t * qd, H, hd, rope, rope_cs + t * rope.rot_dim);
+      kernels::ApplyRopeCosSin(k_.data() + t * kvd, KV, hd, rope, rope_cs + t * rope.rot_dim);
+      const SeqBatchEntry& s = batch.seqs[seq_of_token_[t]];
+      kernels::KvWrite(kvl, s.block_table, pos_[t], k_.data() + t * kvd, v_.data() + t * kvd);
+    }
+  });
   AttentionParams ap;
   ap.n_heads = static_cast<int>(H);
   ap.scale = c.AttentionScale();
@@ -251,29 +271,31 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
                                ap, pool);
   L.wo.Forward(attn_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
   AllReduce(o_.data(), T * D);
-  if (L.post_attn_norm)
-    kernels::RmsNorm(o_.data(), L.post_attn_norm, c.norm_weight_offset, o_.data(), T, D,
-                     c.rms_eps);
-  kernels::AddInPlace(x_.data(), o_.data(), T * D);
 
-  // --- feed-forward block
-  hq = Norm(x_.data(), L.ffn_norm, h_.data(), T, L.w_gate);
+  // --- feed-forward block (after the attention's residual)
+  hq = Norm(x_.data(), L.ffn_norm, h_.data(), T, L.w_gate, pool, o_.data(), L.post_attn_norm);
   {  // gate and up [T, ffn]
     const Linear* ls[] = {&L.w_gate, &L.w_up};
     float* ys[] = {gate_.data(), up_.data()};
     Linear::ForwardGroup(ls, ys, 2, h_.data(), hq, T, pool, &acts_scratch_);
   }
-  if (c.activation == Activation::kSilu) {
-    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), T * ffn_);
-  } else {
-    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), T * ffn_);
-  }
+  ForRows(pool, T, ffn_, [&](int64_t ta, int64_t tb) {
+    float* g = gate_.data() + ta * ffn_;
+    const float* u = up_.data() + ta * ffn_;
+    if (c.activation == Activation::kSilu) {
+      kernels::SiluMul(g, u, g, (tb - ta) * ffn_);
+    } else {
+      kernels::GeluTanhMul(g, u, g, (tb - ta) * ffn_);
+    }
+  });
   L.w_down.Forward(gate_.data(), nullptr, T, o_.data(), pool, &acts_scratch_);  // [T, D]
   AllReduce(o_.data(), T * D);
-  if (L.post_ffn_norm)
-    kernels::RmsNorm(o_.data(), L.post_ffn_norm, c.norm_weight_offset, o_.data(), T, D,
-                     c.rms_eps);
-  kernels::AddInPlace(x_.data(), o_.data(), T * D);
+  ForRows(pool, T, D, [&](int64_t ta, int64_t tb) {
+    float* o = o_.data() + ta * D;
+    if (L.post_ffn_norm)
+      kernels::RmsNorm(o, L.post_ffn_norm, c.norm_weight_offset, o, tb - ta, D, c.rms_eps);
+    kernels::AddInPlace(x_.data() + ta * D, o, (tb - ta) * D);
+  });
 }
 
 Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
@@ -301,7 +323,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   // Gather the rows that need logits, normalise, project.
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
-  const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_);
+  const Int8Acts* sq = Norm(sel_.data(), output_norm_, sel_.data(), rows, output_, pool);
   if (!vocab_.Project(output_, sel_.data(), sq, rows, logits, pool, &acts_scratch_))
     return OkStatus();  // only rank 0 of a tensor-parallel group has the logits
   if (c.final_logit_softcap > 0) {

@@ -78,8 +78,10 @@ class DecoderModel : public Model {
   void AllReduce(float* x, int64_t n);
   // h = RmsNorm(x) over T rows; when `consumer` takes int8 activations (W8A8) also quantizes
   // them per token into acts_ in the same pass. Returns the int8 input for the consumer.
-  const Int8Acts* Norm(const float* x, const float* w, float* h, int64_t T,
-                       const Linear& consumer);
+  // With `add`: first add = RmsNorm(add) * post_w (when post_w is given) and x += add, the
+  // residual of the block before. Row by row, over the threads (ForRows).
+  const Int8Acts* Norm(float* x, const float* w, float* h, int64_t T, const Linear& consumer,
+                       ThreadPool* pool, float* add = nullptr, const float* post_w = nullptr);
   // FP32 view of a vector tensor of n values (converted into owned storage if needed);
   // nullptr without error when optional and absent.
   StatusOr<const float*> Vector(const std::string& name, int64_t n, bool optional = false);
