@@ -430,6 +430,47 @@ TEST(MatMulTest, Supports) {
   EXPECT_FALSE(MatMulSupports(DType::kI32));
 }
 
+QuantizeActFn QuantizerOf(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx2) return Avx2QuantizeAct();
+  if (isa == Isa::kAvx512) return Avx512QuantizeAct();
+#elif defined(__aarch64__)
+  if (isa == Isa::kNeon || isa == Isa::kNeonDot || isa == Isa::kNeonI8mm) return NeonQuantizeAct();
+#endif
+  return &ref::QuantizeAct;
+}
+
+// Every ISA's activation quantizer gives the reference's bytes, scales and sums exactly: 32- and
+// 256-value blocks, row lengths that leave a partial group of 16 blocks, all-zero blocks, and
+// scales in fp16's subnormal range (rounded by vcvtps2ph in the AVX-512 path).
+TEST(MatMulTest, EveryIsaQuantizesActivationsLikeTheReference) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  for (int ab : {32, 256}) {
+    for (int64_t blocks : {1, 15, 16, 17, 40}) {
+      const int64_t n = ab * blocks;
+      std::vector<float> x(n);
+      for (float& v : x) v = u(rng);
+      for (int64_t i = 0; i < ab; ++i) x[i] = 0.f;  // block 0: all zero
+      if (blocks > 2)
+        for (int64_t i = 2 * ab; i < 3 * ab; ++i) x[i] *= 1e-6f;  // block 2: subnormal fp16 d
+      std::vector<int8_t> q_ref(n), q(n);
+      std::vector<float> d_ref(blocks), d(blocks);
+      std::vector<int16_t> s_ref(n / 16), s(n / 16);
+      ref::QuantizeAct(x.data(), n, ab, q_ref.data(), d_ref.data(), s_ref.data());
+      for (Isa isa : kAllIsas) {
+        if (!IsaSupported(isa)) continue;
+        SCOPED_TRACE(std::string(IsaName(isa)) + " ab " + std::to_string(ab) + " blocks " +
+                     std::to_string(blocks));
+        QuantizerOf(isa)(x.data(), n, ab, q.data(), d.data(), s.data());
+        EXPECT_EQ(q, q_ref);
+        EXPECT_EQ(d, d_ref);
+        EXPECT_EQ(s, s_ref);
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, QuantizeActExactValues) {
   float x[32] = {};
   x[0] = 1.f;

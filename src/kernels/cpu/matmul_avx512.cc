@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/fold_avx512.h"
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/tile_driver.h"
 #include "kernels/quant_blocks.h"
@@ -633,21 +634,65 @@ void KernelF(const MatMulArgs& g, int64_t r0, int64_t r1) {
   return RunF<kT, 4, 4>(g, r0, r1);
 }
 
-// Same arithmetic as ref::QuantizeAct (x * (1/d) rounded to nearest even), 16 values a step.
+// x * iscale rounded to nearest even and clamped to [-127, 127], stored as 16 int8; returns the
+// int32 values.
+inline __m512i QuantizeHalfBlock(const float* x, __m512 iscale, int8_t* q) {
+  __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), iscale));
+  v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(v));
+  return v;
+}
+
+// Same arithmetic as ref::QuantizeAct (x * (1/d) rounded to nearest even). 32-value blocks go 16
+// at a time: their maxima, scales (fp16 rounding by vcvtps2ph, round to nearest even like
+// F32ToF16) and 16-value sums come out of Fold16 trees, one vector for 16 blocks.
 void QuantizeAct(const float* x, int64_t n, int ab, int8_t* qs, float* d, int16_t* sums) {
   const __m512 sign = _mm512_set1_ps(-0.f);
-  for (int64_t b = 0; b < n / ab; ++b) {
+  const int64_t nb = n / ab;
+  int64_t b = 0;
+  if (ab == kQK) {
+    const auto fmax = [](__m512 a, __m512 c) { return _mm512_max_ps(a, c); };
+    const auto iadd = [](__m512 a, __m512 c) {
+      return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(c)));
+    };
+    for (; b + 16 <= nb; b += 16) {
+      const float* xb = x + b * kQK;
+      const __m512 amax = Fold16(
+          [&](int j) {
+            return _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 32 * j)),
+                                 _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 32 * j + 16)));
+          },
+          fmax);
+      const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+      alignas(64) float is[16];
+      _mm512_store_ps(is, _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.f), amax));
+      const __m256i dh = _mm512_cvtps_ph(_mm512_div_ps(amax, _mm512_set1_ps(127.f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm512_storeu_ps(d + b, _mm512_cvtph_ps(dh));
+      int8_t* qb = qs + b * kQK;
+      for (int h = 0; h < 2; ++h) {  // blocks b + 8h .. b + 8h + 7: 16 sums of 16 values
+        const __m512 s = Fold16(
+            [&](int j) {
+              const int blk = 8 * h + j / 2;
+              return _mm512_castsi512_ps(QuantizeHalfBlock(xb + 32 * blk + 16 * (j & 1),
+                                                           _mm512_set1_ps(is[blk]),
+                                                           qb + 32 * blk + 16 * (j & 1)));
+            },
+            iadd);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + 2 * b + 16 * h),
+                            _mm512_cvtepi32_epi16(_mm512_castps_si512(s)));
+      }
+    }
+  }
+  for (; b < nb; ++b) {
     const float* xb = x + b * ab;
     __m512 mx = _mm512_setzero_ps();
-    for (int i = 0; i < ab; i += 16) mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + i)));
-    const float amax = _mm512_reduce_max_ps(mx);
+    for (int i = 0; i < ab; i += 16)
+      mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + i)));
     float id;
-    ActBlockScale(amax, ab, &d[b], &id);
-    const __m512 vid = _mm512_set1_ps(id);
+    ActBlockScale(_mm512_reduce_max_ps(mx), ab, &d[b], &id);
     for (int i = 0; i < ab; i += 16) {
-      __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + i), vid));
-      v = _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + b * ab + i), _mm512_cvtepi32_epi8(v));
+      const __m512i v = QuantizeHalfBlock(xb + i, _mm512_set1_ps(id), qs + b * ab + i);
       sums[(b * ab + i) / 16] = static_cast<int16_t>(_mm512_reduce_add_epi32(v));
     }
   }

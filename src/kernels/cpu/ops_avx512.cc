@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/fold_avx512.h"
 #include "kernels/cpu/ops_simd.h"
 
 namespace peng::kernels::avx512 {
@@ -138,10 +139,8 @@ void ScaleInPlace(float* y, float s, int64_t n) {
 
 namespace {
 
-// out[r] = dot(q, row r) for r < n <= 16. Each row's 16-lane partial sums are folded with the
-// other rows' in a transpose-and-add tree (45 shuffles and adds for 16 rows, where a horizontal
-// sum per row takes 8), and the 16 scores leave in one store. Rows are produced as the tree
-// consumes them, so few vectors are live.
+// out[r] = dot(q, row r) for r < n <= 16: each row's 16-lane partial sums, folded across the
+// rows (Fold16) and stored at once.
 template <typename Load>
 inline void DotRows16(const float* q, int64_t dim, int n, float* out, Load load) {
   const auto z = [&](int r) {
@@ -153,27 +152,8 @@ inline void DotRows16(const float* q, int64_t dim, int n, float* out, Load load)
     }
     return acc;
   };
-  __m512 t[4];
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    __m512 s[2];
-#pragma GCC unroll 2
-    for (int p = 0; p < 2; ++p) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
-      const __m512 za = z(4 * g + 2 * p), zb = z(4 * g + 2 * p + 1);
-      s[p] = _mm512_add_ps(_mm512_unpacklo_ps(za, zb), _mm512_unpackhi_ps(za, zb));
-    }
-    // per 128-bit lane: rows 4g..4g+3, each summed over that lane's 4 elements
-    const __m512d s0 = _mm512_castps_pd(s[0]), s1 = _mm512_castps_pd(s[1]);
-    t[g] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(s0, s1)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(s0, s1)));
-  }
-  // [rows 0-3 x2 halves, rows 4-7 x2 halves], then the halves summed: rows 0-15 in order.
-  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88),
-                                  _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
-  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88),
-                                  _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
-  _mm512_mask_storeu_ps(out, TailMask(n), _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88),
-                                                        _mm512_shuffle_f32x4(u0, u1, 0xDD)));
+  _mm512_mask_storeu_ps(out, TailMask(n),
+                        Fold16(z, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
 }
 
 // acc[0..dim) += sum_r w[r] * row_r; 64 accumulator floats stay in registers across rows.
