@@ -14,7 +14,7 @@ namespace {
 // reductions (about 45 shuffles and ops for 16 vectors, where a horizontal reduction of
 // one takes 8). z(r) is called in order 0..15 as the tree consumes it, so few vectors are live.
 template <class Z, class Op>
-inline __m512 Fold16(Z&& z, Op&& op) {
+__attribute__((always_inline)) inline __m512 Fold16(Z&& z, Op&& op) {
   __m512 t[4];
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
