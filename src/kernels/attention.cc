@@ -23,6 +23,7 @@ namespace {
 
 constexpr int kMaxBlockSize = 256;
 constexpr int kMaxVHeadDim = 2048;
+constexpr int64_t kPrefetchBlocks = 4;  // of the next work item, ahead
 
 #define PENG_ATTN_OPS_(ns)                                                                 \
   AttnOps {                                                                                \
@@ -191,10 +192,16 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   const int per_item = n_rows * kv.n_kv_heads >= 4 * threads ? group : 1;
   const int items_per_row = p.n_heads / per_item;
   const int64_t n_items = n_rows * items_per_row;
-  // Items are dealt round-robin so that the long rows at the end of a causal prefill chunk
-  // spread over all workers; item i of sequence s = (token i / items_per_row, heads from
-  // (i % items_per_row) * per_item).
-  auto run = [&](int64_t begin, int64_t step) {
+  // Item i of sequence s = (token i / items_per_row, heads from (i % items_per_row) * per_item).
+  // A prefill chunk's items are dealt round-robin, so that its long rows (the last tokens see
+  // the most keys) spread over all workers. Decode items (one token a sequence, similar costs)
+  // go in contiguous ranges instead: thread k then attends for the tokens whose RoPE and cache
+  // rows it has just written (the model's per-token step splits tokens the same way,
+  // ThreadPool::ParallelFor), so their queries and new keys are in its own cache, not the
+  // other core's.
+  bool decode = true;
+  for (int64_t s = 0; s < n_seqs; ++s) decode = decode && seqs[s].n_q == 1;
+  auto run = [&](int64_t begin, int64_t end, int64_t step) {
     int64_t s = 0, s_first = 0;  // sequence of item i and its first item
     int64_t ns = 0, ns_first = 0;  // the same for the item after it, whose first block is
                                    // prefetched while this one runs
@@ -205,27 +212,35 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
       return std::pair<int64_t, int>(j / items_per_row,
                                      static_cast<int>(j % items_per_row) * per_item);
     };
-    for (int64_t i = begin; i < n_items; i += step) {
+    for (int64_t i = begin; i < end; i += step) {
       const auto [t, h] = locate(i, &s, &s_first);
       const AttentionSeq& sq = seqs[s];
-      if (i + step < n_items) {
+      if (i + step < end) {
         const auto [nt, nh] = locate(i + step, &ns, &ns_first);
         const AttentionSeq& nq = seqs[ns];
         const int64_t pos = nq.pos0 + nt;
         const int64_t lo =
             p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-        const int64_t b = lo / kv.block_size;
-        PrefetchBlock(kv, nq.block_table[b], lo - b * kv.block_size,
-                      std::min<int64_t>(pos + 1 - b * kv.block_size, kv.block_size), nh / group);
+        // its first kPrefetchBlocks blocks (a short context: all of it)
+        const int64_t bs = kv.block_size;
+        for (int64_t b = lo / bs; b <= pos / bs && b < lo / bs + kPrefetchBlocks; ++b)
+          PrefetchBlock(kv, nq.block_table[b], std::max(lo, b * bs) - b * bs,
+                        std::min(pos + 1, (b + 1) * bs) - b * bs, nh / group);
       }
       AttendHeads(sq.q + (t * p.n_heads + h) * dk, dk, per_item, sq.pos0 + t, h / group, kv,
                   sq.block_table, p, ops, sq.out + (t * p.n_heads + h) * dv, dv);
     }
   };
   if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {
-    run(0, 1);
+    run(0, n_items, 1);
+  } else if (decode) {
+    pool->Run([&](int ti, int nt) {
+      const int64_t chunk = (n_rows + nt - 1) / nt;  // whole tokens, as ParallelFor splits them
+      run(std::min(n_items, ti * chunk * items_per_row),
+          std::min(n_items, (ti + 1) * chunk * items_per_row), 1);
+    });
   } else {
-    pool->Run([&](int ti, int nt) { run(ti, nt); });
+    pool->Run([&](int ti, int nt) { run(ti, n_items, nt); });
   }
 }
 

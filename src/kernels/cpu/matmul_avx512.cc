@@ -324,14 +324,18 @@ void PanelTile(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end, in
     __m512i v[8];
     __m512 dw, mw = _mm512_setzero_ps();
     src.Block(bb, v, &dw, &mw);
-    __m512i dot[T];
-    for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+    // Two accumulators a token (even / odd vectors): the dependent vpdpbusd chain of a block is
+    // 4 long instead of 8, so consecutive blocks overlap.
+    __m512i dot[2][T];
+    for (int t = 0; t < T; ++t) dot[0][t] = dot[1][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
       for (int t = 0; t < T; ++t)
-        dot[t] = _mm512_dpbusd_epi32(
-            dot[t], v[j], _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
-    for (int t = 0; t < T; ++t) acc[t] = ScaleBlock<K>(dot[t], dw, mw, a[t], bb, acc[t]);
+        dot[j & 1][t] = _mm512_dpbusd_epi32(
+            dot[j & 1][t], v[j],
+            _mm512_set1_epi32(static_cast<int>(Load32(a[t].q + 32 * bb + 4 * j))));
+    for (int t = 0; t < T; ++t)
+      acc[t] = ScaleBlock<K>(_mm512_add_epi32(dot[0][t], dot[1][t]), dw, mw, a[t], bb, acc[t]);
   }
   for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
 }
