@@ -1,8 +1,9 @@
-// Paged attention over a block-table KV cache. Each (query token, head) pair is one work item:
-// it walks the sequence's blocks in logical order, scores a block's keys at once (vectorised dot
-// products over head_dim), and folds the block into an online softmax (running max m, running
-// sum l, FP32 accumulator of V rows rescaled by exp(m_old - m_new) when the max grows). The
-// inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
+// Paged attention over a block-table KV cache. A work item is one query token and the heads
+// that share a kv head (PagedAttentionBatch says when it is one head): it walks the sequence's
+// blocks in logical order and, for each head, scores a block's keys at once (vectorised dot
+// products over head_dim) and folds the block into that head's online softmax (running max m,
+// running sum l, FP32 accumulator of V rows rescaled by exp(m_old - m_new) when the max grows).
+// The inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
