@@ -340,13 +340,21 @@ void PanelTile(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end, in
   for (int t = 0; t < T; ++t) StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
 }
 
-// Every token of the call against one panel, 4 at a time.
+// Every token of the call against one panel.
 template <class K, class Src>
 void PanelTokens(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end) {
-  constexpr int kT = 4;
+  // Tiles of 6 tokens (each block's decoded vectors serve 6 tokens: 4-10% faster than 4 a
+  // tile at 128 tokens, peng_micro_bench); a remainder of 7 or 8 goes as 4 + 3 / 4 + 4 rather
+  // than 6 + 1 / 6 + 2. The tile size does not change any token's arithmetic.
+  const int64_t n = g.n_tokens;
+  int64_t n6 = n / 6;
+  if (n6 > 0 && n % 6 != 0 && n % 6 < 3) --n6;
   int64_t t = 0;
-  for (; t + kT <= g.n_tokens; t += kT) PanelTile<K, kT>(g, src, r, r_end, t);
-  switch (g.n_tokens - t) {
+  for (; t < 6 * n6; t += 6) PanelTile<K, 6>(g, src, r, r_end, t);
+  for (; n - t > 5; t += 4) PanelTile<K, 4>(g, src, r, r_end, t);
+  switch (n - t) {
+    case 5: PanelTile<K, 5>(g, src, r, r_end, t); break;
+    case 4: PanelTile<K, 4>(g, src, r, r_end, t); break;
     case 3: PanelTile<K, 3>(g, src, r, r_end, t); break;
     case 2: PanelTile<K, 2>(g, src, r, r_end, t); break;
     case 1: PanelTile<K, 1>(g, src, r, r_end, t); break;
