@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -24,7 +23,6 @@ namespace {
 
 constexpr int kMaxBlockSize = 256;
 constexpr int kMaxVHeadDim = 2048;
-constexpr int64_t kPrefetchBlocks = 4;  // of the next work item, ahead
 
 #define PENG_ATTN_OPS_(ns)                                                                 \
   AttnOps {                                                                                \
@@ -60,23 +58,6 @@ int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t 
   return ((block * kv.block_size + slot) * kv.n_kv_heads + head) * dim;
 }
 
-// Prefetches the K and V rows of kv head kvh in slots [first, last) of physical block phys: the
-// blocks of a sequence are scattered, a head's rows in a block are strided, and the hardware
-// prefetchers do not follow; without it each (query, block) pair waits on memory.
-void PrefetchBlock(const KvLayerView& kv, int64_t phys, int64_t first, int64_t last, int kvh) {
-  const size_t es = kv.dtype == DType::kF16 ? 2 : 4;
-  const int dv = VHeadDim(kv);
-  const char* k =
-      static_cast<const char*>(kv.k) + es * CacheOffset(kv, phys, first, kvh, kv.head_dim);
-  const char* v = static_cast<const char*>(kv.v) + es * CacheOffset(kv, phys, first, kvh, dv);
-  const size_t k_stride = es * kv.n_kv_heads * kv.head_dim, v_stride = es * kv.n_kv_heads * dv;
-  const size_t k_bytes = es * kv.head_dim, v_bytes = es * dv;
-  for (int64_t s = first; s < last; ++s, k += k_stride, v += v_stride) {
-    for (size_t off = 0; off < k_bytes; off += 64) __builtin_prefetch(k + off, 0, 3);
-    for (size_t off = 0; off < v_bytes; off += 64) __builtin_prefetch(v + off, 0, 3);
-  }
-}
-
 // out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
 // [lo, pos] of kv head kvh, for h < n_heads (heads that share kv head kvh): each block's keys
 // and values are read from memory once for all of them.
@@ -94,19 +75,11 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
   acc_buf.assign(static_cast<size_t>(n_heads) * dv, 0.f);
   sms.assign(n_heads, OnlineSoftmax{});
   float scores[kMaxBlockSize];
-  const auto slots = [&](int64_t b, int64_t* first, int64_t* last) {  // of block b
-    *first = std::max(lo, b * bs) - b * bs;
-    *last = std::min(pos + 1, (b + 1) * bs) - b * bs;
-  };
-  int64_t first, last;
   for (int64_t b = lo / bs; b <= pos / bs; ++b) {
     const int64_t phys = block_table[b];
     PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
-    if (b < pos / bs) {  // the next block's rows arrive while this one is scored
-      slots(b + 1, &first, &last);
-      PrefetchBlock(kv, block_table[b + 1], first, last, kvh);
-    }
-    slots(b, &first, &last);
+    const int64_t first = std::max(lo, b * bs) - b * bs;      // slots [first, last) of block b
+    const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
     const int64_t n = last - first;
     const int64_t k_off = CacheOffset(kv, phys, first, kvh, dk);
     const int64_t v_off = CacheOffset(kv, phys, first, kvh, dv);
@@ -204,30 +177,11 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   for (int64_t s = 0; s < n_seqs; ++s) decode = decode && seqs[s].n_q == 1;
   auto run = [&](int64_t begin, int64_t end, int64_t step) {
     int64_t s = 0, s_first = 0;  // sequence of item i and its first item
-    int64_t ns = 0, ns_first = 0;  // the same for the item after it, whose first block is
-                                   // prefetched while this one runs
-    const auto locate = [&](int64_t i, int64_t* seq, int64_t* seq_first) {
-      while (i >= *seq_first + seqs[*seq].n_q * items_per_row)
-        *seq_first += seqs[(*seq)++].n_q * items_per_row;
-      const int64_t j = i - *seq_first;
-      return std::pair<int64_t, int>(j / items_per_row,
-                                     static_cast<int>(j % items_per_row) * per_item);
-    };
     for (int64_t i = begin; i < end; i += step) {
-      const auto [t, h] = locate(i, &s, &s_first);
+      while (i >= s_first + seqs[s].n_q * items_per_row) s_first += seqs[s++].n_q * items_per_row;
       const AttentionSeq& sq = seqs[s];
-      if (i + step < end) {
-        const auto [nt, nh] = locate(i + step, &ns, &ns_first);
-        const AttentionSeq& nq = seqs[ns];
-        const int64_t pos = nq.pos0 + nt;
-        const int64_t lo =
-            p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-        // its first kPrefetchBlocks blocks (a short context: all of it)
-        const int64_t bs = kv.block_size;
-        for (int64_t b = lo / bs; b <= pos / bs && b < lo / bs + kPrefetchBlocks; ++b)
-          PrefetchBlock(kv, nq.block_table[b], std::max(lo, b * bs) - b * bs,
-                        std::min(pos + 1, (b + 1) * bs) - b * bs, nh / group);
-      }
+      const int64_t t = (i - s_first) / items_per_row;
+      const int h = static_cast<int>((i - s_first) % items_per_row) * per_item;
       AttendHeads(sq.q + (t * p.n_heads + h) * dk, dk, per_item, sq.pos0 + t, h / group, kv,
                   sq.block_table, p, ops, sq.out + (t * p.n_heads + h) * dv, dv);
     }

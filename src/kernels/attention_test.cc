@@ -221,6 +221,40 @@ TEST(PagedAttention, BatchEqualsEachSequence) {
   }
 }
 
+// A decode batch (one token a sequence, the engine's steady state): the heads of a kv head are
+// one work item and the threads take contiguous ranges of tokens (7 tokens over 3 threads: 3,
+// 3 and 1). Every sequence's output equals PagedAttention of it alone, bit for bit.
+TEST(PagedAttention, DecodeBatchEqualsEachSequence) {
+  const Case c{"decode_batch", 8, 2, 64, 64, 1, 60, DType::kF16};
+  const Data data = MakeData(c, 4);
+  PagedCache pc = MakeCache(c, 6);
+  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
+    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+            &data.v[p * c.n_kv_heads * c.v_head_dim]);
+  AttentionParams params;
+  params.n_heads = c.n_heads;
+  params.scale = 0.125f;
+  const int64_t row = c.n_heads * c.head_dim;
+  const int64_t positions[] = {60, 3, 17, 0, 33, 48, 16};  // 7 sequences sharing the cache
+  std::vector<std::vector<float>> want(7), got(7), qs(7);
+  std::vector<AttentionSeq> seqs;
+  for (int i = 0; i < 7; ++i) {
+    qs[i] = data.q;  // the case's one query row, scaled: a different query each
+    for (float& x : qs[i]) x *= 1.f + 0.1f * static_cast<float>(i);
+    want[i].assign(row, 0.f);
+    PagedAttention(qs[i].data(), 1, positions[i], pc.view, pc.block_table.data(), params,
+                   want[i].data(), nullptr);
+    got[i].assign(row, -1.f);
+    seqs.push_back({qs[i].data(), 1, positions[i], pc.block_table.data(), got[i].data()});
+  }
+  ThreadPool pool(3);
+  for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    for (auto& g : got) std::fill(g.begin(), g.end(), -1.f);
+    PagedAttentionBatch(seqs.data(), 7, pc.view, params, tp);
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(got[i], want[i]) << "seq " << i << " pool " << !!tp;
+  }
+}
+
 TEST(KvWrite, F16BitsMatchScalarConversion) {
   const Isa saved = ActiveIsa();
   const int n_kv = 2, dim = 19;
