@@ -66,4 +66,19 @@ class ThreadPool {
   std::condition_variable cv_;
 };
 
+// fn(begin, end) over [0, rows): split among the pool's threads (ParallelFor) when there are
+// enough rows of enough values for the split to pay -- a parallel region costs a few
+// microseconds -- else in the calling thread (also when pool is null). For per-row work between
+// the big kernels of a batched step (activation quantization, norms, RoPE and cache writes,
+// logit checks), which would otherwise leave every other thread waiting.
+template <typename Fn>
+void ForRows(ThreadPool* pool, int64_t rows, int64_t row_values, Fn&& fn) {
+  if (pool && pool->num_threads() > 1 && rows >= 2 * pool->num_threads() &&
+      rows * row_values >= (int64_t{1} << 14)) {
+    pool->ParallelFor(rows, fn);
+  } else if (rows > 0) {
+    fn(int64_t{0}, rows);
+  }
+}
+
 }  // namespace peng

@@ -353,13 +353,7 @@ void EngineCore::FinishStep(Replica* rp) {
     for (int64_t j = a; j < b; ++j)
       bad_logit_[j] = kernels::FindNanOrPosInf(R.logits.data() + last_rows_[j] * vocab_, vocab_);
   };
-  const int64_t n_rows = static_cast<int64_t>(last_rows_.size());
-  ThreadPool& pool = executor_->pool();
-  if (n_rows >= 2 * pool.num_threads()) {
-    pool.ParallelFor(n_rows, scan);
-  } else {
-    scan(0, n_rows);
-  }
+  ForRows(&executor_->pool(), static_cast<int64_t>(last_rows_.size()), vocab_, scan);
   step_.sample_seconds += Seconds(Clock::now() - check_begin);
   int64_t row = 0, sampled = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {

@@ -188,11 +188,9 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   };
   if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {
     run(0, n_items, 1);
-  } else if (decode) {
-    pool->Run([&](int ti, int nt) {
-      const int64_t chunk = (n_rows + nt - 1) / nt;  // whole tokens, as ParallelFor splits them
-      run(std::min(n_items, ti * chunk * items_per_row),
-          std::min(n_items, (ti + 1) * chunk * items_per_row), 1);
+  } else if (decode) {  // the same split of the tokens as the per-token step's ParallelFor
+    pool->ParallelFor(n_rows, [&](int64_t b, int64_t e) {
+      run(b * items_per_row, e * items_per_row, 1);
     });
   } else {
     pool->Run([&](int ti, int nt) { run(ti, n_items, nt); });

@@ -146,11 +146,7 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
       }
     }
   };
-  if (pool && pool->num_threads() > 1 && n_tokens >= 2 * pool->num_threads()) {
-    pool->ParallelFor(n_tokens, run);
-  } else {
-    run(0, n_tokens);
-  }
+  ForRows(pool, n_tokens, cols, run);
   return a;
 }
 

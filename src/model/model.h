@@ -51,21 +51,6 @@ inline Status PrepareBatch(const ForwardBatch& batch, const KvCache& kv, int64_t
   return PrepareBatch(batch, kv.num_blocks(), kv.block_size(), vocab_size, pos, seq_of_token);
 }
 int64_t GatherLogitRows(const ForwardBatch& batch, const float* x, int64_t hidden, float* sel);
-// fn(t0, t1) over [0, rows) split among the pool's threads when there are enough rows of enough
-// values for the split to pay (a parallel region costs a few microseconds), else in the calling
-// thread: the element-wise steps between a layer's matrix products (norms, residual adds,
-// activations, RoPE and cache writes) of a batched step, which would otherwise leave every
-// other thread waiting.
-template <typename Fn>
-void ForRows(ThreadPool* pool, int64_t rows, int64_t row_values, Fn&& fn) {
-  if (pool && pool->num_threads() > 1 && rows >= 2 * pool->num_threads() &&
-      rows * row_values >= (int64_t{1} << 14)) {
-    pool->ParallelFor(rows, fn);
-  } else if (rows > 0) {
-    fn(int64_t{0}, rows);
-  }
-}
-
 // RoPE's cos/sin rows of the batch's T positions (kernels::RopeCosSin, cfg.rot_dim floats a
 // token) into *cs: computed once a step and shared by every layer.
 void RopeRows(const int64_t* pos, int64_t T, const kernels::RopeConfig& cfg,

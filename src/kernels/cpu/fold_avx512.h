@@ -10,9 +10,9 @@ namespace {
 
 // Lane r of the result = op over the 16 lanes of z(r), r < 16: a transpose-and-combine tree
 // (op commutative and associative -- max, integer adds; float adds come out reassociated)
-// instead of 16 horizontal
-// reductions (about 45 shuffles and ops for 16 vectors, where a horizontal reduction of
-// one takes 8). z(r) is called in order 0..15 as the tree consumes it, so few vectors are live.
+// instead of 16 horizontal reductions (about 45 shuffles and ops for 16 vectors, where a
+// horizontal reduction of one takes 8). z(r) is called in order 0..15 as the tree consumes it,
+// so few vectors are live.
 template <class Z, class Op>
 __attribute__((always_inline)) inline __m512 Fold16(Z&& z, Op&& op) {
   __m512 t[4];
