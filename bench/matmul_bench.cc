@@ -1,7 +1,9 @@
 // Micro-benchmarks of the matmul kernels on the shapes of the small models we serve, single
 // threaded on the active ISA (force one with PENG_ISA=scalar|avx2|avx512). For GEMV
-// (n_tokens = 1) the weights rotate through copies totalling kFootprintBytes, so they come
-// from memory, not cache; compare its GB/s with BM_MemRead over the same footprint.
+// (n_tokens = 1) and the GEMM of a 32-sequence decode step (n_tokens = 32) the weights rotate
+// through copies totalling kFootprintBytes, so they come from memory, not cache, as in a model's
+// step; compare a GEMV's GB/s with BM_MemRead over the same footprint. 128 tokens (a prefill
+// chunk) reuse one copy.
 // PENG_BENCH_HOT=1 keeps one copy (cache-resident: measures compute, not memory).
 // BM_MatMulPanels: the same with the weights packed into the kernels' panels first (the layout
 // models run for Q4_0 / Q4_1 / Q8_0 on AVX-512).
@@ -83,7 +85,7 @@ void RunMatMul(benchmark::State& state, DType t, bool packed) {
   const std::vector<uint8_t> one = RandomMatrix(t, rows, cols);
   const bool hot = std::getenv("PENG_BENCH_HOT") != nullptr;  // weights stay in cache
   const size_t copies =
-      n_tokens == 1 && !hot ? std::max<size_t>(1, kFootprintBytes / one.size()) : 1;
+      n_tokens <= 32 && !hot ? std::max<size_t>(1, kFootprintBytes / one.size()) : 1;
   std::vector<uint8_t> all(one.size() * copies);
   for (size_t c = 0; c < copies; ++c) std::memcpy(&all[c * one.size()], one.data(), one.size());
   std::vector<std::shared_ptr<const uint8_t>> panels(copies);
@@ -119,7 +121,7 @@ void BM_MatMulPanels(benchmark::State& state, DType t) { RunMatMul(state, t, tru
 
 void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<std::pair<int, int>> shapes) {
   for (auto [rows, cols] : shapes)
-    for (int n : {1, 128}) b->Args({rows, cols, n});
+    for (int n : {1, 32, 128}) b->Args({rows, cols, n});
   b->Unit(benchmark::kMicrosecond);
 }
 

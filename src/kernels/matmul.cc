@@ -6,6 +6,7 @@
 // calls allocate nothing. It is per calling thread (the engine thread), so concurrent MatMul
 // calls from different threads are safe; pool workers only read it during the call.
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -30,6 +31,9 @@ namespace {
 constexpr int64_t kTokenChunk = 64;
 // Rows per thread are rounded to this so every thread runs whole register tiles.
 constexpr int64_t kRowAlign = 16;
+// From this many tokens a call is compute bound and its rows are dealt dynamically
+// (RunPartsDynamic); below, each thread streams one contiguous byte share.
+constexpr int64_t kDynamicTokens = 4;
 
 struct Workspace {
   struct Free {
@@ -288,18 +292,57 @@ void RunPartRows(const Part& p, int64_t r0, int64_t r1) {
   }
 }
 
-// Runs all rows of all parts in one parallel region. Each thread gets an equal share of the
-// weight bytes (GEMV is memory bound), cut at multiples of kRowAlign rows within a part, so
-// every thread streams one contiguous range that may span parts.
+// Several tokens (a GEMM, compute bound): the threads claim chunks of kRowAlign-row units,
+// in order over all parts, from a shared counter until none is left -- a thread slowed by
+// anything (a neighbour on its core, a longer part) takes fewer chunks instead of making the
+// others wait at the end of the region. Which thread computes a row does not change its
+// result.
+void RunPartsDynamic(const Part* parts, int n, int64_t total_bytes, ThreadPool* pool) {
+  int64_t first_unit[kMaxMatMulGroup + 1];  // unit index of each part's first row
+  first_unit[0] = 0;
+  for (int i = 0; i < n; ++i)
+    first_unit[i + 1] = first_unit[i] + (parts[i].rows + kRowAlign - 1) / kRowAlign;
+  const int64_t units = first_unit[n];
+  // About 8 chunks a thread: few enough that claiming costs nothing against a chunk's work,
+  // enough that the last chunks even out the threads' finishing times.
+  const int64_t per_unit_bytes = std::max<int64_t>(1, total_bytes / units);
+  const int64_t chunk_bytes = total_bytes / (8 * pool->num_threads());
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / per_unit_bytes);
+  std::atomic<int64_t> next{0};
+  pool->Run([&](int, int) {
+    int i = 0;
+    for (;;) {
+      const int64_t u0 = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (u0 >= units) return;
+      const int64_t u1 = std::min(units, u0 + chunk);
+      while (first_unit[i + 1] <= u0) ++i;  // chunks are claimed in increasing order
+      for (int k = i; k < n && first_unit[k] < u1; ++k) {
+        const int64_t r0 = (std::max(u0, first_unit[k]) - first_unit[k]) * kRowAlign;
+        const int64_t r1 = std::min(parts[k].rows, (u1 - first_unit[k]) * kRowAlign);
+        if (r0 < r1) RunPartRows(parts[k], r0, r1);
+      }
+    }
+  });
+}
+
+// Runs all rows of all parts in one parallel region. A GEMV (one token: memory bound) gives
+// each thread an equal share of the weight bytes, cut at multiples of kRowAlign rows within a
+// part, so every thread streams one contiguous range that may span parts; several tokens go
+// through RunPartsDynamic.
 void RunParts(const Part* parts, int n, ThreadPool* pool) {
-  int64_t total_rows = 0, total_bytes = 0;
+  int64_t total_rows = 0, total_bytes = 0, max_tokens = 0;
   for (int i = 0; i < n; ++i) {
     total_rows += parts[i].rows;
     total_bytes += parts[i].rows * parts[i].args.row_bytes;
+    max_tokens = std::max(max_tokens, parts[i].args.n_tokens);
   }
   const int nt = pool ? pool->num_threads() : 1;
   if (nt <= 1 || total_rows < 2 * kRowAlign) {
     for (int i = 0; i < n; ++i) RunPartRows(parts[i], 0, parts[i].rows);
+    return;
+  }
+  if (max_tokens >= kDynamicTokens && n <= kMaxMatMulGroup) {
+    RunPartsDynamic(parts, n, total_bytes, pool);
     return;
   }
   struct Cut {

@@ -385,6 +385,45 @@ TEST(MatMulTest, GroupEqualsSeparateProducts) {
   }
 }
 
+// Several tokens deal 16-row units to the threads from a shared counter (matmul.cc,
+// RunPartsDynamic) in chunks of several units: chunks that start in one matrix and end in the
+// next, matrices whose last unit is partial, and more threads than the machine has still
+// compute every row once and exactly as one thread does.
+TEST(MatMulTest, DynamicChunksSpanMatricesAndCoverEveryRowOnce) {
+  std::mt19937 rng(13);
+  const int64_t cols = 256, n_tokens = 5;
+  const DType types[] = {DType::kQ8_0, DType::kQ4_K, DType::kQ4_1};
+  const int64_t rows[] = {40, 33, 1000};  // units 3 + 3 + 63: chunks of 4 (2 threads), 2 (4)
+  constexpr int n = 3;
+  std::vector<std::vector<uint8_t>> w(n);
+  std::vector<TensorView> v(n);
+  for (int i = 0; i < n; ++i) {
+    w[i] = RandomWeights(types[i], rows[i], cols, rng);
+    v[i] = View(types[i], rows[i], cols, w[i]);
+  }
+  const auto x = RandomActs(cols * n_tokens, rng);
+  ThreadPool pool2(2), pool4(4);
+  for (ThreadPool* pool : {&pool2, &pool4}) {
+    for (int rep = 0; rep < 3; ++rep) {  // the chunks go to different threads each time
+      std::vector<std::vector<float>> want(n), got(n);
+      MatMulOut outs[n];
+      for (int i = 0; i < n; ++i) {
+        want[i].resize(rows[i] * n_tokens);
+        got[i].assign(rows[i] * n_tokens, 42.f);
+        MatMul(v[i], x.data(), n_tokens, want[i].data(), nullptr);
+        outs[i] = {&v[i], got[i].data(), nullptr};
+      }
+      MatMulGroup(outs, n, x.data(), n_tokens, pool);
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(got[i], want[i]) << DTypeName(types[i]) << " threads " << pool->num_threads();
+    }
+    std::vector<float> want(1000 * n_tokens), got(1000 * n_tokens, 42.f);
+    MatMul(v[2], x.data(), n_tokens, want.data(), nullptr);
+    MatMul(v[2], x.data(), n_tokens, got.data(), pool);
+    ASSERT_EQ(got, want);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTypeTest, ::testing::ValuesIn(kAllTypes),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
