@@ -99,7 +99,7 @@ ActRows ActLayout(int ab, int64_t n_tokens, int64_t cols, size_t* bytes) {
   a.qs_stride = RoundUp(cols, 64) + 64;
   a.d_stride = RoundUp(cols / ab + 2, 16);
   a.sums_stride = RoundUp(cols / 16 + 2, 32);
-  const int64_t float_rows = ab == kQK ? 3 : 1;  // d, and for 32-value blocks fsum and dsum
+  const int64_t float_rows = ab == kQK ? 3 : 1;  // d, and for 32-value blocks neg_sum and dsum
   *bytes = static_cast<size_t>(a.qs_stride) * n_tokens +
            sizeof(float) * a.d_stride * n_tokens * float_rows +
            sizeof(int16_t) * a.sums_stride * n_tokens;
@@ -121,13 +121,13 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
   int8_t* qs = reinterpret_cast<int8_t*>(base);
   float* d = reinterpret_cast<float*>(base + qs_bytes);
   const bool block32 = ab == kQK;
-  float* fsum = block32 ? d + a.d_stride * n_tokens : nullptr;
-  float* dsum = block32 ? fsum + a.d_stride * n_tokens : nullptr;
+  int32_t* neg_sum = block32 ? reinterpret_cast<int32_t*>(d + a.d_stride * n_tokens) : nullptr;
+  float* dsum = block32 ? d + 2 * a.d_stride * n_tokens : nullptr;
   int16_t* sums = reinterpret_cast<int16_t*>(base + qs_bytes + d_bytes * (block32 ? 3 : 1));
   a.qs = qs;
   a.d = d;
   a.sums = sums;
-  a.fsum = fsum;
+  a.neg_sum = neg_sum;
   a.dsum = dsum;
   auto run = [&](int64_t t0, int64_t t1) {
     for (int64_t tk = t0; tk < t1; ++tk) {
@@ -139,13 +139,14 @@ ActRows QuantizeActivations(DType t, const float* x, int64_t n_tokens, int64_t c
       std::fill(dd + cols / ab, dd + a.d_stride, 0.f);
       std::fill(ss + cols / 16, ss + a.sums_stride, int16_t{0});
       if (block32) {
-        float* fs = fsum + tk * a.d_stride;
+        int32_t* ns = neg_sum + tk * a.d_stride;
         float* ds = dsum + tk * a.d_stride;
         for (int64_t b = 0; b < cols / kQK; ++b) {
-          fs[b] = static_cast<float>(ss[2 * b] + ss[2 * b + 1]);
-          ds[b] = dd[b] * fs[b];
+          const int32_t sum = ss[2 * b] + ss[2 * b + 1];
+          ns[b] = -sum;
+          ds[b] = dd[b] * static_cast<float>(sum);
         }
-        std::fill(fs + cols / kQK, fs + a.d_stride, 0.f);
+        std::fill(ns + cols / kQK, ns + a.d_stride, 0);
         std::fill(ds + cols / kQK, ds + a.d_stride, 0.f);
       }
     }
@@ -283,8 +284,8 @@ void RunPartRows(const Part& p, int64_t r0, int64_t r1) {
     c.a.qs = args.a.qs + t0 * args.a.qs_stride;
     c.a.d = args.a.d + t0 * args.a.d_stride;
     c.a.sums = args.a.sums + t0 * args.a.sums_stride;
-    if (args.a.fsum) {
-      c.a.fsum = args.a.fsum + t0 * args.a.d_stride;
+    if (args.a.neg_sum) {
+      c.a.neg_sum = args.a.neg_sum + t0 * args.a.d_stride;
       c.a.dsum = args.a.dsum + t0 * args.a.d_stride;
     }
     c.y = args.y + t0 * args.ldy;

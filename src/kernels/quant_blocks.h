@@ -118,14 +118,15 @@ inline void ActBlockScale(float amax, int ab, float* d, float* iscale) {
 
 // Quantized activation rows (see the header comment). Row t starts at qs + t * qs_stride,
 // d + t * d_stride, sums + t * sums_stride.
-// For 32-value blocks also, per block bb, fsum[bb] = float(sums[2bb] + sums[2bb + 1]) and
-// dsum[bb] = d[bb] * fsum[bb] (row t at t * d_stride): the offset and min terms of a block's
-// dot as floats a GEMM kernel can broadcast straight from memory.
+// For 32-value blocks also, per block bb, neg_sum[bb] = -(sums[2bb] + sums[2bb + 1]) and
+// dsum[bb] = d[bb] * float(sums[2bb] + sums[2bb + 1]) (row t at t * d_stride): the offset term
+// of a block's dot as an integer a GEMM kernel starts its accumulator from (shifted by the
+// weight offset's power of two) and the min term as a float it broadcasts from memory.
 struct ActRows {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   const int16_t* sums = nullptr;
-  const float* fsum = nullptr;
+  const int32_t* neg_sum = nullptr;
   const float* dsum = nullptr;
   int64_t qs_stride = 0, d_stride = 0, sums_stride = 0;
 };

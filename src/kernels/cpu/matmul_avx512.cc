@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -162,25 +163,35 @@ inline __m512i LoadHeads(const B* const w[16], int64_t bb) {
 struct TokenActs {
   const int8_t* q;  // read 4 bytes at a time with Load32 (no int32 aliasing of int8 data)
   const float* d;
-  const float* fsum;  // float(sum of the block's values), d * that (ActRows)
+  const int32_t* neg_sum;  // -(sum of the block's values), d * that sum (ActRows)
   const float* dsum;
 };
 inline TokenActs Acts(const MatMulArgs& g, int64_t t) {
   const int64_t f = t * g.a.d_stride;
-  return {g.a.qs + t * g.a.qs_stride, g.a.d + f, g.a.fsum + f, g.a.dsum + f};
+  return {g.a.qs + t * g.a.qs_stride, g.a.d + f, g.a.neg_sum + f, g.a.dsum + f};
 }
 
-// acc += the 16 rows' value of block bb for one token, given the block's int32 dots. Every
-// per-token factor is a broadcast from memory (no scalar arithmetic, no register broadcast);
-// dot - kOff * sum is exact in float (both are integers below 2^24), so this equals the
-// integer subtraction.
+// Where a block's int32 dots start: -kOff * sum(a) in every lane (kOff is a power of two: one
+// broadcast from memory and a shift), so the dots come out with the weight offset removed,
+// exactly, on the integer pipes instead of as a float FMA per token and block.
+template <class K>
+inline __m512i OffsetStart(const TokenActs& a, int64_t bb) {
+  if constexpr (K::kOff == 0) {
+    return _mm512_setzero_si512();
+  } else {
+    static_assert(std::has_single_bit(static_cast<unsigned>(K::kOff)));
+    constexpr int kShift = std::countr_zero(static_cast<unsigned>(K::kOff));
+    return _mm512_slli_epi32(_mm512_set1_epi32(a.neg_sum[bb]), kShift);
+  }
+}
+
+// acc += the 16 rows' value of block bb for one token, given the block's int32 dots with the
+// weight offset already removed (OffsetStart). Every per-token factor is a broadcast from
+// memory (no scalar arithmetic, no register broadcast).
 template <class K>
 inline __m512 ScaleBlock(__m512i dot, __m512 dw, __m512 mw, const TokenActs& a, int64_t bb,
                          __m512 acc) {
-  __m512 fdot = _mm512_cvtepi32_ps(dot);
-  if constexpr (K::kOff != 0)
-    fdot = _mm512_fnmadd_ps(_mm512_set1_ps(static_cast<float>(K::kOff)),
-                            _mm512_set1_ps(a.fsum[bb]), fdot);
+  const __m512 fdot = _mm512_cvtepi32_ps(dot);
   acc = _mm512_fmadd_ps(fdot, _mm512_mul_ps(dw, _mm512_set1_ps(a.d[bb])), acc);
   if constexpr (K::kMin) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.dsum[bb]), acc);
   return acc;
@@ -258,7 +269,8 @@ void PanelGemv(const MatMulArgs& g, int64_t r, int64_t r_end) {
         &dot[0], &dot[1]);
     for (int h = 0; h < (pair ? 2 : 1); ++h) {
       HeadScales<K>(LoadHeads(w, b + h), &dw, &mw);
-      acc = ScaleBlock<K>(dot[h], dw, mw, a, b + h, acc);
+      acc = ScaleBlock<K>(_mm512_add_epi32(dot[h], OffsetStart<K>(a, b + h)), dw, mw, a, b + h,
+                          acc);
     }
   }
   StoreRows(g.y + r, acc, static_cast<int>(r_end - r));
@@ -327,7 +339,10 @@ void PanelTile(const MatMulArgs& g, const Src& src, int64_t r, int64_t r_end, in
     // Two accumulators a token (even / odd vectors): the dependent vpdpbusd chain of a block is
     // 4 long instead of 8, so consecutive blocks overlap.
     __m512i dot[2][T];
-    for (int t = 0; t < T; ++t) dot[0][t] = dot[1][t] = _mm512_setzero_si512();
+    for (int t = 0; t < T; ++t) {
+      dot[0][t] = OffsetStart<K>(a[t], bb);
+      dot[1][t] = _mm512_setzero_si512();
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j)
       for (int t = 0; t < T; ++t)
