@@ -247,8 +247,9 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       }
     }
   }
-  if (IsaSupported(Isa::kAvx512) && (t == DType::kQ4_0 || t == DType::kQ8_0))
+  if (IsaSupported(Isa::kAvx512) && (t == DType::kQ4_0 || t == DType::kQ8_0)) {
     EXPECT_TRUE(packed_any);
+  }
 }
 
 // The same for any row slice and any sub-batch: a token's output of a row is bit-identical
