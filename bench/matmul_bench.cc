@@ -6,7 +6,7 @@
 // chunk) reuse one copy.
 // PENG_BENCH_HOT=1 keeps one copy (cache-resident: measures compute, not memory).
 // BM_MatMulPanels: the same with the weights packed into the kernels' panels first (the layout
-// models run for Q4_0 / Q4_1 / Q8_0 on AVX-512).
+// models run for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 on AVX-512).
 //   peng_micro_bench --benchmark_filter='MatMul/Q4_1'
 #include <benchmark/benchmark.h>
 
@@ -146,6 +146,8 @@ PENG_BENCH_TYPE(F32, {896, 4864});
 PENG_BENCH_PANELS(Q4_1, {576, 1536}, {1536, 576}, {49152, 576});
 PENG_BENCH_PANELS(Q8_0, {576, 1536}, {1536, 576}, {49152, 576});
 PENG_BENCH_PANELS(Q4_0, {896, 4864}, {4864, 896}, {1408, 2048}, {2048, 1408}, {3072, 2048});
+PENG_BENCH_PANELS(Q5_0, {896, 4864}, {4864, 896});
+PENG_BENCH_PANELS(Q5_1, {896, 4864});
 
 }  // namespace
 }  // namespace peng::kernels

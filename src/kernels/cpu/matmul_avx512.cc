@@ -396,14 +396,19 @@ __m512i* PanelBuffer(size_t vectors) {
 // ---- Panels packed at load time (PackPanels): per 16-row panel and block, the block's quants
 // as panel vectors in their stored width -- Q4_0 / Q4_1: 4 vectors, vector k = bytes 4k..4k+3 of
 // qs of every row (low nibbles: values 4k..4k+3, high nibbles: values 16 + 4k..), Q8_0: 8
-// vectors of values 4j..4j+3 with the sign bit flipped -- then the 16 rows' fp16 d (and m).
+// vectors of values 4j..4j+3 with the sign bit flipped -- then, for Q5_0 / Q5_1, each row's 32
+// high bits as one dword, rearranged (HighBitsForPanel: bit K of byte j is the high bit of
+// value 4K + j, the value at byte j of decoded vector K), then the 16 rows' fp16 d (and m).
 // Exactly the bytes of the 16 rows, rearranged, so a panel streams like the rows it replaces;
-// a block decodes with two ops per nibble vector instead of a per-row reduction
+// a block decodes with two ops per nibble vector (Q5: two more, a shift of the high-bit dwords
+// and a vpternlogd that puts bit K of every byte at bit 4) instead of a per-row reduction
 // (ReduceBlockPairs), and the same ScaleBlock in the same order gives the same results.
 template <class K>
 struct Packed {
+  static constexpr bool kHigh = std::is_same_v<K, KQ5_0> || std::is_same_v<K, KQ5_1>;
   static constexpr int kQuantVectors = std::is_same_v<K, KQ8_0> ? 8 : 4;
-  static constexpr int64_t kBlockBytes = 64 * kQuantVectors + 32 * (K::kMin ? 2 : 1);
+  static constexpr int64_t kScales = 64 * kQuantVectors + (kHigh ? 64 : 0);  // offset
+  static constexpr int64_t kBlockBytes = kScales + 32 * (K::kMin ? 2 : 1);
   const uint8_t* panel;
   int64_t ahead;  // prefetch distance (bytes)
   void Block(int64_t bb, __m512i v[8], __m512* dw, __m512* mw) const {
@@ -420,13 +425,35 @@ struct Packed {
         v[k] = _mm512_and_si512(q, m4);
         v[4 + k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       }
+      if constexpr (kHigh) {
+        const __m512i h = _mm512_loadu_si512(p + 64 * kQuantVectors);
+        const __m512i bit4 = _mm512_set1_epi8(0x10);
+        // (high bits moved so bit K of each byte is at bit 4) & 0x10 | v[K]: ternary 0xEA.
+        v[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h, 4), bit4, v[0], 0xEA);
+        v[1] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h, 3), bit4, v[1], 0xEA);
+        v[2] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h, 2), bit4, v[2], 0xEA);
+        v[3] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h, 1), bit4, v[3], 0xEA);
+        v[4] = _mm512_ternarylogic_epi32(h, bit4, v[4], 0xEA);
+        v[5] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(h, 1), bit4, v[5], 0xEA);
+        v[6] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(h, 2), bit4, v[6], 0xEA);
+        v[7] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(h, 3), bit4, v[7], 0xEA);
+      }
     }
-    const uint8_t* scales = p + 64 * kQuantVectors;
+    const uint8_t* scales = p + kScales;
     *dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
     if constexpr (K::kMin)
       *mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32)));
   }
 };
+
+// A Q5 block's 32 high bits (bit v: value v) as Packed keeps them: bit K of byte j = bit
+// 4K + j, the high bit of the value that byte j of decoded panel vector K holds.
+inline uint32_t HighBitsForPanel(uint32_t qh) {
+  uint32_t out = 0;
+  for (int j = 0; j < 4; ++j)
+    for (int k = 0; k < 8; ++k) out |= ((qh >> (4 * k + j)) & 1u) << (8 * j + k);
+  return out;
+}
 
 template <class K>
 void PackPanelsOf(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
@@ -443,7 +470,11 @@ void PackPanelsOf(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols
           if constexpr (P::kQuantVectors == 8)
             for (int c = 0; c < 4; ++c) dst[c] ^= 0x80;
         }
-        uint8_t* scales = out + 64 * P::kQuantVectors;
+        if constexpr (P::kHigh) {
+          const uint32_t h = HighBitsForPanel(Load32(blk->qh));
+          std::memcpy(out + 64 * P::kQuantVectors + 4 * i, &h, 4);
+        }
+        uint8_t* scales = out + P::kScales;
         std::memcpy(scales + 2 * i, &blk->d, 2);
         if constexpr (K::kMin) std::memcpy(scales + 32 + 2 * i, &blk->m, 2);
       }
@@ -453,7 +484,7 @@ void PackPanelsOf(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols
 
 template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
-  if constexpr (!std::is_same_v<K, KQ5_0> && !std::is_same_v<K, KQ5_1>) {
+  {
     if (g.panels && r0 % 16 == 0) {  // packed at load time
       const int64_t ahead = PrefetchAhead(Packed<K>::kBlockBytes);
       for (int64_t r = r0; r < r1; r += 16)
@@ -751,6 +782,8 @@ size_t Avx512PanelBytes(DType t, int64_t cols) {
   switch (t) {
     case DType::kQ4_0: return nb * Packed<KQ4_0>::kBlockBytes;
     case DType::kQ4_1: return nb * Packed<KQ4_1>::kBlockBytes;
+    case DType::kQ5_0: return nb * Packed<KQ5_0>::kBlockBytes;
+    case DType::kQ5_1: return nb * Packed<KQ5_1>::kBlockBytes;
     case DType::kQ8_0: return nb * Packed<KQ8_0>::kBlockBytes;
     default: return 0;
   }
@@ -761,6 +794,8 @@ void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows,
   switch (t) {
     case DType::kQ4_0: return PackPanelsOf<KQ4_0>(w, row_bytes, rows, cols, out);
     case DType::kQ4_1: return PackPanelsOf<KQ4_1>(w, row_bytes, rows, cols, out);
+    case DType::kQ5_0: return PackPanelsOf<KQ5_0>(w, row_bytes, rows, cols, out);
+    case DType::kQ5_1: return PackPanelsOf<KQ5_1>(w, row_bytes, rows, cols, out);
     case DType::kQ8_0: return PackPanelsOf<KQ8_0>(w, row_bytes, rows, cols, out);
     default: return;
   }
