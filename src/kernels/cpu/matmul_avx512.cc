@@ -1,6 +1,7 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels. Integer dot products use vpdpbusd (u8 weights x
 // s8 activations); a weight offset (Q4_0: 8, Q5_0: 16, Q8_0: 128 after flipping its sign bit) is
-// removed exactly through -offset * sum(a). The 32-value block types run in 16-row panels (one
+// removed exactly by starting the int32 dots at -offset * sum(a) (OffsetStart). The 32-value
+// block types run in 16-row panels (one
 // lane per row, the two blocks of a step transposed across rows; see PanelGemv / PackPanel);
 // the K-quants and float types compute R x T register tiles (R weight rows x T tokens: every
 // weight block is decoded once per tile and reused for T tokens, every activation block loaded
@@ -111,11 +112,13 @@ struct KQ8_0 {
 // 4j..4j+3 of every row (j < 8: the first block, j >= 8: the second), so one vpdpbusd with the
 // token's 4 activation bytes broadcast advances 16 rows' dot products, and each block's exact
 // int32 dot is scaled once for all 16 rows: dot - off * sum(a) -> float, times d_w * d_a, FMA
-// into the row's accumulator (Q4_1/Q5_1: + m_w * d_a * sum(a)). A GEMV keeps the row-major
-// layout (one vpdpbusd per row and block pair) and reduces the partial dots across the 16 rows
-// with integer adds (ReduceBlockPairs); a GEMM packs a panel's transposed vectors and scales
-// once into a per-thread buffer and reuses them for every token. Both do the same operations per (row, block) in the
-// same order, so a token's results do not depend on the batch (EveryIsaIsBatchInvariant).
+// into the row's accumulator (Q4_1/Q5_1: + m_w * d_a * sum(a)). Matrices packed at load time
+// (Packed, below: the models' case) serve GEMV and GEMM from the same panels. Without them a
+// GEMV keeps the row-major layout (one vpdpbusd per row and block pair) and reduces the partial
+// dots across the 16 rows with integer adds (ReduceBlockPairs), and a GEMM packs a panel's
+// transposed vectors and scales once into a per-thread buffer and reuses them for every token.
+// All do the same operations per (row, block) in the same order, so a token's results do not
+// depend on the batch or the layout (EveryIsaIsBatchInvariant, PackedPanelsGiveTheRowMajorResults).
 
 // In-place transpose of 16 x 16 dwords: v[i] dword j -> v[j] dword i.
 inline void Transpose16(__m512i v[16]) {
