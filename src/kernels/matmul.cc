@@ -298,7 +298,7 @@ void RunPartRows(const Part& p, int64_t r0, int64_t r1) {
 // anything (a neighbour on its core, a longer part) takes fewer chunks instead of making the
 // others wait at the end of the region. Which thread computes a row does not change its
 // result.
-void RunPartsDynamic(const Part* parts, int n, int64_t total_bytes, ThreadPool* pool) {
+void RunPartsDynamic(const Part* parts, int n, ThreadPool* pool) {
   int64_t first_unit[kMaxMatMulGroup + 1];  // unit index of each part's first row
   first_unit[0] = 0;
   for (int i = 0; i < n; ++i)
@@ -306,9 +306,7 @@ void RunPartsDynamic(const Part* parts, int n, int64_t total_bytes, ThreadPool* 
   const int64_t units = first_unit[n];
   // About 8 chunks a thread: few enough that claiming costs nothing against a chunk's work,
   // enough that the last chunks even out the threads' finishing times.
-  const int64_t per_unit_bytes = std::max<int64_t>(1, total_bytes / units);
-  const int64_t chunk_bytes = total_bytes / (8 * pool->num_threads());
-  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / per_unit_bytes);
+  const int64_t chunk = std::max<int64_t>(1, units / (8 * int64_t{pool->num_threads()}));
   std::atomic<int64_t> next{0};
   pool->Run([&](int, int) {
     int i = 0;
@@ -343,7 +341,7 @@ void RunParts(const Part* parts, int n, ThreadPool* pool) {
     return;
   }
   if (max_tokens >= kDynamicTokens && n <= kMaxMatMulGroup) {
-    RunPartsDynamic(parts, n, total_bytes, pool);
+    RunPartsDynamic(parts, n, pool);
     return;
   }
   struct Cut {

@@ -206,9 +206,9 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
 }
 
 // Weights packed at load time into the active ISA's panels (PackPanels: AVX-512 Q4_0 / Q4_1 /
-// Q5_0 / Q5_1 / Q8_0) give the row-major results bit for bit: decode and batches of every tile width, a row
-// count that leaves a partial last panel, an odd block count, row slices on a panel boundary
-// (the packed path) and off it (the row-major path), one thread and two.
+// Q5_0 / Q5_1 / Q8_0) give the row-major results bit for bit: decode and batches of every tile
+// width, a row count that leaves a partial last panel, an odd block count, row slices on a
+// panel boundary (the packed path) and off it (the row-major path), one thread and two.
 TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
   const DType t = GetParam();
   ThreadPool pool(2);
@@ -248,7 +248,8 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       }
     }
   }
-  if (IsaSupported(Isa::kAvx512) && (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0)) {
+  if (IsaSupported(Isa::kAvx512) &&
+      (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0)) {
     EXPECT_TRUE(packed_any);
   }
 }
