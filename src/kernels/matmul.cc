@@ -99,9 +99,10 @@ ActRows ActLayout(int ab, int64_t n_tokens, int64_t cols, size_t* bytes) {
   a.qs_stride = RoundUp(cols, 64) + 64;
   a.d_stride = RoundUp(cols / ab + 2, 16);
   a.sums_stride = RoundUp(cols / 16 + 2, 32);
-  const int64_t float_rows = ab == kQK ? 3 : 1;  // d, and for 32-value blocks neg_sum and dsum
+  // 4-byte values per block: d, and for 32-value blocks neg_sum (int32) and dsum.
+  const int64_t word_rows = ab == kQK ? 3 : 1;
   *bytes = static_cast<size_t>(a.qs_stride) * n_tokens +
-           sizeof(float) * a.d_stride * n_tokens * float_rows +
+           sizeof(float) * a.d_stride * n_tokens * word_rows +
            sizeof(int16_t) * a.sums_stride * n_tokens;
   *bytes = (*bytes + 63) & ~size_t{63};
   return a;
@@ -340,7 +341,7 @@ void RunParts(const Part* parts, int n, ThreadPool* pool) {
     for (int i = 0; i < n; ++i) RunPartRows(parts[i], 0, parts[i].rows);
     return;
   }
-  if (max_tokens >= kDynamicTokens && n <= kMaxMatMulGroup) {
+  if (max_tokens >= kDynamicTokens) {
     RunPartsDynamic(parts, n, pool);
     return;
   }

@@ -91,6 +91,24 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt1
   return w;
 }
 
+// Random matrices of the given types and row counts, `cols` columns each, and views of them (the
+// parts of a MatMulGroup).
+struct RandomMatrices {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<TensorView> views;
+};
+template <size_t N>
+RandomMatrices MakeMatrices(const DType (&types)[N], const int64_t (&rows)[N], int64_t cols,
+                            std::mt19937& rng) {
+  RandomMatrices m;
+  m.bytes.resize(N);
+  for (size_t i = 0; i < N; ++i) {
+    m.bytes[i] = RandomWeights(types[i], rows[i], cols, rng);
+    m.views.push_back(test_util::View(types[i], rows[i], cols, m.bytes[i]));
+  }
+  return m;
+}
+
 std::vector<float> RandomActs(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.f, 1.f);
   std::vector<float> x(n);
@@ -352,20 +370,17 @@ TEST_P(MatMulTypeTest, RowsSlicesAndPools) {
 }
 
 // MatMulGroup over matrices of mixed types (both activation block sizes, float and quantized)
-// and inputs (shared and per part) gives exactly each matrix's own MatMul, for GEMV and GEMM and for pools of 1, 2 and 3 threads
-// (whose byte-balanced cuts fall inside and between the matrices).
+// and inputs (shared and per part) gives exactly each matrix's own MatMul, for GEMV and GEMM and
+// for pools of 1, 2 and 3 threads (a GEMV's byte-balanced cuts fall inside and between the
+// matrices; a GEMM's units are dealt dynamically, see the next test).
 TEST(MatMulTest, GroupEqualsSeparateProducts) {
   std::mt19937 rng(11);
   const int64_t cols = 512;
   const DType types[] = {DType::kQ5_0, DType::kQ4_K, DType::kF16, DType::kQ8_0, DType::kQ6_K};
   const int64_t rows[] = {200, 48, 17, 130, 64};
   constexpr int n = 5;
-  std::vector<std::vector<uint8_t>> w(n);
-  std::vector<TensorView> v(n);
-  for (int i = 0; i < n; ++i) {
-    w[i] = RandomWeights(types[i], rows[i], cols, rng);
-    v[i] = View(types[i], rows[i], cols, w[i]);
-  }
+  const RandomMatrices m = MakeMatrices(types, rows, cols, rng);
+  const std::vector<TensorView>& v = m.views;
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (int64_t n_tokens : {1, 7}) {
     const auto x = RandomActs(cols * n_tokens, rng);
@@ -398,32 +413,29 @@ TEST(MatMulTest, DynamicChunksSpanMatricesAndCoverEveryRowOnce) {
   const DType types[] = {DType::kQ8_0, DType::kQ4_K, DType::kQ4_1};
   const int64_t rows[] = {40, 33, 1000};  // units 3 + 3 + 63: chunks of 4 (2 threads), 2 (4)
   constexpr int n = 3;
-  std::vector<std::vector<uint8_t>> w(n);
-  std::vector<TensorView> v(n);
-  for (int i = 0; i < n; ++i) {
-    w[i] = RandomWeights(types[i], rows[i], cols, rng);
-    v[i] = View(types[i], rows[i], cols, w[i]);
-  }
+  const RandomMatrices m = MakeMatrices(types, rows, cols, rng);
   const auto x = RandomActs(cols * n_tokens, rng);
+  std::vector<std::vector<float>> want(n);  // one thread
+  for (int i = 0; i < n; ++i) {
+    want[i].resize(rows[i] * n_tokens);
+    MatMul(m.views[i], x.data(), n_tokens, want[i].data(), nullptr);
+  }
   ThreadPool pool2(2), pool4(4);
   for (ThreadPool* pool : {&pool2, &pool4}) {
     for (int rep = 0; rep < 3; ++rep) {  // the chunks go to different threads each time
-      std::vector<std::vector<float>> want(n), got(n);
+      std::vector<std::vector<float>> got(n);
       MatMulOut outs[n];
       for (int i = 0; i < n; ++i) {
-        want[i].resize(rows[i] * n_tokens);
         got[i].assign(rows[i] * n_tokens, 42.f);
-        MatMul(v[i], x.data(), n_tokens, want[i].data(), nullptr);
-        outs[i] = {&v[i], got[i].data(), nullptr};
+        outs[i] = {&m.views[i], got[i].data(), nullptr};
       }
       MatMulGroup(outs, n, x.data(), n_tokens, pool);
       for (int i = 0; i < n; ++i)
         ASSERT_EQ(got[i], want[i]) << DTypeName(types[i]) << " threads " << pool->num_threads();
     }
-    std::vector<float> want(1000 * n_tokens), got(1000 * n_tokens, 42.f);
-    MatMul(v[2], x.data(), n_tokens, want.data(), nullptr);
-    MatMul(v[2], x.data(), n_tokens, got.data(), pool);
-    ASSERT_EQ(got, want);
+    std::vector<float> got(rows[2] * n_tokens, 42.f);  // one matrix alone (MatMul)
+    MatMul(m.views[2], x.data(), n_tokens, got.data(), pool);
+    ASSERT_EQ(got, want[2]);
   }
 }
 
