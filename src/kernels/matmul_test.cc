@@ -224,7 +224,7 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
 }
 
 // Weights packed at load time into the active ISA's panels (PackPanels: AVX-512 Q4_0 / Q4_1 /
-// Q5_0 / Q5_1 / Q8_0) give the row-major results bit for bit: decode and batches of every tile
+// Q5_0 / Q5_1 / Q8_0 / Q4_K) give the row-major results bit for bit: decode and batches of every tile
 // width, a row count that leaves a partial last panel, an odd block count, row slices on a
 // panel boundary (the packed path) and off it (the row-major path), one thread and two.
 TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
@@ -244,7 +244,7 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       const std::shared_ptr<const uint8_t> panels = PackPanels(plain);
       const bool expect_panels = isa == Isa::kAvx512 &&
           (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-           t == DType::kQ8_0);
+           t == DType::kQ8_0 || t == DType::kQ4_K);
       ASSERT_EQ(panels != nullptr, expect_panels) << DTypeName(t) << " " << IsaName(isa);
       if (!panels) continue;
       packed_any = true;
@@ -267,7 +267,7 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
     }
   }
   if (IsaSupported(Isa::kAvx512) &&
-      (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0)) {
+      (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0 || t == DType::kQ4_K)) {
     EXPECT_TRUE(packed_any);
   }
 }

@@ -2,8 +2,9 @@
 // s8 activations); a weight offset (Q4_0: 8, Q5_0: 16, Q8_0: 128 after flipping its sign bit) is
 // removed exactly by starting the int32 dots at -offset * sum(a) (OffsetStart). The 32-value
 // block types run in 16-row panels (one
-// lane per row, the two blocks of a step transposed across rows; see PanelGemv / PackPanel);
-// the K-quants and float types compute R x T register tiles (R weight rows x T tokens: every
+// lane per row, the two blocks of a step transposed across rows; see PanelGemv / PackPanel), and
+// so does Q4_K when packed at load time (PackedQ4K); otherwise the K-quants and float types
+// compute R x T register tiles (R weight rows x T tokens: every
 // weight block is decoded once per tile and reused for T tokens, every activation block loaded
 // once and reused for R rows), one 64-value K-quant chunk per 512-bit step.
 #include <immintrin.h>
@@ -524,6 +525,7 @@ inline __m512i ChunkScales32(const RowK& p, int c) {  // 8-value... [s_2c x8, s_
 
 struct KQ4_K {
   using B = BlockQ4_K;
+  static constexpr bool kPanels = true;  // packed at load time too (PackedQ4K): see ScaleSuper
   static void Prep(const B* b, RowK* p) {
     uint64_t sc, m;
     UnpackScalesK64(b->scales, &sc, &m);
@@ -549,6 +551,7 @@ struct KQ4_K {
 };
 struct KQ5_K {
   using B = BlockQ5_K;
+  static constexpr bool kPanels = false;
   static void Prep(const B* b, RowK* p) {
     KQ4_K::Prep(reinterpret_cast<const BlockQ4_K*>(b), p);  // same d/dmin/scales prefix
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qh));
@@ -571,6 +574,7 @@ struct KQ5_K {
 };
 struct KQ6_K {
   using B = BlockQ6_K;
+  static constexpr bool kPanels = false;
   static void Prep(const B* b, RowK* p) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
     p->sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(s), _mm512_set1_epi32(0xFFFF));
@@ -601,6 +605,22 @@ struct KQ6_K {
   }
 };
 
+// A Q4_K super-block's contribution to a row's sum, from its exact integer sums: isc = sum over
+// sub-blocks of scale * dot, imin = sum of min * (sum of the sub-block's activations). The
+// row-major tiles (one row, scalar) and the panels (16 rows, one lane each) do these same two
+// fused multiply-adds, so both give the same bits.
+inline float ScaleSuperRow(int32_t isc, int32_t imin, float d, float dmin, float da, float acc) {
+  __m128 a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(isc)), _mm_set_ss(d * da), _mm_set_ss(acc));
+  a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(imin)), _mm_set_ss(-(dmin * da)), a);
+  return _mm_cvtss_f32(a);
+}
+inline __m512 ScaleSuper(__m512i isc, __m512i imin, __m512 d, __m512 dmin, float da, __m512 acc) {
+  const __m512 vda = _mm512_set1_ps(da);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(d, vda), acc);
+  const __m512 ndm = _mm512_xor_ps(_mm512_mul_ps(dmin, vda), _mm512_set1_ps(-0.f));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), ndm, acc);
+}
+
 template <class K, int R, int T>
 void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   using B = typename K::B;
@@ -608,8 +628,12 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   const B* w[R];
   for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const B*>(g.w + (r0 + r) * g.row_bytes);
   __m512 facc[R][T];
+  float sacc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) facc[r][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) {
+      facc[r][t] = _mm512_setzero_ps();
+      sacc[r][t] = 0.f;
+    }
   const __m512i zero = _mm512_setzero_si512();
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
@@ -637,11 +661,157 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
       const float da = g.a.d[(t0 + t) * g.a.d_stride + b];
       const __m256i bs = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(g.a.sums + (t0 + t) * g.a.sums_stride + b * 16));
-      for (int r = 0; r < R; ++r) facc[r][t] = K::Finish(p[r], iacc[r][t], bs, da, facc[r][t]);
+      for (int r = 0; r < R; ++r) {
+        if constexpr (K::kPanels) {  // the panels' arithmetic, one row at a time (ScaleSuper)
+          const int32_t isc = _mm512_reduce_add_epi32(iacc[r][t]);
+          const int32_t imin = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bs, p[r].m16)));
+          sacc[r][t] = ScaleSuperRow(isc, imin, p[r].d, p[r].dmin, da, sacc[r][t]);
+        } else {
+          facc[r][t] = K::Finish(p[r], iacc[r][t], bs, da, facc[r][t]);
+        }
+      }
     }
   }
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r) g.y[(t0 + t) * g.ldy + r0 + r] = _mm512_reduce_add_ps(facc[r][t]);
+    for (int r = 0; r < R; ++r)
+      g.y[(t0 + t) * g.ldy + r0 + r] =
+          K::kPanels ? sacc[r][t] : _mm512_reduce_add_ps(facc[r][t]);
+}
+
+// ---- Q4_K panels, packed at load time: per 16-row panel and super-block, exactly the 16 rows'
+// bytes rearranged (2304 = 16 x 144): 32 nibble vectors (chunk c, vector k: bytes
+// qs[32c + 4k .. 32c + 4k + 3] of every row, low nibbles values 64c + 4k.. of sub-block 2c, high
+// nibbles values 64c + 32 + 4k.. of sub-block 2c + 1), then the rows' 12 scale bytes as three
+// vectors (dwords 0, 1, 2 of every row), then the 16 d and the 16 dmin (fp16). A sub-block's
+// dot goes as two 16-value halves of 4 vpdpbusd each (|dot| <= 16 * 15 * 127 fits int16), and
+// each half is scaled and summed by one vpdpwssd against (scale, 0) per lane; the mins term is
+// one vpdpwssd of (min, min) against the token's two 16-value sums of the sub-block. The integer
+// sums are exact, so they equal the row-major tile's, and ScaleSuper matches ScaleSuperRow.
+struct PackedQ4K {
+  static constexpr int64_t kScaleVectors = 64 * 32;
+  static constexpr int64_t kHeads = kScaleVectors + 64 * 3;
+  static constexpr int64_t kBlockBytes = kHeads + 64;
+  static_assert(kBlockBytes == 16 * static_cast<int64_t>(sizeof(BlockQ4_K)));
+};
+
+void PackPanelsQ4K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQKK;
+  for (int64_t r = 0; r < rows; r += 16) {
+    for (int64_t b = 0; b < nb; ++b, out += PackedQ4K::kBlockBytes) {
+      for (int i = 0; i < 16; ++i) {
+        const BlockQ4_K* blk =
+            reinterpret_cast<const BlockQ4_K*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
+        for (int v = 0; v < 32; ++v) std::memcpy(out + 64 * v + 4 * i, blk->qs + 4 * v, 4);
+        for (int v = 0; v < 3; ++v)
+          std::memcpy(out + PackedQ4K::kScaleVectors + 64 * v + 4 * i, blk->scales + 4 * v, 4);
+        std::memcpy(out + PackedQ4K::kHeads + 2 * i, &blk->d, 2);
+        std::memcpy(out + PackedQ4K::kHeads + 32 + 2 * i, &blk->dmin, 2);
+      }
+    }
+  }
+}
+
+// Sub-block j's scale (low 16 bits of each row's dword) and min (both 16-bit halves), from the
+// rows' unpacked 6-bit scales (UnpackScalesK64's arithmetic, one row a lane): sc[0] / sc[1]
+// bytes 0-3 = scales of sub-blocks 0-3 / 4-7, m[0] / m[1] the mins.
+inline void ScalesQ4K(const uint8_t* p, __m512i sc[2], __m512i m[2]) {
+  const __m512i lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + 64),
+                b = _mm512_loadu_si512(p + 128);
+  const __m512i m3f = _mm512_set1_epi32(0x3F3F3F3F), m0f = _mm512_set1_epi32(0x0F0F0F0F);
+  sc[0] = _mm512_and_si512(lo, m3f);
+  m[0] = _mm512_and_si512(hi, m3f);
+  // Bits 0-3 from b (0xD8: c ? b : a, c the 0x0F mask), bits 4-5 from lo / hi >> 2, then the
+  // 6 bits kept.
+  sc[1] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(lo, 2), b, m0f, 0xD8), m3f);
+  m[1] = _mm512_and_si512(
+      _mm512_ternarylogic_epi32(_mm512_srli_epi32(hi, 2), _mm512_srli_epi32(b, 4), m0f, 0xD8), m3f);
+}
+// Byte j of each dword as a 16-bit value in the dword's low half (both: in both halves).
+inline __m512i ByteToWord(__m512i v, int j, bool both) {
+  const int x = j, z = 0x80;
+  const __m512i idx = _mm512_set4_epi32(
+      (both ? x + 12 : z) << 16 | z << 24 | (x + 12) | z << 8,
+      (both ? x + 8 : z) << 16 | z << 24 | (x + 8) | z << 8,
+      (both ? x + 4 : z) << 16 | z << 24 | (x + 4) | z << 8,
+      (both ? x : z) << 16 | z << 24 | x | z << 8);
+  return _mm512_shuffle_epi8(v, idx);
+}
+
+// T tokens from t0 against the Q4_K panel of rows [r, r_end).
+template <int T>
+void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t ahead, int64_t r,
+                  int64_t r_end, int64_t t0) {
+  const int64_t nb = g.cols / kQKK;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t bb = 0; bb < nb; ++bb) {
+    const uint8_t* p = panel + bb * PackedQ4K::kBlockBytes;
+    __m512i sc[2], mn[2];
+    ScalesQ4K(p + PackedQ4K::kScaleVectors, sc, mn);
+    // Two accumulators of each kind a token (even / odd sub-blocks; integer sums, so the split
+    // changes nothing) keep the dependent chains short when there are few tokens.
+    __m512i isc[2][T], imin[2][T];
+    for (int t = 0; t < T; ++t)
+      isc[0][t] = isc[1][t] = imin[0][t] = imin[1][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;  // sub-block
+        // An eighth of the super-block's lines each (a burst of 36 prefetches stalled).
+        PrefetchStream<PackedQ4K::kBlockBytes / 8>(p + j * (PackedQ4K::kBlockBytes / 8), ahead);
+        const __m512i s = ByteToWord(sc[j >> 2], j & 3, false);
+        const __m512i mm = ByteToWord(mn[j >> 2], j & 3, true);
+        __m512i v[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m512i q = _mm512_loadu_si512(p + 64 * (8 * c + k));
+          v[k] = _mm512_and_si512(h ? _mm512_srli_epi16(q, 4) : q, m4);
+        }
+        for (int t = 0; t < T; ++t) {
+          const int8_t* a = g.a.qs + (t0 + t) * g.a.qs_stride + bb * kQKK + 32 * j;
+          __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {
+            d0 = _mm512_dpbusd_epi32(d0, v[k], _mm512_set1_epi32(static_cast<int>(Load32(a + 4 * k))));
+            d1 = _mm512_dpbusd_epi32(d1, v[4 + k],
+                                     _mm512_set1_epi32(static_cast<int>(Load32(a + 16 + 4 * k))));
+          }
+          isc[h][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isc[h][t], d0, s), d1, s);
+          const int16_t* sums = g.a.sums + (t0 + t) * g.a.sums_stride + bb * 16 + 2 * j;
+          imin[h][t] = _mm512_dpwssd_epi32(imin[h][t], mm,
+                                           _mm512_set1_epi32(static_cast<int>(Load32(sums))));
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + PackedQ4K::kHeads)));
+    const __m512 dmw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + PackedQ4K::kHeads + 32)));
+    for (int t = 0; t < T; ++t)
+      acc[t] = ScaleSuper(_mm512_add_epi32(isc[0][t], isc[1][t]),
+                          _mm512_add_epi32(imin[0][t], imin[1][t]), dw, dmw,
+                          g.a.d[(t0 + t) * g.a.d_stride + bb], acc[t]);
+  }
+  for (int t = 0; t < T; ++t)
+    StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
+}
+
+void PanelsQ4K(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  const int64_t ahead = PrefetchAhead(PackedQ4K::kBlockBytes);
+  for (int64_t r = r0; r < r1; r += 16) {
+    const uint8_t* panel = g.panels + (r / 16) * g.panel_bytes;
+    const int64_t r_end = std::min(r + 16, r1);
+    int64_t t = 0;
+    for (; t + 4 <= g.n_tokens; t += 4) PanelTileQ4K<4>(g, panel, ahead, r, r_end, t);
+    switch (g.n_tokens - t) {
+      case 3: PanelTileQ4K<3>(g, panel, ahead, r, r_end, t); break;
+      case 2: PanelTileQ4K<2>(g, panel, ahead, r, r_end, t); break;
+      case 1: PanelTileQ4K<1>(g, panel, ahead, r, r_end, t); break;
+      default: break;
+    }
+  }
 }
 
 // ---- Float weights: FP32 activations, 16 columns per step, masked tail.
@@ -686,6 +856,9 @@ PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 // to the 32 zmm.
 template <class K>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
+  if constexpr (K::kPanels) {
+    if (g.panels && r0 % 16 == 0) return PanelsQ4K(g, r0, r1);
+  }
   if (g.n_tokens == 1) return RunK<K, 4, 1>(g, r0, r1);
   return RunK<K, 2, 4>(g, r0, r1);
 }
@@ -788,6 +961,7 @@ size_t Avx512PanelBytes(DType t, int64_t cols) {
     case DType::kQ5_0: return nb * Packed<KQ5_0>::kBlockBytes;
     case DType::kQ5_1: return nb * Packed<KQ5_1>::kBlockBytes;
     case DType::kQ8_0: return nb * Packed<KQ8_0>::kBlockBytes;
+    case DType::kQ4_K: return cols / kQKK * PackedQ4K::kBlockBytes;
     default: return 0;
   }
 }
@@ -800,6 +974,7 @@ void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows,
     case DType::kQ5_0: return PackPanelsOf<KQ5_0>(w, row_bytes, rows, cols, out);
     case DType::kQ5_1: return PackPanelsOf<KQ5_1>(w, row_bytes, rows, cols, out);
     case DType::kQ8_0: return PackPanelsOf<KQ8_0>(w, row_bytes, rows, cols, out);
+    case DType::kQ4_K: return PackPanelsQ4K(w, row_bytes, rows, cols, out);
     default: return;
   }
 }
