@@ -223,9 +223,14 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
   }
 }
 
-// Weights packed at load time into the active ISA's panels (PackPanels: AVX-512 Q4_0 / Q4_1 /
-// Q5_0 / Q5_1 / Q8_0 / Q4_K) give the row-major results bit for bit: decode and batches of every tile
-// width, a row count that leaves a partial last panel, an odd block count, row slices on a
+// The types AVX-512 packs into panels at load time (PackPanels).
+bool HasAvx512Panels(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+         t == DType::kQ8_0 || t == DType::kQ4_K;
+}
+
+// Weights packed at load time into the active ISA's panels give the row-major results bit for
+// bit: decode and batches of every tile width, a row count that leaves a partial last panel, an odd block count, row slices on a
 // panel boundary (the packed path) and off it (the row-major path), one thread and two.
 TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
   const DType t = GetParam();
@@ -242,9 +247,7 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       const auto x = RandomActs(cols * n_tokens, rng);
       TensorView plain = View(t, rows, cols, w), packed = plain;
       const std::shared_ptr<const uint8_t> panels = PackPanels(plain);
-      const bool expect_panels = isa == Isa::kAvx512 &&
-          (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-           t == DType::kQ8_0 || t == DType::kQ4_K);
+      const bool expect_panels = isa == Isa::kAvx512 && HasAvx512Panels(t);
       ASSERT_EQ(panels != nullptr, expect_panels) << DTypeName(t) << " " << IsaName(isa);
       if (!panels) continue;
       packed_any = true;
@@ -266,10 +269,7 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       }
     }
   }
-  if (IsaSupported(Isa::kAvx512) &&
-      (t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ8_0 || t == DType::kQ4_K)) {
-    EXPECT_TRUE(packed_any);
-  }
+  if (IsaSupported(Isa::kAvx512) && HasAvx512Panels(t)) EXPECT_TRUE(packed_any);
 }
 
 // The same for any row slice and any sub-batch: a token's output of a row is bit-identical

@@ -29,9 +29,9 @@ void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, Thr
 
 // Load-time repacking. The AVX-512 VNNI kernels read Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K
 // matrices in 16-row panels (per panel and block: the rows' quants transposed into dword
-// columns, Q5's high bits, then their scales; the same bytes rearranged): a block then decodes with a few
-// vector operations for all 16 rows instead of a reduction across them, for GEMV and GEMM
-// alike (no packing per call).
+// columns, Q5's high bits, then their scales; the same bytes rearranged): a block then decodes
+// with a few vector operations for all 16 rows instead of a reduction across them, for GEMV and
+// GEMM alike (no packing per call).
 // Returns `w` packed for the active ISA (huge-page memory; set w.panels to it and keep it
 // alive), or null when that ISA has no panel layout for the type. MatMul gives the same
 // results, bit for bit, with and without panels.

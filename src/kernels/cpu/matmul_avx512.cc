@@ -510,8 +510,27 @@ void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
   }
 }
 
+// A Q4_K super-block's contribution to a row's sum, from its exact integer sums: isc = sum over
+// sub-blocks of scale * dot, imin = sum of min * (sum of the sub-block's activations). The
+// row-major tiles (KQ4_K::Finish: one row, scalar) and the panels (16 rows, one lane each) do
+// these same two fused multiply-adds, so both give the same bits.
+inline float ScaleSuperRow(int32_t isc, int32_t imin, float d, float dmin, float da, float acc) {
+  __m128 a =
+      _mm_fmadd_ss(_mm_set_ss(static_cast<float>(isc)), _mm_set_ss(d * da), _mm_set_ss(acc));
+  a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(imin)), _mm_set_ss(-(dmin * da)), a);
+  return _mm_cvtss_f32(a);
+}
+inline __m512 ScaleSuper(__m512i isc, __m512i imin, __m512 d, __m512 dmin, float da, __m512 acc) {
+  const __m512 vda = _mm512_set1_ps(da);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(d, vda), acc);
+  const __m512 ndm = _mm512_xor_ps(_mm512_mul_ps(dmin, vda), _mm512_set1_ps(-0.f));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), ndm, acc);
+}
+
 // ---- K-quants: one super-block (4 chunks of 64 values) at a time. Per-chunk integer sums are
-// multiplied by the sub-block scales with vpmaddwd (the chunk sums fit in int16).
+// multiplied by the sub-block scales with vpmaddwd (the chunk sums fit in int16). K::Finish folds
+// a super-block into the row's accumulator (K::Acc): Q5_K / Q6_K keep 16 float lanes summed at
+// the end, Q4_K one float from the super-block's exact integer sums, as its panels do.
 struct RowK {
   __m512i sc32;   // 16 x int32 (low 16 bits) sub-block scales, permuted per chunk
   __m256i m16;    // Q4_K/Q5_K: mins per 16 values; Q6_K: scales per 16 values (int16)
@@ -525,7 +544,7 @@ inline __m512i ChunkScales32(const RowK& p, int c) {  // 8-value... [s_2c x8, s_
 
 struct KQ4_K {
   using B = BlockQ4_K;
-  static constexpr bool kPanels = true;  // packed at load time too (PackedQ4K): see ScaleSuper
+  using Acc = float;
   static void Prep(const B* b, RowK* p) {
     uint64_t sc, m;
     UnpackScalesK64(b->scales, &sc, &m);
@@ -542,16 +561,16 @@ struct KQ4_K {
                               _mm256_and_si256(_mm256_srli_epi16(x, 4), f), 1);
   }
   static __m512i S(const RowK& p, int c) { return ChunkScales32(p, c); }
-  static __m512 Finish(const RowK& p, __m512i iacc, __m256i bsums, float da, __m512 facc) {
-    const __m256i mins = _mm256_madd_epi16(bsums, p.m16);
-    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_set1_ps(p.d * da), facc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(mins)),
-                           _mm512_set1_ps(-p.dmin * da), facc);
+  static float Finish(const RowK& p, __m512i iacc, __m256i bsums, float da, float acc) {
+    const int32_t isc = _mm512_reduce_add_epi32(iacc);
+    const int32_t imin =
+        _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bsums, p.m16)));
+    return ScaleSuperRow(isc, imin, p.d, p.dmin, da, acc);
   }
 };
 struct KQ5_K {
   using B = BlockQ5_K;
-  static constexpr bool kPanels = false;
+  using Acc = __m512;
   static void Prep(const B* b, RowK* p) {
     KQ4_K::Prep(reinterpret_cast<const BlockQ4_K*>(b), p);  // same d/dmin/scales prefix
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qh));
@@ -569,12 +588,15 @@ struct KQ5_K {
   }
   static __m512i S(const RowK& p, int c) { return ChunkScales32(p, c); }
   static __m512 Finish(const RowK& p, __m512i iacc, __m256i bsums, float da, __m512 facc) {
-    return KQ4_K::Finish(p, iacc, bsums, da, facc);
+    const __m256i mins = _mm256_madd_epi16(bsums, p.m16);
+    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_set1_ps(p.d * da), facc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(mins)),
+                           _mm512_set1_ps(-p.dmin * da), facc);
   }
 };
 struct KQ6_K {
   using B = BlockQ6_K;
-  static constexpr bool kPanels = false;
+  using Acc = __m512;
   static void Prep(const B* b, RowK* p) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
     p->sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(s), _mm512_set1_epi32(0xFFFF));
@@ -605,21 +627,8 @@ struct KQ6_K {
   }
 };
 
-// A Q4_K super-block's contribution to a row's sum, from its exact integer sums: isc = sum over
-// sub-blocks of scale * dot, imin = sum of min * (sum of the sub-block's activations). The
-// row-major tiles (one row, scalar) and the panels (16 rows, one lane each) do these same two
-// fused multiply-adds, so both give the same bits.
-inline float ScaleSuperRow(int32_t isc, int32_t imin, float d, float dmin, float da, float acc) {
-  __m128 a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(isc)), _mm_set_ss(d * da), _mm_set_ss(acc));
-  a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(imin)), _mm_set_ss(-(dmin * da)), a);
-  return _mm_cvtss_f32(a);
-}
-inline __m512 ScaleSuper(__m512i isc, __m512i imin, __m512 d, __m512 dmin, float da, __m512 acc) {
-  const __m512 vda = _mm512_set1_ps(da);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(d, vda), acc);
-  const __m512 ndm = _mm512_xor_ps(_mm512_mul_ps(dmin, vda), _mm512_set1_ps(-0.f));
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), ndm, acc);
-}
+inline float RowTotal(float acc) { return acc; }
+inline float RowTotal(__m512 acc) { return _mm512_reduce_add_ps(acc); }
 
 template <class K, int R, int T>
 void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
@@ -627,13 +636,9 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
   const int64_t nb = g.cols / kQKK;
   const B* w[R];
   for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const B*>(g.w + (r0 + r) * g.row_bytes);
-  __m512 facc[R][T];
-  float sacc[R][T];
+  typename K::Acc facc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) {
-      facc[r][t] = _mm512_setzero_ps();
-      sacc[r][t] = 0.f;
-    }
+    for (int t = 0; t < T; ++t) facc[r][t] = typename K::Acc{};
   const __m512i zero = _mm512_setzero_si512();
   const int64_t ahead = PrefetchAhead(R * g.row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
@@ -661,21 +666,11 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
       const float da = g.a.d[(t0 + t) * g.a.d_stride + b];
       const __m256i bs = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(g.a.sums + (t0 + t) * g.a.sums_stride + b * 16));
-      for (int r = 0; r < R; ++r) {
-        if constexpr (K::kPanels) {  // the panels' arithmetic, one row at a time (ScaleSuper)
-          const int32_t isc = _mm512_reduce_add_epi32(iacc[r][t]);
-          const int32_t imin = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bs, p[r].m16)));
-          sacc[r][t] = ScaleSuperRow(isc, imin, p[r].d, p[r].dmin, da, sacc[r][t]);
-        } else {
-          facc[r][t] = K::Finish(p[r], iacc[r][t], bs, da, facc[r][t]);
-        }
-      }
+      for (int r = 0; r < R; ++r) facc[r][t] = K::Finish(p[r], iacc[r][t], bs, da, facc[r][t]);
     }
   }
   for (int t = 0; t < T; ++t)
-    for (int r = 0; r < R; ++r)
-      g.y[(t0 + t) * g.ldy + r0 + r] =
-          K::kPanels ? sacc[r][t] : _mm512_reduce_add_ps(facc[r][t]);
+    for (int r = 0; r < R; ++r) g.y[(t0 + t) * g.ldy + r0 + r] = RowTotal(facc[r][t]);
 }
 
 // ---- Q4_K panels, packed at load time: per 16-row panel and super-block, exactly the 16 rows'
@@ -856,7 +851,7 @@ PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 // to the 32 zmm.
 template <class K>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
-  if constexpr (K::kPanels) {
+  if constexpr (std::is_same_v<K, KQ4_K>) {
     if (g.panels && r0 % 16 == 0) return PanelsQ4K(g, r0, r1);
   }
   if (g.n_tokens == 1) return RunK<K, 4, 1>(g, r0, r1);
