@@ -1,8 +1,13 @@
-// Paged attention over a block-table KV cache. A work item is one query token and the heads
-// that share a kv head (PagedAttentionBatch says when it is one head): it walks the sequence's
-// blocks in logical order and, for each head, scores a block's keys at once (vectorised dot
-// products over head_dim) and folds the block into that head's online softmax (running max m,
-// running sum l, FP32 accumulator of V rows rescaled by exp(m_old - m_new) when the max grows).
+// Paged attention over a block-table KV cache, in two forms that walk a sequence's blocks in
+// logical order and fold each block into an online softmax (running max m, running sum l, FP32
+// accumulator of V rows rescaled by exp(m_old - m_new) when the max grows):
+// - decode (one query token a sequence): a work item is the token and the heads that share a kv
+//   head (or one head, PagedAttentionBatch says when); for each head a block's keys are scored
+//   at once (vectorised dot products over head_dim) -- AttendHeads;
+// - prefill chunks: the (token, head) rows of a kv head go 16 to a tile, one row a SIMD lane,
+//   so a block's keys are scored for all 16 rows by FMAs against the transposed queries and
+//   each block's keys and values are converted from F16 once for up to four tiles --
+//   AttendTiles.
 // The inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
 #include <algorithm>
 #include <cmath>
@@ -27,7 +32,8 @@ constexpr int kMaxVHeadDim = 2048;
 #define PENG_ATTN_OPS_(ns)                                                                 \
   AttnOps {                                                                                \
     ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
-        ns::ScaleInPlace, ns::F32ToF16Row                                                  \
+        ns::ScaleInPlace, ns::F32ToF16Row, ns::F16ToF32Row, ns::ScoreTile16,               \
+        ns::SoftmaxTile16, ns::AccumTile16                                                 \
   }
 
 }  // namespace
@@ -106,6 +112,105 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
     sms[h].Finish(acc_buf.data() + h * dv, dv, out + h * out_stride);
 }
 
+// Prefill (a sequence with several query tokens). The rows of one kv head -- its (token, head)
+// pairs, token-major: row r is token r / group, head kvh * group + r % group -- go 16 to a
+// tile, one a lane (kernels/cpu/attn_tile.h). AttendTiles attends rows [row0, row_end) of
+// sequence sq, at most kTilesPerItem tiles: it converts each block's keys and values once for
+// all its tiles, and each tile scores the block's keys for its 16 rows at once (queries
+// transposed, pre-scaled), masks per lane (causal, sliding window) only in the blocks where a
+// key falls outside some row's range, and folds the block into its rows' online softmax.
+// Masked keys add exact zeros, so a row's result does not depend on the other rows of its
+// tile.
+constexpr int kLanes = 16;
+constexpr int kTilesPerItem = 4;
+
+void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh, int group,
+                 const KvLayerView& kv, const AttentionParams& p, const AttnOps& ops) {
+  const int bs = kv.block_size;
+  const int dk = kv.head_dim;
+  const int dv = VHeadDim(kv);
+  const int64_t n_rows = row_end - row0;
+  const int n_tiles = static_cast<int>((n_rows + kLanes - 1) / kLanes);
+  PENG_DCHECK(n_tiles >= 1 && n_tiles <= kTilesPerItem);
+  thread_local std::vector<float> qt, acc, m, l, k_f32, v_f32;
+  qt.assign(static_cast<size_t>(n_tiles) * dk * kLanes, 0.f);
+  acc.assign(static_cast<size_t>(n_tiles) * dv * kLanes, 0.f);
+  m.assign(static_cast<size_t>(n_tiles) * kLanes, -std::numeric_limits<float>::infinity());
+  l.assign(static_cast<size_t>(n_tiles) * kLanes, 0.f);
+  int64_t pos[kTilesPerItem * kLanes], lo[kTilesPerItem * kLanes];
+  for (int64_t i = 0; i < n_tiles * kLanes; ++i) {
+    const int64_t r = row0 + std::min(i, n_rows - 1);  // padding lanes repeat the last row
+    const int64_t t = r / group;
+    pos[i] = sq.pos0 + t;
+    lo[i] = p.sliding_window > 0 ? std::max<int64_t>(0, pos[i] - p.sliding_window + 1) : 0;
+    if (i >= n_rows) continue;  // padding lanes keep zero queries
+    const float* q = sq.q + (t * p.n_heads + kvh * group + r % group) * dk;
+    float* col = qt.data() + (i / kLanes) * dk * kLanes + i % kLanes;
+    for (int d = 0; d < dk; ++d) col[d * kLanes] = q[d] * p.scale;
+  }
+  const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
+  const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
+  k_f32.resize(static_cast<size_t>(bs) * dk);
+  v_f32.resize(static_cast<size_t>(bs) * dv);
+  float s[kMaxBlockSize * kLanes], corr[kLanes];
+  const int64_t key_lo = lo[0], key_hi = pos[n_tiles * kLanes - 1];  // keys [key_lo, key_hi]
+  for (int64_t b = key_lo / bs; b <= key_hi / bs; ++b) {
+    const int64_t phys = sq.block_table[b];
+    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+    const int64_t first = std::max(key_lo, b * bs) - b * bs;  // slots [first, last) of block b
+    const int64_t last = std::min(key_hi + 1, (b + 1) * bs) - b * bs;
+    const int64_t key0 = b * bs + first;
+    const float* keys;
+    const float* values;
+    int64_t ks = k_stride, vs = v_stride;
+    if (kv.dtype == DType::kF16) {
+      const uint16_t* kc = static_cast<const uint16_t*>(kv.k);
+      const uint16_t* vc = static_cast<const uint16_t*>(kv.v);
+      for (int64_t j = first; j < last; ++j) {
+        ops.to_f32(kc + CacheOffset(kv, phys, j, kvh, dk), k_f32.data() + (j - first) * dk, dk);
+        ops.to_f32(vc + CacheOffset(kv, phys, j, kvh, dv), v_f32.data() + (j - first) * dv, dv);
+      }
+      keys = k_f32.data();
+      values = v_f32.data();
+      ks = dk;
+      vs = dv;
+    } else {
+      keys = static_cast<const float*>(kv.k) + CacheOffset(kv, phys, first, kvh, dk);
+      values = static_cast<const float*>(kv.v) + CacheOffset(kv, phys, first, kvh, dv);
+    }
+    for (int tile = 0; tile < n_tiles; ++tile) {
+      const int64_t* tpos = pos + tile * kLanes;
+      const int64_t* tlo = lo + tile * kLanes;
+      // The block's keys that some row of the tile sees: [key0 + j0, key0 + j1).
+      const int64_t j0 = std::max<int64_t>(0, tlo[0] - key0);
+      const int64_t j1 = std::min(last - first, tpos[kLanes - 1] + 1 - key0);
+      if (j1 <= j0) continue;
+      const int64_t n = j1 - j0;
+      ops.score_tile(qt.data() + tile * dk * kLanes, keys + j0 * ks, ks, n, dk, s);
+      if (p.softcap > 0.f) {
+        for (int64_t i = 0; i < n * kLanes; ++i) s[i] = p.softcap * std::tanh(s[i] / p.softcap);
+      }
+      if (key0 + j1 - 1 > tpos[0] || key0 + j0 < tlo[kLanes - 1]) {
+        const float ninf = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t key = key0 + j0 + j;
+          for (int i = 0; i < kLanes; ++i)
+            if (key > tpos[i] || key < tlo[i]) s[j * kLanes + i] = ninf;
+        }
+      }
+      ops.softmax_tile(s, n, m.data() + tile * kLanes, l.data() + tile * kLanes, corr);
+      ops.accum_tile(s, values + j0 * vs, vs, n, dv, corr, acc.data() + tile * dv * kLanes);
+    }
+  }
+  for (int64_t i = 0; i < n_rows; ++i) {
+    const int64_t r = row0 + i;
+    const float inv = 1.0f / l[i];
+    const float* col = acc.data() + (i / kLanes) * dv * kLanes + i % kLanes;
+    float* o = sq.out + ((r / group) * p.n_heads + kvh * group + r % group) * dv;
+    for (int d = 0; d < dv; ++d) o[d] = col[d * kLanes] * inv;
+  }
+}
+
 void CheckLayout(const KvLayerView& kv) {
   PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
   PENG_CHECK(kv.block_size > 0 && kv.block_size <= kMaxBlockSize);
@@ -151,49 +256,74 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   const int group = p.n_heads / kv.n_kv_heads;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
-  int64_t n_rows = 0;  // query tokens
   for (int64_t s = 0; s < n_seqs; ++s) {
-    n_rows += seqs[s].n_q;
     // Per (query, key): a dk-dot for the score and a dv-axpy for the output, in every head.
     CountAttentionWork(seqs[s].n_q, seqs[s].pos0, p.sliding_window,
                        static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
                        2 * int64_t{p.n_heads} * (dk + dv));
   }
-  // A work item is one query token and the heads of one kv head (their keys and values are read
-  // from memory once) -- or a single head when that leaves fewer than 4 items a thread (one
-  // decode token of a model with few kv heads still spreads over every thread).
-  const int threads = pool ? pool->num_threads() : 1;
-  const int per_item = n_rows * kv.n_kv_heads >= 4 * threads ? group : 1;
-  const int items_per_row = p.n_heads / per_item;
-  const int64_t n_items = n_rows * items_per_row;
-  // Item i of sequence s = (token i / items_per_row, heads from (i % items_per_row) * per_item).
-  // A prefill chunk's items are dealt round-robin, so that its long rows (the last tokens see
-  // the most keys) spread over all workers. Decode items (one token a sequence, similar costs)
-  // go in contiguous ranges instead: thread k then attends for the tokens whose RoPE and cache
-  // rows it has just written (the model's per-token step splits tokens the same way,
-  // ThreadPool::ParallelFor), so their queries and new keys are in its own cache, not the
-  // other core's.
   bool decode = true;
   for (int64_t s = 0; s < n_seqs; ++s) decode = decode && seqs[s].n_q == 1;
-  auto run = [&](int64_t begin, int64_t end, int64_t step) {
-    int64_t s = 0, s_first = 0;  // sequence of item i and its first item
-    for (int64_t i = begin; i < end; i += step) {
-      while (i >= s_first + seqs[s].n_q * items_per_row) s_first += seqs[s++].n_q * items_per_row;
-      const AttentionSeq& sq = seqs[s];
-      const int64_t t = (i - s_first) / items_per_row;
-      const int h = static_cast<int>((i - s_first) % items_per_row) * per_item;
-      AttendHeads(sq.q + (t * p.n_heads + h) * dk, dk, per_item, sq.pos0 + t, h / group, kv,
-                  sq.block_table, p, ops, sq.out + (t * p.n_heads + h) * dv, dv);
+  if (!decode) {
+    // A batch with prefill chunks: each chunk's rows in tile items (AttendTiles), each decode
+    // token one item of a kv head's heads (AttendHeads), all dealt round-robin so that a
+    // chunk's long rows (its last tokens see the most keys) spread over all workers.
+    struct Item {
+      int64_t seq, row0;  // the item's first row (AttendTiles); 0 for a decode token
+      int kvh;
+    };
+    std::vector<Item> items;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const int64_t rows = seqs[s].n_q == 1 ? 1 : seqs[s].n_q * group;
+      for (int kvh = 0; kvh < kv.n_kv_heads; ++kvh)
+        for (int64_t r = 0; r < rows; r += kTilesPerItem * kLanes) items.push_back({s, r, kvh});
+    }
+    auto attend = [&](int64_t begin, int64_t step) {
+      for (int64_t i = begin; i < static_cast<int64_t>(items.size()); i += step) {
+        const Item& it = items[i];
+        const AttentionSeq& sq = seqs[it.seq];
+        if (sq.n_q == 1) {
+          const int h = it.kvh * group;
+          AttendHeads(sq.q + h * dk, dk, group, sq.pos0, it.kvh, kv, sq.block_table, p, ops,
+                      sq.out + h * dv, dv);
+        } else {
+          const int64_t end = std::min(sq.n_q * group, it.row0 + kTilesPerItem * kLanes);
+          AttendTiles(sq, it.row0, end, it.kvh, group, kv, p, ops);
+        }
+      }
+    };
+    if (pool == nullptr || pool->num_threads() == 1 || items.size() <= 1) {
+      attend(0, 1);
+    } else {
+      pool->Run([&](int ti, int nt) { attend(ti, nt); });
+    }
+    return;
+  }
+  // Decode (one token a sequence): a work item is one token and the heads of one kv head (their
+  // keys and values are read from memory once) -- or a single head when that leaves fewer than
+  // 4 items a thread (one decode token of a model with few kv heads still spreads over every
+  // thread). Item i = (token i / items_per_row, heads from (i % items_per_row) * per_item). The
+  // threads take contiguous ranges of tokens: thread k then attends for the tokens whose RoPE
+  // and cache rows it has just written (the model's per-token step splits tokens the same way,
+  // ThreadPool::ParallelFor), so their queries and new keys are in its own cache, not the
+  // other core's.
+  const int threads = pool ? pool->num_threads() : 1;
+  const int per_item = n_seqs * kv.n_kv_heads >= 4 * threads ? group : 1;
+  const int items_per_row = p.n_heads / per_item;
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const AttentionSeq& sq = seqs[i / items_per_row];
+      const int h = static_cast<int>(i % items_per_row) * per_item;
+      AttendHeads(sq.q + h * dk, dk, per_item, sq.pos0, h / group, kv, sq.block_table, p, ops,
+                  sq.out + h * dv, dv);
     }
   };
-  if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {
-    run(0, n_items, 1);
-  } else if (decode) {  // the same split of the tokens as the per-token step's ParallelFor
-    pool->ParallelFor(n_rows, [&](int64_t b, int64_t e) {
-      run(b * items_per_row, e * items_per_row, 1);
-    });
+  if (pool == nullptr || pool->num_threads() == 1 || n_seqs * items_per_row <= 1) {
+    run(0, n_seqs * items_per_row);
   } else {
-    pool->Run([&](int ti, int nt) { run(ti, n_items, nt); });
+    pool->ParallelFor(n_seqs, [&](int64_t b, int64_t e) {
+      run(b * items_per_row, e * items_per_row);
+    });
   }
 }
 

@@ -21,6 +21,10 @@ struct AttnOps {
   decltype(&ref::ExpShiftSum) exp_shift_sum;
   decltype(&ref::ScaleInPlace) scale;
   decltype(&ref::F32ToF16Row) to_f16;
+  decltype(&ref::F16ToF32Row) to_f32;
+  decltype(&ref::ScoreTile16) score_tile;
+  decltype(&ref::SoftmaxTile16) softmax_tile;
+  decltype(&ref::AccumTile16) accum_tile;
 };
 
 // The primitives of kernels::ActiveIsa() (attention.cc).

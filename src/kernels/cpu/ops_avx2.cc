@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
 
 namespace peng::kernels::avx2 {
@@ -80,6 +81,41 @@ inline __m256 LoadF16Tail(const uint16_t* p, int64_t rem) {
   for (int64_t i = 0; i < rem; ++i) buf[i] = p[i];
   return LoadF16(buf);
 }
+
+// The 16 lanes of a query tile (cpu/attn_tile.h): two vectors.
+struct Lanes {
+  static constexpr int kAcc = 4;
+  __m256 lo, hi;
+  static Lanes Zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Lanes Set(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+  static Lanes Load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + kW)}; }
+  static void Store(float* p, Lanes a) {
+    _mm256_storeu_ps(p, a.lo);
+    _mm256_storeu_ps(p + kW, a.hi);
+  }
+  static Lanes Max(Lanes a, Lanes b) {
+    return {_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)};
+  }
+  static Lanes Sub(Lanes a, Lanes b) {
+    return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)};
+  }
+  static Lanes Mul(Lanes a, Lanes b) {
+    return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+  }
+  static Lanes Add(Lanes a, Lanes b) {
+    return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+  }
+  static Lanes FmaScalar(float s, Lanes a, Lanes acc) {
+    const __m256 vs = _mm256_set1_ps(s);
+    return {_mm256_fmadd_ps(vs, a.lo, acc.lo), _mm256_fmadd_ps(vs, a.hi, acc.hi)};
+  }
+  static Lanes Exp(Lanes a) { return {avx2::Exp(a.lo), avx2::Exp(a.hi)}; }
+  static Lanes ZeroWhereNegInf(Lanes key, Lanes x) {
+    const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
+    return {_mm256_and_ps(_mm256_cmp_ps(key.lo, ninf, _CMP_NEQ_UQ), x.lo),
+            _mm256_and_ps(_mm256_cmp_ps(key.hi, ninf, _CMP_NEQ_UQ), x.hi)};
+  }
+};
 
 template <typename Op>
 inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op) {
@@ -319,6 +355,26 @@ void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
                      _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
   }
   for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) _mm256_storeu_ps(y + i, LoadF16(x + i));
+  for (; i < n; ++i) y[i] = _cvtsh_ss(x[i]);
+}
+
+void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
+                 float* s) {
+  ScoreTile<Lanes>(qt, k, k_stride, n, dim, s);
+}
+
+void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {
+  SoftmaxTile<Lanes>(s, n, m, l, corr);
+}
+
+void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+                 const float* corr, float* acc) {
+  AccumTile<Lanes>(p, v, v_stride, n, dim, corr, acc);
 }
 
 }  // namespace peng::kernels::avx2

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/fold_avx512.h"
 #include "kernels/cpu/ops_simd.h"
 
@@ -70,6 +71,28 @@ inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op)
     _mm512_mask_storeu_ps(out + i, m, op(LoadF32(a + i, m), LoadF32(b + i, m)));
   }
 }
+
+// The 16 lanes of a query tile (cpu/attn_tile.h): one vector.
+struct Lanes {
+  static constexpr int kAcc = 16;
+  __m512 v;
+  static Lanes Zero() { return {_mm512_setzero_ps()}; }
+  static Lanes Set(float x) { return {_mm512_set1_ps(x)}; }
+  static Lanes Load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static void Store(float* p, Lanes a) { _mm512_storeu_ps(p, a.v); }
+  static Lanes Max(Lanes a, Lanes b) { return {_mm512_max_ps(a.v, b.v)}; }
+  static Lanes Sub(Lanes a, Lanes b) { return {_mm512_sub_ps(a.v, b.v)}; }
+  static Lanes Mul(Lanes a, Lanes b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  static Lanes Add(Lanes a, Lanes b) { return {_mm512_add_ps(a.v, b.v)}; }
+  static Lanes FmaScalar(float s, Lanes a, Lanes acc) {
+    return {_mm512_fmadd_ps(_mm512_set1_ps(s), a.v, acc.v)};
+  }
+  static Lanes Exp(Lanes a) { return {avx512::Exp(a.v)}; }
+  static Lanes ZeroWhereNegInf(Lanes key, Lanes x) {
+    return {_mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(key.v, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_UQ), x.v)};
+  }
+};
 
 }  // namespace
 
@@ -250,6 +273,27 @@ void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
     _mm256_mask_storeu_epi16(y + i, m,
                              _mm512_cvtps_ph(LoadF32(x + i, m), _MM_FROUND_TO_NEAREST_INT));
   }
+}
+
+void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, LoadF16(x + i, m));
+  }
+}
+
+void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
+                 float* s) {
+  ScoreTile<Lanes>(qt, k, k_stride, n, dim, s);
+}
+
+void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {
+  SoftmaxTile<Lanes>(s, n, m, l, corr);
+}
+
+void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+                 const float* corr, float* acc) {
+  AccumTile<Lanes>(p, v, v_stride, n, dim, corr, acc);
 }
 
 }  // namespace peng::kernels::avx512

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
 
 namespace peng::kernels::neon {
@@ -70,6 +71,45 @@ inline void StoreTail(float* p, float32x4_t v, int64_t rem) {
   vst1q_f32(buf, v);
   for (int64_t i = 0; i < rem; ++i) p[i] = buf[i];
 }
+
+// The 16 lanes of a query tile (cpu/attn_tile.h): four vectors.
+struct Lanes {
+  static constexpr int kAcc = 4;
+  float32x4_t v[4];
+  template <typename F>
+  static Lanes Map(F f) {
+    return {{f(0), f(1), f(2), f(3)}};
+  }
+  static Lanes Zero() { return Set(0.f); }
+  static Lanes Set(float x) { return Map([&](int) { return vdupq_n_f32(x); }); }
+  static Lanes Load(const float* p) { return Map([&](int i) { return vld1q_f32(p + i * kW); }); }
+  static void Store(float* p, Lanes a) {
+    for (int i = 0; i < 4; ++i) vst1q_f32(p + i * kW, a.v[i]);
+  }
+  static Lanes Max(Lanes a, Lanes b) {
+    return Map([&](int i) { return vmaxq_f32(a.v[i], b.v[i]); });
+  }
+  static Lanes Sub(Lanes a, Lanes b) {
+    return Map([&](int i) { return vsubq_f32(a.v[i], b.v[i]); });
+  }
+  static Lanes Mul(Lanes a, Lanes b) {
+    return Map([&](int i) { return vmulq_f32(a.v[i], b.v[i]); });
+  }
+  static Lanes Add(Lanes a, Lanes b) {
+    return Map([&](int i) { return vaddq_f32(a.v[i], b.v[i]); });
+  }
+  static Lanes FmaScalar(float s, Lanes a, Lanes acc) {
+    return Map([&](int i) { return vfmaq_n_f32(acc.v[i], a.v[i], s); });
+  }
+  static Lanes Exp(Lanes a) { return Map([&](int i) { return neon::Exp(a.v[i]); }); }
+  static Lanes ZeroWhereNegInf(Lanes key, Lanes x) {
+    const float32x4_t ninf = vdupq_n_f32(-__builtin_inff());
+    return Map([&](int i) {
+      return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(x.v[i]),
+                                             vceqq_f32(key.v[i], ninf)));
+    });
+  }
+};
 
 template <typename Op>
 inline void Binary(const float* a, const float* b, float* out, int64_t n, Op op) {
@@ -298,6 +338,26 @@ void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
     vst1_u16(buf, vreinterpret_u16_f16(vcvt_f16_f32(LoadTail(x + i, n - i))));
     for (int64_t j = 0; j < n - i; ++j) y[i + j] = buf[j];
   }
+}
+
+void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) vst1q_f32(y + i, LoadF16(x + i));
+  if (i < n) StoreTail(y + i, LoadF16Tail(x + i, n - i), n - i);
+}
+
+void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
+                 float* s) {
+  ScoreTile<Lanes>(qt, k, k_stride, n, dim, s);
+}
+
+void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {
+  SoftmaxTile<Lanes>(s, n, m, l, corr);
+}
+
+void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+                 const float* corr, float* acc) {
+  AccumTile<Lanes>(p, v, v_stride, n, dim, corr, acc);
 }
 
 }  // namespace peng::kernels::neon

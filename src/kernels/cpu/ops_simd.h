@@ -29,6 +29,12 @@ namespace peng::kernels {
                    int64_t dim, float* acc);                                                    \
   float ExpShiftSum(float* x, int64_t n, float m);                                              \
   void F32ToF16Row(const float* x, uint16_t* y, int64_t n);                                     \
+  void F16ToF32Row(const uint16_t* x, float* y, int64_t n);                                     \
+  void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,   \
+                   float* s);                                                                   \
+  void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr);                     \
+  void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,    \
+                   const float* corr, float* acc);                                              \
   int64_t ArgMax(const float* x, int64_t n);                                                    \
   int64_t FindNanOrPosInf(const float* x, int64_t n);
 

@@ -167,4 +167,49 @@ void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = F32ToF16(x[i]);
 }
 
+void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F16ToF32(x[i]);
+}
+
+void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
+                 float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int lane = 0; lane < 16; ++lane) {
+      float sum = 0.f;
+      for (int64_t d = 0; d < dim; ++d) sum += k[j * k_stride + d] * qt[d * 16 + lane];
+      s[j * 16 + lane] = sum;
+    }
+  }
+}
+
+void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int lane = 0; lane < 16; ++lane) {
+    float m_new = m[lane];
+    for (int64_t j = 0; j < n; ++j) m_new = std::max(m_new, s[j * 16 + lane]);
+    const float shift = m_new == ninf ? 0.f : m_new;
+    const float c = m[lane] == ninf ? 0.f : std::exp(m[lane] - shift);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      float& x = s[j * 16 + lane];
+      x = x == ninf ? 0.f : std::exp(x - shift);
+      sum += x;
+    }
+    m[lane] = m_new;
+    l[lane] = l[lane] * c + static_cast<float>(sum);
+    corr[lane] = c;
+  }
+}
+
+void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+                 const float* corr, float* acc) {
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int lane = 0; lane < 16; ++lane) {
+      float a = acc[d * 16 + lane] * corr[lane];
+      for (int64_t j = 0; j < n; ++j) a += v[j * v_stride + d] * p[j * 16 + lane];
+      acc[d * 16 + lane] = a;
+    }
+  }
+}
+
 }  // namespace peng::kernels::ref

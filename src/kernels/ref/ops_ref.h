@@ -44,5 +44,21 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
 float ExpShiftSum(float* x, int64_t n, float m);
 // y[i] = fp16(x[i]), round to nearest even.
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n);
+// y[i] = float(x[i]) (exact).
+void F16ToF32Row(const uint16_t* x, float* y, int64_t n);
+
+// The query-tile primitives of prefill attention (attention.cc): a tile is 16 query rows, one a
+// lane, with the queries transposed (qt[d * 16 + lane]) and every per-key quantity stored as 16
+// lanes (s[j * 16 + lane]).
+// s[j][lane] = dot(qt[.][lane], k[j * k_stride ..][0..dim)) for j < n.
+void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
+                 float* s);
+// One online-softmax step per lane over the n scores s[j][lane] (-inf = masked key): m (running
+// max) and l (running sum) updated, corr = exp(m_old - m_new) (0 while m_old is -inf), and s
+// overwritten with exp(s - m_new) (exactly 0 where masked).
+void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr);
+// acc[d][lane] = acc[d][lane] * corr[lane] + sum_j p[j][lane] * v[j * v_stride + d], d < dim.
+void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
+                 const float* corr, float* acc);
 
 }  // namespace peng::kernels::ref
