@@ -1,0 +1,99 @@
+// Micro-benchmarks of paged attention on SmolLM2-135M's shape (9 query heads, 3 kv heads,
+// head_dim 64, F16 cache, 16-slot blocks in shuffled physical order), single threaded on the
+// active ISA (PENG_ISA=scalar|avx2|avx512 to force one):
+// - BM_AttentionDecode/B/C: one decode token in each of B sequences with C cached tokens (the
+//   attention of one layer in a B-sequence decode step);
+// - BM_AttentionPrefill/N: a prefill chunk of N tokens from position 0.
+// Items/s counts (query token, key) pairs.
+//   peng_micro_bench --benchmark_filter=Attention
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "kernels/ops.h"
+
+namespace peng::kernels {
+namespace {
+
+constexpr int kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+
+// A cache holding `seqs` sequences of `len` tokens each, blocks dealt in shuffled order.
+struct Cache {
+  std::vector<uint16_t> k, v;
+  std::vector<std::vector<int32_t>> tables;
+  KvLayerView view;
+
+  Cache(int seqs, int64_t len) {
+    const int64_t per = (len + kBlock - 1) / kBlock;
+    const int64_t blocks = per * seqs;
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(3);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    k.resize(blocks * kBlock * kKvHeads * kDim);
+    v.resize(k.size());
+    for (auto* c : {&k, &v})
+      for (auto& x : *c) x = F32ToF16(u(rng));
+    for (int s = 0; s < seqs; ++s)
+      tables.emplace_back(perm.begin() + s * per, perm.begin() + (s + 1) * per);
+    view = {k.data(), v.data(), DType::kF16, blocks, kBlock, kKvHeads, kDim, kDim};
+  }
+};
+
+AttentionParams Params() {
+  AttentionParams p;
+  p.n_heads = kHeads;
+  p.scale = 1.f / std::sqrt(static_cast<float>(kDim));
+  return p;
+}
+
+std::vector<float> Queries(int64_t n) {
+  std::vector<float> q(n * kHeads * kDim);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  for (float& x : q) x = u(rng);
+  return q;
+}
+
+void BM_AttentionDecode(benchmark::State& state) {
+  const int seqs = static_cast<int>(state.range(0));
+  const int64_t len = state.range(1);
+  Cache cache(seqs, len + 1);
+  const std::vector<float> q = Queries(seqs);
+  std::vector<float> out(q.size());
+  std::vector<AttentionSeq> batch;
+  for (int s = 0; s < seqs; ++s)
+    batch.push_back({q.data() + s * kHeads * kDim, 1, len, cache.tables[s].data(),
+                     out.data() + s * kHeads * kDim});
+  const AttentionParams p = Params();
+  for (auto _ : state) {
+    PagedAttentionBatch(batch.data(), seqs, cache.view, p, nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * seqs * (len + 1));
+}
+BENCHMARK(BM_AttentionDecode)->Args({1, 512})->Args({32, 64})->Unit(benchmark::kMicrosecond);
+
+void BM_AttentionPrefill(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Cache cache(1, n);
+  const std::vector<float> q = Queries(n);
+  std::vector<float> out(q.size());
+  const AttentionParams p = Params();
+  for (auto _ : state) {
+    PagedAttention(q.data(), n, 0, cache.view, cache.tables[0].data(), p, out.data(), nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n * (n + 1) / 2);
+}
+BENCHMARK(BM_AttentionPrefill)->Arg(512)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace peng::kernels
