@@ -66,7 +66,9 @@ int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t 
 
 // out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
 // [lo, pos] of kv head kvh, for h < n_heads (heads that share kv head kvh): each block's keys
-// and values are read from memory once for all of them.
+// and values are read from memory once for all of them. Two passes over the blocks (one query
+// row's scores fit any cache): every score first, then one softmax a head over the whole row,
+// then the value rows weighted by it -- no per-block maximum, rescaling or call overhead.
 void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int kvh,
                  const KvLayerView& kv, const int32_t* block_table, const AttentionParams& p,
                  const AttnOps& ops, float* out, int64_t out_stride) {
@@ -74,42 +76,63 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
   const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  const int64_t len = pos - lo + 1;
   const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
   const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
-  thread_local std::vector<float> acc_buf;
-  thread_local std::vector<OnlineSoftmax> sms;
-  acc_buf.assign(static_cast<size_t>(n_heads) * dv, 0.f);
-  sms.assign(n_heads, OnlineSoftmax{});
-  float scores[kMaxBlockSize];
-  for (int64_t b = lo / bs; b <= pos / bs; ++b) {
-    const int64_t phys = block_table[b];
-    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
-    const int64_t first = std::max(lo, b * bs) - b * bs;      // slots [first, last) of block b
-    const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
-    const int64_t n = last - first;
-    const int64_t k_off = CacheOffset(kv, phys, first, kvh, dk);
-    const int64_t v_off = CacheOffset(kv, phys, first, kvh, dv);
-    const void* values = kv.dtype == DType::kF16
-                             ? static_cast<const void*>(static_cast<const uint16_t*>(kv.v) + v_off)
-                             : static_cast<const void*>(static_cast<const float*>(kv.v) + v_off);
-    for (int h = 0; h < n_heads; ++h) {
-      if (kv.dtype == DType::kF16) {
-        ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + k_off, k_stride, n, dk,
-                    scores);
-      } else {
-        ops.dot_f32(q + h * q_stride, static_cast<const float*>(kv.k) + k_off, k_stride, n, dk,
-                    scores);
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        float s = scores[j] * p.scale;
-        if (p.softcap > 0.f) s = p.softcap * std::tanh(s / p.softcap);
-        scores[j] = s;
-      }
-      sms[h].Add(ops, scores, n, values, kv.dtype, v_stride, dv, acc_buf.data() + h * dv);
+  const bool f16 = kv.dtype == DType::kF16;
+  thread_local std::vector<float> acc, scores, inv;
+  acc.assign(static_cast<size_t>(n_heads) * dv, 0.f);
+  scores.resize(static_cast<size_t>(n_heads) * len);
+  inv.resize(n_heads);
+  // Calls f(slot offset in the cache of block b's first visible key, its index in [lo, pos],
+  // key count) for the blocks of [lo, pos] in order.
+  const auto blocks = [&](auto&& f) {
+    for (int64_t b = lo / bs; b <= pos / bs; ++b) {
+      const int64_t phys = block_table[b];
+      PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+      const int64_t first = std::max(lo, b * bs) - b * bs;  // slots [first, last) of block b
+      const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
+      f(phys, first, b * bs + first - lo, last - first);
     }
+  };
+  blocks([&](int64_t phys, int64_t first, int64_t at, int64_t n) {
+    const int64_t off = CacheOffset(kv, phys, first, kvh, dk);
+    for (int h = 0; h < n_heads; ++h) {
+      float* s = scores.data() + h * len + at;
+      if (f16) {
+        ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + off, k_stride, n, dk, s);
+      } else {
+        ops.dot_f32(q + h * q_stride, static_cast<const float*>(kv.k) + off, k_stride, n, dk, s);
+      }
+    }
+  });
+  for (int h = 0; h < n_heads; ++h) {
+    float* s = scores.data() + h * len;
+    ops.scale(s, p.scale, len);
+    if (p.softcap > 0.f) {
+      for (int64_t j = 0; j < len; ++j) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+    }
+    float m = s[0];
+    for (int64_t j = 1; j < len; ++j) m = std::max(m, s[j]);
+    inv[h] = 1.0f / ops.exp_shift_sum(s, len, m);
   }
-  for (int h = 0; h < n_heads; ++h)
-    sms[h].Finish(acc_buf.data() + h * dv, dv, out + h * out_stride);
+  blocks([&](int64_t phys, int64_t first, int64_t at, int64_t n) {
+    const int64_t off = CacheOffset(kv, phys, first, kvh, dv);
+    for (int h = 0; h < n_heads; ++h) {
+      const float* w = scores.data() + h * len + at;
+      float* a = acc.data() + h * dv;
+      if (f16) {
+        ops.axpy_f16(w, static_cast<const uint16_t*>(kv.v) + off, v_stride, n, dv, a);
+      } else {
+        ops.axpy_f32(w, static_cast<const float*>(kv.v) + off, v_stride, n, dv, a);
+      }
+    }
+  });
+  for (int h = 0; h < n_heads; ++h) {
+    const float* a = acc.data() + h * dv;
+    float* o = out + h * out_stride;
+    for (int d = 0; d < dv; ++d) o[d] = a[d] * inv[h];
+  }
 }
 
 // Prefill (a sequence with several query tokens). The rows of one kv head -- its (token, head)

@@ -207,24 +207,62 @@ inline void AxpyRows(const float* w, int64_t n_rows, int64_t dim, float* acc, Lo
   }
 }
 
+// DotRows16 for dim = 16 * V: the query's V vectors stay in registers and each row's products
+// are fully unrolled (no tail masks or loop tests), in the order of the generic loop (so the
+// sums are bit-identical to it).
+template <int V, typename Load>
+inline void DotRows16Fixed(const float* q, int n, float* out, Load load) {
+  __m512 qv[V];
+#pragma GCC unroll 16
+  for (int i = 0; i < V; ++i) qv[i] = _mm512_loadu_ps(q + i * kW);
+  const auto z = [&](int r) {
+    __m512 acc = _mm512_setzero_ps();
+    if (r >= n) return acc;
+#pragma GCC unroll 16
+    for (int i = 0; i < V; ++i) acc = _mm512_fmadd_ps(qv[i], load(r, i * kW), acc);
+    return acc;
+  };
+  _mm512_mask_storeu_ps(out, TailMask(n),
+                        Fold16(z, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
+}
+
+// out[r] for all rows, 16 at a time: fixed-size forms for head_dim 64 / 128 / 256.
+template <typename Load, typename LoadFull>
+inline void DotRowsAll(const float* q, int64_t n_rows, int64_t dim, float* out, Load load,
+                       LoadFull load_full) {
+  for (int64_t r = 0; r < n_rows; r += 16) {
+    const int n = static_cast<int>(n_rows - r < 16 ? n_rows - r : 16);
+    const auto full = [&](int j, int64_t i) { return load_full(r + j, i); };
+    switch (dim) {
+      case 64: DotRows16Fixed<4>(q, n, out + r, full); break;
+      case 128: DotRows16Fixed<8>(q, n, out + r, full); break;
+      case 256: DotRows16Fixed<16>(q, n, out + r, full); break;
+      default:
+        DotRows16(q, dim, n, out + r,
+                  [&](int j, int64_t i, __mmask16 m) { return load(r + j, i, m); });
+    }
+  }
+}
+
 }  // namespace
 
 void DotRowsF32(const float* q, const float* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                 float* out) {
-  for (int64_t r = 0; r < n_rows; r += 16) {
-    const float* kr = k + r * k_stride;
-    DotRows16(q, dim, static_cast<int>(n_rows - r < 16 ? n_rows - r : 16), out + r,
-              [&](int j, int64_t i, __mmask16 m) { return LoadF32(kr + j * k_stride + i, m); });
-  }
+  DotRowsAll(
+      q, n_rows, dim, out,
+      [&](int64_t j, int64_t i, __mmask16 m) { return LoadF32(k + j * k_stride + i, m); },
+      [&](int64_t j, int64_t i) { return _mm512_loadu_ps(k + j * k_stride + i); });
 }
 
 void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                 float* out) {
-  for (int64_t r = 0; r < n_rows; r += 16) {
-    const uint16_t* kr = k + r * k_stride;
-    DotRows16(q, dim, static_cast<int>(n_rows - r < 16 ? n_rows - r : 16), out + r,
-              [&](int j, int64_t i, __mmask16 m) { return LoadF16(kr + j * k_stride + i, m); });
-  }
+  DotRowsAll(
+      q, n_rows, dim, out,
+      [&](int64_t j, int64_t i, __mmask16 m) { return LoadF16(k + j * k_stride + i, m); },
+      [&](int64_t j, int64_t i) {
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + j * k_stride + i)));
+      });
 }
 
 void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
