@@ -5,12 +5,15 @@
 //   attention of one layer in a B-sequence decode step);
 // - BM_AttentionPrefill/N: a prefill chunk of N tokens from position 0.
 // Items/s counts (query token, key) pairs.
+// - BM_AttentionDecodeStep/B/C: the decode case in 30 layers whose blocks lie spread over
+//   larger pools (from memory, as in a model's step).
 //   peng_micro_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -23,15 +26,16 @@ namespace {
 
 constexpr int kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
 
-// A cache holding `seqs` sequences of `len` tokens each, blocks dealt in shuffled order.
+// A cache layer holding `seqs` sequences of `len` tokens each, their blocks dealt at random
+// from a pool `spread` times larger (as a serving engine's pool is).
 struct Cache {
   std::vector<uint16_t> k, v;
   std::vector<std::vector<int32_t>> tables;
   KvLayerView view;
 
-  Cache(int seqs, int64_t len) {
+  Cache(int seqs, int64_t len, int spread = 1) {
     const int64_t per = (len + kBlock - 1) / kBlock;
-    const int64_t blocks = per * seqs;
+    const int64_t blocks = per * seqs * spread;
     std::vector<int32_t> perm(blocks);
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937 rng(3);
@@ -80,6 +84,33 @@ void BM_AttentionDecode(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * seqs * (len + 1));
 }
 BENCHMARK(BM_AttentionDecode)->Args({1, 512})->Args({32, 64})->Unit(benchmark::kMicrosecond);
+
+// A whole step's attention: B sequences x C keys in each of 30 layers, every layer its own
+// pool of 8 x the blocks in use (the step's 30 x B x C x 768 bytes of keys and values come from
+// memory, not cache).
+void BM_AttentionDecodeStep(benchmark::State& state) {
+  const int seqs = static_cast<int>(state.range(0));
+  const int64_t len = state.range(1);
+  constexpr int kLayers = 30;
+  std::vector<std::unique_ptr<Cache>> layers;
+  for (int l = 0; l < kLayers; ++l)
+    layers.push_back(std::make_unique<Cache>(seqs, len + 1, 8));
+  const std::vector<float> q = Queries(seqs);
+  std::vector<float> out(q.size());
+  std::vector<std::vector<AttentionSeq>> batch(kLayers);
+  for (int l = 0; l < kLayers; ++l)
+    for (int s = 0; s < seqs; ++s)
+      batch[l].push_back({q.data() + s * kHeads * kDim, 1, len, layers[l]->tables[s].data(),
+                          out.data() + s * kHeads * kDim});
+  const AttentionParams p = Params();
+  for (auto _ : state) {
+    for (int l = 0; l < kLayers; ++l)
+      PagedAttentionBatch(batch[l].data(), seqs, layers[l]->view, p, nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kLayers * seqs * (len + 1));
+}
+BENCHMARK(BM_AttentionDecodeStep)->Args({32, 64})->Unit(benchmark::kMillisecond);
 
 void BM_AttentionPrefill(benchmark::State& state) {
   const int64_t n = state.range(0);
