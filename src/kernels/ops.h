@@ -164,7 +164,8 @@ struct AttentionParams {
 
 // Causal attention for one sequence: n_q query tokens at positions pos0 .. pos0 + n_q - 1 whose
 // K/V (and all earlier positions') are already in the cache. q: [n_q, n_heads, head_dim],
-// out: [n_q, n_heads, v_head_dim]. Work is split over (token, head) pairs across the pool.
+// out: [n_q, n_heads, v_head_dim]. Work is split across the pool: a prefill chunk (n_q > 1) in
+// tiles of 16 (token, head) rows of a kv head, a decode token by (token, kv head) items.
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                     const int32_t* block_table, const AttentionParams& p, float* out,
                     ThreadPool* pool);
@@ -177,9 +178,9 @@ struct AttentionSeq {
   const int32_t* block_table;
   float* out;
 };
-// PagedAttention of every sequence of a batch in one parallel region over all (sequence, token,
-// head) items (a decode batch has one token per sequence: one region instead of one per
-// sequence). Same results as PagedAttention on each.
+// PagedAttention of every sequence of a batch in one parallel region over all the sequences'
+// items (a decode batch has one token per sequence: one region instead of one per sequence).
+// Same results as PagedAttention on each.
 void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
                          const AttentionParams& p, ThreadPool* pool);
 
