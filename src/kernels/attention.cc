@@ -1,13 +1,14 @@
-// Paged attention over a block-table KV cache, in two forms that walk a sequence's blocks in
-// logical order and fold each block into an online softmax (running max m, running sum l, FP32
-// accumulator of V rows rescaled by exp(m_old - m_new) when the max grows):
+// Paged attention over a block-table KV cache, walking a sequence's blocks in logical order
+// (ForBlocks), in two forms:
 // - decode (one query token a sequence): a work item is the token and the heads that share a kv
-//   head (or one head, PagedAttentionBatch says when); for each head a block's keys are scored
-//   at once (vectorised dot products over head_dim) -- AttendHeads;
+//   head (or one head, PagedAttentionBatch says when); two passes over the blocks -- every
+//   score (vectorised dot products over head_dim), one softmax a head over the whole row, then
+//   the value rows weighted by it -- AttendHeads;
 // - prefill chunks: the (token, head) rows of a kv head go 16 to a tile, one row a SIMD lane,
 //   so a block's keys are scored for all 16 rows by FMAs against the transposed queries and
-//   each block's keys and values are converted from F16 once for up to four tiles --
-//   AttendTiles.
+//   folded into the rows' online softmax (running max m, running sum l, FP32 accumulator of V
+//   rows rescaled by exp(m_old - m_new) when the max grows); each block's keys and values are
+//   converted from F16 once for up to four tiles -- AttendTiles.
 // The inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
 #include <algorithm>
 #include <cmath>
@@ -64,6 +65,20 @@ int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t 
   return ((block * kv.block_size + slot) * kv.n_kv_heads + head) * dim;
 }
 
+// Calls f(physical block, first slot, position of that slot's key, key count) for the blocks
+// holding keys [lo, hi] of a sequence, in order.
+template <class F>
+void ForBlocks(const KvLayerView& kv, const int32_t* block_table, int64_t lo, int64_t hi, F&& f) {
+  const int bs = kv.block_size;
+  for (int64_t b = lo / bs; b <= hi / bs; ++b) {
+    const int64_t phys = block_table[b];
+    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+    const int64_t first = std::max(lo, b * bs) - b * bs;  // slots [first, last) of block b
+    const int64_t last = std::min(hi + 1, (b + 1) * bs) - b * bs;
+    f(phys, first, b * bs + first, last - first);
+  }
+}
+
 // out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
 // [lo, pos] of kv head kvh, for h < n_heads (heads that share kv head kvh): each block's keys
 // and values are read from memory once for all of them. Two passes over the blocks (one query
@@ -72,7 +87,6 @@ int64_t CacheOffset(const KvLayerView& kv, int64_t block, int64_t slot, int64_t 
 void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int kvh,
                  const KvLayerView& kv, const int32_t* block_table, const AttentionParams& p,
                  const AttnOps& ops, float* out, int64_t out_stride) {
-  const int bs = kv.block_size;
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
   const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
@@ -84,21 +98,10 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
   acc.assign(static_cast<size_t>(n_heads) * dv, 0.f);
   scores.resize(static_cast<size_t>(n_heads) * len);
   inv.resize(n_heads);
-  // Calls f(slot offset in the cache of block b's first visible key, its index in [lo, pos],
-  // key count) for the blocks of [lo, pos] in order.
-  const auto blocks = [&](auto&& f) {
-    for (int64_t b = lo / bs; b <= pos / bs; ++b) {
-      const int64_t phys = block_table[b];
-      PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
-      const int64_t first = std::max(lo, b * bs) - b * bs;  // slots [first, last) of block b
-      const int64_t last = std::min(pos + 1, (b + 1) * bs) - b * bs;
-      f(phys, first, b * bs + first - lo, last - first);
-    }
-  };
-  blocks([&](int64_t phys, int64_t first, int64_t at, int64_t n) {
+  ForBlocks(kv, block_table, lo, pos, [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dk);
     for (int h = 0; h < n_heads; ++h) {
-      float* s = scores.data() + h * len + at;
+      float* s = scores.data() + h * len + (key - lo);
       if (f16) {
         ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + off, k_stride, n, dk, s);
       } else {
@@ -116,10 +119,10 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
     for (int64_t j = 1; j < len; ++j) m = std::max(m, s[j]);
     inv[h] = 1.0f / ops.exp_shift_sum(s, len, m);
   }
-  blocks([&](int64_t phys, int64_t first, int64_t at, int64_t n) {
+  ForBlocks(kv, block_table, lo, pos, [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dv);
     for (int h = 0; h < n_heads; ++h) {
-      const float* w = scores.data() + h * len + at;
+      const float* w = scores.data() + h * len + (key - lo);
       float* a = acc.data() + h * dv;
       if (f16) {
         ops.axpy_f16(w, static_cast<const uint16_t*>(kv.v) + off, v_stride, n, dv, a);
@@ -177,21 +180,17 @@ void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh,
   v_f32.resize(static_cast<size_t>(bs) * dv);
   float s[kMaxBlockSize * kLanes], corr[kLanes];
   const int64_t key_lo = lo[0], key_hi = pos[n_tiles * kLanes - 1];  // keys [key_lo, key_hi]
-  for (int64_t b = key_lo / bs; b <= key_hi / bs; ++b) {
-    const int64_t phys = sq.block_table[b];
-    PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
-    const int64_t first = std::max(key_lo, b * bs) - b * bs;  // slots [first, last) of block b
-    const int64_t last = std::min(key_hi + 1, (b + 1) * bs) - b * bs;
-    const int64_t key0 = b * bs + first;
+  ForBlocks(kv, sq.block_table, key_lo, key_hi, [&](int64_t phys, int64_t first, int64_t key0,
+                                                     int64_t n_keys) {
     const float* keys;
     const float* values;
     int64_t ks = k_stride, vs = v_stride;
     if (kv.dtype == DType::kF16) {
       const uint16_t* kc = static_cast<const uint16_t*>(kv.k);
       const uint16_t* vc = static_cast<const uint16_t*>(kv.v);
-      for (int64_t j = first; j < last; ++j) {
-        ops.to_f32(kc + CacheOffset(kv, phys, j, kvh, dk), k_f32.data() + (j - first) * dk, dk);
-        ops.to_f32(vc + CacheOffset(kv, phys, j, kvh, dv), v_f32.data() + (j - first) * dv, dv);
+      for (int64_t j = 0; j < n_keys; ++j) {
+        ops.to_f32(kc + CacheOffset(kv, phys, first + j, kvh, dk), k_f32.data() + j * dk, dk);
+        ops.to_f32(vc + CacheOffset(kv, phys, first + j, kvh, dv), v_f32.data() + j * dv, dv);
       }
       keys = k_f32.data();
       values = v_f32.data();
@@ -206,7 +205,7 @@ void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh,
       const int64_t* tlo = lo + tile * kLanes;
       // The block's keys that some row of the tile sees: [key0 + j0, key0 + j1).
       const int64_t j0 = std::max<int64_t>(0, tlo[0] - key0);
-      const int64_t j1 = std::min(last - first, tpos[kLanes - 1] + 1 - key0);
+      const int64_t j1 = std::min(n_keys, tpos[kLanes - 1] + 1 - key0);
       if (j1 <= j0) continue;
       const int64_t n = j1 - j0;
       ops.score_tile(qt.data() + tile * dk * kLanes, keys + j0 * ks, ks, n, dk, s);
@@ -224,7 +223,7 @@ void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh,
       ops.softmax_tile(s, n, m.data() + tile * kLanes, l.data() + tile * kLanes, corr);
       ops.accum_tile(s, values + j0 * vs, vs, n, dv, corr, acc.data() + tile * dv * kLanes);
     }
-  }
+  });
   for (int64_t i = 0; i < n_rows; ++i) {
     const int64_t r = row0 + i;
     const float inv = 1.0f / l[i];
@@ -295,7 +294,11 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
       int64_t seq, row0;  // the item's first row (AttendTiles); 0 for a decode token
       int kvh;
     };
-    std::vector<Item> items;
+    // The calling thread's list, kept between layers; the workers reach it through this
+    // reference (a thread_local named in the lambda would be each worker's own).
+    thread_local std::vector<Item> items_buf;
+    std::vector<Item>& items = items_buf;
+    items.clear();
     for (int64_t s = 0; s < n_seqs; ++s) {
       const int64_t rows = seqs[s].n_q == 1 ? 1 : seqs[s].n_q * group;
       for (int kvh = 0; kvh < kv.n_kv_heads; ++kvh)

@@ -221,6 +221,45 @@ TEST(PagedAttention, BatchEqualsEachSequence) {
   }
 }
 
+// A prefill row's result does not depend on the other rows of its 16-row tile: the same 40
+// tokens (3 heads a kv head, so tiles straddle tokens) attended in one chunk and in chunks of
+// 7 and of 2 tokens (other tile boundaries, other key ranges a tile) give the same bits, on
+// every ISA, also with a sliding window that starts inside a block.
+TEST(PagedAttention, PrefillRowsDoNotDependOnTheirTile) {
+  for (const int window : {0, 21}) {
+    Case c{"tiles", 6, 2, 64, 64, 40, 0, DType::kF16, window};
+    SCOPED_TRACE(window);
+    const Data data = MakeData(c, 9);
+    PagedCache pc = MakeCache(c, 10);
+    for (int64_t p = 0; p < c.n_q; ++p)
+      KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+              &data.v[p * c.n_kv_heads * c.v_head_dim]);
+    AttentionParams params;
+    params.n_heads = c.n_heads;
+    params.scale = 0.125f;
+    params.sliding_window = window;
+    const int64_t row = c.n_heads * c.head_dim;
+    const Isa saved = ActiveIsa();
+    for (Isa isa : AllIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      SetActiveIsa(isa);
+      std::vector<float> whole(c.n_q * row, -1.f);
+      PagedAttention(data.q.data(), c.n_q, 0, pc.view, pc.block_table.data(), params,
+                     whole.data(), nullptr);
+      for (const int64_t chunk : {7, 2}) {
+        std::vector<float> parts(c.n_q * row, -1.f);
+        for (int64_t t = 0; t < c.n_q; t += chunk) {
+          const int64_t n = std::min(chunk, c.n_q - t);
+          PagedAttention(data.q.data() + t * row, n, t, pc.view, pc.block_table.data(), params,
+                         parts.data() + t * row, nullptr);
+        }
+        EXPECT_EQ(parts, whole) << "chunks of " << chunk;
+      }
+    }
+    SetActiveIsa(saved);
+  }
+}
+
 // A decode batch (one token a sequence, the engine's steady state): the heads of a kv head are
 // one work item and the threads take contiguous ranges of tokens (7 tokens over 3 threads: 3,
 // 3 and 1). Every sequence's output equals PagedAttention of it alone, bit for bit.

@@ -91,3 +91,18 @@ void AccumTile(const float* p, const float* v, int64_t v_stride, int64_t n, int6
 
 }  // namespace
 }  // namespace peng::kernels
+
+// The exported primitives of cpu/ops_simd.h over an ISA's lane type, written inside that ISA's
+// namespace (each file: PENG_DEFINE_ATTN_TILE_OPS(Lanes)).
+#define PENG_DEFINE_ATTN_TILE_OPS(LANES)                                                        \
+  void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,   \
+                   float* s) {                                                                  \
+    ScoreTile<LANES>(qt, k, k_stride, n, dim, s);                                               \
+  }                                                                                             \
+  void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {                    \
+    SoftmaxTile<LANES>(s, n, m, l, corr);                                                       \
+  }                                                                                             \
+  void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,    \
+                   const float* corr, float* acc) {                                             \
+    AccumTile<LANES>(p, v, v_stride, n, dim, corr, acc);                                        \
+  }

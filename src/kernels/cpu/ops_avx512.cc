@@ -320,18 +320,6 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
   }
 }
 
-void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,
-                 float* s) {
-  ScoreTile<Lanes>(qt, k, k_stride, n, dim, s);
-}
-
-void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr) {
-  SoftmaxTile<Lanes>(s, n, m, l, corr);
-}
-
-void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,
-                 const float* corr, float* acc) {
-  AccumTile<Lanes>(p, v, v_stride, n, dim, corr, acc);
-}
+PENG_DEFINE_ATTN_TILE_OPS(Lanes)
 
 }  // namespace peng::kernels::avx512
