@@ -732,10 +732,13 @@ inline __m512i ByteToWord(__m512i v, int j, bool both) {
   return _mm512_shuffle_epi8(v, idx);
 }
 
-// T tokens from t0 against the Q4_K panel of rows [r, r_end).
+// T tokens from t0 against the Q4_K panel of rows [r, r_end). No software prefetch: a thread's
+// panels are one contiguous stream, which the hardware prefetchers follow; prefetching 4 or 8
+// super-blocks ahead (to L1 or L2) made the single-token GEMV slower (one core, weights from
+// memory: 14-18 GB/s with, 18-20.5 without).
 template <int T>
-void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t ahead, int64_t r,
-                  int64_t r_end, int64_t t0) {
+void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end,
+                  int64_t t0) {
   const int64_t nb = g.cols / kQKK;
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -754,8 +757,6 @@ void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t ahead, int6
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const int j = 2 * c + h;  // sub-block
-        // An eighth of the super-block's lines each (a burst of 36 prefetches stalled).
-        PrefetchStream<PackedQ4K::kBlockBytes / 8>(p + j * (PackedQ4K::kBlockBytes / 8), ahead);
         const __m512i s = ByteToWord(sc[j >> 2], j & 3, false);
         const __m512i mm = ByteToWord(mn[j >> 2], j & 3, true);
         __m512i v[8];
@@ -794,16 +795,15 @@ void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t ahead, int6
 }
 
 void PanelsQ4K(const MatMulArgs& g, int64_t r0, int64_t r1) {
-  const int64_t ahead = PrefetchAhead(PackedQ4K::kBlockBytes);
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* panel = g.panels + (r / 16) * g.panel_bytes;
     const int64_t r_end = std::min(r + 16, r1);
     int64_t t = 0;
-    for (; t + 4 <= g.n_tokens; t += 4) PanelTileQ4K<4>(g, panel, ahead, r, r_end, t);
+    for (; t + 4 <= g.n_tokens; t += 4) PanelTileQ4K<4>(g, panel, r, r_end, t);
     switch (g.n_tokens - t) {
-      case 3: PanelTileQ4K<3>(g, panel, ahead, r, r_end, t); break;
-      case 2: PanelTileQ4K<2>(g, panel, ahead, r, r_end, t); break;
-      case 1: PanelTileQ4K<1>(g, panel, ahead, r, r_end, t); break;
+      case 3: PanelTileQ4K<3>(g, panel, r, r_end, t); break;
+      case 2: PanelTileQ4K<2>(g, panel, r, r_end, t); break;
+      case 1: PanelTileQ4K<1>(g, panel, r, r_end, t); break;
       default: break;
     }
   }
