@@ -226,7 +226,7 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
 // The types AVX-512 packs into panels at load time (PackPanels).
 bool HasAvx512Panels(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kQ4_K;
+         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
 }
 
 // Weights packed at load time into the active ISA's panels give the row-major results bit for
@@ -269,7 +269,9 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       }
     }
   }
-  if (IsaSupported(Isa::kAvx512) && HasAvx512Panels(t)) EXPECT_TRUE(packed_any);
+  if (IsaSupported(Isa::kAvx512) && HasAvx512Panels(t)) {
+    EXPECT_TRUE(packed_any);
+  }
 }
 
 // The same for any row slice and any sub-batch: a token's output of a row is bit-identical

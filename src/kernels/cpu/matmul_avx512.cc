@@ -3,7 +3,8 @@
 // removed exactly by starting the int32 dots at -offset * sum(a) (OffsetStart). The 32-value
 // block types run in 16-row panels (one
 // lane per row, the two blocks of a step transposed across rows; see PanelGemv / PackPanel), and
-// so does Q4_K when packed at load time (PackedQ4K); otherwise the K-quants and float types
+// so do Q4_K and Q6_K when packed at load time (PackedQ4K, PackedQ6K); otherwise the K-quants
+// and float types
 // compute R x T register tiles (R weight rows x T tokens: every
 // weight block is decoded once per tile and reused for T tokens, every activation block loaded
 // once and reused for R rows), one 64-value K-quant chunk per 512-bit step.
@@ -520,6 +521,12 @@ inline float ScaleSuperRow(int32_t isc, int32_t imin, float d, float dmin, float
   a = _mm_fmadd_ss(_mm_set_ss(static_cast<float>(imin)), _mm_set_ss(-(dmin * da)), a);
   return _mm_cvtss_f32(a);
 }
+// Q6_K: the super-block's exact integer sum (sum over sub-blocks of scale * (dot - 32 * sum(a)),
+// |.| < 2^29) times d * d_a, one FMA; row-major tiles and panels alike.
+inline float ScaleSuperRowQ6K(int32_t isum, float d, float da, float acc) {
+  return _mm_cvtss_f32(
+      _mm_fmadd_ss(_mm_set_ss(static_cast<float>(isum)), _mm_set_ss(d * da), _mm_set_ss(acc)));
+}
 inline __m512 ScaleSuper(__m512i isc, __m512i imin, __m512 d, __m512 dmin, float da, __m512 acc) {
   const __m512 vda = _mm512_set1_ps(da);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isc), _mm512_mul_ps(d, vda), acc);
@@ -596,7 +603,7 @@ struct KQ5_K {
 };
 struct KQ6_K {
   using B = BlockQ6_K;
-  using Acc = __m512;
+  using Acc = float;
   static void Prep(const B* b, RowK* p) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
     p->sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(s), _mm512_set1_epi32(0xFFFF));
@@ -620,10 +627,11 @@ struct KQ6_K {
     const __m512i idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     return _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(4 * c)), p.sc32);
   }
-  static __m512 Finish(const RowK& p, __m512i iacc, __m256i bsums, float da, __m512 facc) {
-    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bsums, p.m16), 5);  // 32 * sc * sum
-    iacc = _mm512_sub_epi32(iacc, _mm512_zextsi256_si512(off));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_set1_ps(p.d * da), facc);
+  static float Finish(const RowK& p, __m512i iacc, __m256i bsums, float da, float acc) {
+    const int32_t isc = _mm512_reduce_add_epi32(iacc);
+    const int32_t off =  // sum of scale * (sum of the sub-block's activations)
+        _mm512_reduce_add_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bsums, p.m16)));
+    return ScaleSuperRowQ6K(isc - 32 * off, p.d, da, acc);
   }
 };
 
@@ -674,18 +682,21 @@ void TileK(const MatMulArgs& g, int64_t r0, int64_t t0) {
 }
 
 // ---- Q4_K panels, packed at load time: per 16-row panel and super-block, exactly the 16 rows'
-// bytes rearranged (2304 = 16 x 144): 32 nibble vectors (chunk c, vector k: bytes
-// qs[32c + 4k .. 32c + 4k + 3] of every row, low nibbles values 64c + 4k.. of sub-block 2c, high
-// nibbles values 64c + 32 + 4k.. of sub-block 2c + 1), then the rows' 12 scale bytes as three
-// vectors (dwords 0, 1, 2 of every row), then the 16 d and the 16 dmin (fp16). A sub-block's
+// bytes rearranged (2304 = 16 x 144): the rows' 12 scale bytes as three vectors (dwords 0, 1, 2
+// of every row), the 16 d and the 16 dmin (fp16), then 32 nibble vectors (chunk c, vector k:
+// bytes qs[32c + 4k .. 32c + 4k + 3] of every row, low nibbles values 64c + 4k.. of sub-block 2c,
+// high nibbles values 64c + 32 + 4k.. of sub-block 2c + 1). The scales lead, as the kernel reads
+// them first (with them at the end the single-token GEMV read 13-15 GB/s from memory instead of
+// 15.5-16, one core; Q6_K the same, PackedQ6K). A sub-block's
 // dot goes as two 16-value halves of 4 vpdpbusd each (|dot| <= 16 * 15 * 127 fits int16), and
 // each half is scaled and summed by one vpdpwssd against (scale, 0) per lane; the mins term is
 // one vpdpwssd of (min, min) against the token's two 16-value sums of the sub-block. The integer
 // sums are exact, so they equal the row-major tile's, and ScaleSuper matches ScaleSuperRow.
 struct PackedQ4K {
-  static constexpr int64_t kScaleVectors = 64 * 32;
+  static constexpr int64_t kScaleVectors = 0;
   static constexpr int64_t kHeads = kScaleVectors + 64 * 3;
-  static constexpr int64_t kBlockBytes = kHeads + 64;
+  static constexpr int64_t kQuants = kHeads + 64;
+  static constexpr int64_t kBlockBytes = kQuants + 64 * 32;
   static_assert(kBlockBytes == 16 * static_cast<int64_t>(sizeof(BlockQ4_K)));
 };
 
@@ -696,7 +707,8 @@ void PackPanelsQ4K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t col
       for (int i = 0; i < 16; ++i) {
         const BlockQ4_K* blk =
             reinterpret_cast<const BlockQ4_K*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
-        for (int v = 0; v < 32; ++v) std::memcpy(out + 64 * v + 4 * i, blk->qs + 4 * v, 4);
+        for (int v = 0; v < 32; ++v)
+          std::memcpy(out + PackedQ4K::kQuants + 64 * v + 4 * i, blk->qs + 4 * v, 4);
         for (int v = 0; v < 3; ++v)
           std::memcpy(out + PackedQ4K::kScaleVectors + 64 * v + 4 * i, blk->scales + 4 * v, 4);
         std::memcpy(out + PackedQ4K::kHeads + 2 * i, &blk->d, 2);
@@ -762,7 +774,7 @@ void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t 
         __m512i v[8];
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
-          const __m512i q = _mm512_loadu_si512(p + 64 * (8 * c + k));
+          const __m512i q = _mm512_loadu_si512(p + PackedQ4K::kQuants + 64 * (8 * c + k));
           v[k] = _mm512_and_si512(h ? _mm512_srli_epi16(q, 4) : q, m4);
         }
         for (int t = 0; t < T; ++t) {
@@ -794,16 +806,164 @@ void PanelTileQ4K(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t 
     StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
 }
 
-void PanelsQ4K(const MatMulArgs& g, int64_t r0, int64_t r1) {
+// ---- Q6_K panels, packed at load time: per 16-row panel and super-block, exactly the 16 rows'
+// bytes rearranged (3360 = 16 x 210), every vector one dword a row. First the rows' 16 int8
+// scales as four vectors, scales 4q, 4q + 2, 4q + 1, 4q + 3 in vector q (two shifts give the
+// int16 pairs (4q, 4q + 1) and (4q + 2, 4q + 3)); they lead the block so that the block reads
+// front to back (with them at the end, their load missed the cache at every super-block: the
+// GEMV read 9-10 GB/s from memory instead of 11-15). Then 4 groups of 12 vectors: group
+// 2 * half + k16 holds values 128 * half + 32 * s + 16 * k16 + 0..15, s = 0..3 (sub-blocks
+// 8 * half + 2 * s + k16): 4 vectors of ql bytes 64 * half + 16 * k16 + 4k.. (low nibbles:
+// s = 0, high: s = 2), 4 of the ql bytes 32 further (s = 1, 3), 4 of qh bytes 32 * half +
+// 16 * k16 + 4k.. (bits 2s, 2s + 1: value s). Then the 16 d (fp16). A value decodes to u = q + 32
+// in 0..63 (nibble | high bits << 4: an and, a shift, a vpternlogd); a sub-block's dot of u
+// against the token's int8 values is 4 vpdpbusd, times the row's scale with vpmulld (the dot
+// does not fit int16), and the -32 offset is one vpdpwssd per two sub-blocks of the scales
+// against the token's 16-value sums: the super-block's exact integer sum, as KQ6_K::Finish
+// computes it one row at a time, so packed and row-major results are the same bits.
+struct PackedQ6K {
+  static constexpr int64_t kScales = 0;
+  static constexpr int64_t kGroups = kScales + 4 * 64;
+  static constexpr int64_t kGroupBytes = 12 * 64;
+  static constexpr int64_t kHeads = kGroups + 4 * kGroupBytes;
+  static constexpr int64_t kBlockBytes = kHeads + 32;
+  static_assert(kBlockBytes == 16 * static_cast<int64_t>(sizeof(BlockQ6_K)));
+};
+
+void PackPanelsQ6K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQKK;
+  for (int64_t r = 0; r < rows; r += 16) {
+    for (int64_t b = 0; b < nb; ++b, out += PackedQ6K::kBlockBytes) {
+      for (int i = 0; i < 16; ++i) {
+        const BlockQ6_K* blk =
+            reinterpret_cast<const BlockQ6_K*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
+        for (int g = 0; g < 4; ++g) {
+          const int half = g >> 1, k16 = g & 1;
+          uint8_t* grp = out + PackedQ6K::kGroups + g * PackedQ6K::kGroupBytes + 4 * i;
+          for (int k = 0; k < 4; ++k) {
+            std::memcpy(grp + 64 * k, blk->ql + 64 * half + 16 * k16 + 4 * k, 4);
+            std::memcpy(grp + 64 * (4 + k), blk->ql + 64 * half + 32 + 16 * k16 + 4 * k, 4);
+            std::memcpy(grp + 64 * (8 + k), blk->qh + 32 * half + 16 * k16 + 4 * k, 4);
+          }
+        }
+        for (int q = 0; q < 4; ++q) {
+          const int8_t* sc = blk->scales + 4 * q;
+          const int8_t v[4] = {sc[0], sc[2], sc[1], sc[3]};
+          std::memcpy(out + PackedQ6K::kScales + 64 * q + 4 * i, v, 4);
+        }
+        std::memcpy(out + PackedQ6K::kHeads + 2 * i, &blk->d, 2);
+      }
+    }
+  }
+}
+
+// T tokens from t0 against the Q6_K panel of rows [r, r_end) (no software prefetch, as for Q4_K).
+template <int T>
+void PanelTileQ6K(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end,
+                  int64_t t0) {
+  const int64_t nb = g.cols / kQKK;
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t bb = 0; bb < nb; ++bb) {
+    const uint8_t* p = panel + bb * PackedQ6K::kBlockBytes;
+    const uint8_t* scales = p + PackedQ6K::kScales;
+    __m512i isc[T], off[T];
+    for (int t = 0; t < T; ++t) off[t] = isc[t] = zero;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {  // the -32 offset: scale pairs (4q, 4q + 1), (4q + 2, 4q + 3)
+      const __m512i v = _mm512_loadu_si512(scales + 64 * q);
+      const __m512i w0 = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8), w1 = _mm512_srai_epi16(v, 8);
+      for (int t = 0; t < T; ++t) {
+        const int16_t* sums = g.a.sums + (t0 + t) * g.a.sums_stride + bb * 16 + 4 * q;
+        off[t] = _mm512_dpwssd_epi32(off[t], w0, _mm512_set1_epi32(static_cast<int>(Load32(sums))));
+        off[t] = _mm512_dpwssd_epi32(off[t], w1,
+                                     _mm512_set1_epi32(static_cast<int>(Load32(sums + 2))));
+      }
+    }
+#pragma GCC unroll 4
+    for (int grp = 0; grp < 4; ++grp) {
+      const uint8_t* q = p + PackedQ6K::kGroups + grp * PackedQ6K::kGroupBytes;
+      __m512i xs[8], hs[4];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) xs[k] = _mm512_loadu_si512(q + 64 * k);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) hs[k] = _mm512_loadu_si512(q + 64 * (8 + k));
+#pragma GCC unroll 2
+      for (int sp = 0; sp < 2; ++sp) {  // s = sp (low nibbles) and s = sp + 2 (high nibbles)
+        __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m512i x = xs[4 * sp + k];
+          const __m512i h = hs[k];
+          // high bits 2s, 2s + 1 of each byte moved to bits 4, 5; | nibble (ternary 0xEA).
+          const __m512i hl = sp ? _mm512_slli_epi16(h, 2) : _mm512_slli_epi16(h, 4);
+          const __m512i hh = sp ? _mm512_srli_epi16(h, 2) : h;
+          lo[k] = _mm512_ternarylogic_epi32(hl, m30, _mm512_and_si512(x, m4), 0xEA);
+          hi[k] = _mm512_ternarylogic_epi32(hh, m30, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
+                                            0xEA);
+        }
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; ++e) {
+          const int s = sp + 2 * e;
+          const int j = 8 * (grp >> 1) + 2 * s + (grp & 1);  // sub-block
+          // Sub-block j's scale as int32: byte (0, 2, 1, 3)[j % 4] of scale vector j / 4.
+          constexpr int kByte[4] = {0, 2, 1, 3};
+          const __m512i sc = _mm512_srai_epi32(
+              _mm512_slli_epi32(_mm512_loadu_si512(scales + 64 * (j >> 2)), 24 - 8 * kByte[j & 3]),
+              24);
+          const __m512i* v = e ? hi : lo;
+          for (int t = 0; t < T; ++t) {
+            const int8_t* a = g.a.qs + (t0 + t) * g.a.qs_stride + bb * kQKK + 16 * j;
+            const __m512i d0 = _mm512_dpbusd_epi32(
+                _mm512_dpbusd_epi32(zero, v[0], _mm512_set1_epi32(static_cast<int>(Load32(a)))),
+                v[1], _mm512_set1_epi32(static_cast<int>(Load32(a + 4))));
+            const __m512i d1 = _mm512_dpbusd_epi32(
+                _mm512_dpbusd_epi32(zero, v[2], _mm512_set1_epi32(static_cast<int>(Load32(a + 8)))),
+                v[3], _mm512_set1_epi32(static_cast<int>(Load32(a + 12))));
+            isc[t] = _mm512_add_epi32(isc[t], _mm512_mullo_epi32(_mm512_add_epi32(d0, d1), sc));
+          }
+        }
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + PackedQ6K::kHeads)));
+    for (int t = 0; t < T; ++t) {
+      const __m512i isum = _mm512_sub_epi32(isc[t], _mm512_slli_epi32(off[t], 5));
+      const __m512 da = _mm512_set1_ps(g.a.d[(t0 + t) * g.a.d_stride + bb]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, da), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    StoreRows(g.y + (t0 + t) * g.ldy + r, acc[t], static_cast<int>(r_end - r));
+}
+
+struct TilesQ4K {
+  template <int T>
+  static void Run(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end, int64_t t0) {
+    PanelTileQ4K<T>(g, panel, r, r_end, t0);
+  }
+};
+struct TilesQ6K {
+  template <int T>
+  static void Run(const MatMulArgs& g, const uint8_t* panel, int64_t r, int64_t r_end, int64_t t0) {
+    PanelTileQ6K<T>(g, panel, r, r_end, t0);
+  }
+};
+
+// Every token of the call against the K-quant panels of rows [r0, r1), 4 tokens a tile.
+template <class Tiles>
+void PanelsK(const MatMulArgs& g, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* panel = g.panels + (r / 16) * g.panel_bytes;
     const int64_t r_end = std::min(r + 16, r1);
     int64_t t = 0;
-    for (; t + 4 <= g.n_tokens; t += 4) PanelTileQ4K<4>(g, panel, r, r_end, t);
+    for (; t + 4 <= g.n_tokens; t += 4) Tiles::template Run<4>(g, panel, r, r_end, t);
     switch (g.n_tokens - t) {
-      case 3: PanelTileQ4K<3>(g, panel, r, r_end, t); break;
-      case 2: PanelTileQ4K<2>(g, panel, r, r_end, t); break;
-      case 1: PanelTileQ4K<1>(g, panel, r, r_end, t); break;
+      case 3: Tiles::template Run<3>(g, panel, r, r_end, t); break;
+      case 2: Tiles::template Run<2>(g, panel, r, r_end, t); break;
+      case 1: Tiles::template Run<1>(g, panel, r, r_end, t); break;
       default: break;
     }
   }
@@ -852,7 +1012,10 @@ PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 template <class K>
 void KernelK(const MatMulArgs& g, int64_t r0, int64_t r1) {
   if constexpr (std::is_same_v<K, KQ4_K>) {
-    if (g.panels && r0 % 16 == 0) return PanelsQ4K(g, r0, r1);
+    if (g.panels && r0 % 16 == 0) return PanelsK<TilesQ4K>(g, r0, r1);
+  }
+  if constexpr (std::is_same_v<K, KQ6_K>) {
+    if (g.panels && r0 % 16 == 0) return PanelsK<TilesQ6K>(g, r0, r1);
   }
   if (g.n_tokens == 1) return RunK<K, 4, 1>(g, r0, r1);
   return RunK<K, 2, 4>(g, r0, r1);
@@ -957,6 +1120,7 @@ size_t Avx512PanelBytes(DType t, int64_t cols) {
     case DType::kQ5_1: return nb * Packed<KQ5_1>::kBlockBytes;
     case DType::kQ8_0: return nb * Packed<KQ8_0>::kBlockBytes;
     case DType::kQ4_K: return cols / kQKK * PackedQ4K::kBlockBytes;
+    case DType::kQ6_K: return cols / kQKK * PackedQ6K::kBlockBytes;
     default: return 0;
   }
 }
@@ -970,6 +1134,7 @@ void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows,
     case DType::kQ5_1: return PackPanelsOf<KQ5_1>(w, row_bytes, rows, cols, out);
     case DType::kQ8_0: return PackPanelsOf<KQ8_0>(w, row_bytes, rows, cols, out);
     case DType::kQ4_K: return PackPanelsQ4K(w, row_bytes, rows, cols, out);
+    case DType::kQ6_K: return PackPanelsQ6K(w, row_bytes, rows, cols, out);
     default: return;
   }
 }
