@@ -96,6 +96,10 @@ if [ -f "$model" ]; then
   # peng bench --batch: the engine's batched decode is reported next to the offline numbers.
   expect "bench batched decode" 0 '"batch1_tokens_per_s"' \
     "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --batch 2 --json
+  # ... with the compute bound of a batch from the model's multiply-adds a token: SmolLM2-135M's
+  # 30 x (2 x 576^2 + 2 x 576 x 192 + 3 x 576 x 1536) + the 49152 x 576 LM head, all quantized.
+  expect "bench multiply-adds a token" 0 '"int": 134479872' \
+    "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --batch 2 --json
   expect "bench bad batch" 2 "batch" "$peng" bench -m "$model" --batch -1
   # peng eval compare: the honest INT8 model passes, one corrupted scale (x10) fails and is named.
   "$peng" quantize -q "$model" "$tmp/smol_w8a8" --scheme w8a8 > /dev/null

@@ -158,7 +158,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
     bw = (*dev)->MeasureReadBandwidth(int64_t{1} << 30) / 1e9;
     device_name = (*dev)->Name();
   }
-  const int64_t bytes = m.model().WeightBytesPerToken();
+  const WeightTraffic traffic = m.model().WeightsPerToken();
+  const int64_t bytes = traffic.bytes;
   nlohmann::json j;
   j["model"] = a.model_path;
   j["threads"] = m.pool().num_threads();
@@ -172,6 +173,19 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["tensor_parallel_size"] = a.tensor_parallel_size;
   j["enable_expert_parallel"] = a.enable_expert_parallel;
   j["data_parallel_size"] = a.data_parallel_size;
+  if (batched && a.device == "cpu") {
+    // The compute bound of a batch: every token's multiply-adds with the weights at the
+    // machine's int8 dot-product / FP32 FMA peaks (2 ops a multiply-add), nothing else.
+    const double int8_ops = kernels::MeasurePeakOpsInt8(&m.pool());
+    const double f32_flops = kernels::MeasurePeakFlopsF32(&m.pool());
+    const double s = 2.0 * traffic.int_multiply_adds / int8_ops +
+                     2.0 * traffic.float_multiply_adds / f32_flops;
+    j["int8_peak_gops"] = int8_ops / 1e9;
+    j["f32_peak_gflops"] = f32_flops / 1e9;
+    j["weight_multiply_adds_per_token"] = {{"int", traffic.int_multiply_adds},
+                                           {"float", traffic.float_multiply_adds}};
+    j["compute_bound_tokens_per_s"] = 1.0 / s;
+  }
   if (batched) {
     llm->reset();  // one copy of the weights at a time
     auto engine = Engine::Create(eo);
@@ -224,6 +238,16 @@ int RunBench(const BenchArgs& a) {
                 "%.1f tokens/s; scaling %.2fx (medians)\n",
                 a.bench.batch, b.median, b.median / a.bench.batch, one.median,
                 b.median / one.median);
+    if (j.contains("compute_bound_tokens_per_s")) {
+      const double bound = j["compute_bound_tokens_per_s"];
+      std::printf("compute bound of a batch (%.1f M integer + %.1f M float multiply-adds a token "
+                  "at %.0f int8 GOP/s, %.0f FP32 GFLOP/s): %.1f tokens/s = %.2fx the 1-sequence "
+                  "rate\n",
+                  j["weight_multiply_adds_per_token"]["int"].get<int64_t>() / 1e6,
+                  j["weight_multiply_adds_per_token"]["float"].get<int64_t>() / 1e6,
+                  j["int8_peak_gops"].get<double>(), j["f32_peak_gflops"].get<double>(), bound,
+                  bound / one.median);
+    }
   }
   return 0;
 }

@@ -48,7 +48,7 @@ class FaultyModel : public Model {
     }
     return OkStatus();
   }
-  int64_t WeightBytesPerToken() const override { return inner_->WeightBytesPerToken(); }
+  WeightTraffic WeightsPerToken() const override { return inner_->WeightsPerToken(); }
   std::string WeightSummary() const override { return inner_->WeightSummary(); }
   std::vector<const Linear*> Linears() const override { return inner_->Linears(); }
 

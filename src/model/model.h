@@ -65,8 +65,10 @@ class Model {
   // Runs the batch; writes NumLogitRows() rows of vocab_size logits into `logits`.
   virtual Status Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
                          ThreadPool* pool) = 0;
-  // Bytes of weights read to produce one token (decode): everything but the embedding table.
-  virtual int64_t WeightBytesPerToken() const = 0;
+  // The weights one decoded token reads (everything but the embedding table, of which one row)
+  // and the multiply-adds done with them.
+  virtual WeightTraffic WeightsPerToken() const = 0;
+  int64_t WeightBytesPerToken() const { return WeightsPerToken().bytes; }
   // Short description of the weight types, e.g. "Q4_1 x210, Q8_0 x1, F32 x61".
   virtual std::string WeightSummary() const = 0;
   // Every weight matrix under its GGUF-style name (diagnostics: per-tensor comparisons).

@@ -440,8 +440,9 @@ TEST_F(CudaTest, MoeOps) {
     cuda_->ExpertsMatMul(*ec, x.cuda, T, static_cast<int32_t*>(*ids_c), p.k, false, ge.cuda);
     host_->ExpertsMatMul(*eh, x.host, T, ids_h.data(), p.k, false, ge.host);
     Expect(ge, T * p.k * I, 1e-4, "ExpertsMatMul, odd experts elsewhere");
-    for (int64_t i = 0; i < T * p.k; ++i)
+    for (int64_t i = 0; i < T * p.k; ++i) {
       if (ids_h[i] % 2) ASSERT_EQ(ge.host[i * I], 0.f);
+    }
     // down: [T * k, 256] inputs, one per slot
     const Pair act = Upload(Random(T * p.k * 256));
     const Pair ys = Zeros(T * p.k * D);

@@ -642,27 +642,34 @@ KvCacheSpec DeepseekV2Model::kv_spec() const {
   return spec;
 }
 
-int64_t DeepseekV2Model::WeightBytesPerToken() const {
-  int64_t bytes = output_.bytes() + cfg_.base.hidden_size * 4;
+WeightTraffic DeepseekV2Model::WeightsPerToken() const {
+  WeightTraffic w;
+  w.bytes = cfg_.base.hidden_size * 4;  // the token's embedding row
+  w.Add(output_);
   for (const Layer& L : layers_) {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
                             &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
-      if (l->bound()) bytes += l->bytes();
-    // kv_b: the stored per-head k_b / v_b, or the FP32 copy (W_UK / W_UV).
+      if (l->bound()) w.Add(*l);
+    // kv_b: the stored per-head k_b / v_b, or the FP32 copy (W_UK / W_UV: one multiply-add per
+    // value a token, absorbed into the query and the output).
     if (DecodesWithStoredKvb(L)) {
-      for (const Linear& l : L.kv_b_parts) bytes += l.bytes();
+      for (const Linear& l : L.kv_b_parts) w.Add(l);
     } else {
-      bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
+      w.bytes += static_cast<int64_t>(L.w_kvb_view->size_bytes);
+      w.float_multiply_adds += L.w_kvb_view->numel();
     }
     if (L.moe && !L.exp_gate.empty()) {  // k of E experts per token, of which this rank's
-      int64_t experts = 0;
+      WeightTraffic experts;
       for (size_t e = 0; e < L.exp_gate.size(); ++e)
         if (L.exp_gate[e].bound())
-          experts += L.exp_gate[e].bytes() + L.exp_up[e].bytes() + L.exp_down[e].bytes();
-      bytes += experts / static_cast<int64_t>(L.exp_gate.size()) * cfg_.num_experts_per_tok;
+          for (const Linear* l : {&L.exp_gate[e], &L.exp_up[e], &L.exp_down[e]}) experts.Add(*l);
+      const int64_t E = static_cast<int64_t>(L.exp_gate.size()), k = cfg_.num_experts_per_tok;
+      w.bytes += experts.bytes / E * k;
+      w.int_multiply_adds += experts.int_multiply_adds / E * k;
+      w.float_multiply_adds += experts.float_multiply_adds / E * k;
     }
   }
-  return bytes;
+  return w;
 }
 
 std::string DeepseekV2Model::WeightSummary() const { return files_->DTypeSummary(); }

@@ -129,7 +129,7 @@ class DeepseekV2Model : public Model {
   Status Forward(const ForwardBatch& batch, KvCache* kv, float* logits, ThreadPool* pool) override;
   // Attention (kv_b as its FP32 copy), dense and shared weights, the router, and the top-k
   // routed experts of every MoE layer (the experts a token actually reads), plus the LM head.
-  int64_t WeightBytesPerToken() const override;
+  WeightTraffic WeightsPerToken() const override;
   std::string WeightSummary() const override;
   std::vector<const Linear*> Linears() const override;
   bool StepsWithAllReplicas() const override { return ep_ != nullptr; }

@@ -179,13 +179,14 @@ KvCacheSpec DecoderModel::kv_spec() const {
   return spec;
 }
 
-int64_t DecoderModel::WeightBytesPerToken() const {
-  int64_t bytes = output_.bytes() + cfg_.hidden_size * 4;
+WeightTraffic DecoderModel::WeightsPerToken() const {
+  WeightTraffic w;
+  w.bytes = cfg_.hidden_size * 4;  // the token's embedding row
+  w.Add(output_);
   for (const Layer& L : layers_) {
-    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      bytes += l->bytes();
+    for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w.Add(*l);
   }
-  return bytes;
+  return w;
 }
 
 std::string DecoderModel::WeightSummary() const { return files_->DTypeSummary(); }

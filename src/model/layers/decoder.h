@@ -42,7 +42,7 @@ class DecoderModel : public Model {
   KvCacheSpec kv_spec() const override;
   Status Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
                  ThreadPool* pool) override;
-  int64_t WeightBytesPerToken() const override;
+  WeightTraffic WeightsPerToken() const override;
   std::string WeightSummary() const override;
   std::vector<const Linear*> Linears() const override;
 

@@ -226,6 +226,12 @@ int64_t Linear::bytes() const {
   return static_cast<int64_t>(w_->size_bytes) + (int8_ ? rows_ * 4 : 0);
 }
 
+void WeightTraffic::Add(const Linear& l, int64_t times) {
+  bytes += l.bytes() * times;
+  const bool integer = l.is_int8() || GetDTypeInfo(l.tensor().dtype).quantized;
+  (integer ? int_multiply_adds : float_multiply_adds) += l.rows() * l.cols() * times;
+}
+
 kernels::Int8Weights Linear::Int8View() const {
   return {static_cast<const int8_t*>(w_->data), scales_, rows_, cols_};
 }

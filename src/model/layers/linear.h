@@ -37,6 +37,19 @@ struct Int8Acts {
 StatusOr<const float*> BindVector(const ModelFiles& files, const std::string& name, int64_t n,
                                   bool optional, std::deque<std::vector<float>>* owned);
 
+class Linear;
+
+// What one decoded token's matrix-vector products with the weights cost: the bytes read (the
+// bandwidth bound of decoding) and the multiply-adds, split by how the kernels do them (integer
+// dot products for block-quantized and INT8 weights, FP32 FMAs for float weights): the compute
+// bound of a batch, which reads the weights once for all its tokens. Attention is not counted.
+struct WeightTraffic {
+  int64_t bytes = 0;
+  int64_t int_multiply_adds = 0;
+  int64_t float_multiply_adds = 0;
+  void Add(const Linear& l, int64_t times = 1);
+};
+
 class Linear {
  public:
   Linear() = default;
