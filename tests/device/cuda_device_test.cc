@@ -441,7 +441,9 @@ TEST_F(CudaTest, MoeOps) {
     host_->ExpertsMatMul(*eh, x.host, T, ids_h.data(), p.k, false, ge.host);
     Expect(ge, T * p.k * I, 1e-4, "ExpertsMatMul, odd experts elsewhere");
     for (int64_t i = 0; i < T * p.k; ++i) {
-      if (ids_h[i] % 2) ASSERT_EQ(ge.host[i * I], 0.f);
+      if (ids_h[i] % 2) {
+        ASSERT_EQ(ge.host[i * I], 0.f);
+      }
     }
     // down: [T * k, 256] inputs, one per slot
     const Pair act = Upload(Random(T * p.k * 256));
