@@ -700,22 +700,30 @@ struct PackedQ4K {
   static_assert(kBlockBytes == 16 * static_cast<int64_t>(sizeof(BlockQ4_K)));
 };
 
-void PackPanelsQ4K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
+// Calls pack(block, out, i) for row i (rows past the end repeat the last) of every 16-row panel
+// and super-block of a K-quant matrix, out stepping kBlockBytes a panel's super-block.
+template <class B, int64_t kBlockBytes, class F>
+void PackSuperBlockPanels(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                          uint8_t* out, F&& pack) {
   const int64_t nb = cols / kQKK;
   for (int64_t r = 0; r < rows; r += 16) {
-    for (int64_t b = 0; b < nb; ++b, out += PackedQ4K::kBlockBytes) {
-      for (int i = 0; i < 16; ++i) {
-        const BlockQ4_K* blk =
-            reinterpret_cast<const BlockQ4_K*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
-        for (int v = 0; v < 32; ++v)
-          std::memcpy(out + PackedQ4K::kQuants + 64 * v + 4 * i, blk->qs + 4 * v, 4);
-        for (int v = 0; v < 3; ++v)
-          std::memcpy(out + PackedQ4K::kScaleVectors + 64 * v + 4 * i, blk->scales + 4 * v, 4);
-        std::memcpy(out + PackedQ4K::kHeads + 2 * i, &blk->d, 2);
-        std::memcpy(out + PackedQ4K::kHeads + 32 + 2 * i, &blk->dmin, 2);
-      }
+    for (int64_t b = 0; b < nb; ++b, out += kBlockBytes) {
+      for (int i = 0; i < 16; ++i)
+        pack(reinterpret_cast<const B*>(w + std::min(r + i, rows - 1) * row_bytes) + b, out, i);
     }
   }
+}
+
+void PackPanelsQ4K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
+  PackSuperBlockPanels<BlockQ4_K, PackedQ4K::kBlockBytes>(
+      w, row_bytes, rows, cols, out, [](const BlockQ4_K* blk, uint8_t* o, int i) {
+        for (int v = 0; v < 32; ++v)
+          std::memcpy(o + PackedQ4K::kQuants + 64 * v + 4 * i, blk->qs + 4 * v, 4);
+        for (int v = 0; v < 3; ++v)
+          std::memcpy(o + PackedQ4K::kScaleVectors + 64 * v + 4 * i, blk->scales + 4 * v, 4);
+        std::memcpy(o + PackedQ4K::kHeads + 2 * i, &blk->d, 2);
+        std::memcpy(o + PackedQ4K::kHeads + 32 + 2 * i, &blk->dmin, 2);
+      });
 }
 
 // Sub-block j's scale (low 16 bits of each row's dword) and min (both 16-bit halves), from the
@@ -831,15 +839,11 @@ struct PackedQ6K {
 };
 
 void PackPanelsQ6K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, uint8_t* out) {
-  const int64_t nb = cols / kQKK;
-  for (int64_t r = 0; r < rows; r += 16) {
-    for (int64_t b = 0; b < nb; ++b, out += PackedQ6K::kBlockBytes) {
-      for (int i = 0; i < 16; ++i) {
-        const BlockQ6_K* blk =
-            reinterpret_cast<const BlockQ6_K*>(w + std::min(r + i, rows - 1) * row_bytes) + b;
+  PackSuperBlockPanels<BlockQ6_K, PackedQ6K::kBlockBytes>(
+      w, row_bytes, rows, cols, out, [](const BlockQ6_K* blk, uint8_t* o, int i) {
         for (int g = 0; g < 4; ++g) {
           const int half = g >> 1, k16 = g & 1;
-          uint8_t* grp = out + PackedQ6K::kGroups + g * PackedQ6K::kGroupBytes + 4 * i;
+          uint8_t* grp = o + PackedQ6K::kGroups + g * PackedQ6K::kGroupBytes + 4 * i;
           for (int k = 0; k < 4; ++k) {
             std::memcpy(grp + 64 * k, blk->ql + 64 * half + 16 * k16 + 4 * k, 4);
             std::memcpy(grp + 64 * (4 + k), blk->ql + 64 * half + 32 + 16 * k16 + 4 * k, 4);
@@ -849,12 +853,10 @@ void PackPanelsQ6K(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t col
         for (int q = 0; q < 4; ++q) {
           const int8_t* sc = blk->scales + 4 * q;
           const int8_t v[4] = {sc[0], sc[2], sc[1], sc[3]};
-          std::memcpy(out + PackedQ6K::kScales + 64 * q + 4 * i, v, 4);
+          std::memcpy(o + PackedQ6K::kScales + 64 * q + 4 * i, v, 4);
         }
-        std::memcpy(out + PackedQ6K::kHeads + 2 * i, &blk->d, 2);
-      }
-    }
-  }
+        std::memcpy(o + PackedQ6K::kHeads + 2 * i, &blk->d, 2);
+      });
 }
 
 // T tokens from t0 against the Q6_K panel of rows [r, r_end) (no software prefetch, as for Q4_K).
