@@ -27,9 +27,9 @@ namespace peng::kernels {
 // Supported W types: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool);
 
-// Load-time repacking. The AVX-512 VNNI kernels read Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K
+// Load-time repacking. The AVX-512 VNNI kernels read Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K
 // matrices in 16-row panels (per panel and block: the rows' quants transposed into dword
-// columns, Q5's high bits, then their scales; the same bytes rearranged): a block then decodes
+// columns, Q5's high bits, and their scales; the same bytes rearranged): a block then decodes
 // with a few vector operations for all 16 rows instead of a reduction across them, for GEMV and
 // GEMM alike (no packing per call).
 // Returns `w` packed for the active ISA (huge-page memory; set w.panels to it and keep it
