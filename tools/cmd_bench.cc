@@ -239,14 +239,16 @@ int RunBench(const BenchArgs& a) {
                 a.bench.batch, b.median, b.median / a.bench.batch, one.median,
                 b.median / one.median);
     if (j.contains("compute_bound_tokens_per_s")) {
+      // Over the bandwidth bound of one sequence: the most a batch can scale while one
+      // sequence decodes at the read bandwidth (the batch's step at the machine's peaks).
       const double bound = j["compute_bound_tokens_per_s"];
       std::printf("compute bound of a batch (%.1f M integer + %.1f M float multiply-adds a token "
                   "at %.0f int8 GOP/s, %.0f FP32 GFLOP/s): %.1f tokens/s = %.2fx the 1-sequence "
-                  "rate\n",
+                  "rate, %.2fx the bandwidth bound of one sequence\n",
                   j["weight_multiply_adds_per_token"]["int"].get<int64_t>() / 1e6,
                   j["weight_multiply_adds_per_token"]["float"].get<int64_t>() / 1e6,
                   j["int8_peak_gops"].get<double>(), j["f32_peak_gflops"].get<double>(), bound,
-                  bound / one.median);
+                  bound / one.median, bound / j["bandwidth_bound_tokens_per_s"].get<double>());
     }
   }
   return 0;
