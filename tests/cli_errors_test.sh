@@ -100,6 +100,9 @@ if [ -f "$model" ]; then
   # 30 x (2 x 576^2 + 2 x 576 x 192 + 3 x 576 x 1536) + the 49152 x 576 LM head, all quantized.
   expect "bench multiply-adds a token" 0 '"int": 134479872' \
     "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --batch 2 --json
+  # ... and, in the text report, that bound over one sequence's bandwidth bound.
+  expect "bench bound over bandwidth bound" 0 "x the bandwidth bound of one sequence" \
+    "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --batch 2
   expect "bench bad batch" 2 "batch" "$peng" bench -m "$model" --batch -1
   # peng eval compare: the honest INT8 model passes, one corrupted scale (x10) fails and is named.
   "$peng" quantize -q "$model" "$tmp/smol_w8a8" --scheme w8a8 > /dev/null
