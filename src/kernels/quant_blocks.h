@@ -170,6 +170,11 @@ MatMulKernel NeonI8mmMatMulKernel(DType t);  // cpu/matmul_i8mm.cc (smmla + sdot
 size_t Avx512PanelBytes(DType t, int64_t cols);
 void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                       uint8_t* out);
+// The K-quants' part of the three above (cpu/matmul_kquant_avx512.cc).
+MatMulKernel Avx512KQuantKernel(DType t);
+size_t Avx512KQuantPanelBytes(DType t, int64_t cols);
+void Avx512PackKQuantPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                            uint8_t* out);
 QuantizeActFn Avx2QuantizeAct();
 QuantizeActFn Avx512QuantizeAct();
 QuantizeActFn NeonQuantizeAct();  // every ARM64 level (needs no extension)

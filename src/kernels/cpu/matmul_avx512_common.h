@@ -1,0 +1,35 @@
+// Small helpers shared by the AVX-512 matmul translation units (matmul_avx512.cc,
+// matmul_kquant_avx512.cc; included only by files compiled with AVX-512 flags). An anonymous
+// namespace keeps one copy per unit, so no AVX-512 code can be merged into code run on older
+// CPUs.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+// GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics (for the
+// whole of every unit that includes this header).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace peng::kernels {
+namespace {
+
+// 4 bytes from any address (no int32 aliasing of int8 data).
+inline uint32_t Load32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Stores the first n (<= 16) lanes of v at y.
+inline void StoreRows(float* y, __m512 v, int n) {
+  _mm512_mask_storeu_ps(y, static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1), v);
+}
+
+}  // namespace
+}  // namespace peng::kernels
