@@ -1,0 +1,69 @@
+// The operation mix of the AVX-512 32-value panel tile (cpu/matmul_avx512.cc, PanelTile) from
+// registers, to see what its per-block scaling costs beside the integer dot products: per block
+// and token of a 6-token tile, 8 vpdpbusd in two chains, then nothing (Bare), Q4_0 / Q8_0's
+// scaling (vpaddd, vcvtdq2ps, vmulps, vfmadd: Scaled) or Q4_1's (one more vfmadd: ScaledMin).
+// Counter: G vpdpbusd per second on one core (docs/benchmarks.md, 2026-12-04). Skips without
+// AVX-512 VNNI. Built with AVX-512 flags on x86-64 only (bench/CMakeLists.txt).
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstdint>
+
+// GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace {
+
+enum Mix { kBare, kScaled, kScaledMin };
+
+template <Mix M>
+void BM_TileOpMix(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  constexpr int T = 6;
+  __m512i w[8];
+  for (int j = 0; j < 8; ++j) w[j] = _mm512_set1_epi8(static_cast<char>(j + 1));
+  __m512i a[T];  // each token's activation bytes, opaque to the compiler (no sharing across tokens)
+  for (int t = 0; t < T; ++t) a[t] = _mm512_set1_epi8(static_cast<char>(t + 1));
+  const __m512 dw = _mm512_set1_ps(0.5f), mw = _mm512_set1_ps(0.25f), da = _mm512_set1_ps(1.0001f);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  constexpr int64_t kBlocks = 1 << 16;
+  for (auto _ : state) {
+    for (int64_t i = 0; i < kBlocks; ++i) {
+      __m512i d0[T], d1[T];
+      for (int t = 0; t < T; ++t) d0[t] = d1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; ++t) {
+          __m512i& d = (j & 1) ? d1[t] : d0[t];
+          d = _mm512_dpbusd_epi32(d, w[j], a[t]);
+        }
+      for (int t = 0; t < T; ++t) {
+        const __m512i s = _mm512_add_epi32(d0[t], d1[t]);
+        if constexpr (M == kBare) {
+          acc[t] = _mm512_add_ps(acc[t], _mm512_castsi512_ps(s));
+        } else {
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, da), acc[t]);
+          if constexpr (M == kScaledMin) acc[t] = _mm512_fmadd_ps(mw, da, acc[t]);
+        }
+      }
+      for (int t = 0; t < T; ++t) asm volatile("" : "+v"(a[t]));  // new activations each block
+    }
+    for (int t = 0; t < T; ++t) benchmark::DoNotOptimize(acc[t]);
+  }
+  state.counters["G vpdpbusd/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kBlocks * 8 * T * 1e-9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_TileOpMix<kBare>)->Name("BM_TileOpMix/bare")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TileOpMix<kScaled>)->Name("BM_TileOpMix/scaled")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TileOpMix<kScaledMin>)->Name("BM_TileOpMix/scaled_min")->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
