@@ -1,7 +1,9 @@
 // The operation mix of the AVX-512 32-value panel tile (cpu/matmul_avx512.cc, PanelTile) from
 // registers, to see what its per-block scaling costs beside the integer dot products: per block
 // and token of a 6-token tile, 8 vpdpbusd in two chains, then nothing (Bare), Q4_0 / Q8_0's
-// scaling (vpaddd, vcvtdq2ps, vmulps, vfmadd: Scaled) or Q4_1's (one more vfmadd: ScaledMin).
+// scaling (vpaddd, vcvtdq2ps, vfmadd: Scaled -- the scales are loop constants here, so the
+// real tile's vmulps of d_w by the token's d_a is hoisted out) or Q4_1's (one more vfmadd:
+// ScaledMin). BM_PipeShare measures which of these take the vpdpbusd pipes' slots.
 // Counter: G vpdpbusd per second on one core (docs/benchmarks.md, 2026-12-04). Skips without
 // AVX-512 VNNI. Built with AVX-512 flags on x86-64 only (bench/CMakeLists.txt).
 #include <benchmark/benchmark.h>
@@ -60,6 +62,54 @@ void BM_TileOpMix(benchmark::State& state) {
   state.counters["G vpdpbusd/s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * kBlocks * 8 * T * 1e-9, benchmark::Counter::kIsRate);
 }
+// Which operations share the vpdpbusd pipes: per iteration 8 independent vpdpbusd chains plus
+// `fma` independent vfmadd231ps (or vmulps) chains and `cvt` independent vcvtdq2ps chains, all from
+// registers, one core. If an FMA takes a vpdpbusd's slot, vpdpbusd + vfmadd per second stays at
+// the bare vpdpbusd rate whatever `fma` is; an operation on other pipes costs nothing.
+template <int kFma, int kCvt, bool kMul = false>
+void BM_PipeShare(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  __m512i d[8], c[8];
+  __m512 f[8];
+  __m512i w = _mm512_set1_epi8(3), a = _mm512_set1_epi8(5);
+  __m512 x = _mm512_set1_ps(1.0001f), y = _mm512_set1_ps(0.999f);
+  for (int i = 0; i < 8; ++i) {
+    d[i] = c[i] = _mm512_set1_epi32(i);
+    f[i] = _mm512_set1_ps(static_cast<float>(i));
+  }
+  constexpr int64_t kIters = 1 << 20;
+  for (auto _ : state) {
+    for (int64_t n = 0; n < kIters; ++n) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) d[i] = _mm512_dpbusd_epi32(d[i], w, a);
+#pragma GCC unroll 8
+      for (int i = 0; i < kFma; ++i)
+        f[i] = kMul ? _mm512_mul_ps(f[i], x) : _mm512_fmadd_ps(f[i], x, y);
+#pragma GCC unroll 8
+      for (int i = 0; i < kCvt; ++i) c[i] = _mm512_castps_si512(_mm512_cvtepi32_ps(c[i]));
+      asm volatile("" : "+v"(w), "+v"(a), "+v"(x));  // operands opaque: nothing is hoisted
+    }
+    for (int i = 0; i < 8; ++i) {
+      benchmark::DoNotOptimize(d[i]);
+      benchmark::DoNotOptimize(f[i]);
+      benchmark::DoNotOptimize(c[i]);
+    }
+  }
+  const double iters = static_cast<double>(state.iterations()) * kIters;
+  state.counters["G vpdpbusd/s"] = benchmark::Counter(iters * 8e-9, benchmark::Counter::kIsRate);
+  state.counters["G vpdpbusd+vfmadd/s"] =
+      benchmark::Counter(iters * (8 + kFma) * 1e-9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PipeShare<0, 0>)->Name("BM_PipeShare/dpbusd8")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipeShare<2, 0>)->Name("BM_PipeShare/dpbusd8_fma2")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipeShare<3, 0>)->Name("BM_PipeShare/dpbusd8_fma3")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipeShare<8, 0>)->Name("BM_PipeShare/dpbusd8_fma8")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipeShare<3, 0, true>)->Name("BM_PipeShare/dpbusd8_mul3")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipeShare<0, 4>)->Name("BM_PipeShare/dpbusd8_cvt4")->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_TileOpMix<kBare>)->Name("BM_TileOpMix/bare")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TileOpMix<kScaled>)->Name("BM_TileOpMix/scaled")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TileOpMix<kScaledMin>)->Name("BM_TileOpMix/scaled_min")->Unit(benchmark::kMillisecond);
