@@ -395,10 +395,10 @@ struct Packed {
   static constexpr int64_t kScales = 64 * kQuantVectors + (kHigh ? 64 : 0);  // offset
   static constexpr int64_t kBlockBytes = kScales + 32 * (K::kMin ? 2 : 1);
   const uint8_t* panel;
-  int64_t ahead;  // prefetch distance (bytes)
+  int64_t ahead;  // software prefetch distance (bytes); 0: none (one token: Kernel32)
   void Block(int64_t bb, __m512i v[8], __m512* dw, __m512* mw) const {
     const uint8_t* p = panel + bb * kBlockBytes;
-    PrefetchStream<kBlockBytes>(p, ahead);
+    if (ahead) PrefetchStream<kBlockBytes>(p, ahead);
     if constexpr (kQuantVectors == 8) {
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) v[j] = _mm512_loadu_si512(p + 64 * j);
@@ -471,7 +471,12 @@ template <class K>
 void Kernel32(const MatMulArgs& g, int64_t r0, int64_t r1) {
   {
     if (g.panels && r0 % 16 == 0) {  // packed at load time
-      const int64_t ahead = PrefetchAhead(Packed<K>::kBlockBytes);
+      // A thread's panels are one contiguous stream. For one token (a GEMV, bound by reading
+      // it) the hardware prefetchers follow it best alone: with software prefetch on top the
+      // dense models decoded 5-20% further below the bandwidth bound and V2-Lite's MoE decode
+      // ran 26-33% slower. Several tokens keep it (2-8 tokens mixed, 32 faster with it;
+      // docs/benchmarks.md, 2026-12-04).
+      const int64_t ahead = g.n_tokens > 1 ? PrefetchAhead(Packed<K>::kBlockBytes) : 0;
       for (int64_t r = r0; r < r1; r += 16)
         PanelTokens<K>(g, Packed<K>{g.panels + (r / 16) * g.panel_bytes, ahead}, r,
                        std::min(r + 16, r1));
