@@ -86,13 +86,17 @@ inline void UnpackScalesK(const uint8_t* s, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// 4 bytes from any address as a little-endian word (no int32 aliasing of int8 data).
+inline uint32_t Load32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 // Same as UnpackScalesK, as two little-endian 8-byte words (byte j = sc[j] / m[j]); no byte
 // stores, so SIMD code can move the result straight into a vector register.
 inline void UnpackScalesK64(const uint8_t* s, uint64_t* sc, uint64_t* m) {
-  uint32_t lo, hi, b;
-  std::memcpy(&lo, s, 4);
-  std::memcpy(&hi, s + 4, 4);
-  std::memcpy(&b, s + 8, 4);
+  const uint32_t lo = Load32(s), hi = Load32(s + 4), b = Load32(s + 8);
   const uint32_t sc_hi = (b & 0x0F0F0F0Fu) | ((lo >> 2) & 0x30303030u);
   const uint32_t m_hi = ((b >> 4) & 0x0F0F0F0Fu) | ((hi >> 2) & 0x30303030u);
   *sc = (lo & 0x3F3F3F3Fu) | uint64_t{sc_hi} << 32;

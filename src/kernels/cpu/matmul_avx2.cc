@@ -33,8 +33,7 @@ inline __m256i Nibbles(const uint8_t* qs) {  // 16 bytes -> 32 values [lo nibble
 }
 // Byte i = 16 where bit i of h is set, else 0.
 inline __m256i HighBits(const uint8_t* qh) {
-  uint32_t h;
-  std::memcpy(&h, qh, 4);
+  const uint32_t h = Load32(qh);
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                          0x0101010101010101, 0);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(h)), shuf);

@@ -144,7 +144,7 @@ template <class B>
 inline __m512i LoadHeads(const B* const w[16], int64_t bb) {
   alignas(64) uint32_t head[16];
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) std::memcpy(&head[i], w[i] + bb, 4);
+  for (int i = 0; i < 16; ++i) head[i] = Load32(w[i] + bb);
   return _mm512_load_si512(head);
 }
 

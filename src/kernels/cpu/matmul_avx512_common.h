@@ -7,7 +7,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 // GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics (for the
 // whole of every unit that includes this header).
@@ -18,13 +17,6 @@
 
 namespace peng::kernels {
 namespace {
-
-// 4 bytes from any address (no int32 aliasing of int8 data).
-inline uint32_t Load32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 
 // Stores the first n (<= 16) lanes of v at y.
 inline void StoreRows(float* y, __m512 v, int n) {

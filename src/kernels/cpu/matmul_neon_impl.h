@@ -43,8 +43,7 @@ inline Q32 Nibbles(const uint8_t* qs, int off) {
 }
 // 16 where bit i of the 32-bit little-endian qh is set.
 inline Q32 HighBits(const uint8_t* qh) {
-  uint32_t h;
-  std::memcpy(&h, qh, 4);
+  const uint32_t h = Load32(qh);
   const uint8x16_t bytes = vreinterpretq_u8_u32(vdupq_n_u32(h));
   static const uint8_t kIdxLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
   static const uint8_t kIdxHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};

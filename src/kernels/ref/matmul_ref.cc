@@ -11,12 +11,6 @@ namespace {
 
 inline float H(uint16_t h) { return F16ToF32(h); }
 
-inline uint32_t Load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Unpacked unsigned integer weights of one 32-value block: w = scale * q + offset * ... (see
 // each type), q[i] in value order.
 void Unpack4(const uint8_t* qs, int* q) {
