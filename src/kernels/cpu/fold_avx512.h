@@ -3,7 +3,7 @@
 // so no AVX-512 code can be merged into code run on older CPUs).
 #pragma once
 
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 namespace peng::kernels {
 namespace {

@@ -4,18 +4,12 @@
 // activations. Both compute R x T register tiles (R weight rows x T tokens, up to 4 x 4): every
 // weight vector is loaded once per tile and reused for T tokens. The column tail (cols a
 // multiple of 32, not 64) uses masked loads.
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 #include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/tile_driver.h"
 #include "kernels/int8_gemm.h"
 #include "kernels/ref/int8_ref.h"
-
-// GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 namespace peng::kernels {
 namespace {

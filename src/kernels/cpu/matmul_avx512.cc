@@ -6,7 +6,7 @@
 // block types run in 16-row panels (one lane per row, the two blocks of a step transposed across
 // rows; see PanelGemv / PackPanel); float types compute R x T register tiles (R weight rows x T
 // tokens: every weight vector loaded once per tile and reused for T tokens).
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 #include <algorithm>
 #include <bit>

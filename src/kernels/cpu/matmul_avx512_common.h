@@ -4,16 +4,7 @@
 // CPUs.
 #pragma once
 
-#include <immintrin.h>
-
-#include <cstdint>
-
-// GCC 12 warns about the deliberately undefined upper halves in the cast intrinsics (for the
-// whole of every unit that includes this header).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/cpu/avx512.h"
 
 namespace peng::kernels {
 namespace {

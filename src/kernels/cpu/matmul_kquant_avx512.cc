@@ -5,7 +5,7 @@
 // every super-block decoded once per tile and reused for T tokens), one 64-value chunk per
 // 512-bit step. Row-major tiles and panels do the same arithmetic per (row, super-block), so
 // they give the same bits (PackedPanelsGiveTheRowMajorResults).
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,9 +1,6 @@
 // AVX-512 (F/BW/VL/DQ) versions of the element-wise ops and attention inner loops (16 floats
 // per vector; tails use mask registers so every element goes through the same formula).
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* self-initialisation).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 #include <cstdint>
 

@@ -1,7 +1,5 @@
 // AVX-512 machine-peak probe loops (cpu/probe_simd.h): 64-byte loads, 16-wide FMAs, VNNI.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+#include "kernels/cpu/avx512.h"
 
 #include "kernels/cpu/probe_simd.h"
 
