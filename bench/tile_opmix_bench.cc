@@ -63,10 +63,12 @@ void BM_TileOpMix(benchmark::State& state) {
       static_cast<double>(state.iterations()) * kBlocks * 8 * T * 1e-9, benchmark::Counter::kIsRate);
 }
 // Which operations share the vpdpbusd pipes: per iteration 8 independent vpdpbusd chains plus
-// `fma` independent vfmadd231ps (or vmulps) chains and `cvt` independent vcvtdq2ps chains, all from
-// registers, one core. If an FMA takes a vpdpbusd's slot, vpdpbusd + vfmadd per second stays at
-// the bare vpdpbusd rate whatever `fma` is; an operation on other pipes costs nothing.
-template <int kFma, int kCvt, bool kMul = false>
+// kN independent chains of one other operation, all from registers, one core. If the operation
+// takes a vpdpbusd's slot, (vpdpbusd + it) per second stays at the bare vpdpbusd rate whatever
+// kN is; an operation on other pipes costs nothing.
+enum PipeOp { kFmaOp, kMulOp, kCvtOp, kAddOp };  // vfmadd231ps, vmulps, vcvtdq2ps, vpaddd
+
+template <PipeOp kOp, int kN>
 void BM_PipeShare(benchmark::State& state) {
   if (!__builtin_cpu_supports("avx512vnni")) {
     state.SkipWithError("no AVX-512 VNNI");
@@ -86,10 +88,12 @@ void BM_PipeShare(benchmark::State& state) {
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) d[i] = _mm512_dpbusd_epi32(d[i], w, a);
 #pragma GCC unroll 8
-      for (int i = 0; i < kFma; ++i)
-        f[i] = kMul ? _mm512_mul_ps(f[i], x) : _mm512_fmadd_ps(f[i], x, y);
-#pragma GCC unroll 8
-      for (int i = 0; i < kCvt; ++i) c[i] = _mm512_castps_si512(_mm512_cvtepi32_ps(c[i]));
+      for (int i = 0; i < kN; ++i) {
+        if constexpr (kOp == kFmaOp) f[i] = _mm512_fmadd_ps(f[i], x, y);
+        if constexpr (kOp == kMulOp) f[i] = _mm512_mul_ps(f[i], x);
+        if constexpr (kOp == kCvtOp) c[i] = _mm512_castps_si512(_mm512_cvtepi32_ps(c[i]));
+        if constexpr (kOp == kAddOp) c[i] = _mm512_add_epi32(c[i], w);
+      }
       asm volatile("" : "+v"(w), "+v"(a), "+v"(x));  // operands opaque: nothing is hoisted
     }
     for (int i = 0; i < 8; ++i) {
@@ -100,15 +104,19 @@ void BM_PipeShare(benchmark::State& state) {
   }
   const double iters = static_cast<double>(state.iterations()) * kIters;
   state.counters["G vpdpbusd/s"] = benchmark::Counter(iters * 8e-9, benchmark::Counter::kIsRate);
-  state.counters["G vpdpbusd+vfmadd/s"] =
-      benchmark::Counter(iters * (8 + kFma) * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["G (vpdpbusd + op)/s"] =
+      benchmark::Counter(iters * (8 + kN) * 1e-9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PipeShare<0, 0>)->Name("BM_PipeShare/dpbusd8")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PipeShare<2, 0>)->Name("BM_PipeShare/dpbusd8_fma2")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PipeShare<3, 0>)->Name("BM_PipeShare/dpbusd8_fma3")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PipeShare<8, 0>)->Name("BM_PipeShare/dpbusd8_fma8")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PipeShare<3, 0, true>)->Name("BM_PipeShare/dpbusd8_mul3")->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PipeShare<0, 4>)->Name("BM_PipeShare/dpbusd8_cvt4")->Unit(benchmark::kMillisecond);
+#define PENG_PIPE_SHARE(op, n, name) \
+  BENCHMARK(BM_PipeShare<op, n>)->Name("BM_PipeShare/dpbusd8_" name)->Unit(benchmark::kMillisecond)
+PENG_PIPE_SHARE(kFmaOp, 0, "alone");
+PENG_PIPE_SHARE(kFmaOp, 2, "fma2");
+PENG_PIPE_SHARE(kFmaOp, 3, "fma3");
+PENG_PIPE_SHARE(kFmaOp, 8, "fma8");
+PENG_PIPE_SHARE(kMulOp, 3, "mul3");
+PENG_PIPE_SHARE(kCvtOp, 4, "cvt4");
+PENG_PIPE_SHARE(kAddOp, 4, "add4");
+PENG_PIPE_SHARE(kAddOp, 8, "add8");
 
 BENCHMARK(BM_TileOpMix<kBare>)->Name("BM_TileOpMix/bare")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TileOpMix<kScaled>)->Name("BM_TileOpMix/scaled")->Unit(benchmark::kMillisecond);
