@@ -72,14 +72,17 @@ prepare() {
 }
 
 FAILED=()
-step() {  # name command...: runs it with its output in $RES/<name>.log, records failures
-  local name=$1
+# name command...: runs it (at most STEP_TIMEOUT seconds, default 150) with its output in
+# $RES/<name>.log and records failures. Shell functions run under timeout through bash -c
+# (they and the variables they read are exported in run()).
+step() {
+  local name=$1 t0=$SECONDS
   shift
   echo "=== $name: $*"
-  if "$@" > "$RES/$name.log" 2>&1; then
-    echo "    ok"
+  if timeout -k 5 "${STEP_TIMEOUT:-150}" bash -c '"$@"' _ "$@" > "$RES/$name.log" 2>&1; then
+    echo "    ok ($((SECONDS - t0)) s)"
   else
-    echo "    FAILED ($?), last lines of $RES/$name.log:"
+    echo "    FAILED ($?, $((SECONDS - t0)) s), last lines of $RES/$name.log:"
     tail -n 25 "$RES/$name.log" | sed 's/^/    /'
     FAILED+=("$name")
   fi
@@ -113,16 +116,48 @@ serve_bench() {  # model port
   return $rc
 }
 
+# One line per benchmark: the medians and decode's share of the bandwidth bound.
+summarize_bench() {
+  python3 - "$RES"/bench-*.json <<'PY'
+import json, statistics, sys
+for f in sys.argv[1:]:
+    try:
+        j = json.load(open(f))
+    except Exception as e:
+        print(f"{f}: unreadable ({e})")
+        continue
+    pp = statistics.median(j["pp"]["tokens_per_s"])
+    tg = statistics.median(j["tg"]["tokens_per_s"])
+    bound = j["bandwidth_bound_tokens_per_s"]
+    line = (f"{f.split('/')[-1]}: pp{j['pp']['n']} {pp:.0f} tok/s, tg{j['tg']['n']} {tg:.1f} tok/s"
+            f" = {100 * tg / bound:.0f}% of {bound:.0f} ({j['mem_bandwidth_gbs']:.0f} GB/s,"
+            f" {j['weight_bytes_per_token'] / 1e6:.0f} MB a token)")
+    if "batch" in j:
+        b = j["batch"]
+        line += (f"; batch {b['n']}: {statistics.median(b['tokens_per_s']):.0f} tok/s vs"
+                 f" {statistics.median(b['batch1_tokens_per_s']):.0f} at batch 1")
+    print(line)
+PY
+}
+
 run() {
   [[ -d $BUNDLE/bin ]] || { echo "gpu_check: $BUNDLE/ missing: run 'prepare' first and carry it" >&2; exit 1; }
-  RES=${OUT:-out/gpu}
+  # Under the device tool $OUT takes at most 8 files: the logs go to a folder of their own and
+  # come back as one archive.
+  RES=${OUT:+/tmp/gpu-results}
+  RES=${RES:-out/gpu}
+  rm -rf "$RES"
   mkdir -p "$RES"
+  # The test fixtures (tests/data) of this checkout, not of the machine that built the binaries.
+  export PENG_SOURCE_DIR=$PWD
   # cuBLAS (too large to carry) from the machine's CUDA toolkit or its PyTorch wheels.
   local cublas
   cublas=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   ldd "$BUNDLE/bin/peng" | grep "not found" && echo "gpu_check: libraries missing (above)"
-  local mdir=/tmp/peng-models
+  export BUNDLE RES
+  export -f bench_json serve_bench wait_health
+  local mdir=/tmp/peng-models ds=/tmp/peng-models/deepseek-v2-lite-random-q4_0.gguf ds_pid=
   mkdir -p "$mdir"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
     --format=csv | tee "$RES/gpu.txt"
@@ -130,40 +165,71 @@ run() {
     for m in "${MODELS[@]}"; do
       step "model-$m" "$BUNDLE/bin/random_gguf" fill "$BUNDLE/skel/$m.skel.gguf" "$mdir/$m.gguf"
     done
-    step model-deepseek "$BUNDLE/bin/make_deepseek_gguf" -o "$mdir/deepseek-v2-lite-random-q4_0.gguf" \
-      --threads "$(nproc)"
+    # The real-size V2-Lite-shaped file (9 GB) is written while the tests run.
+    ( "$BUNDLE/bin/make_deepseek_gguf" -o "$ds" --threads 8 > "$RES/model-deepseek.log" 2>&1
+      echo $? > "$RES/model-deepseek.rc" ) &
+    ds_pid=$!
   fi
   if want tests; then
-    # The graphs on the random-weight files of real shape; the golden checks need the trained
-    # weights, absent here (they skip, and say so).
-    step test-cuda env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test"
-    step test-cuda-no-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
+    # One process a test, so that a fault in one leaves the others' results standing; the
+    # graphs run on the random-weight files of real shape. The golden checks need the trained
+    # weights, absent there (they skip, and say so).
+    local t ops=()
+    for t in $("$BUNDLE/bin/cuda_device_test" --gtest_list_tests |
+               awk '/^[^ ]/ {s = $1} /^  / {print s $1}'); do
+      step "test-${t//./-}" env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test" \
+        --gtest_filter="$t"
+    done
+    step test-graphs-no-cuda-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
       "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'
+    grep -h '^\[cuda\]' "$RES"/test-*.log | sort -u
+    # The failed tests again under compute-sanitizer's memcheck.
+    if command -v compute-sanitizer > /dev/null; then
+      for t in "${FAILED[@]}"; do
+        [[ $t == test-CudaTest-* ]] || continue
+        STEP_TIMEOUT=120 step "memcheck-${t#test-}" compute-sanitizer --tool memcheck \
+          --error-exitcode 99 --print-limit 20 "$BUNDLE/bin/cuda_device_test" \
+          --gtest_filter="CudaTest.${t#test-CudaTest-}"
+      done
+    fi
   fi
   if want bench; then
     for m in "${MODELS[@]}"; do
       step "bench-$m" bench_json "$mdir/$m.gguf" "$RES/bench-$m.json" --tg 128 --batch 32
     done
-    step bench-deepseek bench_json "$mdir/deepseek-v2-lite-random-q4_0.gguf" \
-      "$RES/bench-deepseek.json" --tg 64
+  fi
+  if [[ -n $ds_pid ]]; then
+    wait "$ds_pid"
+    if [[ $(cat "$RES/model-deepseek.rc") != 0 ]]; then
+      echo "=== model-deepseek FAILED:"
+      tail -n 25 "$RES/model-deepseek.log" | sed 's/^/    /'
+      FAILED+=(model-deepseek)
+    fi
+  fi
+  if want bench; then
+    STEP_TIMEOUT=150 step bench-deepseek bench_json "$ds" "$RES/bench-deepseek.json" --tg 64
+    summarize_bench
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300
+    head -n 25 "$RES/serve-64.log"
   fi
   if want e2e; then
     if [[ -d $BUNDLE/whl ]]; then
       step e2e-install python3 -m pip install -q --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target /tmp/peng-site "$BUNDLE"/whl/*.whl
-      step e2e env PYTHONPATH=/tmp/peng-site PENG_BIN="$PWD/$BUNDLE/bin/peng" \
+      STEP_TIMEOUT=150 step e2e env PYTHONPATH=/tmp/peng-site PENG_BIN="$PWD/$BUNDLE/bin/peng" \
         PENG_E2E_SERVE_ARGS="--device cuda" \
         PENG_E2E_MODEL="$mdir/smollm2-135m-instruct-q4_1.gguf" \
         python3 -m pytest -q -x -p no:cacheprovider tests/e2e/test_openai.py
+      tail -n 3 "$RES/e2e.log"
     else
       echo "=== e2e: skipped (no wheels in $BUNDLE/whl)"
     fi
   fi
+  [[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-results.tgz" -C "$RES" .
   if ((${#FAILED[@]})); then
     echo "gpu_check: FAILED: ${FAILED[*]}"
     return 1

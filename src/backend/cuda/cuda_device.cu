@@ -56,6 +56,11 @@ struct Nothing {
 
 int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
+// Whether rows of cols floats from x can be read as float4 (16-byte aligned, whole float4s).
+bool Vec4Rows(const float* x, int64_t cols) {
+  return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 class CudaDevice final : public Device {
  public:
   ~CudaDevice() override {
@@ -218,7 +223,7 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (T <= kGemvMaxTokens) {
-      const bool vec4 = w.cols % 4 == 0;
+      const bool vec4 = Vec4Rows(x, w.cols);
       WithType(w.dtype, [&]<DType D>() {
         const dim3 block(kRowsPerBlock * kWarp);
         const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
@@ -375,7 +380,7 @@ class CudaDevice final : public Device {
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
                      bool x_per_slot, float* y) override {
     if (T == 0) return;
-    const bool vec4 = w.cols % 4 == 0;
+    const bool vec4 = Vec4Rows(x, w.cols);
     WithType(w.dtype, [&]<DType D>() {
       auto kernel = vec4 ? ExpertsGemvKernel<D, true> : ExpertsGemvKernel<D, false>;
       constexpr int64_t kMaxGridY = 65535;
