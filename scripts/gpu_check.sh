@@ -116,6 +116,32 @@ serve_bench() {  # model port
   return $rc
 }
 
+# model n_tokens: ncu's time of every kernel in n decode steps from an empty context, summed by
+# kernel and grid, the largest first.
+profile_decode() {
+  local csv=$RES/profile-$(basename "$1" .gguf).csv
+  ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
+    --launch-count 6000 "$BUNDLE/bin/peng" bench -m "$1" --device cuda --pp 0 --tg "$2" --reps 1 \
+    > /dev/null || return 1
+  python3 - "$csv" "$2" <<'PY'
+import collections, csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+name, grid, block, value = (head.index(c) for c in ("Kernel Name", "Grid Size", "Block Size", "Metric Value"))
+total = collections.Counter(); count = collections.Counter()
+for r in rows:
+    n = r[name].replace("(anonymous namespace)::", "").replace("void ", "")
+    lt, par = n.find("<"), n.find("(")
+    base, args = (n[:lt], n[lt:n.find(">(") + 1]) if 0 <= lt < par else (n[:par], "")
+    k = (base.split("::")[-1] + args.replace("peng::DType", "DType"), r[grid], r[block])
+    total[k] += float(r[value].replace(",", "")); count[k] += 1
+allt = sum(total.values())
+print(f"{len(rows)} kernels, {allt / 1e3:.0f} us in all, {allt / 1e3 / int(sys.argv[2]):.0f} us a step (incl. the probe)")
+for k, v in total.most_common(25):
+    print(f"{100 * v / allt:5.1f}%  {v / count[k] / 1e3:8.2f} us x {count[k]:5d}  {k[0]} grid {k[1]} block {k[2]}")
+PY
+}
+
 # One line per benchmark: the medians and decode's share of the bandwidth bound.
 summarize_bench() {
   python3 - "$RES"/bench-*.json <<'PY'
@@ -156,7 +182,7 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   ldd "$BUNDLE/bin/peng" | grep "not found" && echo "gpu_check: libraries missing (above)"
   export BUNDLE RES
-  export -f bench_json serve_bench wait_health
+  export -f bench_json serve_bench wait_health profile_decode
   local mdir=/tmp/peng-models ds=/tmp/peng-models/deepseek-v2-lite-random-q4_0.gguf ds_pid=
   mkdir -p "$mdir"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
@@ -177,7 +203,11 @@ run() {
     local t ops=()
     for t in $("$BUNDLE/bin/cuda_device_test" --gtest_list_tests |
                awk '/^[^ ]/ {s = $1} /^  / {print s $1}'); do
-      step "test-${t//./-}" env PENG_MODELS_DIR="$mdir" "$BUNDLE/bin/cuda_device_test" \
+      # The golden checks compare with the trained weights' references: not with the random
+      # files of the same names in $mdir.
+      local models_dir=$mdir
+      [[ $t == CudaGoldenTest.* ]] && models_dir=/nonexistent
+      step "test-${t//./-}" env PENG_MODELS_DIR="$models_dir" "$BUNDLE/bin/cuda_device_test" \
         --gtest_filter="$t"
     done
     step test-graphs-no-cuda-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
@@ -195,6 +225,12 @@ run() {
           --gtest_filter="CudaTest.${t#test-CudaTest-}"
       done
     fi
+  fi
+  if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
+    # Each kernel's time in decode steps (asked for by name in STEPS only: ncu serializes).
+    wait "$ds_pid" 2> /dev/null
+    STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
+    STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
   fi
   if want bench; then
     for m in "${MODELS[@]}"; do

@@ -384,8 +384,37 @@ struct AttnArgs {
   int sliding_window;
 };
 
-// One block per (token, head); warp w takes keys start + w, start + w + kAttnWarps, ... with its
-// own running maximum, sum and accumulator; the warps' states are merged at the end.
+// q . k over n values: 16-byte loads where the key row is 16-byte aligned.
+template <typename KV>
+__device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n) {
+  float s = 0.f;
+  int i = 0;
+  if ((reinterpret_cast<uintptr_t>(k) & 15) == 0) {
+    if constexpr (sizeof(KV) == 2) {
+      for (; i + 8 <= n; i += 8) {
+        const uint4 u = *reinterpret_cast<const uint4*>(k + i);
+        const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float2 f = __half22float2(h[c]);
+          s += q[i + 2 * c] * f.x + q[i + 2 * c + 1] * f.y;
+        }
+      }
+    } else {
+      for (; i + 4 <= n; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(k + i);
+        s += q[i] * f.x + q[i + 1] * f.y + q[i + 2] * f.z + q[i + 3] * f.w;
+      }
+    }
+  }
+  for (; i < n; ++i) s += q[i] * KvLoad(k, i);
+  return s;
+}
+
+// One block per (token, head). Warp w takes the keys in chunks of 32 (chunk w, w + kAttnWarps,
+// ...): each lane scores one key of the chunk, the warp updates its running maximum, sum and
+// accumulator once a chunk, then adds the chunk's values (lane d holds output values d, d + 32,
+// ...). The warps' states are merged at the end.
 template <typename KV, int kMaxK, int kMaxV>
 __global__ void AttentionKernel(AttnArgs a) {
   constexpr int kPerLane = kMaxV / kWarp;
@@ -408,23 +437,35 @@ __global__ void AttentionKernel(AttnArgs a) {
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
-  for (int64_t j = start + warp; j <= p; j += kAttnWarps) {
-    const int64_t slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-    const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
-    float s = 0.f;
-    for (int i = lane; i < a.head_dim; i += kWarp) s += q_s[i] * KvLoad(kr, i);
-    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    s *= a.scale;
-    if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);  // 0 for the first key (m = -inf)
-    const float e = expf(s - m_new);
-    l = l * corr + e;
-    const KV* vr = vc + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
+  for (int64_t j0 = start + int64_t{warp} * kWarp; j0 <= p; j0 += kAttnWarps * kWarp) {
+    const int64_t j = j0 + lane;
+    float s = -INFINITY;
+    int64_t slot = 0;
+    if (j <= p) {
+      slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
+      s = KeyDot(q_s, kc + slot * a.k_stride + int64_t{kvh} * a.head_dim, a.head_dim) * a.scale;
+      if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+    }
+    float mx = s;
+    for (int o = kWarp / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float m_new = fmaxf(m, mx);  // finite: key j0 exists
+    const float corr = expf(m - m_new);  // 0 for the first chunk (m = -inf)
+    const float e = j <= p ? expf(s - m_new) : 0.f;
+    float es = e;
+    for (int o = kWarp / 2; o > 0; o /= 2) es += __shfl_xor_sync(0xffffffffu, es, o);
+    l = l * corr + es;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + i * kWarp;
-      if (d < a.v_head_dim) acc[i] = acc[i] * corr + e * KvLoad(vr, d);
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
+    const int n_chunk = p - j0 + 1 < kWarp ? static_cast<int>(p - j0 + 1) : kWarp;
+    for (int c = 0; c < n_chunk; ++c) {
+      const float ec = __shfl_sync(0xffffffffu, e, c);
+      const long long sc = __shfl_sync(0xffffffffu, static_cast<long long>(slot), c);
+      const KV* vr = vc + sc * a.v_stride + int64_t{kvh} * a.v_head_dim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + i * kWarp;
+        if (d < a.v_head_dim) acc[i] += ec * KvLoad(vr, d);
+      }
     }
     m = m_new;
   }
