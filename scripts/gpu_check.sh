@@ -121,7 +121,7 @@ serve_bench() {  # model port
 profile_decode() {
   local csv=$RES/profile-$(basename "$1" .gguf).csv
   ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
-    --launch-count 6000 "$BUNDLE/bin/peng" bench -m "$1" --device cuda --pp 0 --tg "$2" --reps 1 \
+    --launch-count ${PROFILE_KERNELS:-6000} "$BUNDLE/bin/peng" bench -m "$1" --device cuda --pp 0 --tg "$2" --reps 1 \
     > /dev/null || return 1
   python3 - "$csv" "$2" <<'PY'
 import collections, csv, sys
@@ -229,8 +229,10 @@ run() {
   if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
     # Each kernel's time in decode steps (asked for by name in STEPS only: ncu serializes).
     wait "$ds_pid" 2> /dev/null
-    STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
-    STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
+    [[ " ${PROFILE:-qwen deepseek} " == *" qwen "* ]] &&
+      STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
+    [[ " ${PROFILE:-qwen deepseek} " == *" deepseek "* ]] &&
+      STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
   fi
   if want bench; then
     for m in "${MODELS[@]}"; do

@@ -210,7 +210,8 @@ class CudaDevice final : public Device {
   StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) override {
     PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Describe(w, int8_scales));
     const int64_t bytes = static_cast<int64_t>(m.row_bytes) * m.rows;
-    PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes));
+    // + 16: the GEMV's aligned 16-byte copies read up to 15 bytes past the last row.
+    PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes + 16));
     PENG_RETURN_IF_ERROR(CopyToDevice(p, w.data, bytes));
     m.data = p;
     if (int8_scales) {
@@ -356,8 +357,9 @@ class CudaDevice final : public Device {
   void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
                       float* out) override {
     if (T == 0) return;
-    MlaAbsorbKernel<<<T * p.n_heads, 256, 0, stream_>>>(q, w_kvb, p.n_heads, p.kv_lora_rank,
-                                                        p.d_nope, p.d_rope, p.d_v, out);
+    MlaAbsorbKernel<<<dim3(T * p.n_heads, Blocks(p.kv_lora_rank, kWarp)), kRowsPerBlock * kWarp,
+                      0, stream_>>>(q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
+                                    p.d_v, out);
     Note(cudaGetLastError());
   }
   void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
@@ -374,7 +376,7 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
       return;
     }
-    MoeRouteKernel<<<Blocks(T, 64), 64, 0, stream_>>>(logits, bias, T, p, ids, w);
+    MoeRouteKernel<<<T, kWarp, 0, stream_>>>(logits, bias, T, p, ids, w);
     Note(cudaGetLastError());
   }
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,

@@ -161,21 +161,60 @@ __device__ __forceinline__ float UnitDot(const float* w, const float* x) {
   return s;
 }
 
-// This lane's share of row . x: whole units u = lane, lane + 32, ..., then (float types) the
-// values past the last whole unit, one per lane.
-template <DType T, bool Vec4>
-__device__ __forceinline__ float LaneRowDot(const uint8_t* row, int64_t cols, const float* x,
-                                            int lane) {
-  float wv[32], acc = 0.f;
-  for (int64_t u = lane; u < cols / 32; u += kWarp) {
-    DecodeUnit<T>(row, u, wv);
-    acc += UnitDot<Vec4>(wv, x + u * 32);
+// Bytes of 8 units (256 values) of a row: whole super-blocks for the K-quants.
+template <DType T>
+constexpr int kBytes8 = T == DType::kF32                       ? 8 * 32 * 4
+                        : T == DType::kF16 || T == DType::kBF16 ? 8 * 32 * 2
+                        : T == DType::kI8                       ? 8 * 32
+                        : T == DType::kQ4_0                     ? 8 * sizeof(BlockQ4_0)
+                        : T == DType::kQ4_1                     ? 8 * sizeof(BlockQ4_1)
+                        : T == DType::kQ5_0                     ? 8 * sizeof(BlockQ5_0)
+                        : T == DType::kQ5_1                     ? 8 * sizeof(BlockQ5_1)
+                        : T == DType::kQ8_0                     ? 8 * sizeof(BlockQ8_0)
+                        : T == DType::kQ4_K                     ? sizeof(BlockQ4_K)
+                        : T == DType::kQ5_K                     ? sizeof(BlockQ5_K)
+                                                                : sizeof(BlockQ6_K);
+// A warp's staging buffer: one chunk of 32 units (a unit a lane) and the 16-byte slack of the
+// aligned copy on either side.
+template <DType T>
+constexpr int kStageBytes = (4 * kBytes8<T> + 32 + 15) / 16 * 16;
+
+// acc[t] += this lane's share of row . x_t for the nt (<= NT) tokens x_t = x + t * cols.
+// The warp streams the row in chunks of 32 units: it copies a chunk into its shared staging
+// buffer with coalesced 16-byte loads (from the 16-byte boundary at or below the chunk to the
+// one at or above its end: Upload pads every matrix by 16 bytes), then lane l decodes unit l of
+// the chunk from there. The values past the last whole unit (float types) come last, one a lane.
+template <DType T, int NT, bool Vec4>
+__device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols, const float* x,
+                                           int nt, uint8_t* stage, int lane, float* acc) {
+  const int64_t units = cols / 32;
+  float wv[32];
+  for (int64_t c0 = 0; c0 < units; c0 += kWarp) {
+    const int n = units - c0 < kWarp ? static_cast<int>(units - c0) : kWarp;
+    const uint8_t* src = row + c0 * kBytes8<T> / 8;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15};
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(src) + n * kBytes8<T> / 8 + 15) & ~uintptr_t{15};
+    const int n16 = static_cast<int>((hi - lo) / 16);
+    __syncwarp();  // the previous chunk's reads are done
+    for (int i = lane; i < n16; i += kWarp)
+      reinterpret_cast<uint4*>(stage)[i] = reinterpret_cast<const uint4*>(lo)[i];
+    __syncwarp();
+    if (lane < n) {
+      DecodeUnit<T>(stage + (reinterpret_cast<uintptr_t>(src) - lo), lane, wv);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) acc[t] += UnitDot<Vec4>(wv, x + t * cols + (c0 + lane) * 32);
+    }
   }
   if constexpr (kFloatType<T>) {
-    const int64_t i = cols / 32 * 32 + lane;
-    if (i < cols) acc += DecodeOne<T>(row, i) * x[i];
+    const int64_t i = units * 32 + lane;
+    if (i < cols) {
+      const float wi = DecodeOne<T>(row, i);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        if (t < nt) acc[t] += wi * x[t * cols + i];
+    }
   }
-  return acc;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -184,31 +223,16 @@ __device__ __forceinline__ float LaneRowDot(const uint8_t* row, int64_t cols, co
 template <DType T, int NT, bool Vec4>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* scales, const float* x, int64_t n_tokens, float* y) {
+  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
-  const uint8_t* row = w + r * row_bytes;
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  float wv[32];
-  for (int64_t u = lane; u < cols / 32; u += kWarp) {
-    DecodeUnit<T>(row, u, wv);
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-      if (t < nt) acc[t] += UnitDot<Vec4>(wv, x + (t0 + t) * cols + u * 32);
-  }
-  if constexpr (kFloatType<T>) {
-    const int64_t i = cols / 32 * 32 + lane;
-    if (i < cols) {
-      const float wi = DecodeOne<T>(row, i);
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        if (t < nt) acc[t] += wi * x[(t0 + t) * cols + i];
-    }
-  }
+  WarpRowDot<T, NT, Vec4>(w + r * row_bytes, cols, x + t0 * cols, nt, stage[warp], lane, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float s = acc[t];
@@ -493,20 +517,32 @@ __global__ void AttentionKernel(AttnArgs a) {
   }
 }
 
-// out[t, h, j] = sum_i W_UK[h][i][j] q_nope[t, h, i] for j < r, then q_pe.
+// out[t, h, j] = sum_i W_UK[h][i][j] q_nope[t, h, i] for j < r, then q_pe. Block (t * H + h,
+// y) computes j = 32 y + lane; its kRowsPerBlock warps split the sum over i.
 __global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r, int dn, int dr,
                                 int dv, float* out) {
+  __shared__ float part[kRowsPerBlock][kWarp];
   const int64_t th = blockIdx.x;  // token * H + head
   const int h = static_cast<int>(th % H);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int j = blockIdx.y * kWarp + lane;
   const float* qh = q + th * (dn + dr);
   const float* w = w_kvb + int64_t{h} * (dn + dv) * r;
   float* o = out + th * (r + dr);
-  for (int j = threadIdx.x; j < r; j += blockDim.x) {
-    float s = 0.f;
-    for (int i = 0; i < dn; ++i) s += w[int64_t{i} * r + j] * qh[i];
-    o[j] = s;
+  float s = 0.f;
+  if (j < r) {
+#pragma unroll 4
+    for (int i = warp; i < dn; i += kRowsPerBlock) s += w[int64_t{i} * r + j] * qh[i];
   }
-  for (int j = threadIdx.x; j < dr; j += blockDim.x) o[r + j] = qh[dn + j];
+  part[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && j < r) {
+    float sum = 0.f;
+    for (int k = 0; k < kRowsPerBlock; ++k) sum += part[k][lane];
+    o[j] = sum;
+  }
+  if (blockIdx.y == 0)
+    for (int k = threadIdx.x; k < dr; k += blockDim.x) o[r + k] = qh[dn + k];
 }
 
 // out[t, h * dv + i] = sum_j W_UV[h][i][j] o_lat[t, h, j]: one warp per output value.
@@ -535,34 +571,63 @@ __device__ int ArgMaxFree(const float* v, int n, const bool* taken) {
   return best;
 }
 
-// One thread per token: kernels::MoeRoute's arithmetic (softmax in double precision, ties to the
-// lower index).
+// The same over v[0..n) by a warp: each lane scans i = lane, lane + 32, ..., then the lanes'
+// candidates are merged (larger value, ties to the lower index); every lane gets the index.
+__device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane) {
+  int best = -1;
+  for (int i = lane; i < n; i += kWarp)
+    if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+  float bv = best >= 0 ? v[best] : 0.f;
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+      best = ob;
+      bv = ov;
+    }
+  }
+  return best;
+}
+
+// One warp per token: kernels::MoeRoute's arithmetic (softmax in double precision, summed in
+// expert order; ties to the lower index). The lanes share the per-expert work; the sums, the
+// group choice and the bookkeeping of the selection are lane 0's.
 __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
                                kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
-  const int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (t >= T) return;
+  __shared__ float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
+  __shared__ double ex[kernels::kMaxRoutedExperts];
+  __shared__ bool taken[kernels::kMaxRoutedExperts];
+  __shared__ float gs[kMaxGroups];
+  __shared__ bool gtaken[kMaxGroups], keep[kMaxGroups];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x;
   const int E = p.n_experts, k = p.k;
-  float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
-  bool taken[kernels::kMaxRoutedExperts];
   const float* lg = logits + t * E;
   if (p.sigmoid) {
-    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
+    for (int e = lane; e < E; e += kWarp)
+      s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
   } else {
-    double m = lg[0], sum = 0;
-    for (int e = 1; e < E; ++e) m = fmax(m, double{lg[e]});
-    for (int e = 0; e < E; ++e) sum += exp(lg[e] - m);
-    for (int e = 0; e < E; ++e) s[e] = static_cast<float>(exp(lg[e] - m) / sum);
+    double m = -INFINITY;
+    for (int e = lane; e < E; e += kWarp) m = fmax(m, double{lg[e]});
+    for (int o = kWarp / 2; o > 0; o /= 2) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int e = lane; e < E; e += kWarp) ex[e] = exp(lg[e] - m);
+    __syncwarp();
+    double sum = 0;
+    if (lane == 0)
+      for (int e = 0; e < E; ++e) sum += ex[e];
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    for (int e = lane; e < E; e += kWarp) s[e] = static_cast<float>(ex[e] / sum);
   }
-  for (int e = 0; e < E; ++e) {
+  for (int e = lane; e < E; e += kWarp) {
     choice[e] = s[e] + (bias ? bias[e] : 0.f);
     taken[e] = false;
   }
+  __syncwarp();
   const int G = p.n_group > 1 ? p.n_group : 1;
   if (p.method != kernels::MoeRouting::Method::kGreedy && G > 1) {
     const int per = E / G;
-    float gs[kMaxGroups];
-    bool gtaken[kMaxGroups], keep[kMaxGroups];
-    for (int g = 0; g < G; ++g) {
+    if (lane < G) {
+      const int g = lane;
       const float* v = choice + g * per;
       float a = -INFINITY, b = -INFINITY;
       for (int e = 0; e < per; ++e) {
@@ -576,26 +641,35 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
       gs[g] = p.method == kernels::MoeRouting::Method::kNoauxTc && per >= 2 ? a + b : a;
       gtaken[g] = keep[g] = false;
     }
-    for (int j = 0; j < p.topk_group; ++j) {
-      const int g = ArgMaxFree(gs, G, gtaken);
-      gtaken[g] = keep[g] = true;
-    }
-    for (int e = 0; e < E; ++e)
+    __syncwarp();
+    if (lane == 0)
+      for (int j = 0; j < p.topk_group; ++j) {
+        const int g = ArgMaxFree(gs, G, gtaken);
+        gtaken[g] = keep[g] = true;
+      }
+    __syncwarp();
+    for (int e = lane; e < E; e += kWarp)
       if (!keep[e / per]) choice[e] = 0.f;
+    __syncwarp();
   }
   int32_t* ids = ids_out + t * k;
   float* w = w_out + t * k;
   double sum = 0;
   for (int j = 0; j < k; ++j) {
-    const int e = ArgMaxFree(choice, E, taken);
-    taken[e] = true;
-    ids[j] = e;
-    sum += w[j] = s[e];
+    const int e = WarpArgMaxFree(choice, E, taken, lane);
+    if (lane == 0) {
+      taken[e] = true;
+      ids[j] = e;
+      sum += w[j] = s[e];
+    }
+    __syncwarp();
   }
-  const bool norm = p.method == kernels::MoeRouting::Method::kNoauxTc && p.norm_topk_prob;
-  for (int j = 0; j < k; ++j) {
-    const double v = norm ? w[j] / (sum + 1e-20) : w[j];
-    w[j] = static_cast<float>(v * p.routed_scaling_factor);
+  if (lane == 0) {
+    const bool norm = p.method == kernels::MoeRouting::Method::kNoauxTc && p.norm_topk_prob;
+    for (int j = 0; j < k; ++j) {
+      const double v = norm ? w[j] / (sum + 1e-20) : w[j];
+      w[j] = static_cast<float>(v * p.routed_scaling_factor);
+    }
   }
 }
 
@@ -605,6 +679,7 @@ template <DType T, bool Vec4>
 __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
                                   int64_t cols, const float* x, const int32_t* ids, int k,
                                   bool x_per_slot, int64_t pair0, float* y) {
+  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
@@ -615,7 +690,8 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   }
   const uint8_t* row = experts[ids[pair]] + r * row_bytes;
   const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
-  float acc = LaneRowDot<T, Vec4>(row, cols, xp, lane);
+  float acc = 0.f;
+  WarpRowDot<T, 1, Vec4>(row, cols, xp, 1, stage[warp], lane, &acc);
   for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (lane == 0) y[pair * rows + r] = acc;
 }
