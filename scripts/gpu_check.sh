@@ -136,7 +136,10 @@ for r in rows:
     k = (base.split("::")[-1] + args.replace("peng::DType", "DType"), r[grid], r[block])
     total[k] += float(r[value].replace(",", "")); count[k] += 1
 allt = sum(total.values())
-print(f"{len(rows)} kernels, {allt / 1e3:.0f} us in all, {allt / 1e3 / int(sys.argv[2]):.0f} us a step (incl. the probe)")
+# (the profile may stop before the last step: one embedding lookup a step)
+steps = sum(c for key, c in count.items() if key[0].startswith("EmbedKernel")) or int(sys.argv[2])
+print(f"{len(rows)} kernels, {allt / 1e3:.0f} us in all: {steps} steps (with the probe's kernels), "
+      f"{allt / 1e3 / steps:.0f} us a step")
 for k, v in total.most_common(25):
     print(f"{100 * v / allt:5.1f}%  {v / count[k] / 1e3:8.2f} us x {count[k]:5d}  {k[0]} grid {k[1]} block {k[2]}")
 PY
@@ -144,7 +147,7 @@ PY
 
 # One line per benchmark: the medians and decode's share of the bandwidth bound.
 summarize_bench() {
-  python3 - "$RES"/bench-*.json <<'PY'
+  python3 - "$RES"/${RES_FILES:-bench}-*.json <<'PY'
 import json, statistics, sys
 for f in sys.argv[1:]:
     try:
@@ -226,14 +229,6 @@ run() {
       done
     fi
   fi
-  if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
-    # Each kernel's time in decode steps (asked for by name in STEPS only: ncu serializes).
-    wait "$ds_pid" 2> /dev/null
-    [[ " ${PROFILE:-qwen deepseek} " == *" qwen "* ]] &&
-      STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
-    [[ " ${PROFILE:-qwen deepseek} " == *" deepseek "* ]] &&
-      STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
-  fi
   if want bench; then
     for m in "${MODELS[@]}"; do
       step "bench-$m" bench_json "$mdir/$m.gguf" "$RES/bench-$m.json" --tg 128 --batch 32
@@ -250,6 +245,10 @@ run() {
   if want bench; then
     STEP_TIMEOUT=150 step bench-deepseek bench_json "$ds" "$RES/bench-deepseek.json" --tg 64
     summarize_bench
+    # What the CUDA graphs are worth (decode of the same file, replay off).
+    step bench-no-graphs env PENG_CUDA_GRAPHS=0 bash -c 'bench_json "$@"' _ \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
+    RES_FILES=no-graphs summarize_bench
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300
@@ -267,6 +266,14 @@ run() {
     else
       echo "=== e2e: skipped (no wheels in $BUNDLE/whl)"
     fi
+  fi
+  if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
+    # Each kernel's time in decode steps (asked for by name in STEPS only: ncu serializes).
+    wait "$ds_pid" 2> /dev/null
+    [[ " ${PROFILE:-qwen deepseek} " == *" qwen "* ]] &&
+      STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
+    [[ " ${PROFILE:-qwen deepseek} " == *" deepseek "* ]] &&
+      STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
   fi
   [[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-results.tgz" -C "$RES" .
   if ((${#FAILED[@]})); then

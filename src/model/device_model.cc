@@ -131,7 +131,6 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
                                     pos_.data(), seq_of_token_.data()));
   int64_t n_tables = 0;
   for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
-  n_tables_ = n_tables;
   logit_rows_ = batch.NumLogitRows();
   meta_host_.assign(4 * T + S + n_tables + logit_rows_, 0);
   int32_t* tokens = meta_host_.data();
@@ -139,8 +138,8 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   int32_t* slot = p32 + T;
   int32_t* sot = slot + T;
   int32_t* offs = sot + T;
-  int32_t* tables = offs + S;
-  int32_t* rows = tables + n_tables;
+  int32_t* rows = offs + S;  // (before the tables: their count then places nothing)
+  int32_t* tables = rows + logit_rows_;
   seq_first_.resize(S);
   seq_n_.resize(S);
   tables_.resize(S);
@@ -182,8 +181,8 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   b.d_slot = meta_ + 2 * T;
   b.d_seq_of_token = meta_ + 3 * T;
   b.d_table_offset = meta_ + 4 * T;
-  b.d_tables = meta_ + 4 * T + S;
-  d_logit_rows_ = meta_ + 4 * T + S + n_tables;
+  d_logit_rows_ = meta_ + 4 * T + S;
+  b.d_tables = d_logit_rows_ + logit_rows_;
   return OkStatus();
 }
 
@@ -197,15 +196,13 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   std::vector<float>* cap = batch.capture_hidden;
   // A small step (decode) without collectives or captures is recorded once per shape and then
   // replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
-  // step depends on -- token, sequence, block-table and logit-row counts (they place the
-  // metadata arrays) -- and the scratch buffers stay where they are until they grow, which
-  // drops the recordings.
-  // (Each count takes 16 bits of the key; a step whose block tables do not fit runs unrecorded.)
-  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens &&
-                     n_tables_ < (int64_t{1} << 16);
+  // step depends on -- token, sequence and logit-row counts (they size the launches and place
+  // the metadata arrays; the block tables come last, so that a sequence growing by a block
+  // does not make a new shape) -- and the scratch buffers stay where they are until they
+  // grow, which drops the recordings.
+  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
-                       static_cast<uint64_t>(logit_rows_) << 32 |
-                       static_cast<uint64_t>(n_tables_) << 48;
+                       static_cast<uint64_t>(logit_rows_) << 32;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
     dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);

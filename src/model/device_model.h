@@ -98,14 +98,14 @@ class DeviceModel {
   int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
   float* logits_ = nullptr;
   int32_t* meta_ = nullptr;
-  // This step: tokens, pos, slot, seq_of_token, table offsets, tables, logit rows -- uploaded
+  // This step: tokens, pos, slot, seq_of_token, table offsets, logit rows, tables -- uploaded
   // in one copy (the host side of step_ points into it).
   std::vector<int32_t> meta_host_;
   std::vector<int64_t> pos_;           // PrepareStep's scratch (reused)
   std::vector<int32_t> seq_of_token_;
   std::vector<int32_t> seq_first_, seq_n_;
   std::vector<const int32_t*> tables_;
-  int64_t logit_rows_ = 0, n_tables_ = 0;
+  int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
   static constexpr int64_t kGraphMaxTokens = 32;  // steps replayed as graphs (decode sizes)
 };

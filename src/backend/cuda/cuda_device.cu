@@ -56,11 +56,6 @@ struct Nothing {
 
 int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
-// Whether rows of cols floats from x can be read as float4 (16-byte aligned, whole float4s).
-bool Vec4Rows(const float* x, int64_t cols) {
-  return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-}
-
 class CudaDevice final : public Device {
  public:
   ~CudaDevice() override {
@@ -224,7 +219,6 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (T <= kGemvMaxTokens) {
-      const bool vec4 = Vec4Rows(x, w.cols);
       WithType(w.dtype, [&]<DType D>() {
         const dim3 block(kRowsPerBlock * kWarp);
         const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
@@ -232,12 +226,7 @@ class CudaDevice final : public Device {
         auto args = [&](auto kernel, dim3 grid) {
           kernel<<<grid, block, 0, stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y);
         };
-        if (T == 1) {
-          vec4 ? args(GemvKernel<D, 1, true>, one) : args(GemvKernel<D, 1, false>, one);
-        } else {
-          vec4 ? args(GemvKernel<D, kTokenTile, true>, tiles)
-               : args(GemvKernel<D, kTokenTile, false>, tiles);
-        }
+        T == 1 ? args(GemvKernel<D, 1>, one) : args(GemvKernel<D, kTokenTile>, tiles);
       });
       Note(cudaGetLastError());
       return;
@@ -382,9 +371,12 @@ class CudaDevice final : public Device {
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
                      bool x_per_slot, float* y) override {
     if (T == 0) return;
-    const bool vec4 = Vec4Rows(x, w.cols);
+    if (T > kGemvMaxTokens) {
+      GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
+      return;
+    }
     WithType(w.dtype, [&]<DType D>() {
-      auto kernel = vec4 ? ExpertsGemvKernel<D, true> : ExpertsGemvKernel<D, false>;
+      auto kernel = ExpertsGemvKernel<D>;
       constexpr int64_t kMaxGridY = 65535;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
@@ -408,6 +400,37 @@ class CudaDevice final : public Device {
 
  private:
   CudaDevice() = default;
+
+  // Prefill: the pairs grouped by expert (kernels.cuh, CountExpertsKernel), each expert's rows
+  // read once per tile of up to kTokenTile of its pairs.
+  void GroupedExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
+                            const int32_t* ids, int k, bool x_per_slot, float* y) {
+    const int64_t n_pairs = T * k;
+    const int E = static_cast<int>(w.experts.size());
+    if (!Grow(&group_, &group_bytes_, (4 * (E + 1) + n_pairs) * 4)) return;
+    int32_t* counts = static_cast<int32_t*>(group_);
+    int32_t* offsets = counts + (E + 1);
+    int32_t* tile_start = offsets + (E + 1);
+    int32_t* cursor = tile_start + (E + 1);
+    int32_t* list = cursor + (E + 1);
+    Fill(counts, 0, E * 4);
+    CountExpertsKernel<<<Blocks(n_pairs, 256), 256, 0, stream_>>>(ids, n_pairs, counts);
+    ExpertTilesKernel<<<1, kWarp, 0, stream_>>>(counts, E, offsets, tile_start, cursor);
+    ScatterPairsKernel<<<Blocks(n_pairs, 256), 256, 0, stream_>>>(ids, n_pairs, offsets, cursor,
+                                                                  list);
+    // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
+    const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
+    constexpr int64_t kMaxGridY = 65535;
+    WithType(w.dtype, [&]<DType D>() {
+      for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
+        const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
+        GroupedExpertsGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
+            w.data, w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list,
+            g0, y);
+      }
+    });
+    Note(cudaGetLastError());
+  }
 
   // One block per (token, head) over an F16 or F32 cache.
   template <int kMaxK, int kMaxV>
@@ -482,7 +505,8 @@ class CudaDevice final : public Device {
   Status error_;
   void* w_half_ = nullptr;
   void* x_half_ = nullptr;
-  int64_t w_half_bytes_ = 0, x_half_bytes_ = 0;
+  void* group_ = nullptr;  // GroupedExpertsMatMul's counts, offsets, tiles and list
+  int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
 };
 
 }  // namespace

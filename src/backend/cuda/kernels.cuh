@@ -128,6 +128,60 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float*
   }
 }
 
+// Value l (0..31) of unit u, with DecodeUnit's arithmetic (the same float for the same value).
+template <DType T>
+__device__ __forceinline__ float DecodeValue(const uint8_t* row, int64_t u, int l) {
+  if constexpr (T == DType::kF32) {
+    return reinterpret_cast<const float*>(row)[u * 32 + l];
+  } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
+    const uint16_t v = reinterpret_cast<const uint16_t*>(row)[u * 32 + l];
+    return T == DType::kF16 ? Half(v) : Bf16(v);
+  } else if constexpr (T == DType::kI8) {
+    return static_cast<float>(reinterpret_cast<const int8_t*>(row)[u * 32 + l]);
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
+                       T == DType::kQ5_1) {
+    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
+    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
+    constexpr int kOff = kMin ? 0 : kFive ? 16 : 8;
+    using B4 = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
+    using B5 = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    using B = std::conditional_t<kFive, B5, B4>;
+    const B& b = reinterpret_cast<const B*>(row)[u];
+    const uint8_t byte = b.qs[l & 15];
+    int q = l < 16 ? (byte & 0xF) : (byte >> 4);
+    if constexpr (kFive) q |= ((Load32(b.qh) >> l) & 1) << 4;
+    float m = 0.f;
+    if constexpr (kMin) m = Half(b.m);
+    return Half(b.d) * static_cast<float>(q - kOff) + m;
+  } else if constexpr (T == DType::kQ8_0) {
+    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
+    return static_cast<float>(b.qs[l]) * Half(b.d);
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    using B = std::conditional_t<T == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+    const B& b = reinterpret_cast<const B*>(row)[u / 8];
+    const int j = static_cast<int>(u % 8);
+    float sc, m;
+    ScaleMinK(b.scales, j, &sc, &m);
+    const float ds = Half(b.d) * sc, dm = Half(b.dmin) * m;
+    const uint8_t byte = b.qs[32 * (j / 2) + l];
+    int q = (j % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+    if constexpr (T == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
+    return ds * static_cast<float>(q) - dm;
+  } else {
+    static_assert(T == DType::kQ6_K);
+    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
+    const int k = static_cast<int>(u % 8);
+    const int h = k / 4, kk = k % 4;
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    const int v = 32 * kk + l;
+    int q = v < 64 ? (ql[v] & 0xF) : (ql[v - 64] >> 4);
+    q |= ((qh[l] >> (2 * kk)) & 3) << 4;
+    const float ds = Half(b.d) * static_cast<float>(b.scales[(128 * h + v) / 16]);
+    return ds * static_cast<float>(q - 32);
+  }
+}
+
 // Float types may have rows that are not whole units: value i of the tail, decoded alone.
 template <DType T>
 constexpr bool kFloatType = T == DType::kF32 || T == DType::kF16 || T == DType::kBF16;
@@ -141,24 +195,6 @@ __device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t i) {
   } else {
     return Bf16(reinterpret_cast<const uint16_t*>(row)[i]);
   }
-}
-
-// sum_i w[i] x[i] over one unit (32 values); x 16-byte aligned when Vec4.
-template <bool Vec4>
-__device__ __forceinline__ float UnitDot(const float* w, const float* x) {
-  float s = 0.f;
-  if constexpr (Vec4) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float4 a = x4[i];
-      s += w[4 * i] * a.x + w[4 * i + 1] * a.y + w[4 * i + 2] * a.z + w[4 * i + 3] * a.w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s += w[i] * x[i];
-  }
-  return s;
 }
 
 // Bytes of 8 units (256 values) of a row: whole super-blocks for the K-quants.
@@ -179,31 +215,37 @@ constexpr int kBytes8 = T == DType::kF32                       ? 8 * 32 * 4
 template <DType T>
 constexpr int kStageBytes = (4 * kBytes8<T> + 32 + 15) / 16 * 16;
 
-// acc[t] += this lane's share of row . x_t for the nt (<= NT) tokens x_t = x + t * cols.
+// acc[t] += this lane's share of row . xs[t] for the nt (<= NT) activation rows xs[t].
 // The warp streams the row in chunks of 32 units: it copies a chunk into its shared staging
 // buffer with coalesced 16-byte loads (from the 16-byte boundary at or below the chunk to the
-// one at or above its end: Upload pads every matrix by 16 bytes), then lane l decodes unit l of
-// the chunk from there. The values past the last whole unit (float types) come last, one a lane.
-template <DType T, int NT, bool Vec4>
-__device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols, const float* x,
-                                           int nt, uint8_t* stage, int lane, float* acc) {
+// one at or above its end: Upload pads every matrix by 16 bytes); then, unit by unit, lane l
+// decodes value l from there and multiplies it with value l of the unit's activations (one
+// coalesced 128-byte load a token). The values past the last whole unit (float types) come
+// last, one a lane.
+template <DType T, int NT>
+__device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
+                                           const float* const* xs, int nt, uint8_t* stage,
+                                           int lane, float* acc) {
   const int64_t units = cols / 32;
-  float wv[32];
   for (int64_t c0 = 0; c0 < units; c0 += kWarp) {
     const int n = units - c0 < kWarp ? static_cast<int>(units - c0) : kWarp;
     const uint8_t* src = row + c0 * kBytes8<T> / 8;
     const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15};
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(src) + n * kBytes8<T> / 8 + 15) & ~uintptr_t{15};
+    const uintptr_t hi =
+        (reinterpret_cast<uintptr_t>(src) + n * kBytes8<T> / 8 + 15) & ~uintptr_t{15};
     const int n16 = static_cast<int>((hi - lo) / 16);
     __syncwarp();  // the previous chunk's reads are done
     for (int i = lane; i < n16; i += kWarp)
       reinterpret_cast<uint4*>(stage)[i] = reinterpret_cast<const uint4*>(lo)[i];
     __syncwarp();
-    if (lane < n) {
-      DecodeUnit<T>(stage + (reinterpret_cast<uintptr_t>(src) - lo), lane, wv);
+    const uint8_t* chunk = stage + (reinterpret_cast<uintptr_t>(src) - lo);
+    const int64_t x0 = c0 * 32 + lane;
+#pragma unroll 4
+    for (int c = 0; c < n; ++c) {
+      const float w = DecodeValue<T>(chunk, c, lane);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < nt) acc[t] += UnitDot<Vec4>(wv, x + t * cols + (c0 + lane) * 32);
+        if (t < nt) acc[t] += w * xs[t][x0 + c * 32];
     }
   }
   if constexpr (kFloatType<T>) {
@@ -212,7 +254,7 @@ __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols, con
       const float wi = DecodeOne<T>(row, i);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < nt) acc[t] += wi * x[t * cols + i];
+        if (t < nt) acc[t] += wi * xs[t][i];
     }
   }
 }
@@ -220,7 +262,7 @@ __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols, con
 // ------------------------------------------------------------------------------------------
 // Kernels
 
-template <DType T, int NT, bool Vec4>
+template <DType T, int NT>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* scales, const float* x, int64_t n_tokens, float* y) {
   __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
@@ -230,9 +272,13 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
   float acc[NT];
+  const float* xs[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  WarpRowDot<T, NT, Vec4>(w + r * row_bytes, cols, x + t0 * cols, nt, stage[warp], lane, acc);
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = 0.f;
+    xs[t] = x + (t0 + t) * cols;
+  }
+  WarpRowDot<T, NT>(w + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float s = acc[t];
@@ -675,7 +721,7 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
 
 // GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the
 // pair. Only the selected experts' rows are read.
-template <DType T, bool Vec4>
+template <DType T>
 __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
                                   int64_t cols, const float* x, const int32_t* ids, int k,
                                   bool x_per_slot, int64_t pair0, float* y) {
@@ -691,9 +737,84 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   const uint8_t* row = experts[ids[pair]] + r * row_bytes;
   const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
   float acc = 0.f;
-  WarpRowDot<T, 1, Vec4>(row, cols, xp, 1, stage[warp], lane, &acc);
+  WarpRowDot<T, 1>(row, cols, &xp, 1, stage[warp], lane, &acc);
   for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
   if (lane == 0) y[pair * rows + r] = acc;
+}
+
+// Steps of more than kGemvMaxTokens tokens group the (token, slot) pairs by expert, so that an
+// expert's matrix is read once per tile of up to kTokenTile of its pairs:
+//   CountExperts (pairs per expert) -> ExpertTiles (offsets[e]: the expert's first place in
+//   the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the list of
+//   pairs, expert by expert; their order within an expert does not matter: each pair's
+//   products are its own) -> GroupedExpertsGemv (block y = one tile).
+__global__ void CountExpertsKernel(const int32_t* ids, int64_t n_pairs, int32_t* counts) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n_pairs) atomicAdd(&counts[ids[i]], 1);
+}
+
+__global__ void ExpertTilesKernel(const int32_t* counts, int E, int32_t* offsets,
+                                  int32_t* tile_start, int32_t* cursor) {
+  if (threadIdx.x != 0) return;
+  int32_t o = 0, g = 0;
+  for (int e = 0; e < E; ++e) {
+    offsets[e] = o;
+    tile_start[e] = g;
+    cursor[e] = 0;
+    o += counts[e];
+    g += (counts[e] + kTokenTile - 1) / kTokenTile;
+  }
+  offsets[E] = o;
+  tile_start[E] = g;
+}
+
+__global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const int32_t* offsets,
+                                   int32_t* cursor, int32_t* list) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n_pairs) list[offsets[ids[i]] + atomicAdd(&cursor[ids[i]], 1)] = static_cast<int32_t>(i);
+}
+
+template <DType T>
+__global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes,
+                                         int64_t rows, int64_t cols, const float* x, int k,
+                                         bool x_per_slot, int E, const int32_t* offsets,
+                                         const int32_t* tile_start, const int32_t* list,
+                                         int64_t tile0, float* y) {
+  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  const int64_t g = tile0 + blockIdx.y;
+  if (r >= rows || g >= tile_start[E]) return;
+  int lo = 0, hi = E - 1;  // the last expert whose tiles start at or before g (it has tile g)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= g) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int e = lo;
+  const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
+  const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
+                                                     : kTokenTile;
+  int32_t pairs[kTokenTile];
+  const float* xs[kTokenTile];
+  float acc[kTokenTile];
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    pairs[t] = t < nt ? list[first + t] : 0;
+    xs[t] = x + (x_per_slot ? pairs[t] : pairs[t] / k) * cols;
+    acc[t] = 0.f;
+  }
+  if (experts[e])  // (else another rank's expert: zeros)
+    WarpRowDot<T, kTokenTile>(experts[e] + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    float s = acc[t];
+    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = s;
+  }
 }
 
 __global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
