@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks and benchmarks on a GPU machine, as one prepared script (issue 15).
-# The GPU machine (docs/cuda.md) has nvcc and CMake but none of peng's Debian libraries, cannot
+# The GPU machine (docs/devices.md) has nvcc and CMake but none of peng's Debian libraries, cannot
 # fetch anything and takes at most 64 MiB of files, so everything is built here and travels in
 # the git-ignored folder gpu/:
 #
@@ -10,20 +10,28 @@
 #     models (bench/random_gguf: metadata, tokenizer and tensor list, no weights) and the
 #     wheels of the OpenAI client for the e2e tests.
 #   scripts/gpu_check.sh run       (there, from the repository root, with gpu/ carried; writes
-#                                   its logs and results to $OUT or out/gpu)
+#                                   its logs and results to out/gpu, or under the device tool
+#                                   (which takes 8 files back) as $OUT/gpu-results.tgz)
 #     1. nvidia-smi; random-weight copies of SmolLM2-135M Q4_1, Gemma 3 270M Q4_K_M and
 #        Qwen2.5-0.5B Q4_K_M at their real shapes, and the real-size V2-Lite-shaped Q4_0 file
-#        (bench/make_deepseek_gguf)
-#     2. tests: cuda_device_test (every op against the CPU reference on random inputs, the
-#        graphs of both families against the host device -- with CUDA graphs and again without
-#        -- and the golden checks where the real models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the tiny Llama / Qwen2 /
-#        Gemma 3 fixtures against their float64 transformers references)
+#        (bench/make_deepseek_gguf, written while the tests run)
+#     2. tests, one process a test (a fault leaves the others' results standing): cuda_device_test
+#        (every op against the CPU reference on random inputs, the graphs of both families
+#        against the host device -- with CUDA graphs and again without -- and the golden checks
+#        where the trained models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the
+#        tiny Llama / Qwen2 / Gemma 3 fixtures against their float64 transformers references);
+#        the first two failed op tests again under compute-sanitizer's memcheck
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
-#        the small models) with the device's measured read bandwidth -> bench-*.json
+#        the small models) with the device's measured read bandwidth -> bench-*.json, one line
+#        each; Qwen2.5's decode again without CUDA graphs
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
-#   Steps 3-5 run even when a test fails; the exit status is non-zero if any step failed.
-#   STEPS="tests bench" limits the run to those steps (models, tests, bench, serve, e2e).
+#     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
+#        Qwen2.5 and V2-Lite, summed by kernel and grid (PROFILE="qwen deepseek",
+#        PROFILE_KERNELS: how many launches ncu times)
+#   Steps 3-6 run even when a test fails; the exit status is non-zero if any step failed. Each
+#   step stops after STEP_TIMEOUT seconds (default 150).
+#   STEPS="tests bench" limits the run to those steps (models, tests, bench, serve, e2e, profile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-}

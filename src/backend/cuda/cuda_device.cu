@@ -1,12 +1,13 @@
 // backend::Device on one NVIDIA GPU. Weights are uploaded once in their stored type; every
 // quantized format is decoded inside the kernels 32 values (one "unit") at a time:
-//   GEMV (n_tokens <= kGemvMaxTokens): one warp per output row, each lane decodes whole units
-//     of the row into registers and multiplies them with up to kTokenTile tokens' FP32
-//     activations; warp-shuffle reduction, FP32 throughout.
+//   GEMV (n_tokens <= kGemvMaxTokens): one warp per output row, staged in shared memory a chunk
+//     of units at a time; lane l decodes value l of each unit and multiplies it with up to
+//     kTokenTile tokens' FP32 activations; warp-shuffle reduction, FP32 throughout.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
-// Paged attention runs one thread block per (token, head) over the sequence's blocks with an
-// online softmax per warp, merged across warps at the end.
+//   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
+// Paged attention runs one thread block per (token, head) over the sequence's blocks, each
+// warp scoring 32 keys at a time with its own online softmax, merged across warps at the end.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
