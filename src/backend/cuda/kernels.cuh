@@ -1,6 +1,7 @@
 // The CUDA backend's kernels (included by cuda_device.cu only: one translation unit). Every
-// quantized format is decoded 32 values (one "unit") at a time by DecodeUnit; the GEMV, expert
-// GEMV, GEMM staging and embedding kernels share it. FP32 accumulation throughout.
+// format is decoded by DecodeValue (one value of a 32-value "unit"): the GEMVs a value a lane,
+// the GEMM staging and the embedding a unit at a time (DecodeUnit). FP32 accumulation
+// throughout.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -35,7 +36,8 @@ constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
 constexpr int kAttnWarps = 4;
 
 // ------------------------------------------------------------------------------------------
-// Decoding one unit (32 consecutive values of a row) into registers.
+// Decoding: a unit is 32 consecutive values of a row (one block, or an eighth of a K-quant
+// super-block).
 
 __device__ __forceinline__ float Half(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float Bf16(uint16_t h) { return __uint_as_float(uint32_t{h} << 16); }
@@ -54,81 +56,7 @@ __device__ __forceinline__ void ScaleMinK(const uint8_t* s, int j, float* sc, fl
   }
 }
 
-template <DType T>
-__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float* w) {
-  if constexpr (T == DType::kF32) {
-    const float* p = reinterpret_cast<const float*>(row) + u * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = p[i];
-  } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + u * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = T == DType::kF16 ? Half(p[i]) : Bf16(p[i]);
-  } else if constexpr (T == DType::kI8) {
-    const int8_t* p = reinterpret_cast<const int8_t*>(row) + u * 32;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(p[i]);
-  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
-                       T == DType::kQ5_1) {
-    // Nibble i of qs is value i (low) / i + 16 (high); Q5 adds bit i / i + 16 of qh as bit 4.
-    // Q4_0 / Q5_0: w = d (q - 8 / 16); Q4_1 / Q5_1: w = d q + m.
-    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
-    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
-    constexpr int kOff = kMin ? 0 : kFive ? 16 : 8;
-    using B4 = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
-    using B5 = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
-    using B = std::conditional_t<kFive, B5, B4>;
-    const B& b = reinterpret_cast<const B*>(row)[u];
-    const float d = Half(b.d);
-    uint32_t h = 0;
-    if constexpr (kFive) h = Load32(b.qh);
-    float m = 0.f;
-    if constexpr (kMin) m = Half(b.m);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int lo = (b.qs[i] & 0xF) | ((h >> i) & 1) << 4;
-      const int hi = (b.qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4;
-      w[i] = d * static_cast<float>(lo - kOff) + m;
-      w[i + 16] = d * static_cast<float>(hi - kOff) + m;
-    }
-  } else if constexpr (T == DType::kQ8_0) {
-    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
-    const float d = Half(b.d);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) w[i] = static_cast<float>(b.qs[i]) * d;
-  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
-    using B = std::conditional_t<T == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
-    const B& b = reinterpret_cast<const B*>(row)[u / 8];
-    const int j = static_cast<int>(u % 8);
-    float sc, m;
-    ScaleMinK(b.scales, j, &sc, &m);
-    const float ds = Half(b.d) * sc, dm = Half(b.dmin) * m;
-    const uint8_t* qs = b.qs + 32 * (j / 2);
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      int q = (j % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
-      if constexpr (T == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
-      w[l] = ds * static_cast<float>(q) - dm;
-    }
-  } else if constexpr (T == DType::kQ6_K) {
-    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
-    const int k = static_cast<int>(u % 8);  // values 32k .. 32k + 31 of the super-block
-    const int h = k / 4, kk = k % 4;
-    const uint8_t* ql = b.ql + 64 * h;
-    const uint8_t* qh = b.qh + 32 * h;
-    const float d = Half(b.d);
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int v = 32 * kk + l;  // within the half
-      int q = v < 64 ? (ql[v] & 0xF) : (ql[v - 64] >> 4);
-      q |= ((qh[l] >> (2 * kk)) & 3) << 4;
-      const float ds = d * static_cast<float>(b.scales[(128 * h + v) / 16]);
-      w[l] = ds * static_cast<float>(q - 32);
-    }
-  }
-}
-
-// Value l (0..31) of unit u, with DecodeUnit's arithmetic (the same float for the same value).
+// Value l (0..31) of unit u (32 consecutive values of a row).
 template <DType T>
 __device__ __forceinline__ float DecodeValue(const uint8_t* row, int64_t u, int l) {
   if constexpr (T == DType::kF32) {
@@ -180,6 +108,13 @@ __device__ __forceinline__ float DecodeValue(const uint8_t* row, int64_t u, int 
     const float ds = Half(b.d) * static_cast<float>(b.scales[(128 * h + v) / 16]);
     return ds * static_cast<float>(q - 32);
   }
+}
+
+// The whole unit u into registers (the embedding and the FP16 staging of prefill GEMMs).
+template <DType T>
+__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float* w) {
+#pragma unroll
+  for (int l = 0; l < 32; ++l) w[l] = DecodeValue<T>(row, u, l);
 }
 
 // Float types may have rows that are not whole units: value i of the tail, decoded alone.
