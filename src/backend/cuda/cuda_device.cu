@@ -56,6 +56,7 @@ struct Nothing {
 };
 
 int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
+constexpr int64_t kMaxGridY = 65535;  // the largest gridDim.y
 
 class CudaDevice final : public Device {
  public:
@@ -378,7 +379,6 @@ class CudaDevice final : public Device {
     }
     WithType(w.dtype, [&]<DType D>() {
       auto kernel = ExpertsGemvKernel<D>;
-      constexpr int64_t kMaxGridY = 65535;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
         kernel<<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(w.data, w.row_bytes, w.rows, w.cols,
@@ -421,7 +421,6 @@ class CudaDevice final : public Device {
                                                                   list);
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
     const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
-    constexpr int64_t kMaxGridY = 65535;
     WithType(w.dtype, [&]<DType D>() {
       for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));

@@ -35,6 +35,12 @@ constexpr int kMaxMlaRow = 640;      // MLA: kv_lora_rank + rope dims of a cache
 constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
 constexpr int kAttnWarps = 4;
 
+// The sum of v over the warp's lanes (butterfly: every lane gets it).
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // ------------------------------------------------------------------------------------------
 // Decoding: a unit is 32 consecutive values of a row (one block, or an eighth of a K-quant
 // super-block).
@@ -117,19 +123,14 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float*
   for (int l = 0; l < 32; ++l) w[l] = DecodeValue<T>(row, u, l);
 }
 
-// Float types may have rows that are not whole units: value i of the tail, decoded alone.
+// Float types may have rows that are not whole units: the values of the tail are decoded one
+// at a time (DecodeOne).
 template <DType T>
 constexpr bool kFloatType = T == DType::kF32 || T == DType::kF16 || T == DType::kBF16;
 
 template <DType T>
 __device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t i) {
-  if constexpr (T == DType::kF32) {
-    return reinterpret_cast<const float*>(row)[i];
-  } else if constexpr (T == DType::kF16) {
-    return Half(reinterpret_cast<const uint16_t*>(row)[i]);
-  } else {
-    return Bf16(reinterpret_cast<const uint16_t*>(row)[i]);
-  }
+  return DecodeValue<T>(row, i / 32, static_cast<int>(i % 32));
 }
 
 // Bytes of 8 units (256 values) of a row: whole super-blocks for the K-quants.
@@ -216,8 +217,7 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
   WarpRowDot<T, NT>(w + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    float s = acc[t];
-    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float s = WarpSum(acc[t]);
     if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = scales ? s * scales[r] : s;
   }
 }
@@ -271,7 +271,7 @@ __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
 }
 
 __device__ float BlockSum(float v, float* shared) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = WarpSum(v);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
@@ -456,9 +456,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     const float m_new = fmaxf(m, mx);  // finite: key j0 exists
     const float corr = expf(m - m_new);  // 0 for the first chunk (m = -inf)
     const float e = j <= p ? expf(s - m_new) : 0.f;
-    float es = e;
-    for (int o = kWarp / 2; o > 0; o /= 2) es += __shfl_xor_sync(0xffffffffu, es, o);
-    l = l * corr + es;
+    l = l * corr + WarpSum(e);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
     const int n_chunk = p - j0 + 1 < kWarp ? static_cast<int>(p - j0 + 1) : kWarp;
@@ -537,23 +535,16 @@ __global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, 
   const float* ol = o_lat + th * r;
   float s = 0.f;
   for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
-  for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  s = WarpSum(s);
   if (lane == 0) out[th * dv + i] = s;
 }
 
 constexpr int kMaxTopK = 16;
 constexpr int kMaxGroups = 16;
 
-// Index of the largest of v[0..n) not yet taken (ties: lower index).
-__device__ int ArgMaxFree(const float* v, int n, const bool* taken) {
-  int best = -1;
-  for (int i = 0; i < n; ++i)
-    if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
-  return best;
-}
-
-// The same over v[0..n) by a warp: each lane scans i = lane, lane + 32, ..., then the lanes'
-// candidates are merged (larger value, ties to the lower index); every lane gets the index.
+// Index of the largest of v[0..n) not yet taken (ties: lower index), by a warp: each lane scans
+// i = lane, lane + 32, ..., then the lanes' candidates are merged (larger value, ties to the
+// lower index); every lane gets the index.
 __device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane) {
   int best = -1;
   for (int i = lane; i < n; i += kWarp)
@@ -571,8 +562,8 @@ __device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane
 }
 
 // One warp per token: kernels::MoeRoute's arithmetic (softmax in double precision, summed in
-// expert order; ties to the lower index). The lanes share the per-expert work; the sums, the
-// group choice and the bookkeeping of the selection are lane 0's.
+// expert order; ties to the lower index). The lanes share the per-expert and per-group work and
+// the arg-max searches; the sums and the bookkeeping of the selection are lane 0's.
 __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
                                kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
   __shared__ float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
@@ -623,12 +614,11 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
       gtaken[g] = keep[g] = false;
     }
     __syncwarp();
-    if (lane == 0)
-      for (int j = 0; j < p.topk_group; ++j) {
-        const int g = ArgMaxFree(gs, G, gtaken);
-        gtaken[g] = keep[g] = true;
-      }
-    __syncwarp();
+    for (int j = 0; j < p.topk_group; ++j) {
+      const int g = WarpArgMaxFree(gs, G, gtaken, lane);
+      if (lane == 0) gtaken[g] = keep[g] = true;
+      __syncwarp();
+    }
     for (int e = lane; e < E; e += kWarp)
       if (!keep[e / per]) choice[e] = 0.f;
     __syncwarp();
@@ -673,7 +663,7 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
   float acc = 0.f;
   WarpRowDot<T, 1>(row, cols, &xp, 1, stage[warp], lane, &acc);
-  for (int o = kWarp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  acc = WarpSum(acc);
   if (lane == 0) y[pair * rows + r] = acc;
 }
 
@@ -746,8 +736,7 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
     WarpRowDot<T, kTokenTile>(experts[e] + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
 #pragma unroll
   for (int t = 0; t < kTokenTile; ++t) {
-    float s = acc[t];
-    for (int o = kWarp / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float s = WarpSum(acc[t]);
     if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = s;
   }
 }
