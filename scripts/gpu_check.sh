@@ -153,9 +153,9 @@ for k, v in total.most_common(25):
 PY
 }
 
-# One line per benchmark: the medians and decode's share of the bandwidth bound.
+# One line per benchmark JSON file given: the medians and decode's share of the bandwidth bound.
 summarize_bench() {
-  python3 - "$RES"/${RES_FILES:-bench}-*.json <<'PY'
+  python3 - "$@" <<'PY'
 import json, statistics, sys
 for f in sys.argv[1:]:
     try:
@@ -209,14 +209,13 @@ run() {
   fi
   if want tests; then
     # One process a test, so that a fault in one leaves the others' results standing; the
-    # graphs run on the random-weight files of real shape. The golden checks need the trained
-    # weights, absent there (they skip, and say so).
-    local t ops=()
+    # graphs run on the random-weight files of real shape. The golden checks compare with the
+    # trained weights' references, not with the random files of the same names in $mdir: the
+    # trained files are absent there, so they skip (and say so).
+    local t models_dir
     for t in $("$BUNDLE/bin/cuda_device_test" --gtest_list_tests |
                awk '/^[^ ]/ {s = $1} /^  / {print s $1}'); do
-      # The golden checks compare with the trained weights' references: not with the random
-      # files of the same names in $mdir.
-      local models_dir=$mdir
+      models_dir=$mdir
       [[ $t == CudaGoldenTest.* ]] && models_dir=/nonexistent
       step "test-${t//./-}" env PENG_MODELS_DIR="$models_dir" "$BUNDLE/bin/cuda_device_test" \
         --gtest_filter="$t"
@@ -252,11 +251,11 @@ run() {
   fi
   if want bench; then
     STEP_TIMEOUT=150 step bench-deepseek bench_json "$ds" "$RES/bench-deepseek.json" --tg 64
-    summarize_bench
+    summarize_bench "$RES"/bench-*.json
     # What the CUDA graphs are worth (decode of the same file, replay off).
-    step bench-no-graphs env PENG_CUDA_GRAPHS=0 bash -c 'bench_json "$@"' _ \
+    PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
-    RES_FILES=no-graphs summarize_bench
+    summarize_bench "$RES/no-graphs-qwen.json"
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300
