@@ -17,6 +17,10 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
   return static_cast<float*>(p);
 }
 
+void Device::MatMuls(const float* x, int64_t n_tokens, std::initializer_list<MatMulOut> outs) {
+  for (const MatMulOut& o : outs) MatMul(*o.w, x, n_tokens, o.y);
+}
+
 StatusOr<DeviceMatrix> Device::Describe(const TensorView& w, const float* int8_scales) const {
   if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
   if (!SupportsWeights(w.dtype))

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,14 @@ class Device {
   // --- operators
   // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.
   virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // The products of several matrices with the same x (the projections of one normalized
+  // input: q / k / v, gate / up): ys[i] = W_i x for each {W_i, ys[i]}. A backend may prepare x
+  // once for all of them (the CUDA backend quantizes it once); by default, one MatMul each.
+  struct MatMulOut {
+    const DeviceMatrix* w;
+    float* y;
+  };
+  virtual void MatMuls(const float* x, int64_t n_tokens, std::initializer_list<MatMulOut> outs);
   // out[t] = W[tokens[t] - row0, :] * scale, dequantized (embedding lookup); zeros for a token
   // outside [row0, row0 + rows) (a vocabulary-parallel shard: the ranks' rows are summed).
   virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,

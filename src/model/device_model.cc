@@ -321,9 +321,7 @@ class DeviceDecoderModel : public DeviceModel {
 
     // --- attention block
     d.RmsNorm(x_, L.attn_norm, c.norm_weight_offset, h_, T, D, c.rms_eps);
-    d.MatMul(L.wq, h_, T, q_);
-    d.MatMul(L.wk, h_, T, k_);
-    d.MatMul(L.wv, h_, T, v_);
+    d.MatMuls(h_, T, {{&L.wq, q_}, {&L.wk, k_}, {&L.wv, v_}});
     if (L.bq) {
       d.AddBiasRows(q_, L.bq, T, H * hd);
       d.AddBiasRows(k_, L.bk, T, KV * hd);
@@ -349,8 +347,7 @@ class DeviceDecoderModel : public DeviceModel {
 
     // --- feed-forward block
     d.RmsNorm(x_, L.ffn_norm, c.norm_weight_offset, h_, T, D, c.rms_eps);
-    d.MatMul(L.w_gate, h_, T, gate_);
-    d.MatMul(L.w_up, h_, T, up_);
+    d.MatMuls(h_, T, {{&L.w_gate, gate_}, {&L.w_up, up_}});
     d.Gated(c.activation == Activation::kSilu ? backend::GatedActivation::kSilu
                                               : backend::GatedActivation::kGeluTanh,
             gate_, up_, gate_, T * F);

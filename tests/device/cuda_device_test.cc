@@ -458,6 +458,111 @@ TEST_F(CudaTest, MoeOps) {
   }
 }
 
+// The quantized GEMVs (default mode: activations quantized as the CPU kernels quantize them,
+// backend/cuda/qdot.h): the integer parts equal the host's, so the results differ by the order
+// of FP32 sums only. 2816 columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks.
+TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
+  kernels::SetExactActivations(false);
+  const int64_t rows = 77, cols = 2816;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<TensorView> views;
+  const std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                                    DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                                    DType::kF16};
+  for (DType t : types) {
+    std::vector<float> unused;
+    bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
+    TensorView v;
+    v.name = std::string("w.") + DTypeName(t);
+    v.dtype = t;
+    v.shape = {rows, cols};
+    v.data = bytes.back().data();
+    v.size_bytes = bytes.back().size();
+    views.push_back(v);
+  }
+  std::vector<backend::DeviceMatrix> wc, wh;
+  for (const TensorView& v : views) {
+    auto c = cuda_->Upload(v, nullptr);
+    auto h = host_->Upload(v, nullptr);
+    ASSERT_TRUE(c.ok() && h.ok());
+    wc.push_back(*c);
+    wh.push_back(*h);
+  }
+  for (int64_t T : {1, 3, 9, 32}) {
+    std::vector<float> xv = Random(T * cols, -3.f, 3.f);
+    for (int64_t c = 0; c < 32; ++c) xv[c] = 0.f;  // a block of zeros (scale 0)
+    const Pair x = Upload(xv);
+    for (size_t i = 0; i < types.size(); ++i) {
+      const Pair y = Zeros(T * rows);
+      cuda_->MatMul(wc[i], x.cuda, T, y.cuda);
+      host_->MatMul(wh[i], x.host, T, y.host);
+      Expect(y, T * rows, 1e-5,
+             std::string("quantized MatMul ") + DTypeName(types[i]) + " T=" + std::to_string(T));
+    }
+    // One x for a 32-block type, a K-quant and a float type: both activation blocks at once.
+    const Pair a = Zeros(T * rows), b = Zeros(T * rows), f = Zeros(T * rows);
+    cuda_->MatMuls(x.cuda, T, {{&wc[4], a.cuda}, {&wc[5], b.cuda}, {&wc[8], f.cuda}});
+    host_->MatMuls(x.host, T, {{&wh[4], a.host}, {&wh[5], b.host}, {&wh[8], f.host}});
+    Expect(a, T * rows, 1e-5, "MatMuls Q8_0 T=" + std::to_string(T));
+    Expect(b, T * rows, 1e-5, "MatMuls Q4_K T=" + std::to_string(T));
+    Expect(f, T * rows, 1e-4, "MatMuls F16 T=" + std::to_string(T));
+  }
+  // The experts' products over quantized activations, per token and per slot (5 tokens, 3
+  // slots each, 8 experts of Q4_0, the odd ones held by another rank).
+  const int64_t T = 5, E = 8;
+  const int k = 3;
+  const std::vector<int32_t> ids = {0, 3, 7, 1, 2, 5, 6, 0, 4, 2, 2, 1, 7, 5, 3};
+  std::vector<std::vector<uint8_t>> eb;
+  std::vector<TensorView> ev(E);
+  std::vector<const TensorView*> ep;
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<float> unused;
+    eb.push_back(RandomMatrix(DType::kQ4_0, rows, cols, &rng_, &unused));
+    ev[e].name = "expert";
+    ev[e].dtype = DType::kQ4_0;
+    ev[e].shape = {rows, cols};
+    ev[e].data = eb.back().data();
+    ev[e].size_bytes = eb.back().size();
+    ep.push_back(e % 2 ? nullptr : &ev[e]);
+  }
+  std::vector<void*> allocs_c, allocs_h;
+  auto ec = cuda_->UploadExperts(ep, &allocs_c);
+  auto eh = host_->UploadExperts(ep, &allocs_h);
+  ASSERT_TRUE(ec.ok() && eh.ok());
+  auto ids_c = cuda_->Alloc(T * k * 4);
+  ASSERT_TRUE(ids_c.ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
+  for (bool per_slot : {false, true}) {
+    const Pair x = Upload(Random((per_slot ? T * k : T) * cols));
+    const Pair y = Upload(std::vector<float>(T * k * rows, 7.f));
+    cuda_->ExpertsMatMul(*ec, x.cuda, T, static_cast<int32_t*>(*ids_c), k, per_slot, y.cuda);
+    host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
+    Expect(y, T * k * rows, 1e-5, per_slot ? "quantized experts (per slot)"
+                                           : "quantized experts (per token)");
+  }
+  kernels::SetExactActivations(true);
+}
+
+// The graphs in the default mode (quantized GEMVs on both devices). Both quantize the same
+// activations, but the FP32 values they quantize come out of ops that sum in other orders, so
+// a value near a rounding boundary can land one step apart: looser than exact mode.
+TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
+  kernels::SetExactActivations(false);
+  std::vector<std::string> paths = device_test::ModelPaths();
+  for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
+    const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
+    ASSERT_FALSE(h.logits.empty());
+    const double d = device_test::RelativeDistance(h.logits, c.logits);
+    std::printf("[cuda] graph %s, quantized activations: max |dlogit| / max |logit| = %.2e\n",
+                path.c_str(), d);
+    EXPECT_LE(d, 1e-2);
+  }
+  kernels::SetExactActivations(true);
+}
+
 TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
   for (const std::string& path : device_test::DeepseekPaths()) {
     SCOPED_TRACE(path);

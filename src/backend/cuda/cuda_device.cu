@@ -23,6 +23,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
+#include "kernels/ops.h"
 #ifdef PENG_HAVE_NCCL
 #include "backend/cuda/nccl_communicator.h"
 #endif
@@ -214,11 +215,56 @@ class CudaDevice final : public Device {
     if (int8_scales) {
       PENG_ASSIGN_OR_RETURN(m.scales, UploadFloats(int8_scales, m.rows));
     }
+    // The quantized GEMVs' activation scratch, sized here for the widest matrix: never grown
+    // while a graph is being recorded (no allocation may happen then).
+    if (m.cols > act_cols_) {
+      ClearGraphs();  // (recorded steps point at the old scratch)
+      Free(act_);
+      act_ = nullptr;
+      act_cols_ = 0;
+      PENG_ASSIGN_OR_RETURN(act_, Alloc(2 * ActRegionBytes(m.cols)));
+      act_cols_ = m.cols;
+    }
     return m;
   }
 
   void MatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) override {
+    MatMuls(x, T, {{&w, y}});
+  }
+  void MatMuls(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) override {
     if (T <= 0) return;
+    QAct act[2];  // x quantized in blocks of 32 and of 256, once for all the outputs
+    bool have[2] = {false, false};
+    for (const MatMulOut& o : outs) {
+      const int ab = T <= kGemvMaxTokens ? QuantizedBlock(o.w->dtype, o.w->cols, T) : 0;
+      if (!ab) {
+        FloatMatMul(*o.w, x, T, o.y);
+        continue;
+      }
+      const int i = ab == 256;
+      if (!have[i]) act[i] = QuantizeActivations(x, T, o.w->cols, ab);
+      have[i] = true;
+      WithType(o.w->dtype, [&]<DType D>() {
+        if constexpr (qdot::kQuantized<D>) {
+          const dim3 block(kRowsPerBlock * kWarp);
+          if (T == 1) {
+            QGemvKernel<D, 1><<<dim3(Blocks(o.w->rows, kRowsPerBlock)), block, 0, stream_>>>(
+                static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, act[i], T,
+                o.y);
+          } else {
+            const dim3 grid(Blocks(o.w->rows, kRowsPerBlock), Blocks(T, kTokenTile));
+            QGemvKernel<D, kTokenTile><<<grid, block, 0, stream_>>>(
+                static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, act[i], T,
+                o.y);
+          }
+        }
+      });
+      Note(cudaGetLastError());
+    }
+  }
+
+  // The FP32-activation products: GEMV (exact mode, float and INT8 weights) and GEMM.
+  void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) {
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (T <= kGemvMaxTokens) {
       WithType(w.dtype, [&]<DType D>() {
@@ -377,6 +423,21 @@ class CudaDevice final : public Device {
       GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
       return;
     }
+    const int64_t x_rows = x_per_slot ? T * k : T;
+    if (const int ab = QuantizedBlock(w.dtype, w.cols, x_rows)) {
+      const QAct a = QuantizeActivations(x, x_rows, w.cols, ab);
+      WithType(w.dtype, [&]<DType D>() {
+        if constexpr (qdot::kQuantized<D>) {
+          for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
+            const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
+            ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
+                w.data, w.row_bytes, w.rows, a, ids, k, x_per_slot, p0, y);
+          }
+        }
+      });
+      Note(cudaGetLastError());
+      return;
+    }
     WithType(w.dtype, [&]<DType D>() {
       auto kernel = ExpertsGemvKernel<D>;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
@@ -430,6 +491,50 @@ class CudaDevice final : public Device {
       }
     });
     Note(cudaGetLastError());
+  }
+
+  // Bytes of one region of the activation scratch: kMaxActRows rows of `cols` int8 values,
+  // their scales (at most one per 32) and sums (one per 16), each part 256-byte aligned.
+  static int64_t ActPart(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+  static int64_t ActRegionBytes(int64_t cols) {
+    return ActPart(kMaxActRows * cols) + ActPart(kMaxActRows * (cols / 32) * 4) +
+           ActPart(kMaxActRows * (cols / 16) * 4);
+  }
+  // The activation block (32 or 256) of the quantized GEMV over `rows` activation rows (of a
+  // decode-sized step) of a matrix of type t with `cols` columns; 0 for the FP32 path: exact
+  // mode (the tests' FP32 reference, kernels::SetExactActivations), float and INT8 weights,
+  // or more than the scratch holds.
+  int QuantizedBlock(DType t, int64_t cols, int64_t rows) const {
+    int ab = 0;
+    WithType(t, [&]<DType D>() {
+      if constexpr (qdot::kQuantized<D>) ab = qdot::kActBlock<D>;
+    });
+    if (!ab || kernels::ExactActivations() || rows > kMaxActRows || cols % ab != 0 ||
+        cols > act_cols_)
+      return 0;
+    return ab;
+  }
+  // x [rows, cols] quantized (QuantizeActKernel) into the scratch region of block size ab.
+  QAct QuantizeActivations(const float* x, int64_t rows, int64_t cols, int ab) {
+    uint8_t* base = static_cast<uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
+    int8_t* qs = reinterpret_cast<int8_t*>(base);
+    float* d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
+    int32_t* sums = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(d) +
+                                               ActPart(kMaxActRows * (cols / 32) * 4));
+    const dim3 grid(Blocks(cols, 256), rows);
+    if (ab == 256) {
+      QuantizeActKernel<256><<<grid, 256, 0, stream_>>>(x, cols, qs, d, sums);
+    } else {
+      QuantizeActKernel<32><<<grid, 256, 0, stream_>>>(x, cols, qs, d, sums);
+    }
+    Note(cudaGetLastError());
+    QAct a;
+    a.qs = qs;
+    a.d = d;
+    a.s = sums;
+    a.cols = cols;
+    a.ab = ab;
+    return a;
   }
 
   // One block per (token, head) over an F16 or F32 cache.
@@ -507,6 +612,11 @@ class CudaDevice final : public Device {
   void* x_half_ = nullptr;
   void* group_ = nullptr;  // GroupedExpertsMatMul's counts, offsets, tiles and list
   int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
+  // Quantized activations (two regions: blocks of 32, blocks of 256), for matrices of up to
+  // act_cols_ columns and kMaxActRows rows: a step's tokens, or its (token, slot) pairs.
+  static constexpr int64_t kMaxActRows = kGemvMaxTokens * kMaxTopK;
+  void* act_ = nullptr;
+  int64_t act_cols_ = 0;
 };
 
 }  // namespace

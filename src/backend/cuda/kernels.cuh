@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/qdot.h"
 #include "core/dtype.h"
 #include "kernels/moe.h"
 #include "kernels/quant_blocks.h"
@@ -220,6 +221,122 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
     const float s = WarpSum(acc[t]);
     if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = scales ? s * scales[r] : s;
   }
+}
+
+// ------------------------------------------------------------------------------------------
+// The quantized path of the GEMVs (qdot.h): the activations quantized as the CPU kernels
+// quantize them, the weights' units multiplied with them by dp4a.
+
+// Quantized activation rows: row t's int8 values at qs + t * cols, its block scales (one per
+// ab = 32 or 256 values) at d + t * (cols / ab), its sums of every 16 values at
+// s + t * (cols / 16).
+struct QAct {
+  const int8_t* qs = nullptr;
+  const float* d = nullptr;
+  const int32_t* s = nullptr;
+  int64_t cols = 0;
+  int ab = 32;
+};
+
+// x [rows, cols] -> QAct (kernels::ref::QuantizeAct's arithmetic): block (c, t) quantizes
+// values 256 c .. 256 c + 255 of row t, a value a thread.
+template <int AB>
+__global__ void QuantizeActKernel(const float* x, int64_t cols, int8_t* qs, float* d,
+                                  int32_t* s) {
+  static_assert(AB == 32 || AB == 256);
+  __shared__ float warp_max[8];
+  const int64_t t = blockIdx.y;
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  const bool valid = i < cols;  // (cols is a multiple of AB: whole warps are out)
+  const float v = valid ? x[t * cols + i] : 0.f;
+  float amax = fabsf(v);
+  for (int o = kWarp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if constexpr (AB == 256) {
+    if (threadIdx.x % kWarp == 0) warp_max[threadIdx.x / kWarp] = amax;
+    __syncthreads();
+    amax = 0.f;
+    for (int w = 0; w < 8; ++w) amax = fmaxf(amax, warp_max[w]);
+  }
+  const float iscale = amax != 0.f ? 127.f / amax : 0.f;
+  const float q = fminf(127.f, fmaxf(-127.f, rintf(v * iscale)));
+  int sum = static_cast<int>(q);
+  for (int o = 8; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!valid) return;
+  qs[t * cols + i] = static_cast<int8_t>(q);
+  if (i % 16 == 0) s[t * (cols / 16) + i / 16] = sum;
+  if (i % AB == 0) {
+    float scale;
+    if constexpr (AB == 256) {
+      scale = amax != 0.f ? 1.f / iscale : 0.f;
+    } else {
+      scale = __half2float(__float2half_rn(amax / 127.f));
+    }
+    d[t * (cols / AB) + i / AB] = scale;
+  }
+}
+
+// acc[t] += this lane's share of row . activation row (t0 + t) for t < nt: lane l takes units
+// l, l + 32, ...; each unit is decoded once for all nt tokens.
+template <DType T, int NT>
+__device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, int64_t t0,
+                                            int nt, int lane, float* acc) {
+  const int64_t units = a.cols / 32, d_stride = a.cols / a.ab;
+  const int per_d = a.ab / 32;
+#pragma unroll 2
+  for (int64_t u = lane; u < units; u += kWarp) {
+    const qdot::Unit w = qdot::DecodeUnit<T>(row, u);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= nt) break;
+      const int64_t at = t0 + t;
+      const int4* q = reinterpret_cast<const int4*>(a.qs + at * a.cols + u * 32);
+      const int4 q0 = q[0], q1 = q[1];
+      const uint32_t words[8] = {static_cast<uint32_t>(q0.x), static_cast<uint32_t>(q0.y),
+                                 static_cast<uint32_t>(q0.z), static_cast<uint32_t>(q0.w),
+                                 static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
+                                 static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
+      const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
+      acc[t] += qdot::UnitDot(w, words, a.d[at * d_stride + u / per_d], sums.x, sums.y);
+    }
+  }
+}
+
+// y[t * rows + r] = row r . activation row t: a warp a row, blockIdx.y a tile of NT tokens.
+template <DType T, int NT>
+__global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QAct a,
+                            int64_t n_tokens, float* y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t t0 = int64_t{blockIdx.y} * NT;
+  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
+  float acc[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+  WarpRowQDot<T, NT>(w + r * row_bytes, a, t0, nt, lane, acc);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = WarpSum(acc[t]);
+    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = s;
+  }
+}
+
+// ExpertsGemvKernel over quantized activations (one activation row a token, or a (token, slot)
+// pair when x_per_slot).
+template <DType T>
+__global__ void ExpertsQGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
+                                   QAct a, const int32_t* ids, int k, bool x_per_slot,
+                                   int64_t pair0, float* y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t pair = pair0 + blockIdx.y;
+  float acc = 0.f;
+  if (experts[ids[pair]])  // (else another rank's expert: zeros)
+    WarpRowQDot<T, 1>(experts[ids[pair]] + r * row_bytes, a, x_per_slot ? pair : pair / k, 1,
+                      lane, &acc);
+  acc = WarpSum(acc);
+  if (lane == 0) y[pair * rows + r] = acc;
 }
 
 // Decodes rows x units into an FP16 [rows, cols] copy (INT8 rows scaled).

@@ -134,8 +134,7 @@ class DeviceDeepseekModel : public DeviceModel {
   // gate / up / SiLU / down over T rows of h_ into out.
   void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
            int64_t T, float* out) {
-    dev_->MatMul(gate, h_, T, gate_);
-    dev_->MatMul(up, h_, T, up_);
+    dev_->MatMuls(h_, T, {{&gate, gate_}, {&up, up_}});
     dev_->Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * gate.rows);
     dev_->MatMul(down, gate_, T, out);
   }
@@ -156,16 +155,15 @@ class DeviceDeepseekModel : public DeviceModel {
     // --- MLA
     d.RmsNorm(x_, L.attn_norm, 0.f, h_, T, D, c.base.rms_eps);
     if (c.q_lora_rank > 0) {
-      d.MatMul(L.wq_a, h_, T, qa_);
+      d.MatMuls(h_, T, {{&L.wq_a, qa_}, {&L.wkv_a, ckv_}});
       d.AddBiasRows(qa_, L.bq_a, T, c.q_lora_rank);
       d.RmsNorm(qa_, L.q_a_norm, 0.f, qa_, T, c.q_lora_rank, c.latent_norm_eps);
       d.MatMul(L.wq_b, qa_, T, q_);
       d.AddBiasRows(q_, L.bq_b, T, H * dqk);
     } else {
-      d.MatMul(L.wq, h_, T, q_);
+      d.MatMuls(h_, T, {{&L.wq, q_}, {&L.wkv_a, ckv_}});
       d.AddBiasRows(q_, L.bq, T, H * dqk);
     }
-    d.MatMul(L.wkv_a, h_, T, ckv_);
     d.AddBiasRows(ckv_, L.bkv_a, T, row);
     d.RmsNorm(ckv_, L.kv_a_norm, 0.f, ckv_, T, r, c.latent_norm_eps, row);
     d.Rope(ckv_ + r, 1, row, row, b, c.base.rope, inv_freq_);  // k_pe
