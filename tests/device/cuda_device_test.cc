@@ -507,6 +507,33 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     Expect(b, T * rows, 1e-5, "MatMuls Q4_K T=" + std::to_string(T));
     Expect(f, T * rows, 1e-4, "MatMuls F16 T=" + std::to_string(T));
   }
+  // The other row splits of the GEMV (backend/cuda/cuda_device.cu, LaunchQGemv): many rows a
+  // warp each (2200 rows: at least 16 warps a multiprocessor up to 137 of them), few long rows
+  // four warps each (144 units).
+  for (auto [r2, c2] : {std::pair<int64_t, int64_t>{2200, 512}, {77, 4608}}) {
+    for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
+      std::vector<float> unused;
+      const std::vector<uint8_t> wb = RandomMatrix(t, r2, c2, &rng_, &unused);
+      TensorView v;
+      v.name = std::string("w.") + DTypeName(t);
+      v.dtype = t;
+      v.shape = {r2, c2};
+      v.data = wb.data();
+      v.size_bytes = wb.size();
+      auto c = cuda_->Upload(v, nullptr);
+      auto h = host_->Upload(v, nullptr);
+      ASSERT_TRUE(c.ok() && h.ok());
+      for (int64_t T : {1, 11}) {
+        const Pair x = Upload(Random(T * c2, -3.f, 3.f));
+        const Pair y = Zeros(T * r2);
+        cuda_->MatMul(*c, x.cuda, T, y.cuda);
+        host_->MatMul(*h, x.host, T, y.host);
+        Expect(y, T * r2, 1e-5,
+               std::string("quantized MatMul ") + DTypeName(t) + " " + std::to_string(r2) + "x" +
+                   std::to_string(c2) + " T=" + std::to_string(T));
+      }
+    }
+  }
   // The experts' products over quantized activations, per token and per slot (5 tokens, 3
   // slots each, 8 experts of Q4_0, the odd ones held by another rank).
   const int64_t T = 5, E = 8;

@@ -85,6 +85,7 @@ class CudaDevice final : public Device {
     PENG_RETURN_IF_ERROR(Check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties"));
     char mem[32];
     std::snprintf(mem, sizeof mem, "%.1f GiB", prop.totalGlobalMem / 1073741824.0);
+    d->sm_count_ = prop.multiProcessorCount;
     d->name_ = "cuda:" + std::to_string(index) + " (" + prop.name + ", " + mem + ", sm_" +
                std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     PENG_RETURN_IF_ERROR(Check(cudaStreamCreateWithFlags(&d->stream_, cudaStreamNonBlocking),
@@ -244,23 +245,31 @@ class CudaDevice final : public Device {
       const int i = ab == 256;
       if (!have[i]) act[i] = QuantizeActivations(x, T, o.w->cols, ab);
       have[i] = true;
-      WithType(o.w->dtype, [&]<DType D>() {
-        if constexpr (qdot::kQuantized<D>) {
-          const dim3 block(kRowsPerBlock * kWarp);
-          if (T == 1) {
-            QGemvKernel<D, 1><<<dim3(Blocks(o.w->rows, kRowsPerBlock)), block, 0, stream_>>>(
-                static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, act[i], T,
-                o.y);
-          } else {
-            const dim3 grid(Blocks(o.w->rows, kRowsPerBlock), Blocks(T, kTokenTile));
-            QGemvKernel<D, kTokenTile><<<grid, block, 0, stream_>>>(
-                static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, act[i], T,
-                o.y);
-          }
-        }
-      });
-      Note(cudaGetLastError());
+      LaunchQGemv(*o.w, act[i], T, o.y);
     }
+  }
+
+  // QGemvKernel with WPR warps a row where the rows alone would not fill the GPU (fewer than
+  // 16 warps a multiprocessor) and the row has the units for them.
+  void LaunchQGemv(const DeviceMatrix& w, const QAct& a, int64_t T, float* y) {
+    const int64_t units = w.cols / 32;
+    const int wpr = w.rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
+    WithType(w.dtype, [&]<DType D>() {
+      if constexpr (qdot::kQuantized<D>) {
+        auto go = [&]<int NT, int WPR>() {
+          const dim3 grid(Blocks(w.rows, kRowsPerBlock / WPR), Blocks(T, NT));
+          QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
+              static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, a, T, y);
+        };
+        auto tokens = [&]<int WPR>() {
+          T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
+        };
+        wpr == 4   ? tokens.template operator()<4>()
+        : wpr == 2 ? tokens.template operator()<2>()
+                   : tokens.template operator()<1>();
+      }
+    });
+    Note(cudaGetLastError());
   }
 
   // The FP32-activation products: GEMV (exact mode, float and INT8 weights) and GEMM.
@@ -598,6 +607,7 @@ class CudaDevice final : public Device {
 
   static constexpr size_t kMaxGraphs = 256;
   int index_ = 0;
+  int sm_count_ = 1;  // multiprocessors
   std::string name_;
   bool graphs_on_ = [] {
     const char* e = std::getenv("PENG_CUDA_GRAPHS");

@@ -275,15 +275,15 @@ __global__ void QuantizeActKernel(const float* x, int64_t cols, int8_t* qs, floa
   }
 }
 
-// acc[t] += this lane's share of row . activation row (t0 + t) for t < nt: lane l takes units
-// l, l + 32, ...; each unit is decoded once for all nt tokens.
+// acc[t] += this lane's share of row . activation row (t0 + t) for t < nt: the lane takes
+// units first, first + stride, ...; each unit is decoded once for all nt tokens.
 template <DType T, int NT>
 __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, int64_t t0,
-                                            int nt, int lane, float* acc) {
+                                            int nt, int first, int stride, float* acc) {
   const int64_t units = a.cols / 32, d_stride = a.cols / a.ab;
   const int per_d = a.ab / 32;
 #pragma unroll 2
-  for (int64_t u = lane; u < units; u += kWarp) {
+  for (int64_t u = first; u < units; u += stride) {
     const qdot::Unit w = qdot::DecodeUnit<T>(row, u);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -301,23 +301,40 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
   }
 }
 
-// y[t * rows + r] = row r . activation row t: a warp a row, blockIdx.y a tile of NT tokens.
-template <DType T, int NT>
+// y[t * rows + r] = row r . activation row t: WPR warps a row (their lanes take every
+// (32 WPR)-th unit; partial sums added in shared memory), blockIdx.y a tile of NT tokens.
+// Several warps a row keep a matrix of few, long rows from leaving most of the GPU idle.
+template <DType T, int NT, int WPR>
 __global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QAct a,
                             int64_t n_tokens, float* y) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
-  if (r >= rows) return;
+  static_assert(kRowsPerBlock % WPR == 0);
+  __shared__ float part[kRowsPerBlock][NT];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slot = warp % WPR;
+  const int64_t r = int64_t{blockIdx.x} * (kRowsPerBlock / WPR) + warp / WPR;
+  if (WPR == 1 && r >= rows) return;  // (with WPR > 1 every warp reaches the barrier)
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  WarpRowQDot<T, NT>(w + r * row_bytes, a, t0, nt, lane, acc);
+  if (r < rows)
+    WarpRowQDot<T, NT>(w + r * row_bytes, a, t0, nt, slot * kWarp + lane, WPR * kWarp, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
-    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = s;
+    if constexpr (WPR == 1) {
+      if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = s;
+    } else {
+      if (lane == 0) part[warp][t] = s;
+    }
+  }
+  if constexpr (WPR > 1) {
+    __syncthreads();
+    if (slot == 0 && lane < nt && r < rows) {
+      float s = 0.f;
+      for (int i = 0; i < WPR; ++i) s += part[warp + i][lane];
+      y[(t0 + lane) * rows + r] = s;
+    }
   }
 }
 
@@ -334,7 +351,7 @@ __global__ void ExpertsQGemvKernel(const uint8_t* const* experts, size_t row_byt
   float acc = 0.f;
   if (experts[ids[pair]])  // (else another rank's expert: zeros)
     WarpRowQDot<T, 1>(experts[ids[pair]] + r * row_bytes, a, x_per_slot ? pair : pair / k, 1,
-                      lane, &acc);
+                      lane, kWarp, &acc);
   acc = WarpSum(acc);
   if (lane == 0) y[pair * rows + r] = acc;
 }
