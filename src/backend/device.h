@@ -131,14 +131,25 @@ class Device {
   // --- operators
   // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.
   virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
-  // The products of several matrices with the same x (the projections of one normalized
-  // input: q / k / v, gate / up): ys[i] = W_i x for each {W_i, ys[i]}. A backend may prepare x
-  // once for all of them (the CUDA backend quantizes it once); by default, one MatMul each.
+  // The products of several matrices with the same x (the projections of one input: q / k /
+  // v, gate / up), each with its epilogue: y = W x + bias (bias: null or one value per row of
+  // W, added to every token's row), or y += W x + bias when `accumulate` (a residual add).
+  // A backend may prepare x once for all of them (the CUDA backend quantizes it once) and fold
+  // the epilogue into the product; by default, MatMul, AddBiasRows and Add one after the other.
   struct MatMulOut {
     const DeviceMatrix* w;
     float* y;
+    const float* bias = nullptr;
+    bool accumulate = false;
   };
   virtual void MatMuls(const float* x, int64_t n_tokens, std::initializer_list<MatMulOut> outs);
+  // RmsNorm(x -> y) over n_tokens rows of n values, then MatMuls(y, outs).
+  virtual void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
+                           float* y, int64_t n_tokens, int64_t n,
+                           std::initializer_list<MatMulOut> outs);
+  // Gated(act, gate, up -> h) over n_tokens rows of n values, then MatMuls(h, outs).
+  virtual void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h,
+                            int64_t n_tokens, int64_t n, std::initializer_list<MatMulOut> outs);
   // out[t] = W[tokens[t] - row0, :] * scale, dequantized (embedding lookup); zeros for a token
   // outside [row0, row0 + rows) (a vocabulary-parallel shard: the ranks' rows are summed).
   virtual void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,

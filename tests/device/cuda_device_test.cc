@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "backend/device.h"
 #include "device_test_util.h"
@@ -566,6 +567,72 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
     Expect(y, T * k * rows, 1e-5, per_slot ? "quantized experts (per slot)"
                                            : "quantized experts (per token)");
+  }
+  kernels::SetExactActivations(true);
+}
+
+// The fused forms (NormMatMuls, GatedMatMuls) and the products' epilogues (bias, accumulate),
+// quantized (3 tokens, default mode) and in FP32 (exact mode: 3 tokens, the GEMV; 40, the FP16
+// GEMM). One x for a K-quant, a 32-block type and a float type. The norm and the activation
+// function sum or round in another order than the host's, so a quantized value can land one
+// step apart: the quantized products within 3e-3 of the largest output (a wrong row, pointer
+// or epilogue is off by the output itself).
+TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
+  const int64_t rows = 96, cols = 512;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<backend::DeviceMatrix> wc, wh;
+  for (DType t : {DType::kQ4_K, DType::kQ8_0, DType::kF32}) {
+    std::vector<float> unused;
+    bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
+    TensorView v;
+    v.name = std::string("w.") + DTypeName(t);
+    v.dtype = t;
+    v.shape = {rows, cols};
+    v.data = bytes.back().data();
+    v.size_bytes = bytes.back().size();
+    auto c = cuda_->Upload(v, nullptr);
+    auto h = host_->Upload(v, nullptr);
+    ASSERT_TRUE(c.ok() && h.ok());
+    wc.push_back(*c);
+    wh.push_back(*h);
+  }
+  const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
+  const Pair bias = Upload(Random(rows));
+  for (bool exact : {false, true}) {
+    kernels::SetExactActivations(exact);
+    for (int64_t T : {3, 40}) {
+      if (!exact && T > 32) continue;  // (prefill is FP32 either way)
+      const std::string tag = std::string(exact ? " exact" : " quantized") + " T=" +
+                              std::to_string(T);
+      const double tol = T > 32 ? 1e-2 : exact ? 1e-4 : 3e-3;
+      const Pair x = Upload(Random(T * cols, -2.f, 2.f));
+      const Pair h = Zeros(T * cols);
+      const Pair a = Zeros(T * rows), b = Upload(Random(T * rows)), c = Zeros(T * rows);
+      for (auto [dev, X, H, A, B, C, W, NW, BI] :
+           {std::tuple{cuda_.get(), x.cuda, h.cuda, a.cuda, b.cuda, c.cuda, &wc, norm_w.cuda,
+                       bias.cuda},
+            std::tuple{host_.get(), x.host, h.host, a.host, b.host, c.host, &wh, norm_w.host,
+                       bias.host}})
+        dev->NormMatMuls(X, NW, 0.f, 1e-6f, H, T, cols,
+                         {{&(*W)[0], A, BI}, {&(*W)[1], B, nullptr, true}, {&(*W)[2], C, BI, true}});
+      Expect(h, T * cols, 1e-5, "NormMatMuls: the norm" + tag);
+      Expect(a, T * rows, tol, "NormMatMuls Q4_K + bias" + tag);
+      Expect(b, T * rows, tol, "NormMatMuls Q8_0 accumulated" + tag);
+      Expect(c, T * rows, exact || T > 32 ? tol : 1e-4, "NormMatMuls F32 + bias, accumulated" + tag);
+      // act(gate) * up into gate, then the Q8_0 product with bias, added to c.
+      const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
+      cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
+                          {{&wc[1], c.cuda, bias.cuda, true}});
+      host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
+                          {{&wh[1], c.host, bias.host, true}});
+      Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
+      Expect(c, T * rows, tol, "GatedMatMuls Q8_0 + bias, accumulated" + tag);
+      // The plain MatMuls epilogue.
+      const Pair y = Upload(Random(T * rows));
+      cuda_->MatMuls(x.cuda, T, {{&wc[0], y.cuda, bias.cuda, true}});
+      host_->MatMuls(x.host, T, {{&wh[0], y.host, bias.host, true}});
+      Expect(y, T * rows, exact ? tol : 1e-5, "MatMuls Q4_K + bias, accumulated" + tag);
+    }
   }
   kernels::SetExactActivations(true);
 }

@@ -234,24 +234,42 @@ class CudaDevice final : public Device {
   }
   void MatMuls(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) override {
     if (T <= 0) return;
-    QAct act[2];  // x quantized in blocks of 32 and of 256, once for all the outputs
-    bool have[2] = {false, false};
-    for (const MatMulOut& o : outs) {
-      const int ab = T <= kGemvMaxTokens ? QuantizedBlock(o.w->dtype, o.w->cols, T) : 0;
-      if (!ab) {
-        FloatMatMul(*o.w, x, T, o.y);
-        continue;
-      }
-      const int i = ab == 256;
-      if (!have[i]) act[i] = QuantizeActivations(x, T, o.w->cols, ab);
-      have[i] = true;
-      LaunchQGemv(*o.w, act[i], T, o.y);
+    QActOut q32, q256;
+    if (Quantizations(T, outs, &q32, &q256)) {
+      QuantizeActKernel<<<dim3(Blocks(outs.begin()->w->cols, 256), T), 256, 0, stream_>>>(
+          x, outs.begin()->w->cols, q32, q256);
+      Note(cudaGetLastError());
     }
+    Products(x, T, outs);
+  }
+  // The norm writes the quantized activations the products need as it goes.
+  void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps, float* y,
+                   int64_t T, int64_t n, std::initializer_list<MatMulOut> outs) override {
+    if (T <= 0) return;
+    QActOut q32, q256;
+    Quantizations(T, outs, &q32, &q256);
+    RmsNormKernel<<<T, 256, 0, stream_>>>(x, norm_w, w_offset, y, n, eps, n, q32, q256);
+    Note(cudaGetLastError());
+    Products(y, T, outs);
+  }
+  void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
+                    int64_t n, std::initializer_list<MatMulOut> outs) override {
+    if (T <= 0) return;
+    QActOut q32, q256;
+    const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
+    if (Quantizations(T, outs, &q32, &q256)) {
+      GatedQuantKernel<<<dim3(Blocks(n, 256), T), 256, 0, stream_>>>(op, gate, up, h, n, q32,
+                                                                       q256);
+      Note(cudaGetLastError());
+    } else {
+      Elementwise(op, h, gate, up, 0, T * n);
+    }
+    Products(h, T, outs);
   }
 
   // QGemvKernel with WPR warps a row where the rows alone would not fill the GPU (fewer than
   // 16 warps a multiprocessor) and the row has the units for them.
-  void LaunchQGemv(const DeviceMatrix& w, const QAct& a, int64_t T, float* y) {
+  void LaunchQGemv(const DeviceMatrix& w, const QAct& a, int64_t T, float* y, Epilogue ep) {
     const int64_t units = w.cols / 32;
     const int wpr = w.rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
     WithType(w.dtype, [&]<DType D>() {
@@ -259,7 +277,7 @@ class CudaDevice final : public Device {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock / WPR), Blocks(T, NT));
           QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-              static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, a, T, y);
+              static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, a, T, y, ep);
         };
         auto tokens = [&]<int WPR>() {
           T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
@@ -272,8 +290,38 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
 
+  // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
+  // the kernel before when Quantizations said so.
+  void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) {
+    for (const MatMulOut& o : outs) {
+      const Epilogue ep{o.bias, o.accumulate};
+      if (const int ab = QuantizedBlock(o.w->dtype, o.w->cols, T, T)) {
+        LaunchQGemv(*o.w, Act(ab, o.w->cols), T, o.y, ep);
+      } else {
+        FloatMatMul(*o.w, x, T, o.y, ep);
+      }
+    }
+  }
+  // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
+  // has x's cols) read: q32 / q256 point into the scratch regions for the block sizes any of
+  // them needs; false when none does. Products then reads them: the kernel launched between
+  // the two must fill them.
+  bool Quantizations(int64_t T, std::initializer_list<MatMulOut> outs, QActOut* q32,
+                     QActOut* q256) {
+    bool any = false;
+    for (const MatMulOut& o : outs) {
+      const int ab = QuantizedBlock(o.w->dtype, o.w->cols, T, T);
+      if (!ab) continue;
+      const QAct a = Act(ab, o.w->cols);
+      *(ab == 256 ? q256 : q32) = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
+                                   const_cast<int32_t*>(a.s)};
+      any = true;
+    }
+    return any;
+  }
+
   // The FP32-activation products: GEMV (exact mode, float and INT8 weights) and GEMM.
-  void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) {
+  void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y, Epilogue ep) {
     const uint8_t* wd = static_cast<const uint8_t*>(w.data);
     if (T <= kGemvMaxTokens) {
       WithType(w.dtype, [&]<DType D>() {
@@ -281,7 +329,8 @@ class CudaDevice final : public Device {
         const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
         const dim3 tiles(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile));
         auto args = [&](auto kernel, dim3 grid) {
-          kernel<<<grid, block, 0, stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y);
+          kernel<<<grid, block, 0, stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
+                                              ep);
         };
         T == 1 ? args(GemvKernel<D, 1>, one) : args(GemvKernel<D, kTokenTile>, tiles);
       });
@@ -300,15 +349,16 @@ class CudaDevice final : public Device {
     });
     ToHalfKernel<<<Blocks(T * w.cols, 256), 256, 0, stream_>>>(x, T * w.cols, xh);
     Note(cudaGetLastError());
-    const float one = 1.f, zero = 0.f;
-    // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T].
+    const float one = 1.f, beta = ep.accumulate ? 1.f : 0.f;
+    // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T] (+ Y^T).
     const cublasStatus_t s = cublasGemmEx(
         blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(T),
         static_cast<int>(w.cols), &one, wh, CUDA_R_16F, static_cast<int>(w.cols), xh, CUDA_R_16F,
-        static_cast<int>(w.cols), &zero, y, CUDA_R_32F, static_cast<int>(w.rows),
+        static_cast<int>(w.cols), &beta, y, CUDA_R_32F, static_cast<int>(w.rows),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
       Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
+    AddBiasRows(y, ep.bias, T, w.rows);
   }
 
   void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
@@ -324,7 +374,8 @@ class CudaDevice final : public Device {
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    RmsNormKernel<<<n_rows, 256, 0, stream_>>>(x, w, w_offset, y, n, eps, stride ? stride : n);
+    RmsNormKernel<<<n_rows, 256, 0, stream_>>>(x, w, w_offset, y, n, eps, stride ? stride : n,
+                                               QActOut{}, QActOut{});
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
@@ -433,8 +484,12 @@ class CudaDevice final : public Device {
       return;
     }
     const int64_t x_rows = x_per_slot ? T * k : T;
-    if (const int ab = QuantizedBlock(w.dtype, w.cols, x_rows)) {
-      const QAct a = QuantizeActivations(x, x_rows, w.cols, ab);
+    if (const int ab = QuantizedBlock(w.dtype, w.cols, T, x_rows)) {
+      const QAct a = Act(ab, w.cols);
+      const QActOut q = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
+                         const_cast<int32_t*>(a.s)};
+      QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
+          x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
       WithType(w.dtype, [&]<DType D>() {
         if constexpr (qdot::kQuantized<D>) {
           for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
@@ -509,38 +564,30 @@ class CudaDevice final : public Device {
     return ActPart(kMaxActRows * cols) + ActPart(kMaxActRows * (cols / 32) * 4) +
            ActPart(kMaxActRows * (cols / 16) * 4);
   }
-  // The activation block (32 or 256) of the quantized GEMV over `rows` activation rows (of a
-  // decode-sized step) of a matrix of type t with `cols` columns; 0 for the FP32 path: exact
-  // mode (the tests' FP32 reference, kernels::SetExactActivations), float and INT8 weights,
-  // or more than the scratch holds.
-  int QuantizedBlock(DType t, int64_t cols, int64_t rows) const {
+  // The activation block (32 or 256) of the quantized GEMV of a step of T tokens over `rows`
+  // activation rows (T, or the (token, slot) pairs of the experts) and a matrix of type t with
+  // `cols` columns; 0 for the FP32 path: exact mode (the tests' FP32 reference,
+  // kernels::SetExactActivations), float and INT8 weights, prefill (the GEMM), or more than
+  // the scratch holds.
+  int QuantizedBlock(DType t, int64_t cols, int64_t T, int64_t rows) const {
     int ab = 0;
     WithType(t, [&]<DType D>() {
       if constexpr (qdot::kQuantized<D>) ab = qdot::kActBlock<D>;
     });
-    if (!ab || kernels::ExactActivations() || rows > kMaxActRows || cols % ab != 0 ||
-        cols > act_cols_)
+    if (!ab || kernels::ExactActivations() || T > kGemvMaxTokens || rows > kMaxActRows ||
+        cols % ab != 0 || cols > act_cols_)
       return 0;
     return ab;
   }
-  // x [rows, cols] quantized (QuantizeActKernel) into the scratch region of block size ab.
-  QAct QuantizeActivations(const float* x, int64_t rows, int64_t cols, int ab) {
-    uint8_t* base = static_cast<uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
-    int8_t* qs = reinterpret_cast<int8_t*>(base);
-    float* d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
-    int32_t* sums = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(d) +
-                                               ActPart(kMaxActRows * (cols / 32) * 4));
-    const dim3 grid(Blocks(cols, 256), rows);
-    if (ab == 256) {
-      QuantizeActKernel<256><<<grid, 256, 0, stream_>>>(x, cols, qs, d, sums);
-    } else {
-      QuantizeActKernel<32><<<grid, 256, 0, stream_>>>(x, cols, qs, d, sums);
-    }
-    Note(cudaGetLastError());
+  // The scratch region of block size ab, laid out for rows of `cols`.
+  QAct Act(int ab, int64_t cols) const {
+    const uint8_t* base =
+        static_cast<const uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
     QAct a;
-    a.qs = qs;
-    a.d = d;
-    a.s = sums;
+    a.qs = reinterpret_cast<const int8_t*>(base);
+    a.d = reinterpret_cast<const float*>(base + ActPart(kMaxActRows * cols));
+    a.s = reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(a.d) +
+                                           ActPart(kMaxActRows * (cols / 32) * 4));
     a.cols = cols;
     a.ab = ab;
     return a;

@@ -42,6 +42,17 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// What a GEMV does with a row's dot product s (Device::MatMulOut): y = s + bias[r], or
+// y += s + bias[r] when accumulating (the residual add folded into the product).
+struct Epilogue {
+  const float* bias = nullptr;
+  bool accumulate = false;
+  __device__ __forceinline__ void Store(float* y, int64_t r, float s) const {
+    if (bias) s += bias[r];
+    *y = accumulate ? *y + s : s;
+  }
+};
+
 // ------------------------------------------------------------------------------------------
 // Decoding: a unit is 32 consecutive values of a row (one block, or an eighth of a K-quant
 // super-block).
@@ -201,7 +212,8 @@ __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
 
 template <DType T, int NT>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                           const float* scales, const float* x, int64_t n_tokens, float* y) {
+                           const float* scales, const float* x, int64_t n_tokens, float* y,
+                           Epilogue ep) {
   __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
@@ -219,7 +231,7 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
-    if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = scales ? s * scales[r] : s;
+    if (lane == 0 && t < nt) ep.Store(&y[(t0 + t) * rows + r], r, scales ? s * scales[r] : s);
   }
 }
 
@@ -238,32 +250,38 @@ struct QAct {
   int ab = 32;
 };
 
-// x [rows, cols] -> QAct (kernels::ref::QuantizeAct's arithmetic): block (c, t) quantizes
-// values 256 c .. 256 c + 255 of row t, a value a thread.
+// Where QuantizeValue writes (the QAct it fills); null qs: nothing to quantize.
+struct QActOut {
+  int8_t* qs = nullptr;
+  float* d = nullptr;
+  int32_t* s = nullptr;
+};
+
+// Quantizes value v, element i of activation row t of `cols` (kernels::ref::QuantizeAct's
+// arithmetic). Every thread of a 256-thread block calls it together for the 256 consecutive
+// elements 256 c .. 256 c + 255 (a thread's i = 256 c + threadIdx.x; valid: i < cols, v = 0
+// past the end; cols is a multiple of AB, so whole warps are past it).
 template <int AB>
-__global__ void QuantizeActKernel(const float* x, int64_t cols, int8_t* qs, float* d,
-                                  int32_t* s) {
+__device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, int64_t i,
+                                              int64_t cols, const QActOut& o,
+                                              float* warp_max /* [8], shared */) {
   static_assert(AB == 32 || AB == 256);
-  __shared__ float warp_max[8];
-  const int64_t t = blockIdx.y;
-  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
-  const bool valid = i < cols;  // (cols is a multiple of AB: whole warps are out)
-  const float v = valid ? x[t * cols + i] : 0.f;
   float amax = fabsf(v);
-  for (int o = kWarp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  for (int k = kWarp / 2; k > 0; k /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
   if constexpr (AB == 256) {
     if (threadIdx.x % kWarp == 0) warp_max[threadIdx.x / kWarp] = amax;
     __syncthreads();
     amax = 0.f;
     for (int w = 0; w < 8; ++w) amax = fmaxf(amax, warp_max[w]);
+    __syncthreads();  // (read by all before the next call writes)
   }
   const float iscale = amax != 0.f ? 127.f / amax : 0.f;
   const float q = fminf(127.f, fmaxf(-127.f, rintf(v * iscale)));
   int sum = static_cast<int>(q);
-  for (int o = 8; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  for (int k = 8; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
   if (!valid) return;
-  qs[t * cols + i] = static_cast<int8_t>(q);
-  if (i % 16 == 0) s[t * (cols / 16) + i / 16] = sum;
+  o.qs[t * cols + i] = static_cast<int8_t>(q);
+  if (i % 16 == 0) o.s[t * (cols / 16) + i / 16] = sum;
   if (i % AB == 0) {
     float scale;
     if constexpr (AB == 256) {
@@ -271,8 +289,25 @@ __global__ void QuantizeActKernel(const float* x, int64_t cols, int8_t* qs, floa
     } else {
       scale = __half2float(__float2half_rn(amax / 127.f));
     }
-    d[t * (cols / AB) + i / AB] = scale;
+    o.d[t * (cols / AB) + i / AB] = scale;
   }
+}
+
+// v quantized into the QActs asked for (q32 / q256 with non-null qs).
+__device__ __forceinline__ void QuantizeValues(float v, bool valid, int64_t t, int64_t i,
+                                               int64_t cols, const QActOut& q32,
+                                               const QActOut& q256, float* warp_max) {
+  if (q32.qs) QuantizeValue<32>(v, valid, t, i, cols, q32, warp_max);
+  if (q256.qs) QuantizeValue<256>(v, valid, t, i, cols, q256, warp_max);
+}
+
+// x [rows, cols] -> QActs: block (c, t) quantizes values 256 c .. 256 c + 255 of row t.
+__global__ void QuantizeActKernel(const float* x, int64_t cols, QActOut q32, QActOut q256) {
+  __shared__ float warp_max[8];
+  const int64_t t = blockIdx.y;
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  const bool valid = i < cols;
+  QuantizeValues(valid ? x[t * cols + i] : 0.f, valid, t, i, cols, q32, q256, warp_max);
 }
 
 // acc[t] += this lane's share of row . activation row (t0 + t) for t < nt: the lane takes
@@ -306,7 +341,7 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
 // Several warps a row keep a matrix of few, long rows from leaving most of the GPU idle.
 template <DType T, int NT, int WPR>
 __global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QAct a,
-                            int64_t n_tokens, float* y) {
+                            int64_t n_tokens, float* y, Epilogue ep) {
   static_assert(kRowsPerBlock % WPR == 0);
   __shared__ float part[kRowsPerBlock][NT];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slot = warp % WPR;
@@ -323,7 +358,7 @@ __global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QA
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
     if constexpr (WPR == 1) {
-      if (lane == 0 && t < nt) y[(t0 + t) * rows + r] = s;
+      if (lane == 0 && t < nt) ep.Store(&y[(t0 + t) * rows + r], r, s);
     } else {
       if (lane == 0) part[warp][t] = s;
     }
@@ -333,7 +368,7 @@ __global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QA
     if (slot == 0 && lane < nt && r < rows) {
       float s = 0.f;
       for (int i = 0; i < WPR; ++i) s += part[warp + i][lane];
-      y[(t0 + lane) * rows + r] = s;
+      ep.Store(&y[(t0 + lane) * rows + r], r, s);
     }
   }
 }
@@ -415,19 +450,48 @@ __device__ float BlockSum(float v, float* shared) {
   return s;
 }
 
+// One 256-thread block a row; the normalized row also quantized into q32 / q256 where their qs
+// are set (rows then contiguous: stride n).
 __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
-                              float eps, int64_t stride) {
+                              float eps, int64_t stride, QActOut q32, QActOut q256) {
   __shared__ float shared[32];
+  __shared__ float warp_max[8];
   const float* xr = x + int64_t{blockIdx.x} * stride;
   float* yr = y + int64_t{blockIdx.x} * stride;
   float ss = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = BlockSum(ss, shared);
   const float s = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / n + eps));
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * s) * (w[i] + w_offset);
+  const bool quantize = q32.qs || q256.qs;
+  for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
+    const int64_t i = c + threadIdx.x;
+    const bool valid = i < n;
+    float v = 0.f;
+    if (valid) yr[i] = v = (xr[i] * s) * (w[i] + w_offset);
+    if (quantize) QuantizeValues(v, valid, blockIdx.x, i, n, q32, q256, warp_max);
+  }
 }
 
 enum class Ew { kAdd, kScale, kSoftcap, kSilu, kGelu };
+
+// act(gate) * up for Ew::kSilu / kGelu (the tanh approximation).
+__device__ __forceinline__ float GatedValue(Ew op, float z, float up) {
+  if (op == Ew::kSilu) return z / (1.0f + expf(-z)) * up;
+  const float u = 0.7978845608028654f * (z + 0.044715f * ((z * z) * z));
+  return 0.5f * z * (1.0f + tanhf(u)) * up;
+}
+
+// h = act(gate) * up over rows of n, quantized into q32 / q256 (as QuantizeActKernel).
+__global__ void GatedQuantKernel(Ew op, const float* gate, const float* up, float* h, int64_t n,
+                                 QActOut q32, QActOut q256) {
+  __shared__ float warp_max[8];
+  const int64_t t = blockIdx.y;
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  const bool valid = i < n;
+  float v = 0.f;
+  if (valid) h[t * n + i] = v = GatedValue(op, gate[t * n + i], up[t * n + i]);
+  QuantizeValues(v, valid, t, i, n, q32, q256, warp_max);
+}
 
 __global__ void ElementwiseKernel(Ew op, float* y, const float* a, const float* b, float s,
                                   int64_t n) {
@@ -437,17 +501,8 @@ __global__ void ElementwiseKernel(Ew op, float* y, const float* a, const float* 
     case Ew::kAdd: y[i] += a[i]; break;
     case Ew::kScale: y[i] *= s; break;
     case Ew::kSoftcap: y[i] = s * tanhf(y[i] / s); break;
-    case Ew::kSilu: {
-      const float z = a[i];
-      y[i] = z / (1.0f + expf(-z)) * b[i];
-      break;
-    }
-    case Ew::kGelu: {
-      const float z = a[i];
-      const float u = 0.7978845608028654f * (z + 0.044715f * ((z * z) * z));
-      y[i] = 0.5f * z * (1.0f + tanhf(u)) * b[i];
-      break;
-    }
+    case Ew::kSilu:
+    case Ew::kGelu: y[i] = GatedValue(op, a[i], b[i]); break;
   }
 }
 

@@ -124,19 +124,25 @@ class DeviceDeepseekModel : public DeviceModel {
     for (auto [n, p] :
          {std::pair{H * c.qk_head_dim(), &q_}, {std::max<int64_t>(c.q_lora_rank, 1), &qa_},
           {c.cache_row(), &ckv_}, {H * c.cache_row(), &qlat_}, {H * r, &olat_},
-          {H * c.v_head_dim, &attn_}, {D, &o_}, {D, &shared_}, {ffn, &gate_}, {ffn, &up_},
+          {H * c.v_head_dim, &attn_}, {D, &o_}, {ffn, &gate_}, {ffn, &up_},
           {k * D, &ys_},
           {std::max<int64_t>(c.n_routed_experts, 1), &router_logits_}, {k, &w_}})
       PENG_RETURN_IF_ERROR(Scratch(T * n, p));
     return Scratch(T * k, &ids_);
   }
 
-  // gate / up / SiLU / down over T rows of h_ into out.
+  // gate / up / SiLU / down over T rows of h_ into out (added to it when `accumulate`); with
+  // `norm`, h_ = RmsNorm(x_) first.
   void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-           int64_t T, float* out) {
-    dev_->MatMuls(h_, T, {{&gate, gate_}, {&up, up_}});
-    dev_->Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * gate.rows);
-    dev_->MatMul(down, gate_, T, out);
+           int64_t T, float* out, bool accumulate, const float* norm = nullptr) {
+    if (norm) {
+      dev_->NormMatMuls(x_, norm, 0.f, m_.cfg_.base.rms_eps, h_, T, m_.cfg_.base.hidden_size,
+                        {{&gate, gate_}, {&up, up_}});
+    } else {
+      dev_->MatMuls(h_, T, {{&gate, gate_}, {&up, up_}});
+    }
+    dev_->GatedMatMuls(backend::GatedActivation::kSilu, gate_, up_, gate_, T, gate.rows,
+                       {{&down, out, nullptr, accumulate}});
   }
   // x summed over the tensor-parallel ranks (no-op alone).
   void AllReduce(float* x, int64_t n) {
@@ -153,18 +159,15 @@ class DeviceDeepseekModel : public DeviceModel {
     backend::Device& d = *dev_;
 
     // --- MLA
-    d.RmsNorm(x_, L.attn_norm, 0.f, h_, T, D, c.base.rms_eps);
     if (c.q_lora_rank > 0) {
-      d.MatMuls(h_, T, {{&L.wq_a, qa_}, {&L.wkv_a, ckv_}});
-      d.AddBiasRows(qa_, L.bq_a, T, c.q_lora_rank);
-      d.RmsNorm(qa_, L.q_a_norm, 0.f, qa_, T, c.q_lora_rank, c.latent_norm_eps);
-      d.MatMul(L.wq_b, qa_, T, q_);
-      d.AddBiasRows(q_, L.bq_b, T, H * dqk);
+      d.NormMatMuls(x_, L.attn_norm, 0.f, c.base.rms_eps, h_, T, D,
+                    {{&L.wq_a, qa_, L.bq_a}, {&L.wkv_a, ckv_, L.bkv_a}});
+      d.NormMatMuls(qa_, L.q_a_norm, 0.f, c.latent_norm_eps, qa_, T, c.q_lora_rank,
+                    {{&L.wq_b, q_, L.bq_b}});
     } else {
-      d.MatMuls(h_, T, {{&L.wq, q_}, {&L.wkv_a, ckv_}});
-      d.AddBiasRows(q_, L.bq, T, H * dqk);
+      d.NormMatMuls(x_, L.attn_norm, 0.f, c.base.rms_eps, h_, T, D,
+                    {{&L.wq, q_, L.bq}, {&L.wkv_a, ckv_, L.bkv_a}});
     }
-    d.AddBiasRows(ckv_, L.bkv_a, T, row);
     d.RmsNorm(ckv_, L.kv_a_norm, 0.f, ckv_, T, r, c.latent_norm_eps, row);
     d.Rope(ckv_ + r, 1, row, row, b, c.base.rope, inv_freq_);  // k_pe
     d.Rope(q_ + dn, H, dqk, H * dqk, b, c.base.rope, inv_freq_);  // every head's q_pe
@@ -179,22 +182,29 @@ class DeviceDeepseekModel : public DeviceModel {
     d.MlaAbsorbQuery(q_, T, L.w_kvb, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     d.MlaProjectOutput(olat_, T, L.w_kvb, mp, attn_);
-    d.MatMul(L.wo, attn_, T, o_);
-    AllReduce(o_, T * D);  // row parallel: the heads' shares
-    d.AddBiasRows(o_, L.bo, T, D);
-    d.Add(x_, o_, T * D);
+    if (!comm_) {
+      d.MatMuls(attn_, T, {{&L.wo, x_, L.bo, true}});
+    } else {
+      d.MatMul(L.wo, attn_, T, o_);
+      AllReduce(o_, T * D);  // row parallel: the heads' shares
+      d.AddBiasRows(o_, L.bo, T, D);
+      d.Add(x_, o_, T * D);
+    }
 
     // --- FFN: dense, or routed + shared experts
-    d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
     if (!L.moe) {
-      Mlp(L.w_gate, L.w_up, L.w_down, T, o_);
+      if (!comm_) {
+        Mlp(L.w_gate, L.w_up, L.w_down, T, x_, true, L.ffn_norm);
+        return;
+      }
+      Mlp(L.w_gate, L.w_up, L.w_down, T, o_, false, L.ffn_norm);
       AllReduce(o_, T * D);
       d.Add(x_, o_, T * D);
       return;
     }
     const int k = static_cast<int>(c.num_experts_per_tok);
     const int64_t I = c.moe_intermediate_size;
-    d.MatMul(L.router, h_, T, router_logits_);
+    d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {{&L.router, router_logits_}});
     d.MoeRoute(router_logits_, L.router_bias, T, c.Routing(), ids_, w_);
     d.ExpertsMatMul(L.exp_gate, h_, T, ids_, k, false, gate_);
     d.ExpertsMatMul(L.exp_up, h_, T, ids_, k, false, up_);
@@ -202,20 +212,14 @@ class DeviceDeepseekModel : public DeviceModel {
     d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
     if (!comm_) {  // the routed experts straight into the residual, then the shared ones
       d.SlotSum(ys_, w_, T, k, D, x_);
-      if (L.shared) {
-        Mlp(L.sh_gate, L.sh_up, L.sh_down, T, o_);
-        d.Add(x_, o_, T * D);
-      }
+      if (L.shared) Mlp(L.sh_gate, L.sh_up, L.sh_down, T, x_, true);
       return;
     }
     // Tensor parallel: this rank's slices of the routed and shared experts, summed in one
     // all-reduce.
     d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
     d.SlotSum(ys_, w_, T, k, D, o_);
-    if (L.shared) {
-      Mlp(L.sh_gate, L.sh_up, L.sh_down, T, shared_);
-      d.Add(o_, shared_, T * D);
-    }
+    if (L.shared) Mlp(L.sh_gate, L.sh_up, L.sh_down, T, o_, true);
     AllReduce(o_, T * D);
     d.Add(x_, o_, T * D);
   }
@@ -224,7 +228,7 @@ class DeviceDeepseekModel : public DeviceModel {
   std::vector<Layer> layers_;
   const float* inv_freq_ = nullptr;
   float *q_ = nullptr, *qa_ = nullptr, *ckv_ = nullptr, *qlat_ = nullptr, *olat_ = nullptr;
-  float *attn_ = nullptr, *o_ = nullptr, *shared_ = nullptr, *gate_ = nullptr, *up_ = nullptr;
+  float *attn_ = nullptr, *o_ = nullptr, *gate_ = nullptr, *up_ = nullptr;
   float* ys_ = nullptr;
   float *router_logits_ = nullptr, *w_ = nullptr;
   int32_t* ids_ = nullptr;
