@@ -48,6 +48,15 @@ void Device::GatedMatMuls(GatedActivation act, const float* gate, const float* u
   MatMuls(h, n_tokens, outs);
 }
 
+void Device::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
+                         const kernels::RopeConfig& cfg, const float* inv_freq,
+                         const kernels::KvLayerView& kv, const float* k_rows,
+                         const float* v_rows) {
+  for (const RopeHeads* h : {&q, &k})
+    if (h->x) Rope(h->x, h->n_heads, h->head_stride, h->token_stride, b, cfg, inv_freq);
+  KvWrite(kv, b, k_rows, v_rows);
+}
+
 StatusOr<DeviceMatrix> Device::Describe(const TensorView& w, const float* int8_scales) const {
   if (w.ndim() != 2) return InvalidArgument(w.name + ": a device matrix must be 2-D");
   if (!SupportsWeights(w.dtype))

@@ -179,6 +179,18 @@ class Device {
   // an MLA latent cache (kernels/mla.h: v_head_dim 0) takes only k, the row [c | k_pe].
   virtual void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
                        const float* v) = 0;
+  // The heads Rope rotates in one tensor (x null: none).
+  struct RopeHeads {
+    float* x = nullptr;
+    int64_t n_heads = 0, head_stride = 0, token_stride = 0;
+  };
+  // Rope of q's and k's heads, then KvWrite(kv, b, k_rows, v_rows) (k_rows holds k's rotated
+  // heads): the step between the projections and the attention. A backend may do it in one
+  // pass; by default, the three calls.
+  virtual void RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
+                           const kernels::RopeConfig& cfg, const float* inv_freq,
+                           const kernels::KvLayerView& kv, const float* k_rows,
+                           const float* v_rows);
   // Causal paged attention of every token of the batch over its sequence's cache (positions
   // <= its own, within the sliding window): q [n_tokens, n_heads, head_dim] -> out
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).

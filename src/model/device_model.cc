@@ -326,9 +326,8 @@ class DeviceDecoderModel : public DeviceModel {
       d.RmsNorm(q_, L.q_norm, c.norm_weight_offset, q_, T * H, hd, c.rms_eps);
       d.RmsNorm(k_, L.k_norm, c.norm_weight_offset, k_, T * KV, hd, c.rms_eps);
     }
-    d.Rope(q_, H, hd, H * hd, b, rope, inv_freq);
-    d.Rope(k_, KV, hd, KV * hd, b, rope, inv_freq);
-    d.KvWrite(kv_[il], b, k_, v_);
+    d.RopeKvWrite({q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, b, rope, inv_freq, kv_[il], k_,
+                  v_);
     kernels::AttentionParams ap;
     ap.n_heads = static_cast<int>(H);
     ap.scale = c.AttentionScale();

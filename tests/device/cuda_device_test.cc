@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "backend/device.h"
+#include "core/half.h"
 #include "device_test_util.h"
 #include "golden_check.h"
 #include "kernels/ops.h"
@@ -317,6 +318,38 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       std::vector<uint8_t> got(bytes);
       ASSERT_TRUE(cuda_->CopyToHost(got.data(), kc.k, bytes).ok());
       EXPECT_EQ(std::memcmp(got.data(), kh.k, bytes), 0) << "KV cache after writes and a copy";
+      // The fused form: q and k rotated (the first half of each head, interleaved pairs), then
+      // k and v written; the cache rows hold exactly the device's rotated k and its v.
+      kernels::RopeConfig part = rope;
+      part.rot_dim = hd / 2;
+      part.style = kernels::RopeStyle::kInterleaved;
+      std::vector<float> inv(hd / 4);
+      kernels::ComputeRopeInvFreq(part, inv.data());
+      const Pair f = Upload(inv);
+      const Pair q2 = Upload(Random(T * H * hd)), k2 = Upload(Random(T * KV * hd));
+      cuda_->RopeKvWrite({q2.cuda, H, hd, H * hd}, {k2.cuda, KV, hd, KV * hd}, a.cuda, part,
+                         f.cuda, kc, k2.cuda, v.cuda);
+      host_->RopeKvWrite({q2.host, H, hd, H * hd}, {k2.host, KV, hd, KV * hd}, a.host, part,
+                         f.host, kh, k2.host, v.host);
+      Expect(q2, T * H * hd, 1e-5, "RopeKvWrite q " + tag);
+      Expect(k2, T * KV * hd, 1e-5, "RopeKvWrite k " + tag);
+      const std::vector<float> k_rot = Download(k2.cuda, T * KV * hd);
+      const std::vector<float> v_rows = Download(v.cuda, T * KV * hd);
+      std::vector<uint8_t> kcache(bytes), vcache(bytes);
+      ASSERT_TRUE(cuda_->CopyToHost(kcache.data(), kc.k, bytes).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(vcache.data(), kc.v, bytes).ok());
+      auto stored = [&](const std::vector<uint8_t>& c, int64_t i) {
+        return kv_type == DType::kF16 ? F16ToF32(reinterpret_cast<const uint16_t*>(c.data())[i])
+                                      : reinterpret_cast<const float*>(c.data())[i];
+      };
+      auto rounded = [&](float x) { return kv_type == DType::kF16 ? F16ToF32(F32ToF16(x)) : x; };
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < KV * hd; ++i) {
+          const int64_t at = int64_t{a.slot[t]} * KV * hd + i;
+          ASSERT_EQ(stored(kcache, at), rounded(k_rot[t * KV * hd + i])) << tag << " k " << t;
+          ASSERT_EQ(stored(vcache, at), rounded(v_rows[t * KV * hd + i])) << tag << " v " << t;
+        }
+      }
     }
   }
 }

@@ -398,26 +398,30 @@ class CudaDevice final : public Device {
   }
   void Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
             const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) override {
-    if (b.n_tokens == 0) return;
-    RopeKernel<<<b.n_tokens, 128, 0, stream_>>>(x, n_heads, head_stride, token_stride, b.d_pos,
-                                                cfg.rot_dim / 2,
-                                                cfg.style == kernels::RopeStyle::kInterleaved,
-                                                cfg.attention_factor, inv_freq);
-    Note(cudaGetLastError());
+    LaunchRopeKv({x, n_heads, head_stride, token_stride}, {}, b, cfg, inv_freq,
+                 KvRows<float>{});
   }
   void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
                const float* v) override {
-    if (b.n_tokens == 0) return;
+    RopeKvWrite({}, {}, b, kernels::RopeConfig{}, nullptr, kv, k, v);
+  }
+  void RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
+                   const kernels::RopeConfig& cfg, const float* inv_freq,
+                   const kernels::KvLayerView& kv, const float* k_rows,
+                   const float* v_rows) override {
+    const RopeArgs rq = {q.x, q.n_heads, q.head_stride, q.token_stride};
+    const RopeArgs rk = {k.x, k.n_heads, k.head_stride, k.token_stride};
     const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
     const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
     if (kv.dtype == DType::kF16) {
-      KvWriteKernel<uint16_t><<<b.n_tokens, 128, 0, stream_>>>(
-          static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v), b.d_slot, kd, vd, k, v);
+      LaunchRopeKv(rq, rk, b, cfg, inv_freq,
+                   KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
+                                    b.d_slot, kd, vd, k_rows, v_rows});
     } else {
-      KvWriteKernel<float><<<b.n_tokens, 128, 0, stream_>>>(
-          static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot, kd, vd, k, v);
+      LaunchRopeKv(rq, rk, b, cfg, inv_freq,
+                   KvRows<float>{static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot,
+                                 kd, vd, k_rows, v_rows});
     }
-    Note(cudaGetLastError());
   }
   void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                       const kernels::AttentionParams& p, float* out) override {
@@ -591,6 +595,20 @@ class CudaDevice final : public Device {
     a.cols = cols;
     a.ab = ab;
     return a;
+  }
+
+  template <typename KV>
+  void LaunchRopeKv(const RopeArgs& q, const RopeArgs& k, const StepBatch& b,
+                    const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv) {
+    if (b.n_tokens == 0) return;
+    if (cfg.rot_dim / 2 > kMaxRopeHalf) {
+      Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
+      return;
+    }
+    RopeKvKernel<KV><<<b.n_tokens, 128, 0, stream_>>>(
+        q, k, b.d_pos, cfg.rot_dim / 2, cfg.style == kernels::RopeStyle::kInterleaved,
+        cfg.attention_factor, inv_freq, kv);
+    Note(cudaGetLastError());
   }
 
   // One block per (token, head) over an F16 or F32 cache.

@@ -511,25 +511,13 @@ __global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t
   if (i < n_rows * n) y[i] += b[i % n];
 }
 
-__global__ void RopeKernel(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
-                           const int32_t* pos, int half, bool interleaved, float attention_factor,
-                           const float* inv_freq) {
-  const int64_t t = blockIdx.x;
-  const float fpos = static_cast<float>(pos[t]);
-  for (int64_t k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
-    const int64_t h = k / half;
-    const int i = static_cast<int>(k % half);
-    const float theta = fpos * inv_freq[i];
-    const float c = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
-    const float s = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
-    float* xh = x + t * token_stride + h * head_stride;
-    float* a = interleaved ? &xh[2 * i] : &xh[i];
-    float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
-    const float x0 = *a, x1 = *b;
-    *a = x0 * c - x1 * s;
-    *b = x1 * c + x0 * s;
-  }
-}
+constexpr int kMaxRopeHalf = 128;  // rot_dim / 2 (rot_dim <= head_dim <= 256)
+
+// The heads of one tensor RopeKvKernel rotates (Device::RopeHeads; x null: none).
+struct RopeArgs {
+  float* x = nullptr;
+  int64_t n_heads = 0, head_stride = 0, token_stride = 0;
+};
 
 template <typename KV>
 __device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
@@ -548,15 +536,56 @@ __device__ __forceinline__ void KvStore(KV* p, int64_t i, float v) {
   }
 }
 
+// The rows KvWrite stores (k_cache null: none): token t's k [kd] and v [vd] into its slot.
 template <typename KV>
-__global__ void KvWriteKernel(KV* k_cache, KV* v_cache, const int32_t* slot, int64_t kd,
-                              int64_t vd, const float* k, const float* v) {
+struct KvRows {
+  KV* k_cache = nullptr;
+  KV* v_cache = nullptr;
+  const int32_t* slot = nullptr;
+  int64_t kd = 0, vd = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
+// One block a token: its cos / sin (in double precision, as kernels::ApplyRope) once into
+// shared memory, then the heads of q and k rotated (kernels::ApplyRope's pairs: interleaved or
+// half apart), then the token's k and v rows stored into its cache slot.
+template <typename KV>
+__global__ void RopeKvKernel(RopeArgs q, RopeArgs k, const int32_t* pos, int half,
+                             bool interleaved, float attention_factor, const float* inv_freq,
+                             KvRows<KV> kv) {
+  __shared__ float cs[2][kMaxRopeHalf];
   const int64_t t = blockIdx.x;
-  const int64_t s = slot[t];
-  for (int64_t i = threadIdx.x; i < kd; i += blockDim.x)
-    KvStore(k_cache, s * kd + i, k[t * kd + i]);
-  for (int64_t i = threadIdx.x; i < vd; i += blockDim.x)
-    KvStore(v_cache, s * vd + i, v[t * vd + i]);
+  if (q.x || k.x) {
+    const float fpos = static_cast<float>(pos[t]);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float theta = fpos * inv_freq[i];
+      cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
+      cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
+    }
+    __syncthreads();
+    const RopeArgs both[2] = {q, k};
+    for (const RopeArgs& r : both) {
+      if (!r.x) continue;
+      for (int64_t j = threadIdx.x; j < r.n_heads * half; j += blockDim.x) {
+        const int64_t h = j / half;
+        const int i = static_cast<int>(j % half);
+        float* xh = r.x + t * r.token_stride + h * r.head_stride;
+        float* a = interleaved ? &xh[2 * i] : &xh[i];
+        float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
+        const float x0 = *a, x1 = *b, c = cs[0][i], s = cs[1][i];
+        *a = x0 * c - x1 * s;
+        *b = x1 * c + x0 * s;
+      }
+    }
+    __syncthreads();  // (the rotated k is read back below)
+  }
+  if (!kv.k_cache) return;
+  const int64_t slot = kv.slot[t];
+  for (int64_t i = threadIdx.x; i < kv.kd; i += blockDim.x)
+    KvStore(kv.k_cache, slot * kv.kd + i, kv.k[t * kv.kd + i]);
+  for (int64_t i = threadIdx.x; i < kv.vd; i += blockDim.x)
+    KvStore(kv.v_cache, slot * kv.vd + i, kv.v[t * kv.vd + i]);
 }
 
 // Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV

@@ -169,9 +169,9 @@ class DeviceDeepseekModel : public DeviceModel {
                     {{&L.wq, q_, L.bq}, {&L.wkv_a, ckv_, L.bkv_a}});
     }
     d.RmsNorm(ckv_, L.kv_a_norm, 0.f, ckv_, T, r, c.latent_norm_eps, row);
-    d.Rope(ckv_ + r, 1, row, row, b, c.base.rope, inv_freq_);  // k_pe
-    d.Rope(q_ + dn, H, dqk, H * dqk, b, c.base.rope, inv_freq_);  // every head's q_pe
-    d.KvWrite(kv_[il], b, ckv_, nullptr);
+    // Every head's q_pe and the row's k_pe rotated, the row [c | k_pe] into the cache.
+    d.RopeKvWrite({q_ + dn, H, dqk, H * dqk}, {ckv_ + r, 1, row, row}, b, c.base.rope, inv_freq_,
+                  kv_[il], ckv_, nullptr);
     kernels::MlaParams mp;
     mp.n_heads = static_cast<int>(H);
     mp.kv_lora_rank = static_cast<int>(r);
