@@ -39,7 +39,8 @@ namespace peng::backend {
 struct DeviceMatrix {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;           // from a row to the next in device memory (the backend's
+                                  // layout: CUDA rearranges some block formats)
   const void* data = nullptr;     // device pointer
   const float* scales = nullptr;  // device pointer, INT8 only
   TensorView host;                // the host bytes it was uploaded from (HostDevice runs on them)
@@ -50,7 +51,7 @@ struct DeviceMatrix {
 struct DeviceExperts {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;  // (as DeviceMatrix's)
   // Device array of the experts' device pointers; null for an expert this rank does not hold
   // (expert parallelism): its products are zeros.
   const uint8_t* const* data = nullptr;

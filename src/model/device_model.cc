@@ -32,7 +32,7 @@ StatusOr<DeviceMatrix> DeviceModel::Matrix(const Linear& l) {
     allocs_.push_back(const_cast<void*>(m->data));
     if (m->scales) allocs_.push_back(const_cast<float*>(m->scales));
   }
-  weight_bytes_ += static_cast<int64_t>(m->row_bytes) * m->rows;
+  weight_bytes_ += static_cast<int64_t>(RowBytes(m->dtype, m->cols)) * m->rows;  // (the file's)
   return m;
 }
 

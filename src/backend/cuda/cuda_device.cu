@@ -1,8 +1,12 @@
-// backend::Device on one NVIDIA GPU. Weights are uploaded once in their stored type; every
+// backend::Device on one NVIDIA GPU. Weights are uploaded once in their stored type, in the
+// device layout (weight_layout.h: the 32-value block formats as per-field arrays); every
 // quantized format is decoded inside the kernels 32 values (one "unit") at a time:
-//   GEMV (n_tokens <= kGemvMaxTokens): one warp per output row, staged in shared memory a chunk
-//     of units at a time; lane l decodes value l of each unit and multiplies it with up to
-//     kTokenTile tokens' FP32 activations; warp-shuffle reduction, FP32 throughout.
+//   GEMV (n_tokens <= kGemvMaxTokens), block-quantized weights: the activations quantized as
+//     the CPU quantizes them (once for all the matrices that share them, inside the RMSNorm or
+//     activation kernel before where there is one); one to four warps an output row, a unit a
+//     lane, dp4a against up to kTokenTile tokens; the epilogue (bias, residual add) in the
+//     store. Exact mode (kernels::SetExactActivations), float and INT8 weights: FP32
+//     activations, lane l decoding value l of each unit.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
@@ -20,6 +24,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
@@ -208,10 +213,24 @@ class CudaDevice final : public Device {
   }
   StatusOr<DeviceMatrix> Upload(const TensorView& w, const float* int8_scales) override {
     PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Describe(w, int8_scales));
+    m.row_bytes = layout::DeviceRowBytes(m.dtype, m.cols);
     const int64_t bytes = static_cast<int64_t>(m.row_bytes) * m.rows;
-    // + 16: the GEMV's aligned 16-byte copies read up to 15 bytes past the last row.
-    PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes + 16));
-    PENG_RETURN_IF_ERROR(CopyToDevice(p, w.data, bytes));
+    PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes));
+    if (m.row_bytes == w.row_bytes()) {
+      PENG_RETURN_IF_ERROR(CopyToDevice(p, w.data, bytes));
+    } else {  // repacked, a slice of rows at a time
+      const int64_t rows_per_slice = std::max<int64_t>(1, (int64_t{16} << 20) / m.row_bytes);
+      std::vector<uint8_t> slice(static_cast<size_t>(rows_per_slice) * m.row_bytes);
+      for (int64_t r0 = 0; r0 < m.rows; r0 += rows_per_slice) {
+        const int64_t n = std::min(rows_per_slice, m.rows - r0);
+        for (int64_t r = 0; r < n; ++r)
+          layout::RepackRow(m.dtype, static_cast<const uint8_t*>(w.data) + (r0 + r) * w.row_bytes(),
+                            m.cols, slice.data() + r * m.row_bytes);
+        PENG_RETURN_IF_ERROR(CopyToDevice(static_cast<uint8_t*>(p) + r0 * m.row_bytes,
+                                          slice.data(), n * m.row_bytes));
+        PENG_RETURN_IF_ERROR(Synchronize());  // (the slice is reused)
+      }
+    }
     m.data = p;
     if (int8_scales) {
       PENG_ASSIGN_OR_RETURN(m.scales, UploadFloats(int8_scales, m.rows));
@@ -273,7 +292,7 @@ class CudaDevice final : public Device {
     const int64_t units = w.cols / 32;
     const int wpr = w.rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
     WithType(w.dtype, [&]<DType D>() {
-      if constexpr (qdot::kQuantized<D>) {
+      if constexpr (layout::kQuantized<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock / WPR), Blocks(T, NT));
           QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
@@ -495,7 +514,7 @@ class CudaDevice final : public Device {
       QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
           x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
       WithType(w.dtype, [&]<DType D>() {
-        if constexpr (qdot::kQuantized<D>) {
+        if constexpr (layout::kQuantized<D>) {
           for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
             const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
             ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
@@ -576,7 +595,7 @@ class CudaDevice final : public Device {
   int QuantizedBlock(DType t, int64_t cols, int64_t T, int64_t rows) const {
     int ab = 0;
     WithType(t, [&]<DType D>() {
-      if constexpr (qdot::kQuantized<D>) ab = qdot::kActBlock<D>;
+      if constexpr (layout::kQuantized<D>) ab = layout::kActBlock<D>;
     });
     if (!ab || kernels::ExactActivations() || T > kGemvMaxTokens || rows > kMaxActRows ||
         cols % ab != 0 || cols > act_cols_)

@@ -1,7 +1,9 @@
-// The CUDA backend's kernels (included by cuda_device.cu only: one translation unit). Every
-// format is decoded by DecodeValue (one value of a 32-value "unit"): the GEMVs a value a lane,
-// the GEMM staging and the embedding a unit at a time (DecodeUnit). FP32 accumulation
-// throughout.
+// The CUDA backend's kernels (included by cuda_device.cu only: one translation unit). Weights
+// are in the device layout (weight_layout.h). The quantized GEMVs (QGemvKernel,
+// ExpertsQGemvKernel) take a unit (32 values) a lane and multiply it with int8 activations by
+// dp4a (layout::DecodeUnit, UnitDot); the FP32 paths decode one value at a time
+// (layout::DecodeValue): the FP32 GEMVs a value a lane, the FP16 copies of prefill GEMMs and
+// the embedding a unit at a time (DecodeUnit). FP32 accumulation throughout.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -10,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/qdot.h"
+#include "backend/cuda/weight_layout.h"
 #include "core/dtype.h"
 #include "kernels/moe.h"
 #include "kernels/quant_blocks.h"
@@ -54,85 +56,14 @@ struct Epilogue {
 };
 
 // ------------------------------------------------------------------------------------------
-// Decoding: a unit is 32 consecutive values of a row (one block, or an eighth of a K-quant
-// super-block).
+// Decoding (weight_layout.h): a unit is 32 consecutive values of a row in the device layout;
+// n the units of a row.
 
-__device__ __forceinline__ float Half(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float Bf16(uint16_t h) { return __uint_as_float(uint32_t{h} << 16); }
-__device__ __forceinline__ uint32_t Load32(const uint8_t* p) {
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
-// 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K scale field (UnpackScalesK).
-__device__ __forceinline__ void ScaleMinK(const uint8_t* s, int j, float* sc, float* m) {
-  if (j < 4) {
-    *sc = static_cast<float>(s[j] & 63);
-    *m = static_cast<float>(s[j + 4] & 63);
-  } else {
-    *sc = static_cast<float>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-    *m = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
-// Value l (0..31) of unit u (32 consecutive values of a row).
+// The whole unit u into registers (the embedding and the FP16 copies of prefill GEMMs).
 template <DType T>
-__device__ __forceinline__ float DecodeValue(const uint8_t* row, int64_t u, int l) {
-  if constexpr (T == DType::kF32) {
-    return reinterpret_cast<const float*>(row)[u * 32 + l];
-  } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
-    const uint16_t v = reinterpret_cast<const uint16_t*>(row)[u * 32 + l];
-    return T == DType::kF16 ? Half(v) : Bf16(v);
-  } else if constexpr (T == DType::kI8) {
-    return static_cast<float>(reinterpret_cast<const int8_t*>(row)[u * 32 + l]);
-  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
-                       T == DType::kQ5_1) {
-    constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
-    constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
-    constexpr int kOff = kMin ? 0 : kFive ? 16 : 8;
-    using B4 = std::conditional_t<T == DType::kQ4_0, BlockQ4_0, BlockQ4_1>;
-    using B5 = std::conditional_t<T == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
-    using B = std::conditional_t<kFive, B5, B4>;
-    const B& b = reinterpret_cast<const B*>(row)[u];
-    const uint8_t byte = b.qs[l & 15];
-    int q = l < 16 ? (byte & 0xF) : (byte >> 4);
-    if constexpr (kFive) q |= ((Load32(b.qh) >> l) & 1) << 4;
-    float m = 0.f;
-    if constexpr (kMin) m = Half(b.m);
-    return Half(b.d) * static_cast<float>(q - kOff) + m;
-  } else if constexpr (T == DType::kQ8_0) {
-    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
-    return static_cast<float>(b.qs[l]) * Half(b.d);
-  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
-    using B = std::conditional_t<T == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
-    const B& b = reinterpret_cast<const B*>(row)[u / 8];
-    const int j = static_cast<int>(u % 8);
-    float sc, m;
-    ScaleMinK(b.scales, j, &sc, &m);
-    const float ds = Half(b.d) * sc, dm = Half(b.dmin) * m;
-    const uint8_t byte = b.qs[32 * (j / 2) + l];
-    int q = (j % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-    if constexpr (T == DType::kQ5_K) q |= ((b.qh[l] >> j) & 1) << 4;
-    return ds * static_cast<float>(q) - dm;
-  } else {
-    static_assert(T == DType::kQ6_K);
-    const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
-    const int k = static_cast<int>(u % 8);
-    const int h = k / 4, kk = k % 4;
-    const uint8_t* ql = b.ql + 64 * h;
-    const uint8_t* qh = b.qh + 32 * h;
-    const int v = 32 * kk + l;
-    int q = v < 64 ? (ql[v] & 0xF) : (ql[v - 64] >> 4);
-    q |= ((qh[l] >> (2 * kk)) & 3) << 4;
-    const float ds = Half(b.d) * static_cast<float>(b.scales[(128 * h + v) / 16]);
-    return ds * static_cast<float>(q - 32);
-  }
-}
-
-// The whole unit u into registers (the embedding and the FP16 staging of prefill GEMMs).
-template <DType T>
-__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t u, float* w) {
+__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int64_t n, int64_t u, float* w) {
 #pragma unroll
-  for (int l = 0; l < 32; ++l) w[l] = DecodeValue<T>(row, u, l);
+  for (int l = 0; l < 32; ++l) w[l] = layout::DecodeValue<T>(row, n, u, l);
 }
 
 // Float types may have rows that are not whole units: the values of the tail are decoded one
@@ -141,65 +72,29 @@ template <DType T>
 constexpr bool kFloatType = T == DType::kF32 || T == DType::kF16 || T == DType::kBF16;
 
 template <DType T>
-__device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t i) {
-  return DecodeValue<T>(row, i / 32, static_cast<int>(i % 32));
+__device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t n, int64_t i) {
+  return layout::DecodeValue<T>(row, n, i / 32, static_cast<int>(i % 32));
 }
 
-// Bytes of 8 units (256 values) of a row: whole super-blocks for the K-quants.
-template <DType T>
-constexpr int kBytes8 = T == DType::kF32                       ? 8 * 32 * 4
-                        : T == DType::kF16 || T == DType::kBF16 ? 8 * 32 * 2
-                        : T == DType::kI8                       ? 8 * 32
-                        : T == DType::kQ4_0                     ? 8 * sizeof(BlockQ4_0)
-                        : T == DType::kQ4_1                     ? 8 * sizeof(BlockQ4_1)
-                        : T == DType::kQ5_0                     ? 8 * sizeof(BlockQ5_0)
-                        : T == DType::kQ5_1                     ? 8 * sizeof(BlockQ5_1)
-                        : T == DType::kQ8_0                     ? 8 * sizeof(BlockQ8_0)
-                        : T == DType::kQ4_K                     ? sizeof(BlockQ4_K)
-                        : T == DType::kQ5_K                     ? sizeof(BlockQ5_K)
-                                                                : sizeof(BlockQ6_K);
-// A warp's staging buffer: one chunk of 32 units (a unit a lane) and the 16-byte slack of the
-// aligned copy on either side.
-template <DType T>
-constexpr int kStageBytes = (4 * kBytes8<T> + 32 + 15) / 16 * 16;
-
-// acc[t] += this lane's share of row . xs[t] for the nt (<= NT) activation rows xs[t].
-// The warp streams the row in chunks of 32 units: it copies a chunk into its shared staging
-// buffer with coalesced 16-byte loads (from the 16-byte boundary at or below the chunk to the
-// one at or above its end: Upload pads every matrix by 16 bytes); then, unit by unit, lane l
-// decodes value l from there and multiplies it with value l of the unit's activations (one
-// coalesced 128-byte load a token). The values past the last whole unit (float types) come
-// last, one a lane.
+// acc[t] += this lane's share of row . xs[t] for the nt (<= NT) FP32 activation rows xs[t]:
+// unit by unit, lane l decodes value l and multiplies it with value l of the unit's
+// activations (one coalesced 128-byte load a token). The values past the last whole unit
+// (float types) come last, one a lane.
 template <DType T, int NT>
 __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
-                                           const float* const* xs, int nt, uint8_t* stage,
-                                           int lane, float* acc) {
+                                           const float* const* xs, int nt, int lane, float* acc) {
   const int64_t units = cols / 32;
-  for (int64_t c0 = 0; c0 < units; c0 += kWarp) {
-    const int n = units - c0 < kWarp ? static_cast<int>(units - c0) : kWarp;
-    const uint8_t* src = row + c0 * kBytes8<T> / 8;
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15};
-    const uintptr_t hi =
-        (reinterpret_cast<uintptr_t>(src) + n * kBytes8<T> / 8 + 15) & ~uintptr_t{15};
-    const int n16 = static_cast<int>((hi - lo) / 16);
-    __syncwarp();  // the previous chunk's reads are done
-    for (int i = lane; i < n16; i += kWarp)
-      reinterpret_cast<uint4*>(stage)[i] = reinterpret_cast<const uint4*>(lo)[i];
-    __syncwarp();
-    const uint8_t* chunk = stage + (reinterpret_cast<uintptr_t>(src) - lo);
-    const int64_t x0 = c0 * 32 + lane;
 #pragma unroll 4
-    for (int c = 0; c < n; ++c) {
-      const float w = DecodeValue<T>(chunk, c, lane);
+  for (int64_t c = 0; c < units; ++c) {
+    const float w = layout::DecodeValue<T>(row, units, c, lane);
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
-        if (t < nt) acc[t] += w * xs[t][x0 + c * 32];
-    }
+    for (int t = 0; t < NT; ++t)
+      if (t < nt) acc[t] += w * xs[t][c * 32 + lane];
   }
   if constexpr (kFloatType<T>) {
     const int64_t i = units * 32 + lane;
     if (i < cols) {
-      const float wi = DecodeOne<T>(row, i);
+      const float wi = DecodeOne<T>(row, units, i);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
         if (t < nt) acc[t] += wi * xs[t][i];
@@ -214,7 +109,6 @@ template <DType T, int NT>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* scales, const float* x, int64_t n_tokens, float* y,
                            Epilogue ep) {
-  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
@@ -227,7 +121,7 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
     acc[t] = 0.f;
     xs[t] = x + (t0 + t) * cols;
   }
-  WarpRowDot<T, NT>(w + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
+  WarpRowDot<T, NT>(w + r * row_bytes, cols, xs, nt, lane, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
@@ -239,9 +133,11 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
 // The quantized path of the GEMVs (qdot.h): the activations quantized as the CPU kernels
 // quantize them, the weights' units multiplied with them by dp4a.
 
-// Quantized activation rows: row t's int8 values at qs + t * cols, its block scales (one per
-// ab = 32 or 256 values) at d + t * (cols / ab), its sums of every 16 values at
-// s + t * (cols / 16).
+// Quantized activation rows: row t's int8 values at qs + t * cols, the first 16 values of
+// every unit (32 values) in the first half of the row, unit after unit, the last 16 in the
+// second half (so that lanes taking consecutive units read consecutive 16-byte pieces); its
+// block scales (one per ab = 32 or 256 values) at d + t * (cols / ab), its sums of every 16
+// values at s + t * (cols / 16).
 struct QAct {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
@@ -280,7 +176,7 @@ __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, in
   int sum = static_cast<int>(q);
   for (int k = 8; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
   if (!valid) return;
-  o.qs[t * cols + i] = static_cast<int8_t>(q);
+  o.qs[t * cols + (i % 32 < 16 ? 0 : cols / 2) + i / 32 * 16 + i % 16] = static_cast<int8_t>(q);
   if (i % 16 == 0) o.s[t * (cols / 16) + i / 16] = sum;
   if (i % AB == 0) {
     float scale;
@@ -319,19 +215,20 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
   const int per_d = a.ab / 32;
 #pragma unroll 2
   for (int64_t u = first; u < units; u += stride) {
-    const qdot::Unit w = qdot::DecodeUnit<T>(row, u);
+    const layout::Unit w = layout::DecodeUnit<T>(row, units, u);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       const int64_t at = t0 + t;
-      const int4* q = reinterpret_cast<const int4*>(a.qs + at * a.cols + u * 32);
-      const int4 q0 = q[0], q1 = q[1];
+      const int8_t* qs = a.qs + at * a.cols + u * 16;
+      const int4 q0 = *reinterpret_cast<const int4*>(qs);
+      const int4 q1 = *reinterpret_cast<const int4*>(qs + a.cols / 2);
       const uint32_t words[8] = {static_cast<uint32_t>(q0.x), static_cast<uint32_t>(q0.y),
                                  static_cast<uint32_t>(q0.z), static_cast<uint32_t>(q0.w),
                                  static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
                                  static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
       const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
-      acc[t] += qdot::UnitDot(w, words, a.d[at * d_stride + u / per_d], sums.x, sums.y);
+      acc[t] += layout::UnitDot(w, words, a.d[at * d_stride + u / per_d], sums.x, sums.y);
     }
   }
 }
@@ -404,11 +301,11 @@ __global__ void DecodeToHalfKernel(const uint8_t* w, size_t row_bytes, int64_t r
   if (u * 32 + 32 > cols) {
     if constexpr (kFloatType<T>)
       for (int64_t c = u * 32; c < cols; ++c)
-        out[r * cols + c] = __float2half_rn(DecodeOne<T>(w + r * row_bytes, c) * s);
+        out[r * cols + c] = __float2half_rn(DecodeOne<T>(w + r * row_bytes, cols / 32, c) * s);
     return;
   }
   float wv[32];
-  DecodeUnit<T>(w + r * row_bytes, u, wv);
+  DecodeUnit<T>(w + r * row_bytes, cols / 32, u, wv);
 #pragma unroll
   for (int k = 0; k < 32; ++k) o[k] = __float2half_rn(wv[k] * s);
 }
@@ -426,12 +323,12 @@ __global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, in
   const float s = scale * (scales ? scales[id] : 1.f);
   float wv[32];
   for (int64_t u = threadIdx.x; u < cols / 32; u += blockDim.x) {
-    DecodeUnit<T>(w + id * row_bytes, u, wv);
+    DecodeUnit<T>(w + id * row_bytes, cols / 32, u, wv);
     for (int k = 0; k < 32; ++k) out[t * cols + u * 32 + k] = wv[k] * s;
   }
   if constexpr (kFloatType<T>)
     for (int64_t c = cols / 32 * 32 + threadIdx.x; c < cols; c += blockDim.x)
-      out[t * cols + c] = DecodeOne<T>(w + id * row_bytes, c) * s;
+      out[t * cols + c] = DecodeOne<T>(w + id * row_bytes, cols / 32, c) * s;
 }
 
 __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
@@ -547,9 +444,27 @@ struct KvRows {
   const float* v = nullptr;
 };
 
+// Rotates token t's heads of r with the token's cos / sin (kernels::ApplyRope's pairs:
+// interleaved or half apart).
+__device__ __forceinline__ void RotateHeads(const RopeArgs& r, int64_t t, int half,
+                                            bool interleaved, const float* cos_t,
+                                            const float* sin_t) {
+  if (!r.x) return;
+  for (int64_t j = threadIdx.x; j < r.n_heads * half; j += blockDim.x) {
+    const int64_t h = j / half;
+    const int i = static_cast<int>(j % half);
+    float* xh = r.x + t * r.token_stride + h * r.head_stride;
+    float* a = interleaved ? &xh[2 * i] : &xh[i];
+    float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
+    const float x0 = *a, x1 = *b, c = cos_t[i], s = sin_t[i];
+    *a = x0 * c - x1 * s;
+    *b = x1 * c + x0 * s;
+  }
+}
+
 // One block a token: its cos / sin (in double precision, as kernels::ApplyRope) once into
-// shared memory, then the heads of q and k rotated (kernels::ApplyRope's pairs: interleaved or
-// half apart), then the token's k and v rows stored into its cache slot.
+// shared memory, then the heads of q and k rotated, then the token's k and v rows stored into
+// its cache slot.
 template <typename KV>
 __global__ void RopeKvKernel(RopeArgs q, RopeArgs k, const int32_t* pos, int half,
                              bool interleaved, float attention_factor, const float* inv_freq,
@@ -564,20 +479,8 @@ __global__ void RopeKvKernel(RopeArgs q, RopeArgs k, const int32_t* pos, int hal
       cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
     }
     __syncthreads();
-    const RopeArgs both[2] = {q, k};
-    for (const RopeArgs& r : both) {
-      if (!r.x) continue;
-      for (int64_t j = threadIdx.x; j < r.n_heads * half; j += blockDim.x) {
-        const int64_t h = j / half;
-        const int i = static_cast<int>(j % half);
-        float* xh = r.x + t * r.token_stride + h * r.head_stride;
-        float* a = interleaved ? &xh[2 * i] : &xh[i];
-        float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
-        const float x0 = *a, x1 = *b, c = cs[0][i], s = cs[1][i];
-        *a = x0 * c - x1 * s;
-        *b = x1 * c + x0 * s;
-      }
-    }
+    RotateHeads(q, t, half, interleaved, cs[0], cs[1]);
+    RotateHeads(k, t, half, interleaved, cs[0], cs[1]);
     __syncthreads();  // (the rotated k is read back below)
   }
   if (!kv.k_cache) return;
@@ -868,7 +771,6 @@ template <DType T>
 __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
                                   int64_t cols, const float* x, const int32_t* ids, int k,
                                   bool x_per_slot, int64_t pair0, float* y) {
-  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
@@ -880,7 +782,7 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   const uint8_t* row = experts[ids[pair]] + r * row_bytes;
   const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
   float acc = 0.f;
-  WarpRowDot<T, 1>(row, cols, &xp, 1, stage[warp], lane, &acc);
+  WarpRowDot<T, 1>(row, cols, &xp, 1, lane, &acc);
   acc = WarpSum(acc);
   if (lane == 0) y[pair * rows + r] = acc;
 }
@@ -923,7 +825,6 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
                                          bool x_per_slot, int E, const int32_t* offsets,
                                          const int32_t* tile_start, const int32_t* list,
                                          int64_t tile0, float* y) {
-  __shared__ __align__(16) uint8_t stage[kRowsPerBlock][kStageBytes<T>];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   const int64_t g = tile0 + blockIdx.y;
@@ -951,7 +852,7 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
     acc[t] = 0.f;
   }
   if (experts[e])  // (else another rank's expert: zeros)
-    WarpRowDot<T, kTokenTile>(experts[e] + r * row_bytes, cols, xs, nt, stage[warp], lane, acc);
+    WarpRowDot<T, kTokenTile>(experts[e] + r * row_bytes, cols, xs, nt, lane, acc);
 #pragma unroll
   for (int t = 0; t < kTokenTile; ++t) {
     const float s = WarpSum(acc[t]);

@@ -64,7 +64,7 @@ class DeviceDeepseekModel : public DeviceModel {
       held += l.bound();
     }
     PENG_ASSIGN_OR_RETURN(DeviceExperts e, dev_->UploadExperts(views, &allocs_));
-    weight_bytes_ += static_cast<int64_t>(e.row_bytes) * e.rows * held;
+    weight_bytes_ += static_cast<int64_t>(RowBytes(e.dtype, e.cols)) * e.rows * held;
     return e;
   }
 

@@ -1,0 +1,125 @@
+// The CUDA backend's weight layout and decoding (backend/cuda/weight_layout.h) on the host,
+// where CI runs it: random rows of every type the backend takes, repacked as Upload repacks
+// them, then every value (DecodeValue) against the CPU reference's dequantization and every
+// unit's integer dot product (DecodeUnit, UnitDot) against kernels::ref::VecDotQ over the same
+// quantized activations.
+#include "backend/cuda/weight_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ref/matmul_ref.h"
+#include "quant/random_weights.h"
+
+namespace peng {
+namespace {
+
+namespace layout = backend::layout;
+
+constexpr int64_t kRows = 5, kCols = 1280;  // five K-quant super-blocks, 40 units
+
+// kRows random rows of type t in the file's layout, and the same rows repacked.
+struct Rows {
+  std::vector<uint8_t> file, device;
+  size_t file_row = 0, device_row = 0;
+};
+Rows RandomRows(DType t) {
+  Rows r;
+  std::mt19937_64 rng(7 + static_cast<int>(t));
+  r.file_row = RowBytes(t, kCols);
+  r.device_row = layout::DeviceRowBytes(t, kCols);
+  r.file.resize(r.file_row * kRows);
+  EXPECT_TRUE(FillRandomWeights(t, kRows * kCols, r.file.data(), &rng).ok());
+  r.device.assign(r.device_row * kRows, 0xAB);
+  for (int64_t i = 0; i < kRows; ++i)
+    layout::RepackRow(t, r.file.data() + i * r.file_row, kCols, r.device.data() + i * r.device_row);
+  return r;
+}
+
+template <DType T>
+void CheckValues() {
+  const Rows r = RandomRows(T);
+  EXPECT_EQ(r.device_row % 16, 0u) << DTypeName(T) << ": rows start 16-byte aligned";
+  EXPECT_LE(r.device_row, r.file_row + 15) << DTypeName(T);
+  std::vector<float> want(kCols);
+  for (int64_t i = 0; i < kRows; ++i) {
+    kernels::ref::DequantizeRow(T, r.file.data() + i * r.file_row, want.data(), kCols);
+    const uint8_t* row = r.device.data() + i * r.device_row;
+    for (int64_t c = 0; c < kCols; ++c) {
+      const float got = layout::DecodeValue<T>(row, kCols / 32, c / 32, static_cast<int>(c % 32));
+      ASSERT_NEAR(got, want[c], 1e-6f * std::fabs(want[c]))
+          << DTypeName(T) << " row " << i << " value " << c;
+    }
+  }
+}
+
+template <DType T>
+void CheckDots() {
+  constexpr int ab = layout::kActBlock<T>;
+  const Rows r = RandomRows(T);
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  std::vector<float> x(kCols);
+  for (float& v : x) v = u(rng);
+  x[5] = 0.f;  // a zero, and a block of zeros (scale 0)
+  for (int i = 64; i < 96; ++i) x[i] = 0.f;
+  std::vector<int8_t> qs(kCols);
+  std::vector<float> d(kCols / ab);
+  std::vector<int16_t> sums(kCols / 16);
+  kernels::ref::QuantizeAct(x.data(), kCols, ab, qs.data(), d.data(), sums.data());
+  for (int64_t i = 0; i < kRows; ++i) {
+    const float want = kernels::ref::VecDotQ(T, kCols, r.file.data() + i * r.file_row, qs.data(),
+                                             d.data(), sums.data());
+    const uint8_t* row = r.device.data() + i * r.device_row;
+    float got = 0.f, scale = 0.f;
+    for (int64_t unit = 0; unit < kCols / 32; ++unit) {
+      uint32_t a[8];
+      std::memcpy(a, qs.data() + unit * 32, 32);
+      const float p = layout::UnitDot(layout::DecodeUnit<T>(row, kCols / 32, unit), a,
+                                      d[unit * 32 / ab], sums[2 * unit], sums[2 * unit + 1]);
+      got += p;
+      scale += std::fabs(p);
+    }
+    // The integer parts are exact; the FP32 sums run in another order.
+    EXPECT_NEAR(got, want, 1e-5f * scale + 1e-6f) << DTypeName(T) << " row " << i;
+  }
+}
+
+TEST(WeightLayoutTest, EveryValueOfEveryTypeDecodesAsTheCpuReference) {
+  CheckValues<DType::kF32>();
+  CheckValues<DType::kF16>();
+  CheckValues<DType::kBF16>();
+  CheckValues<DType::kQ4_0>();
+  CheckValues<DType::kQ4_1>();
+  CheckValues<DType::kQ5_0>();
+  CheckValues<DType::kQ5_1>();
+  CheckValues<DType::kQ8_0>();
+  CheckValues<DType::kQ4_K>();
+  CheckValues<DType::kQ5_K>();
+  CheckValues<DType::kQ6_K>();
+}
+
+TEST(WeightLayoutTest, EveryUnitsDotProductMatchesTheCpuReference) {
+  CheckDots<DType::kQ4_0>();
+  CheckDots<DType::kQ4_1>();
+  CheckDots<DType::kQ5_0>();
+  CheckDots<DType::kQ5_1>();
+  CheckDots<DType::kQ8_0>();
+  CheckDots<DType::kQ4_K>();
+  CheckDots<DType::kQ5_K>();
+  CheckDots<DType::kQ6_K>();
+}
+
+TEST(WeightLayoutTest, Dp4aTakesSignedBytes) {
+  // (-1, 2, -128, 127) . (3, -4, 1, 127) = -3 - 8 - 128 + 16129
+  const uint32_t a = 0xFFu | 0x02u << 8 | 0x80u << 16 | 0x7Fu << 24;
+  const uint32_t b = 0x03u | 0xFCu << 8 | 0x01u << 16 | 0x7Fu << 24;
+  EXPECT_EQ(layout::Dp4a(a, b, 10), 10 - 3 - 8 - 128 + 16129);
+}
+
+}  // namespace
+}  // namespace peng
