@@ -48,6 +48,11 @@ void Device::GatedMatMuls(GatedActivation act, const float* gate, const float* u
   MatMuls(h, n_tokens, outs);
 }
 
+void Device::ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids, int k,
+                            bool x_per_slot, std::initializer_list<ExpertsOut> outs) {
+  for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, n_tokens, ids, k, x_per_slot, o.y);
+}
+
 void Device::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                          const kernels::RopeConfig& cfg, const float* inv_freq,
                          const kernels::KvLayerView& kv, const float* k_rows,

@@ -217,6 +217,15 @@ class Device {
   // expert e is not held here).
   virtual void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t n_tokens,
                              const int32_t* ids, int k, bool x_per_slot, float* y) = 0;
+  // ExpertsMatMul of several stacked matrices with the same x (the routed experts' gate and up
+  // projections). A backend may prepare x once and run them together; by default, one
+  // ExpertsMatMul each.
+  struct ExpertsOut {
+    const DeviceExperts* w;
+    float* y;
+  };
+  virtual void ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids, int k,
+                              bool x_per_slot, std::initializer_list<ExpertsOut> outs);
   // out[t n + i] += sum_j w[t k + j] * y[(t k + j) n + i].
   virtual void SlotSum(const float* y, const float* w, int64_t n_tokens, int k, int64_t n,
                        float* out) = 0;

@@ -601,6 +601,18 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     Expect(y, T * k * rows, 1e-5, per_slot ? "quantized experts (per slot)"
                                            : "quantized experts (per token)");
   }
+  // Two stacks with the same x in one go (gate and up): the second the first reversed.
+  std::vector<const TensorView*> rev(ep.rbegin(), ep.rend());
+  auto rc = cuda_->UploadExperts(rev, &allocs_c);
+  auto rh = host_->UploadExperts(rev, &allocs_h);
+  ASSERT_TRUE(rc.ok() && rh.ok());
+  const Pair x = Upload(Random(T * cols));
+  const Pair y1 = Zeros(T * k * rows), y2 = Zeros(T * k * rows);
+  cuda_->ExpertsMatMuls(x.cuda, T, static_cast<int32_t*>(*ids_c), k, false,
+                        {{&*ec, y1.cuda}, {&*rc, y2.cuda}});
+  host_->ExpertsMatMuls(x.host, T, ids.data(), k, false, {{&*eh, y1.host}, {&*rh, y2.host}});
+  Expect(y1, T * k * rows, 1e-5, "ExpertsMatMuls, the first");
+  Expect(y2, T * k * rows, 1e-5, "ExpertsMatMuls, the second");
   kernels::SetExactActivations(true);
 }
 

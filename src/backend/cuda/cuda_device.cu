@@ -506,25 +506,7 @@ class CudaDevice final : public Device {
       GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
       return;
     }
-    const int64_t x_rows = x_per_slot ? T * k : T;
-    if (const int ab = QuantizedBlock(w.dtype, w.cols, T, x_rows)) {
-      const QAct a = Act(ab, w.cols);
-      const QActOut q = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
-                         const_cast<int32_t*>(a.s)};
-      QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
-          x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
-      WithType(w.dtype, [&]<DType D>() {
-        if constexpr (layout::kQuantized<D>) {
-          for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
-            const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
-            ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-                w.data, w.row_bytes, w.rows, a, ids, k, x_per_slot, p0, y);
-          }
-        }
-      });
-      Note(cudaGetLastError());
-      return;
-    }
+    if (QuantizedExperts(x, T, ids, k, x_per_slot, {{&w, y}})) return;
     WithType(w.dtype, [&]<DType D>() {
       auto kernel = ExpertsGemvKernel<D>;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
@@ -534,6 +516,12 @@ class CudaDevice final : public Device {
       }
     });
     Note(cudaGetLastError());
+  }
+  void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
+                      std::initializer_list<ExpertsOut> outs) override {
+    if (T == 0) return;
+    if (T <= kGemvMaxTokens && QuantizedExperts(x, T, ids, k, x_per_slot, outs)) return;
+    for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
     if (T == 0) return;
@@ -549,6 +537,40 @@ class CudaDevice final : public Device {
 
  private:
   CudaDevice() = default;
+
+  // The experts' quantized GEMVs of a decode-sized step for one or two stacked matrices of one
+  // type and shape: x quantized once, one launch (blockIdx.z the matrix). False (nothing
+  // launched) where they take the FP32 path.
+  bool QuantizedExperts(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
+                        std::initializer_list<ExpertsOut> outs) {
+    const DeviceExperts& w = *outs.begin()->w;
+    const int64_t x_rows = x_per_slot ? T * k : T;
+    const int ab = QuantizedBlock(w.dtype, w.cols, T, x_rows);
+    if (!ab || outs.size() > 2) return false;
+    ExpertMats m;
+    int i = 0;
+    for (const ExpertsOut& o : outs) {
+      if (o.w->dtype != w.dtype || o.w->rows != w.rows || o.w->cols != w.cols) return false;
+      m.experts[i] = o.w->data;
+      m.y[i++] = o.y;
+    }
+    const QAct a = Act(ab, w.cols);
+    const QActOut q = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
+                       const_cast<int32_t*>(a.s)};
+    QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
+        x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+    WithType(w.dtype, [&]<DType D>() {
+      if constexpr (layout::kQuantized<D>) {
+        for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
+          const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
+          ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
+              m, w.row_bytes, w.rows, a, ids, k, x_per_slot, p0);
+        }
+      }
+    });
+    Note(cudaGetLastError());
+    return true;
+  }
 
   // Prefill: the pairs grouped by expert (kernels.cuh, CountExpertsKernel), each expert's rows
   // read once per tile of up to kTokenTile of its pairs.

@@ -270,15 +270,23 @@ __global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QA
   }
 }
 
+// Up to two stacked expert matrices of one type and shape multiplied with the same
+// activations (the gate and up projections): blockIdx.z picks one.
+struct ExpertMats {
+  const uint8_t* const* experts[2] = {nullptr, nullptr};
+  float* y[2] = {nullptr, nullptr};
+};
+
 // ExpertsGemvKernel over quantized activations (one activation row a token, or a (token, slot)
 // pair when x_per_slot).
 template <DType T>
-__global__ void ExpertsQGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
-                                   QAct a, const int32_t* ids, int k, bool x_per_slot,
-                                   int64_t pair0, float* y) {
+__global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows, QAct a,
+                                   const int32_t* ids, int k, bool x_per_slot, int64_t pair0) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
+  const uint8_t* const* experts = blockIdx.z ? m.experts[1] : m.experts[0];
+  float* y = blockIdx.z ? m.y[1] : m.y[0];
   const int64_t pair = pair0 + blockIdx.y;
   float acc = 0.f;
   if (experts[ids[pair]])  // (else another rank's expert: zeros)

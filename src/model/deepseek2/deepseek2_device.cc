@@ -206,8 +206,7 @@ class DeviceDeepseekModel : public DeviceModel {
     const int64_t I = c.moe_intermediate_size;
     d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {{&L.router, router_logits_}});
     d.MoeRoute(router_logits_, L.router_bias, T, c.Routing(), ids_, w_);
-    d.ExpertsMatMul(L.exp_gate, h_, T, ids_, k, false, gate_);
-    d.ExpertsMatMul(L.exp_up, h_, T, ids_, k, false, up_);
+    d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
     d.Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * k * I);
     d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
     if (!comm_) {  // the routed experts straight into the residual, then the shared ones
