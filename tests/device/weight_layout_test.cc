@@ -79,7 +79,7 @@ void CheckDots() {
     for (int64_t unit = 0; unit < kCols / 32; ++unit) {
       uint32_t a[8];
       std::memcpy(a, qs.data() + unit * 32, 32);
-      const float p = layout::UnitDot(layout::DecodeUnit<T>(row, kCols / 32, unit), a,
+      const float p = layout::UnitDot<T>(layout::DecodeUnit<T>(row, kCols / 32, unit), a,
                                       d[unit * 32 / ab], sums[2 * unit], sums[2 * unit + 1]);
       got += p;
       scale += std::fabs(p);

@@ -634,7 +634,6 @@ class CudaDevice final : public Device {
     a.s = reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(a.d) +
                                            ActPart(kMaxActRows * (cols / 32) * 4));
     a.cols = cols;
-    a.ab = ab;
     return a;
   }
 

@@ -142,8 +142,7 @@ struct QAct {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
   const int32_t* s = nullptr;
-  int64_t cols = 0;
-  int ab = 32;
+  int64_t cols = 0;  // (ab, the values a scale covers, is the weight type's: kActBlock)
 };
 
 // Where QuantizeValue writes (the QAct it fills); null qs: nothing to quantize.
@@ -211,8 +210,8 @@ __global__ void QuantizeActKernel(const float* x, int64_t cols, QActOut q32, QAc
 template <DType T, int NT>
 __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, int64_t t0,
                                             int nt, int first, int stride, float* acc) {
-  const int64_t units = a.cols / 32, d_stride = a.cols / a.ab;
-  const int per_d = a.ab / 32;
+  constexpr int kPerScale = layout::kActBlock<T> / 32;  // units an activation scale covers
+  const int64_t units = a.cols / 32, d_stride = a.cols / layout::kActBlock<T>;
 #pragma unroll 2
   for (int64_t u = first; u < units; u += stride) {
     const layout::Unit w = layout::DecodeUnit<T>(row, units, u);
@@ -228,7 +227,7 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
                                  static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
                                  static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
       const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
-      acc[t] += layout::UnitDot(w, words, a.d[at * d_stride + u / per_d], sums.x, sums.y);
+      acc[t] += layout::UnitDot<T>(w, words, a.d[at * d_stride + u / kPerScale], sums.x, sums.y);
     }
   }
 }

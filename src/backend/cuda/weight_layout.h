@@ -302,8 +302,14 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
   return w;
 }
 
-// The unit's dot with 32 activation values a (eight words), their block scale ad and their
-// sums s0 (values 0-15) and s1 (16-31).
+// Formats with a minimum term (mw); the others skip it (x * 0 is not foldable in IEEE).
+template <DType T>
+constexpr bool kHasMin = T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ4_K ||
+                         T == DType::kQ5_K;
+
+// Unit w (of type T)'s dot with 32 activation values a (eight words), their block scale ad and
+// their sums s0 (values 0-15) and s1 (16-31).
+template <DType T>
 PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1) {
   int lo = 0, hi = 0;
   PENG_UNROLL
@@ -312,7 +318,9 @@ PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1
     hi = Dp4a(w.q[i + 4], a[i + 4], hi);
   }
   const int isum = w.sc0 * (lo + w.off * s0) + w.sc1 * (hi + w.off * s1);
-  return ad * w.dw * static_cast<float>(isum) + ad * w.mw * static_cast<float>(s0 + s1);
+  const float dot = ad * w.dw * static_cast<float>(isum);
+  if constexpr (kHasMin<T>) return dot + ad * w.mw * static_cast<float>(s0 + s1);
+  return dot;
 }
 
 }  // namespace peng::backend::layout
