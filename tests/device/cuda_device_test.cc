@@ -146,6 +146,27 @@ std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols, std::mt19
   return w;
 }
 
+// A random [rows, cols] matrix of a block-quantized or float type t uploaded to both devices
+// (cuda, host); its bytes appended to *keep (the host device runs on them).
+struct Uploaded {
+  backend::DeviceMatrix cuda, host;
+};
+Uploaded UploadRandom(Device* cuda, Device* host, DType t, int64_t rows, int64_t cols,
+                      std::mt19937_64* rng, std::vector<std::vector<uint8_t>>* keep) {
+  std::vector<float> unused;
+  keep->push_back(RandomMatrix(t, rows, cols, rng, &unused));
+  TensorView v;
+  v.name = std::string("w.") + DTypeName(t);
+  v.dtype = t;
+  v.shape = {rows, cols};
+  v.data = keep->back().data();
+  v.size_bytes = keep->back().size();
+  auto c = cuda->Upload(v, nullptr);
+  auto h = host->Upload(v, nullptr);
+  EXPECT_TRUE(c.ok() && h.ok());
+  return {c.ok() ? *c : backend::DeviceMatrix{}, h.ok() ? *h : backend::DeviceMatrix{}};
+}
+
 TEST_F(CudaTest, MatMulEveryWeightType) {
   const int64_t rows = 96, cols = 512;  // cols: two K-quant super-blocks
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kQ4_0, DType::kQ4_1,
@@ -499,28 +520,14 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   kernels::SetExactActivations(false);
   const int64_t rows = 77, cols = 2816;
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<TensorView> views;
   const std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                                     DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                                     DType::kF16};
-  for (DType t : types) {
-    std::vector<float> unused;
-    bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
-    TensorView v;
-    v.name = std::string("w.") + DTypeName(t);
-    v.dtype = t;
-    v.shape = {rows, cols};
-    v.data = bytes.back().data();
-    v.size_bytes = bytes.back().size();
-    views.push_back(v);
-  }
   std::vector<backend::DeviceMatrix> wc, wh;
-  for (const TensorView& v : views) {
-    auto c = cuda_->Upload(v, nullptr);
-    auto h = host_->Upload(v, nullptr);
-    ASSERT_TRUE(c.ok() && h.ok());
-    wc.push_back(*c);
-    wh.push_back(*h);
+  for (DType t : types) {
+    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
+    wc.push_back(w.cuda);
+    wh.push_back(w.host);
   }
   for (int64_t T : {1, 3, 9, 32}) {
     std::vector<float> xv = Random(T * cols, -3.f, 3.f);
@@ -546,22 +553,12 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   // four warps each (144 units).
   for (auto [r2, c2] : {std::pair<int64_t, int64_t>{2200, 512}, {77, 4608}}) {
     for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
-      std::vector<float> unused;
-      const std::vector<uint8_t> wb = RandomMatrix(t, r2, c2, &rng_, &unused);
-      TensorView v;
-      v.name = std::string("w.") + DTypeName(t);
-      v.dtype = t;
-      v.shape = {r2, c2};
-      v.data = wb.data();
-      v.size_bytes = wb.size();
-      auto c = cuda_->Upload(v, nullptr);
-      auto h = host_->Upload(v, nullptr);
-      ASSERT_TRUE(c.ok() && h.ok());
+      const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, r2, c2, &rng_, &bytes);
       for (int64_t T : {1, 11}) {
         const Pair x = Upload(Random(T * c2, -3.f, 3.f));
         const Pair y = Zeros(T * r2);
-        cuda_->MatMul(*c, x.cuda, T, y.cuda);
-        host_->MatMul(*h, x.host, T, y.host);
+        cuda_->MatMul(w.cuda, x.cuda, T, y.cuda);
+        host_->MatMul(w.host, x.host, T, y.host);
         Expect(y, T * r2, 1e-5,
                std::string("quantized MatMul ") + DTypeName(t) + " " + std::to_string(r2) + "x" +
                    std::to_string(c2) + " T=" + std::to_string(T));
@@ -627,19 +624,9 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<backend::DeviceMatrix> wc, wh;
   for (DType t : {DType::kQ4_K, DType::kQ8_0, DType::kF32}) {
-    std::vector<float> unused;
-    bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
-    TensorView v;
-    v.name = std::string("w.") + DTypeName(t);
-    v.dtype = t;
-    v.shape = {rows, cols};
-    v.data = bytes.back().data();
-    v.size_bytes = bytes.back().size();
-    auto c = cuda_->Upload(v, nullptr);
-    auto h = host_->Upload(v, nullptr);
-    ASSERT_TRUE(c.ok() && h.ok());
-    wc.push_back(*c);
-    wh.push_back(*h);
+    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
+    wc.push_back(w.cuda);
+    wh.push_back(w.host);
   }
   const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
   const Pair bias = Upload(Random(rows));
