@@ -17,24 +17,6 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
   return static_cast<float*>(p);
 }
 
-void Device::MatMuls(const float* x, int64_t n_tokens, std::initializer_list<MatMulOut> outs) {
-  for (const MatMulOut& o : outs) {
-    const int64_t n = n_tokens * o.w->rows;
-    float* y = o.y;
-    if (o.accumulate) {  // the product apart, then added
-      StatusOr<void*> tmp = Alloc(n * static_cast<int64_t>(sizeof(float)));
-      if (!tmp.ok()) return;  // (Alloc failed: reported by the backend's Synchronize)
-      y = static_cast<float*>(*tmp);
-    }
-    MatMul(*o.w, x, n_tokens, y);
-    if (o.bias) AddBiasRows(y, o.bias, n_tokens, o.w->rows);
-    if (o.accumulate) {
-      Add(o.y, y, n);
-      Free(y);
-    }
-  }
-}
-
 void Device::NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                          float* y, int64_t n_tokens, int64_t n,
                          std::initializer_list<MatMulOut> outs) {

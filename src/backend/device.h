@@ -136,14 +136,15 @@ class Device {
   // v, gate / up), each with its epilogue: y = W x + bias (bias: null or one value per row of
   // W, added to every token's row), or y += W x + bias when `accumulate` (a residual add).
   // A backend may prepare x once for all of them (the CUDA backend quantizes it once) and fold
-  // the epilogue into the product; by default, MatMul, AddBiasRows and Add one after the other.
+  // the epilogue into the product (the host device: MatMul, AddBiasRows and Add in turn).
   struct MatMulOut {
     const DeviceMatrix* w;
     float* y;
     const float* bias = nullptr;
     bool accumulate = false;
   };
-  virtual void MatMuls(const float* x, int64_t n_tokens, std::initializer_list<MatMulOut> outs);
+  virtual void MatMuls(const float* x, int64_t n_tokens,
+                       std::initializer_list<MatMulOut> outs) = 0;
   // RmsNorm(x -> y) over n_tokens rows of n values, then MatMuls(y, outs).
   virtual void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                            float* y, int64_t n_tokens, int64_t n,

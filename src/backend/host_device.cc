@@ -71,6 +71,19 @@ class HostDevice final : public Device {
       kernels::MatMul(w.host, x, T, y, pool_);
     }
   }
+  void MatMuls(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) override {
+    for (const MatMulOut& o : outs) {
+      const int64_t n = T * o.w->rows;
+      float* y = o.y;
+      if (o.accumulate) {  // the product apart, then added (as the CPU engine does)
+        product_.resize(static_cast<size_t>(n));
+        y = product_.data();
+      }
+      MatMul(*o.w, x, T, y);
+      if (o.bias) AddBiasRows(y, o.bias, T, o.w->rows);
+      if (o.accumulate) Add(o.y, y, n);
+    }
+  }
   void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
                  int64_t row0) override {
     for (int64_t t = 0; t < b.n_tokens; ++t) {
@@ -197,6 +210,7 @@ class HostDevice final : public Device {
   ThreadPool* pool_;
   std::set<void*> blocks_;
   std::vector<kernels::AttentionSeq> seqs_;
+  std::vector<float> product_;  // MatMuls' product before its residual add
 };
 
 }  // namespace
