@@ -565,6 +565,32 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
       }
     }
   }
+  // Four matrices of one type with rows of their own over one x: launches of up to three
+  // matrices (blockIdx.z), the blocks past a smaller one's rows idle, each with its epilogue.
+  {
+    std::vector<Uploaded> ws;
+    const std::vector<int64_t> rs = {77, 13, 2200, 40};
+    for (int64_t r : rs)
+      ws.push_back(UploadRandom(cuda_.get(), host_.get(), DType::kQ4_1, r, 512, &rng_, &bytes));
+    const Pair bias = Upload(Random(2200));
+    for (int64_t T : {1, 5}) {
+      const Pair x = Upload(Random(T * 512, -3.f, 3.f));
+      std::vector<Pair> ys;
+      for (int64_t r : rs) ys.push_back(Upload(Random(T * r)));
+      for (bool on_cuda : {true, false}) {
+        Device* dev = on_cuda ? cuda_.get() : host_.get();
+        auto W = [&](int i) { return on_cuda ? &ws[i].cuda : &ws[i].host; };
+        auto Y = [&](int i) { return on_cuda ? ys[i].cuda : ys[i].host; };
+        const float* b = on_cuda ? bias.cuda : bias.host;
+        dev->MatMuls(on_cuda ? x.cuda : x.host, T,
+                     {{W(0), Y(0), b}, {W(1), Y(1), nullptr, true}, {W(2), Y(2)},
+                      {W(3), Y(3), b, true}});
+      }
+      for (size_t i = 0; i < rs.size(); ++i)
+        Expect(ys[i], T * rs[i], 1e-5,
+               "MatMuls of one type, matrix " + std::to_string(i) + " T=" + std::to_string(T));
+    }
+  }
   // The experts' products over quantized activations, per token and per slot (5 tokens, 3
   // slots each, 8 experts of Q4_0, the odd ones held by another rank).
   const int64_t T = 5, E = 8;

@@ -286,17 +286,19 @@ class CudaDevice final : public Device {
     Products(h, T, outs);
   }
 
-  // QGemvKernel with WPR warps a row where the rows alone would not fill the GPU (fewer than
-  // 16 warps a multiprocessor) and the row has the units for them.
-  void LaunchQGemv(const DeviceMatrix& w, const QAct& a, int64_t T, float* y, Epilogue ep) {
-    const int64_t units = w.cols / 32;
-    const int wpr = w.rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
-    WithType(w.dtype, [&]<DType D>() {
+  // One QGemvKernel launch over up to kMaxQMats matrices of one type and cols (blockIdx.z the
+  // matrix), with WPR warps a row where the rows alone would not fill the GPU (fewer than 16
+  // warps a multiprocessor) and a row has the units for them.
+  void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
+    const int64_t units = cols / 32;
+    const int wpr = rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
+    WithType(type, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) {
         auto go = [&]<int NT, int WPR>() {
-          const dim3 grid(Blocks(w.rows, kRowsPerBlock / WPR), Blocks(T, NT));
-          QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-              static_cast<const uint8_t*>(w.data), w.row_bytes, w.rows, a, T, y, ep);
+          const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
+          QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(ms, a, T);
         };
         auto tokens = [&]<int WPR>() {
           T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
@@ -311,14 +313,32 @@ class CudaDevice final : public Device {
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
   // the kernel before when Quantizations said so.
+  // The quantized ones of one type share a launch.
   void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) {
+    std::vector<const MatMulOut*> quantized;
     for (const MatMulOut& o : outs) {
-      const Epilogue ep{o.bias, o.accumulate};
-      if (const int ab = QuantizedBlock(o.w->dtype, o.w->cols, T, T)) {
-        LaunchQGemv(*o.w, Act(ab, o.w->cols), T, o.y, ep);
+      if (QuantizedBlock(o.w->dtype, o.w->cols, T, T)) {
+        quantized.push_back(&o);
       } else {
-        FloatMatMul(*o.w, x, T, o.y, ep);
+        FloatMatMul(*o.w, x, T, o.y, Epilogue{o.bias, o.accumulate});
       }
+    }
+    while (!quantized.empty()) {  // a launch for each type, in the order they come
+      const DeviceMatrix& first = *quantized.front()->w;
+      QMats ms;
+      int n = 0;
+      for (auto it = quantized.begin(); it != quantized.end();) {
+        const MatMulOut& o = **it;
+        if (o.w->dtype != first.dtype || n == kMaxQMats) {
+          ++it;
+          continue;
+        }
+        ms.m[n++] = {static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, o.y,
+                     Epilogue{o.bias, o.accumulate}};
+        it = quantized.erase(it);
+      }
+      LaunchQGemv(ms, n, first.dtype, first.cols,
+                  Act(QuantizedBlock(first.dtype, first.cols, T, T), first.cols), T);
     }
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix

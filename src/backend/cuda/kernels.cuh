@@ -232,39 +232,55 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
   }
 }
 
-// y[t * rows + r] = row r . activation row t: WPR warps a row (their lanes take every
-// (32 WPR)-th unit; partial sums added in shared memory), blockIdx.y a tile of NT tokens.
-// Several warps a row keep a matrix of few, long rows from leaving most of the GPU idle.
+// One matrix of a QGemvKernel launch: its rows, where they go and the store's epilogue.
+struct QMat {
+  const uint8_t* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+  float* y = nullptr;
+  Epilogue ep;
+};
+// Up to three matrices of one type over the same activations (q / k / v, gate / up): blockIdx.z
+// picks one.
+constexpr int kMaxQMats = 3;
+struct QMats {
+  QMat m[kMaxQMats];
+};
+
+// y[t * rows + r] = row r . activation row t for the matrix blockIdx.z: WPR warps a row (their
+// lanes take every (32 WPR)-th unit; partial sums added in shared memory), blockIdx.y a tile
+// of NT tokens. Several warps a row keep a matrix of few, long rows from leaving most of the
+// GPU idle. Blocks past a smaller matrix's rows have nothing to do.
 template <DType T, int NT, int WPR>
-__global__ void QGemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, QAct a,
-                            int64_t n_tokens, float* y, Epilogue ep) {
+__global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
   static_assert(kRowsPerBlock % WPR == 0);
   __shared__ float part[kRowsPerBlock][NT];
+  const QMat m = blockIdx.z == 0 ? ms.m[0] : blockIdx.z == 1 ? ms.m[1] : ms.m[2];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slot = warp % WPR;
   const int64_t r = int64_t{blockIdx.x} * (kRowsPerBlock / WPR) + warp / WPR;
-  if (WPR == 1 && r >= rows) return;  // (with WPR > 1 every warp reaches the barrier)
+  if (WPR == 1 && r >= m.rows) return;  // (with WPR > 1 every warp reaches the barrier)
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-  if (r < rows)
-    WarpRowQDot<T, NT>(w + r * row_bytes, a, t0, nt, slot * kWarp + lane, WPR * kWarp, acc);
+  if (r < m.rows)
+    WarpRowQDot<T, NT>(m.w + r * m.row_bytes, a, t0, nt, slot * kWarp + lane, WPR * kWarp, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
     if constexpr (WPR == 1) {
-      if (lane == 0 && t < nt) ep.Store(&y[(t0 + t) * rows + r], r, s);
+      if (lane == 0 && t < nt) m.ep.Store(&m.y[(t0 + t) * m.rows + r], r, s);
     } else {
       if (lane == 0) part[warp][t] = s;
     }
   }
   if constexpr (WPR > 1) {
     __syncthreads();
-    if (slot == 0 && lane < nt && r < rows) {
+    if (slot == 0 && lane < nt && r < m.rows) {
       float s = 0.f;
       for (int i = 0; i < WPR; ++i) s += part[warp + i][lane];
-      ep.Store(&y[(t0 + lane) * rows + r], r, s);
+      m.ep.Store(&m.y[(t0 + lane) * m.rows + r], r, s);
     }
   }
 }
