@@ -23,7 +23,8 @@
 #        the first two failed op tests again under compute-sanitizer's memcheck
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
-#        each; Qwen2.5's decode again without CUDA graphs
+#        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
+#        GEMVs (PENG_CUDA_QGEMV=0)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
@@ -258,6 +259,10 @@ run() {
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
     summarize_bench "$RES/no-graphs-qwen.json"
+    # What the quantized (dp4a) GEMVs are worth: the FP32-activation GEMVs instead.
+    PENG_CUDA_QGEMV=0 step bench-fp32-gemv bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/fp32-gemv-qwen.json" --tg 128
+    summarize_bench "$RES/fp32-gemv-qwen.json"
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300

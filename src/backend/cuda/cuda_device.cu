@@ -62,6 +62,12 @@ struct Nothing {
 };
 
 int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
+
+// False when the environment variable is "0" (the switches of docs/devices.md).
+bool EnvOn(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
 constexpr int64_t kMaxGridY = 65535;  // the largest gridDim.y
 
 class CudaDevice final : public Device {
@@ -632,15 +638,15 @@ class CudaDevice final : public Device {
   // The activation block (32 or 256) of the quantized GEMV of a step of T tokens over `rows`
   // activation rows (T, or the (token, slot) pairs of the experts) and a matrix of type t with
   // `cols` columns; 0 for the FP32 path: exact mode (the tests' FP32 reference,
-  // kernels::SetExactActivations), float and INT8 weights, prefill (the GEMM), or more than
-  // the scratch holds.
+  // kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison), float and INT8 weights,
+  // prefill (the GEMM), or more than the scratch holds.
   int QuantizedBlock(DType t, int64_t cols, int64_t T, int64_t rows) const {
     int ab = 0;
     WithType(t, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) ab = layout::kActBlock<D>;
     });
-    if (!ab || kernels::ExactActivations() || T > kGemvMaxTokens || rows > kMaxActRows ||
-        cols % ab != 0 || cols > act_cols_)
+    if (!ab || !quantized_gemv_ || kernels::ExactActivations() || T > kGemvMaxTokens ||
+        rows > kMaxActRows || cols % ab != 0 || cols > act_cols_)
       return 0;
     return ab;
   }
@@ -734,10 +740,8 @@ class CudaDevice final : public Device {
   int index_ = 0;
   int sm_count_ = 1;  // multiprocessors
   std::string name_;
-  bool graphs_on_ = [] {
-    const char* e = std::getenv("PENG_CUDA_GRAPHS");
-    return !(e && std::string(e) == "0");
-  }();
+  bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
+  bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
   std::map<uint64_t, cudaGraphExec_t> graphs_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
