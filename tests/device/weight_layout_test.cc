@@ -2,7 +2,8 @@
 // where CI runs it: random rows of every type the backend takes, repacked as Upload repacks
 // them, then every value (DecodeValue) against the CPU reference's dequantization and every
 // unit's integer dot product (DecodeUnit, UnitDot) against kernels::ref::VecDotQ over the same
-// quantized activations.
+// quantized activations, read in the device's order (ActIndex, ActWords); and the device
+// quantizer's arithmetic against kernels::ref::QuantizeAct.
 #include "backend/cuda/weight_layout.h"
 
 #include <gtest/gtest.h>
@@ -51,7 +52,7 @@ void CheckValues() {
     const uint8_t* row = r.device.data() + i * r.device_row;
     for (int64_t c = 0; c < kCols; ++c) {
       const float got = layout::DecodeValue<T>(row, kCols / 32, c / 32, static_cast<int>(c % 32));
-      ASSERT_NEAR(got, want[c], 1e-6f * std::fabs(want[c]))
+      ASSERT_EQ(got, want[c])
           << DTypeName(T) << " row " << i << " value " << c;
     }
   }
@@ -71,6 +72,8 @@ void CheckDots() {
   std::vector<float> d(kCols / ab);
   std::vector<int16_t> sums(kCols / 16);
   kernels::ref::QuantizeAct(x.data(), kCols, ab, qs.data(), d.data(), sums.data());
+  std::vector<int8_t> act(kCols);  // the same values in the device row's order
+  for (int64_t c = 0; c < kCols; ++c) act[layout::ActIndex(c, kCols)] = qs[c];
   for (int64_t i = 0; i < kRows; ++i) {
     const float want = kernels::ref::VecDotQ(T, kCols, r.file.data() + i * r.file_row, qs.data(),
                                              d.data(), sums.data());
@@ -78,7 +81,7 @@ void CheckDots() {
     float got = 0.f, scale = 0.f;
     for (int64_t unit = 0; unit < kCols / 32; ++unit) {
       uint32_t a[8];
-      std::memcpy(a, qs.data() + unit * 32, 32);
+      layout::ActWords(act.data(), kCols, unit, a);
       const float p = layout::UnitDot<T>(layout::DecodeUnit<T>(row, kCols / 32, unit), a,
                                       d[unit * 32 / ab], sums[2 * unit], sums[2 * unit + 1]);
       got += p;
@@ -112,6 +115,51 @@ TEST(WeightLayoutTest, EveryUnitsDotProductMatchesTheCpuReference) {
   CheckDots<DType::kQ4_K>();
   CheckDots<DType::kQ5_K>();
   CheckDots<DType::kQ6_K>();
+}
+
+// The device quantizer's arithmetic (ActBlockScale, QuantizeActValue) against the CPU's, bit
+// for bit: values of every magnitude, a zero block, values on the rounding boundaries.
+template <int AB>
+void CheckQuantizer() {
+  std::mt19937_64 rng(5 + AB);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(kCols);
+  for (int64_t c = 0; c < kCols; ++c) x[c] = u(rng) * std::ldexp(1.f, static_cast<int>(c / 64) - 8);
+  for (int c = 256; c < 512; ++c) x[c] = 0.f;
+  for (int c = 512; c < 544; ++c) x[c] = (c % 2 ? -0.5f : 0.5f) * static_cast<float>(c - 511);
+  std::vector<int8_t> qs(kCols);
+  std::vector<float> d(kCols / AB);
+  std::vector<int16_t> sums(kCols / 16);
+  kernels::ref::QuantizeAct(x.data(), kCols, AB, qs.data(), d.data(), sums.data());
+  for (int64_t b = 0; b < kCols / AB; ++b) {
+    float amax = 0.f;
+    for (int i = 0; i < AB; ++i) amax = std::fmax(amax, std::fabs(x[b * AB + i]));
+    const layout::ActScale s = layout::ActBlockScale<AB>(amax);
+    ASSERT_EQ(s.d, d[b]) << "block " << b;
+    for (int i = 0; i < AB; ++i)
+      ASSERT_EQ(layout::QuantizeActValue(x[b * AB + i], s.iscale), qs[b * AB + i])
+          << "value " << b * AB + i;
+  }
+}
+
+TEST(WeightLayoutTest, TheDeviceQuantizerMatchesTheCpuReference) {
+  CheckQuantizer<32>();
+  CheckQuantizer<256>();
+  // The block scales over many magnitudes against kernels::ActBlockScale.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(0.5f, 1.f);
+  for (int i = 0; i < 4000; ++i) {
+    const float amax = i == 0 ? 0.f : u(rng) * std::ldexp(1.f, i % 40 - 20);
+    float d32, d256, is32, is256;
+    kernels::ActBlockScale(amax, kernels::kQK, &d32, &is32);
+    kernels::ActBlockScale(amax, kernels::kQKK, &d256, &is256);
+    const layout::ActScale a32 = layout::ActBlockScale<32>(amax);
+    const layout::ActScale a256 = layout::ActBlockScale<256>(amax);
+    ASSERT_EQ(a32.d, d32) << amax;
+    ASSERT_EQ(a32.iscale, is32) << amax;
+    ASSERT_EQ(a256.d, d256) << amax;
+    ASSERT_EQ(a256.iscale, is256) << amax;
+  }
 }
 
 TEST(WeightLayoutTest, Dp4aTakesSignedBytes) {

@@ -318,33 +318,32 @@ class CudaDevice final : public Device {
   }
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
-  // the kernel before when Quantizations said so.
-  // The quantized ones of one type share a launch.
+  // the kernel before when Quantizations said so. The quantized ones of one type share a
+  // launch, up to kMaxQMats of them, in the order they come.
   void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) {
-    std::vector<const MatMulOut*> quantized;
-    for (const MatMulOut& o : outs) {
-      if (QuantizedBlock(o.w->dtype, o.w->cols, T, T)) {
-        quantized.push_back(&o);
-      } else {
-        FloatMatMul(*o.w, x, T, o.y, Epilogue{o.bias, o.accumulate});
-      }
+    const MatMulOut* o = outs.begin();
+    const size_t n = outs.size();
+    uint32_t done = 0;  // bit i: outs[i] launched (the graphs pass a handful)
+    if (n > 32) {
+      Keep(InvalidArgument(name_ + ": MatMuls over more than 32 matrices"));
+      return;
     }
-    while (!quantized.empty()) {  // a launch for each type, in the order they come
-      const DeviceMatrix& first = *quantized.front()->w;
-      QMats ms;
-      int n = 0;
-      for (auto it = quantized.begin(); it != quantized.end();) {
-        const MatMulOut& o = **it;
-        if (o.w->dtype != first.dtype || n == kMaxQMats) {
-          ++it;
-          continue;
-        }
-        ms.m[n++] = {static_cast<const uint8_t*>(o.w->data), o.w->row_bytes, o.w->rows, o.y,
-                     Epilogue{o.bias, o.accumulate}};
-        it = quantized.erase(it);
+    for (size_t i = 0; i < n; ++i) {
+      if (done >> i & 1) continue;
+      const int ab = QuantizedBlock(o[i].w->dtype, o[i].w->cols, T, T);
+      if (!ab) {
+        FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate});
+        continue;
       }
-      LaunchQGemv(ms, n, first.dtype, first.cols,
-                  Act(QuantizedBlock(first.dtype, first.cols, T, T), first.cols), T);
+      QMats ms;
+      int m = 0;
+      for (size_t j = i; j < n && m < kMaxQMats; ++j) {
+        if ((done >> j & 1) || o[j].w->dtype != o[i].w->dtype) continue;
+        ms.m[m++] = {static_cast<const uint8_t*>(o[j].w->data), o[j].w->row_bytes, o[j].w->rows,
+                     o[j].y, Epilogue{o[j].bias, o[j].accumulate}};
+        done |= uint32_t{1} << j;
+      }
+      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(ab, o[i].w->cols), T);
     }
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
@@ -357,9 +356,7 @@ class CudaDevice final : public Device {
     for (const MatMulOut& o : outs) {
       const int ab = QuantizedBlock(o.w->dtype, o.w->cols, T, T);
       if (!ab) continue;
-      const QAct a = Act(ab, o.w->cols);
-      *(ab == 256 ? q256 : q32) = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
-                                   const_cast<int32_t*>(a.s)};
+      *(ab == 256 ? q256 : q32) = ActOut(ab, o.w->cols);
       any = true;
     }
     return any;
@@ -580,9 +577,7 @@ class CudaDevice final : public Device {
       m.experts[i] = o.w->data;
       m.y[i++] = o.y;
     }
-    const QAct a = Act(ab, w.cols);
-    const QActOut q = {const_cast<int8_t*>(a.qs), const_cast<float*>(a.d),
-                       const_cast<int32_t*>(a.s)};
+    const QActOut q = ActOut(ab, w.cols);
     QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
         x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
     WithType(w.dtype, [&]<DType D>() {
@@ -590,7 +585,7 @@ class CudaDevice final : public Device {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
           ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-              m, w.row_bytes, w.rows, a, ids, k, x_per_slot, p0);
+              m, w.row_bytes, w.rows, Act(ab, w.cols), ids, k, x_per_slot, p0);
         }
       }
     });
@@ -650,17 +645,20 @@ class CudaDevice final : public Device {
       return 0;
     return ab;
   }
-  // The scratch region of block size ab, laid out for rows of `cols`.
+  // The scratch region of block size ab, laid out for rows of `cols`: where the quantizer
+  // writes (ActOut) and what the GEMVs read (Act).
+  QActOut ActOut(int ab, int64_t cols) const {
+    uint8_t* base = static_cast<uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
+    QActOut o;
+    o.qs = reinterpret_cast<int8_t*>(base);
+    o.d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
+    o.s = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(o.d) +
+                                     ActPart(kMaxActRows * (cols / 32) * 4));
+    return o;
+  }
   QAct Act(int ab, int64_t cols) const {
-    const uint8_t* base =
-        static_cast<const uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
-    QAct a;
-    a.qs = reinterpret_cast<const int8_t*>(base);
-    a.d = reinterpret_cast<const float*>(base + ActPart(kMaxActRows * cols));
-    a.s = reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(a.d) +
-                                           ActPart(kMaxActRows * (cols / 32) * 4));
-    a.cols = cols;
-    return a;
+    const QActOut o = ActOut(ab, cols);
+    return {o.qs, o.d, o.s, cols};
   }
 
   template <typename KV>

@@ -15,19 +15,9 @@
 #include "backend/cuda/weight_layout.h"
 #include "core/dtype.h"
 #include "kernels/moe.h"
-#include "kernels/quant_blocks.h"
 
 namespace peng::backend::cuda {
 namespace {
-
-using kernels::BlockQ4_0;
-using kernels::BlockQ4_1;
-using kernels::BlockQ4_K;
-using kernels::BlockQ5_0;
-using kernels::BlockQ5_1;
-using kernels::BlockQ5_K;
-using kernels::BlockQ6_K;
-using kernels::BlockQ8_0;
 
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;     // GEMV: warps (rows) per thread block
@@ -38,9 +28,13 @@ constexpr int kMaxMlaRow = 640;      // MLA: kv_lora_rank + rope dims of a cache
 constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
 constexpr int kAttnWarps = 4;
 
-// The sum of v over the warp's lanes (butterfly: every lane gets it).
+// The sum / the maximum of v over the warp's lanes (butterfly: every lane gets it).
 __device__ __forceinline__ float WarpSum(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -130,14 +124,12 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
 }
 
 // ------------------------------------------------------------------------------------------
-// The quantized path of the GEMVs (qdot.h): the activations quantized as the CPU kernels
-// quantize them, the weights' units multiplied with them by dp4a.
+// The quantized path of the GEMVs (weight_layout.h): the activations quantized as the CPU
+// kernels quantize them, the weights' units multiplied with them by dp4a.
 
-// Quantized activation rows: row t's int8 values at qs + t * cols, the first 16 values of
-// every unit (32 values) in the first half of the row, unit after unit, the last 16 in the
-// second half (so that lanes taking consecutive units read consecutive 16-byte pieces); its
-// block scales (one per ab = 32 or 256 values) at d + t * (cols / ab), its sums of every 16
-// values at s + t * (cols / 16).
+// Quantized activation rows: row t's int8 values at qs + t * cols (in layout::ActIndex's
+// order), its block scales (one per ab = 32 or 256 values) at d + t * (cols / ab), its sums of
+// every 16 values at s + t * (cols / 16).
 struct QAct {
   const int8_t* qs = nullptr;
   const float* d = nullptr;
@@ -161,8 +153,7 @@ __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, in
                                               int64_t cols, const QActOut& o,
                                               float* warp_max /* [8], shared */) {
   static_assert(AB == 32 || AB == 256);
-  float amax = fabsf(v);
-  for (int k = kWarp / 2; k > 0; k /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+  float amax = WarpMax(fabsf(v));
   if constexpr (AB == 256) {
     if (threadIdx.x % kWarp == 0) warp_max[threadIdx.x / kWarp] = amax;
     __syncthreads();
@@ -170,22 +161,14 @@ __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, in
     for (int w = 0; w < 8; ++w) amax = fmaxf(amax, warp_max[w]);
     __syncthreads();  // (read by all before the next call writes)
   }
-  const float iscale = amax != 0.f ? 127.f / amax : 0.f;
-  const float q = fminf(127.f, fmaxf(-127.f, rintf(v * iscale)));
-  int sum = static_cast<int>(q);
+  const layout::ActScale scale = layout::ActBlockScale<AB>(amax);
+  const int8_t q = layout::QuantizeActValue(v, scale.iscale);
+  int sum = q;
   for (int k = 8; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
   if (!valid) return;
-  o.qs[t * cols + (i % 32 < 16 ? 0 : cols / 2) + i / 32 * 16 + i % 16] = static_cast<int8_t>(q);
+  o.qs[t * cols + layout::ActIndex(i, cols)] = q;
   if (i % 16 == 0) o.s[t * (cols / 16) + i / 16] = sum;
-  if (i % AB == 0) {
-    float scale;
-    if constexpr (AB == 256) {
-      scale = amax != 0.f ? 1.f / iscale : 0.f;
-    } else {
-      scale = __half2float(__float2half_rn(amax / 127.f));
-    }
-    o.d[t * (cols / AB) + i / AB] = scale;
-  }
+  if (i % AB == 0) o.d[t * (cols / AB) + i / AB] = scale.d;
 }
 
 // v quantized into the QActs asked for (q32 / q256 with non-null qs).
@@ -219,13 +202,8 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
       const int64_t at = t0 + t;
-      const int8_t* qs = a.qs + at * a.cols + u * 16;
-      const int4 q0 = *reinterpret_cast<const int4*>(qs);
-      const int4 q1 = *reinterpret_cast<const int4*>(qs + a.cols / 2);
-      const uint32_t words[8] = {static_cast<uint32_t>(q0.x), static_cast<uint32_t>(q0.y),
-                                 static_cast<uint32_t>(q0.z), static_cast<uint32_t>(q0.w),
-                                 static_cast<uint32_t>(q1.x), static_cast<uint32_t>(q1.y),
-                                 static_cast<uint32_t>(q1.z), static_cast<uint32_t>(q1.w)};
+      uint32_t words[8];
+      layout::ActWords(a.qs + at * a.cols, a.cols, u, words);
       const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
       acc[t] += layout::UnitDot<T>(w, words, a.d[at * d_stride + u / kPerScale], sums.x, sums.y);
     }
@@ -595,9 +573,7 @@ __global__ void AttentionKernel(AttnArgs a) {
       s = KeyDot(q_s, kc + slot * a.k_stride + int64_t{kvh} * a.head_dim, a.head_dim) * a.scale;
       if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
     }
-    float mx = s;
-    for (int o = kWarp / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    const float m_new = fmaxf(m, mx);  // finite: key j0 exists
+    const float m_new = fmaxf(m, WarpMax(s));  // finite: key j0 exists
     const float corr = expf(m - m_new);  // 0 for the first chunk (m = -inf)
     const float e = j <= p ? expf(s - m_new) : 0.f;
     l = l * corr + WarpSum(e);

@@ -26,6 +26,7 @@
 // with ad the activation block's scale and s0 / s1 its sums over values 0-15 / 16-31.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -50,28 +51,22 @@ namespace peng::backend::layout {
 // ------------------------------------------------------------------------------------------
 // Loads (little-endian; p aligned to the type's size on the device).
 
-PENG_HD uint32_t Load4(const uint8_t* p) {
+template <typename U>
+PENG_HD U LoadAs(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint32_t*>(p);
+  return *reinterpret_cast<const U*>(p);
 #else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
+  U v;
+  std::memcpy(&v, p, sizeof(U));
   return v;
 #endif
 }
-PENG_HD uint16_t Load2(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const uint16_t*>(p);
-#else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-#endif
-}
+PENG_HD uint32_t Load4(const uint8_t* p) { return LoadAs<uint32_t>(p); }
+PENG_HD uint16_t Load2(const uint8_t* p) { return LoadAs<uint16_t>(p); }
 // 16 bytes at p (16-byte aligned) as four words.
 PENG_HD void Load16(const uint8_t* p, uint32_t* w) {
 #if defined(__CUDA_ARCH__)
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint4 v = LoadAs<uint4>(p);
   w[0] = v.x;
   w[1] = v.y;
   w[2] = v.z;
@@ -321,6 +316,54 @@ PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1
   const float dot = ad * w.dw * static_cast<float>(isum);
   if constexpr (kHasMin<T>) return dot + ad * w.mw * static_cast<float>(s0 + s1);
   return dot;
+}
+
+// ------------------------------------------------------------------------------------------
+// The activations (the CUDA quantizer, kernels.cuh QuantizeValue, and the GEMVs' reads).
+
+// A block of AB (32 or 256) activation values whose largest magnitude is amax: the factor its
+// values are quantized with and the scale kept (kernels::ActBlockScale's arithmetic: amax / 127
+// rounded to fp16 for 32-value blocks, 1 / iscale for 256).
+struct ActScale {
+  float iscale, d;
+};
+template <int AB>
+PENG_HD ActScale ActBlockScale(float amax) {
+  static_assert(AB == kernels::kQK || AB == kernels::kQKK);
+  ActScale a;
+  a.iscale = amax != 0.f ? 127.f / amax : 0.f;
+  if constexpr (AB == kernels::kQKK) {
+    a.d = amax != 0.f ? 1.f / a.iscale : 0.f;
+  } else {
+#if defined(__CUDA_ARCH__)
+    a.d = __half2float(__float2half_rn(amax / 127.f));
+#else
+    a.d = F16ToF32(F32ToF16(amax / 127.f));
+#endif
+  }
+  return a;
+}
+// Value v of the block: round-half-even(v * iscale) within [-127, 127].
+PENG_HD int8_t QuantizeActValue(float v, float iscale) {
+#if defined(__CUDA_ARCH__)
+  const float r = rintf(v * iscale);
+#else
+  const float r = std::nearbyint(v * iscale);
+#endif
+  return static_cast<int8_t>(fminf(127.f, fmaxf(-127.f, r)));
+}
+
+// Where value i of a quantized activation row of cols values sits: the first 16 values of
+// every unit in the row's first half, unit after unit, the last 16 in its second half, so
+// that lanes taking consecutive units read consecutive 16-byte pieces (ActWords).
+PENG_HD int64_t ActIndex(int64_t i, int64_t cols) {
+  return (i % 32 < 16 ? 0 : cols / 2) + i / 32 * 16 + i % 16;
+}
+// The 32 values of unit u of such a row (16-byte aligned) as eight words, values 0-15 first.
+PENG_HD void ActWords(const int8_t* row, int64_t cols, int64_t u, uint32_t* words) {
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(row) + u * 16;
+  Load16(p, words);
+  Load16(p + cols / 2, words + 4);
 }
 
 }  // namespace peng::backend::layout
