@@ -333,36 +333,18 @@ class DeviceDecoderModel : public DeviceModel {
     ap.scale = c.AttentionScale();
     ap.sliding_window = sliding ? c.sliding_window : 0;
     d.PagedAttention(q_, kv_[il], b, ap, attn_);
-    Residual(L.wo, L.post_attn_norm, [&](const backend::Device::MatMulOut& o) {
-      d.MatMuls(attn_, T, {o});
-    });
+    Residual(L.wo, nullptr, {L.post_attn_norm, c.norm_weight_offset, c.rms_eps}, o_,
+             [&](const backend::Device::MatMulOut& o) { d.MatMuls(attn_, T, {o}); });
 
     // --- feed-forward block
     d.NormMatMuls(x_, L.ffn_norm, c.norm_weight_offset, c.rms_eps, h_, T, D,
                   {{&L.w_gate, gate_}, {&L.w_up, up_}});
     const auto act = c.activation == Activation::kSilu ? backend::GatedActivation::kSilu
                                                        : backend::GatedActivation::kGeluTanh;
-    Residual(L.w_down, L.post_ffn_norm, [&](const backend::Device::MatMulOut& o) {
-      d.GatedMatMuls(act, gate_, up_, gate_, T, F, {o});
-    });
-  }
-
-  // x_ += [post_norm](W h) for the output projection W of a block, whose product with its
-  // input `product` runs into the output it is given; the product is summed over the
-  // tensor-parallel ranks first (row parallel: each holds a share). Without either, the add is
-  // folded into the product.
-  template <typename Product>
-  void Residual(const DeviceMatrix& w, const float* post_norm, Product product) {
-    const ModelConfig& c = m_.cfg_;
-    const int64_t T = step_.n_tokens, D = c.hidden_size;
-    if (!comm_ && !post_norm) {
-      product({&w, x_, nullptr, true});
-      return;
-    }
-    product({&w, o_});
-    if (comm_) comm_->AllReduceSum(o_, T * D);
-    if (post_norm) dev_->RmsNorm(o_, post_norm, c.norm_weight_offset, o_, T, D, c.rms_eps);
-    dev_->Add(x_, o_, T * D);
+    Residual(L.w_down, nullptr, {L.post_ffn_norm, c.norm_weight_offset, c.rms_eps}, o_,
+             [&](const backend::Device::MatMulOut& o) {
+               d.GatedMatMuls(act, gate_, up_, gate_, T, F, {o});
+             });
   }
 
   const DecoderModel& m_;

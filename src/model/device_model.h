@@ -69,6 +69,29 @@ class DeviceModel {
   // A device scratch array of n floats (or ints), replacing *p (freed) when given.
   template <typename T>
   Status Scratch(int64_t n, T** p);
+  // x_ += post_norm(the sum over the tensor-parallel ranks of W in, + bias): a block's output
+  // projection W added to the residual stream. `product` runs W on the block's input into the
+  // output it is given (MatMuls or GatedMatMuls); o is a [T, hidden] scratch. Alone and
+  // without a post norm (RMSNorm with post.w, post.offset, post.eps: Gemma 3), the bias and
+  // the add are folded into the product (MatMulOut::accumulate).
+  struct PostNorm {
+    const float* w = nullptr;
+    float offset = 0.f, eps = 0.f;
+  };
+  template <typename Product>
+  void Residual(const backend::DeviceMatrix& w, const float* bias, const PostNorm& post,
+                float* o, Product product) {
+    const int64_t T = step_.n_tokens, D = host_.config().hidden_size;
+    if (!comm_ && !post.w) {
+      product({&w, x_, bias, true});
+      return;
+    }
+    product({&w, o});
+    if (comm_) comm_->AllReduceSum(o, T * D);  // row parallel: each rank holds a share
+    if (bias) dev_->AddBiasRows(o, bias, T, D);
+    if (post.w) dev_->RmsNorm(o, post.w, post.offset, o, T, D, post.eps);
+    dev_->Add(x_, o, T * D);
+  }
 
   const Model& host_;
   backend::Device* dev_;

@@ -131,24 +131,18 @@ class DeviceDeepseekModel : public DeviceModel {
     return Scratch(T * k, &ids_);
   }
 
-  // gate / up / SiLU / down over T rows of h_ into out (added to it when `accumulate`); with
-  // `norm`, h_ = RmsNorm(x_) first.
-  void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
-           int64_t T, float* out, bool accumulate, const float* norm = nullptr) {
+  // gate / up / SiLU over T rows of h_, then the down projection with its output and epilogue;
+  // with `norm`, h_ = RmsNorm(x_) first.
+  void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const backend::Device::MatMulOut& down,
+           int64_t T, const float* norm = nullptr) {
     if (norm) {
       dev_->NormMatMuls(x_, norm, 0.f, m_.cfg_.base.rms_eps, h_, T, m_.cfg_.base.hidden_size,
                         {{&gate, gate_}, {&up, up_}});
     } else {
       dev_->MatMuls(h_, T, {{&gate, gate_}, {&up, up_}});
     }
-    dev_->GatedMatMuls(backend::GatedActivation::kSilu, gate_, up_, gate_, T, gate.rows,
-                       {{&down, out, nullptr, accumulate}});
+    dev_->GatedMatMuls(backend::GatedActivation::kSilu, gate_, up_, gate_, T, gate.rows, {down});
   }
-  // x summed over the tensor-parallel ranks (no-op alone).
-  void AllReduce(float* x, int64_t n) {
-    if (comm_) comm_->AllReduceSum(x, n);
-  }
-
   void RunLayer(int il) override {
     const DeepseekV2Config& c = m_.cfg_;
     const Layer& L = layers_[il];
@@ -182,24 +176,14 @@ class DeviceDeepseekModel : public DeviceModel {
     d.MlaAbsorbQuery(q_, T, L.w_kvb, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     d.MlaProjectOutput(olat_, T, L.w_kvb, mp, attn_);
-    if (!comm_) {
-      d.MatMuls(attn_, T, {{&L.wo, x_, L.bo, true}});
-    } else {
-      d.MatMul(L.wo, attn_, T, o_);
-      AllReduce(o_, T * D);  // row parallel: the heads' shares
-      d.AddBiasRows(o_, L.bo, T, D);
-      d.Add(x_, o_, T * D);
-    }
+    Residual(L.wo, L.bo, {}, o_,
+             [&](const backend::Device::MatMulOut& o) { d.MatMuls(attn_, T, {o}); });
 
     // --- FFN: dense, or routed + shared experts
     if (!L.moe) {
-      if (!comm_) {
-        Mlp(L.w_gate, L.w_up, L.w_down, T, x_, true, L.ffn_norm);
-        return;
-      }
-      Mlp(L.w_gate, L.w_up, L.w_down, T, o_, false, L.ffn_norm);
-      AllReduce(o_, T * D);
-      d.Add(x_, o_, T * D);
+      Residual(L.w_down, nullptr, {}, o_, [&](const backend::Device::MatMulOut& o) {
+        Mlp(L.w_gate, L.w_up, o, T, L.ffn_norm);
+      });
       return;
     }
     const int k = static_cast<int>(c.num_experts_per_tok);
@@ -211,15 +195,15 @@ class DeviceDeepseekModel : public DeviceModel {
     d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
     if (!comm_) {  // the routed experts straight into the residual, then the shared ones
       d.SlotSum(ys_, w_, T, k, D, x_);
-      if (L.shared) Mlp(L.sh_gate, L.sh_up, L.sh_down, T, x_, true);
+      if (L.shared) Mlp(L.sh_gate, L.sh_up, {&L.sh_down, x_, nullptr, true}, T);
       return;
     }
     // Tensor parallel: this rank's slices of the routed and shared experts, summed in one
     // all-reduce.
     d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
     d.SlotSum(ys_, w_, T, k, D, o_);
-    if (L.shared) Mlp(L.sh_gate, L.sh_up, L.sh_down, T, o_, true);
-    AllReduce(o_, T * D);
+    if (L.shared) Mlp(L.sh_gate, L.sh_up, {&L.sh_down, o_, nullptr, true}, T);
+    comm_->AllReduceSum(o_, T * D);
     d.Add(x_, o_, T * D);
   }
 
