@@ -451,16 +451,14 @@ class CudaDevice final : public Device {
                    const kernels::RopeConfig& cfg, const float* inv_freq,
                    const kernels::KvLayerView& kv, const float* k_rows,
                    const float* v_rows) override {
-    const RopeArgs rq = {q.x, q.n_heads, q.head_stride, q.token_stride};
-    const RopeArgs rk = {k.x, k.n_heads, k.head_stride, k.token_stride};
     const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
     const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
     if (kv.dtype == DType::kF16) {
-      LaunchRopeKv(rq, rk, b, cfg, inv_freq,
+      LaunchRopeKv(q, k, b, cfg, inv_freq,
                    KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
                                     b.d_slot, kd, vd, k_rows, v_rows});
     } else {
-      LaunchRopeKv(rq, rk, b, cfg, inv_freq,
+      LaunchRopeKv(q, k, b, cfg, inv_freq,
                    KvRows<float>{static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot,
                                  kd, vd, k_rows, v_rows});
     }
@@ -662,7 +660,7 @@ class CudaDevice final : public Device {
   }
 
   template <typename KV>
-  void LaunchRopeKv(const RopeArgs& q, const RopeArgs& k, const StepBatch& b,
+  void LaunchRopeKv(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                     const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv) {
     if (b.n_tokens == 0) return;
     if (cfg.rot_dim / 2 > kMaxRopeHalf) {

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "backend/cuda/weight_layout.h"
+#include "backend/device.h"
 #include "core/dtype.h"
 #include "kernels/moe.h"
 
@@ -411,11 +412,6 @@ __global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t
 
 constexpr int kMaxRopeHalf = 128;  // rot_dim / 2 (rot_dim <= head_dim <= 256)
 
-// The heads of one tensor RopeKvKernel rotates (Device::RopeHeads; x null: none).
-struct RopeArgs {
-  float* x = nullptr;
-  int64_t n_heads = 0, head_stride = 0, token_stride = 0;
-};
 
 template <typename KV>
 __device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
@@ -447,7 +443,7 @@ struct KvRows {
 
 // Rotates token t's heads of r with the token's cos / sin (kernels::ApplyRope's pairs:
 // interleaved or half apart).
-__device__ __forceinline__ void RotateHeads(const RopeArgs& r, int64_t t, int half,
+__device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t t, int half,
                                             bool interleaved, const float* cos_t,
                                             const float* sin_t) {
   if (!r.x) return;
@@ -467,9 +463,9 @@ __device__ __forceinline__ void RotateHeads(const RopeArgs& r, int64_t t, int ha
 // shared memory, then the heads of q and k rotated, then the token's k and v rows stored into
 // its cache slot.
 template <typename KV>
-__global__ void RopeKvKernel(RopeArgs q, RopeArgs k, const int32_t* pos, int half,
-                             bool interleaved, float attention_factor, const float* inv_freq,
-                             KvRows<KV> kv) {
+__global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int32_t* pos,
+                             int half, bool interleaved, float attention_factor,
+                             const float* inv_freq, KvRows<KV> kv) {
   __shared__ float cs[2][kMaxRopeHalf];
   const int64_t t = blockIdx.x;
   if (q.x || k.x) {
