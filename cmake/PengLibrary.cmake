@@ -1,11 +1,11 @@
 # peng_library(NAME DIR LIBS ...): a static library from every *.cc under DIR (recursively)
-# except *_test.cc and *_fuzz.cc; SIMD files get per-file target flags by suffix (*_avx2.cc,
+# except *_test.cc, *_fuzz.cc and the files listed after EXCLUDE; SIMD files get per-file target flags by suffix (*_avx2.cc,
 # *_avx512.cc; on ARM64 one per kernels::Isa level: *_neon.cc = ARMv8.0 NEON, *_dotprod.cc =
 # +dotprod+fp16, *_i8mm.cc = +dotprod+fp16+i8mm), never -march=native. Every *_test.cc under
 # DIR becomes a GoogleTest executable linked to the library, labelled by TEST_LABEL (default
 # "unit").
 function(peng_library name)
-  cmake_parse_arguments(L "" "TEST_LABEL" "LIBS;TEST_LIBS" ${ARGN})
+  cmake_parse_arguments(L "" "TEST_LABEL" "LIBS;TEST_LIBS;EXCLUDE" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   file(GLOB_RECURSE tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   file(GLOB_RECURSE fuzzers CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_fuzz.cc)
@@ -15,6 +15,9 @@ function(peng_library name)
   if(fuzzers)
     list(REMOVE_ITEM srcs ${fuzzers})
   endif()
+  foreach(e ${L_EXCLUDE})  # sources the directory builds into another target
+    list(REMOVE_ITEM srcs ${CMAKE_CURRENT_SOURCE_DIR}/${e})
+  endforeach()
   set(kept "")
   foreach(s ${srcs})
     if(s MATCHES "_avx2\\.cc$")

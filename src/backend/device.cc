@@ -1,6 +1,7 @@
 #include "backend/device.h"
 
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #ifdef PENG_HAVE_CUDA
@@ -110,8 +111,19 @@ int CudaDeviceCount() {
 #endif
 }
 
+namespace {
+std::map<std::string, DeviceFactory>& Registered() {
+  static std::map<std::string, DeviceFactory> m;
+  return m;
+}
+}  // namespace
+
+void RegisterDevice(const std::string& name, DeviceFactory factory) {
+  Registered()[name] = factory;
+}
+
 StatusOr<int> ParseDeviceSpec(const std::string& spec) {
-  if (spec == "host") return -1;
+  if (spec == "host" || Registered().count(spec)) return -1;
   if (spec == "cuda") return 0;
   if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() < 10) {
     char* end = nullptr;
@@ -122,6 +134,7 @@ StatusOr<int> ParseDeviceSpec(const std::string& spec) {
 }
 
 StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool) {
+  if (const auto it = Registered().find(spec); it != Registered().end()) return it->second();
   PENG_ASSIGN_OR_RETURN(int index, ParseDeviceSpec(spec));
   if (index < 0) return CreateHostDevice(pool);
 #ifdef PENG_HAVE_CUDA

@@ -247,9 +247,13 @@ class Device {
 // "cuda:N" ("cuda" in an mpirun job: the GPU of the rank's local rank on its host). An error
 // that says why when the backend is not built in or the device is absent.
 StatusOr<std::unique_ptr<Device>> CreateDevice(const std::string& spec, ThreadPool* pool);
-// The CUDA device index of "cuda" (0) / "cuda:N", -1 for "host"; an error naming the spec for
-// anything else (the engine checks --device before loading a model).
+// The CUDA device index of "cuda" (0) / "cuda:N", -1 for "host" and registered names; an error
+// naming the spec for anything else (the engine checks --device before loading a model).
 StatusOr<int> ParseDeviceSpec(const std::string& spec);
+// A backend linked in under its own device name, which CreateDevice then opens: the tests' CUDA
+// emulator ("cuda-emu", backend/cuda/emulator.h) registers itself this way.
+using DeviceFactory = StatusOr<std::unique_ptr<Device>> (*)();
+void RegisterDevice(const std::string& name, DeviceFactory factory);
 // Number of CUDA devices present (0 without the CUDA backend or without a GPU).
 int CudaDeviceCount();
 

@@ -38,12 +38,18 @@ namespace {
 using backend::Device;
 using backend::DeviceMatrix;
 
-// The device under test: "cuda", or PENG_TEST_DEVICE (e.g. "host": the harness itself checked
-// against the reference on a machine without a GPU). Empty: skip.
+// The device under test: "cuda" ("cuda-emu", the CUDA emulator, in cuda_emulator_test), or
+// PENG_TEST_DEVICE (e.g. "host": the harness itself checked against the reference on a machine
+// without a GPU). Empty: skip.
 std::string DeviceUnderTest() {
   const char* e = std::getenv("PENG_TEST_DEVICE");
+#ifdef PENG_TEST_DEVICE_DEFAULT  // (cuda_emulator_test: "cuda-emu")
+  const std::string spec = e && *e ? e : PENG_TEST_DEVICE_DEFAULT;
+#else
   const std::string spec = e && *e ? e : "cuda";
-  if (spec.rfind("cuda", 0) == 0 && backend::CudaDeviceCount() == 0) return "";
+#endif
+  const bool gpu = spec == "cuda" || spec.rfind("cuda:", 0) == 0;
+  if (gpu && backend::CudaDeviceCount() == 0) return "";
   return spec;
 }
 

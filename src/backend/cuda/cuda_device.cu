@@ -12,10 +12,6 @@
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
 // Paged attention runs one thread block per (token, head) over the sequence's blocks, each
 // warp scoring 32 keys at a time with its own online softmax, merged across warps at the end.
-#include <cublas_v2.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +24,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/runtime.h"
 #include "kernels/ops.h"
 #ifdef PENG_HAVE_NCCL
 #include "backend/cuda/nccl_communicator.h"
@@ -192,8 +189,8 @@ class CudaDevice final : public Device {
     double best = 0;
     for (int pass = 0; pass < 4; ++pass) {  // the first is a warm-up
       cudaEventRecord(a, stream_);
-      ReadKernel<<<prop.multiProcessorCount * 8, 512, 0, stream_>>>(
-          static_cast<const float4*>(*buf), bytes / 16, static_cast<float*>(*buf) + bytes / 4);
+      Launch(ReadKernel, prop.multiProcessorCount * 8, 512, stream_,
+             static_cast<const float4*>(*buf), bytes / 16, static_cast<float*>(*buf) + bytes / 4);
       cudaEventRecord(b, stream_);
       cudaEventSynchronize(b);
       float ms = 0;
@@ -222,7 +219,7 @@ class CudaDevice final : public Device {
     m.row_bytes = layout::DeviceRowBytes(m.dtype, m.cols);
     const int64_t bytes = static_cast<int64_t>(m.row_bytes) * m.rows;
     PENG_ASSIGN_OR_RETURN(void* p, Alloc(bytes));
-    if (m.row_bytes == w.row_bytes()) {
+    if (!layout::Repacked(m.dtype)) {
       PENG_RETURN_IF_ERROR(CopyToDevice(p, w.data, bytes));
     } else {  // repacked, a slice of rows at a time
       const int64_t rows_per_slice = std::max<int64_t>(1, (int64_t{16} << 20) / m.row_bytes);
@@ -261,8 +258,8 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     QActOut q32, q256;
     if (Quantizations(T, outs, &q32, &q256)) {
-      QuantizeActKernel<<<dim3(Blocks(outs.begin()->w->cols, 256), T), 256, 0, stream_>>>(
-          x, outs.begin()->w->cols, q32, q256);
+      Launch(QuantizeActKernel, dim3(Blocks(outs.begin()->w->cols, 256), T), 256, stream_, x,
+             outs.begin()->w->cols, q32, q256);
       Note(cudaGetLastError());
     }
     Products(x, T, outs);
@@ -273,7 +270,7 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     QActOut q32, q256;
     Quantizations(T, outs, &q32, &q256);
-    RmsNormKernel<<<T, 256, 0, stream_>>>(x, norm_w, w_offset, y, n, eps, n, q32, q256);
+    Launch(RmsNormKernel, T, 256, stream_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
     Note(cudaGetLastError());
     Products(y, T, outs);
   }
@@ -283,8 +280,8 @@ class CudaDevice final : public Device {
     QActOut q32, q256;
     const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
     if (Quantizations(T, outs, &q32, &q256)) {
-      GatedQuantKernel<<<dim3(Blocks(n, 256), T), 256, 0, stream_>>>(op, gate, up, h, n, q32,
-                                                                       q256);
+      Launch(GatedQuantKernel, dim3(Blocks(n, 256), T), 256, stream_, op, gate, up, h, n, q32,
+             q256);
       Note(cudaGetLastError());
     } else {
       Elementwise(op, h, gate, up, 0, T * n);
@@ -304,7 +301,7 @@ class CudaDevice final : public Device {
       if constexpr (layout::kQuantized<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
-          QGemvKernel<D, NT, WPR><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(ms, a, T);
+          Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, stream_, ms, a, T);
         };
         auto tokens = [&]<int WPR>() {
           T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
@@ -371,8 +368,8 @@ class CudaDevice final : public Device {
         const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
         const dim3 tiles(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile));
         auto args = [&](auto kernel, dim3 grid) {
-          kernel<<<grid, block, 0, stream_>>>(wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
-                                              ep);
+          Launch(kernel, grid, block, stream_, wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
+                 ep);
         };
         T == 1 ? args(GemvKernel<D, 1>, one) : args(GemvKernel<D, kTokenTile>, tiles);
       });
@@ -386,10 +383,10 @@ class CudaDevice final : public Device {
     __half* wh = static_cast<__half*>(w_half_);
     __half* xh = static_cast<__half*>(x_half_);
     WithType(w.dtype, [&]<DType D>() {
-      DecodeToHalfKernel<D><<<Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, 0, stream_>>>(
-          wd, w.row_bytes, w.rows, w.cols, w.scales, wh);
+      Launch(DecodeToHalfKernel<D>, Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, stream_, wd,
+             w.row_bytes, w.rows, w.cols, w.scales, wh);
     });
-    ToHalfKernel<<<Blocks(T * w.cols, 256), 256, 0, stream_>>>(x, T * w.cols, xh);
+    Launch(ToHalfKernel, Blocks(T * w.cols, 256), 256, stream_, x, T * w.cols, xh);
     Note(cudaGetLastError());
     const float one = 1.f, beta = ep.accumulate ? 1.f : 0.f;
     // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T] (+ Y^T).
@@ -407,22 +404,21 @@ class CudaDevice final : public Device {
                  int64_t row0) override {
     if (b.n_tokens == 0) return;
     WithType(w.dtype, [&]<DType D>() {
-      EmbedKernel<D><<<b.n_tokens, 128, 0, stream_>>>(static_cast<const uint8_t*>(w.data),
-                                                      w.row_bytes, w.rows, w.cols, w.scales,
-                                                      b.d_tokens, row0, scale, out);
+      Launch(EmbedKernel<D>, b.n_tokens, 128, stream_, static_cast<const uint8_t*>(w.data),
+             w.row_bytes, w.rows, w.cols, w.scales, b.d_tokens, row0, scale, out);
     });
     Note(cudaGetLastError());
   }
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    RmsNormKernel<<<n_rows, 256, 0, stream_>>>(x, w, w_offset, y, n, eps, stride ? stride : n,
-                                               QActOut{}, QActOut{});
+    Launch(RmsNormKernel, n_rows, 256, stream_, x, w, w_offset, y, n, eps, stride ? stride : n,
+           QActOut{}, QActOut{});
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
     if (!b || n_rows * n == 0) return;
-    BiasRowsKernel<<<Blocks(n_rows * n, 256), 256, 0, stream_>>>(y, b, n_rows, n);
+    Launch(BiasRowsKernel, Blocks(n_rows * n, 256), 256, stream_, y, b, n_rows, n);
     Note(cudaGetLastError());
   }
   void Add(float* y, const float* x, int64_t n) override {
@@ -498,16 +494,17 @@ class CudaDevice final : public Device {
   void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
                       float* out) override {
     if (T == 0) return;
-    MlaAbsorbKernel<<<dim3(T * p.n_heads, Blocks(p.kv_lora_rank, kWarp)), kRowsPerBlock * kWarp,
-                      0, stream_>>>(q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
-                                    p.d_v, out);
+    Launch(MlaAbsorbKernel, dim3(T * p.n_heads, Blocks(p.kv_lora_rank, kWarp)),
+           kRowsPerBlock * kWarp, stream_, q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
+           p.d_v, out);
     Note(cudaGetLastError());
   }
   void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
                         const kernels::MlaParams& p, float* out) override {
     if (T == 0) return;
-    MlaProjectKernel<<<dim3(T * p.n_heads, Blocks(p.d_v, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
-                       stream_>>>(o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v, out);
+    Launch(MlaProjectKernel, dim3(T * p.n_heads, Blocks(p.d_v, kRowsPerBlock)),
+           kRowsPerBlock * kWarp, stream_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v,
+           out);
     Note(cudaGetLastError());
   }
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
@@ -517,7 +514,7 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
       return;
     }
-    MoeRouteKernel<<<T, kWarp, 0, stream_>>>(logits, bias, T, p, ids, w);
+    Launch(MoeRouteKernel, T, kWarp, stream_, logits, bias, T, p, ids, w);
     Note(cudaGetLastError());
   }
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
@@ -532,8 +529,8 @@ class CudaDevice final : public Device {
       auto kernel = ExpertsGemvKernel<D>;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
-        kernel<<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(w.data, w.row_bytes, w.rows, w.cols,
-                                                            x, ids, k, x_per_slot, p0, y);
+        Launch(kernel, grid, kRowsPerBlock * kWarp, stream_, w.data, w.row_bytes, w.rows, w.cols, x,
+               ids, k, x_per_slot, p0, y);
       }
     });
     Note(cudaGetLastError());
@@ -546,13 +543,13 @@ class CudaDevice final : public Device {
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
     if (T == 0) return;
-    SlotSumKernel<<<Blocks(T * n, 256), 256, 0, stream_>>>(y, w, T, k, n, out);
+    Launch(SlotSumKernel, Blocks(T * n, 256), 256, stream_, y, w, T, k, n, out);
     Note(cudaGetLastError());
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     if (n == 0) return;
-    GatherRowsKernel<<<n, 256, 0, stream_>>>(src, rows, n_cols, dst);
+    Launch(GatherRowsKernel, n, 256, stream_, src, rows, n_cols, dst);
     Note(cudaGetLastError());
   }
 
@@ -576,14 +573,14 @@ class CudaDevice final : public Device {
       m.y[i++] = o.y;
     }
     const QActOut q = ActOut(ab, w.cols);
-    QuantizeActKernel<<<dim3(Blocks(w.cols, 256), x_rows), 256, 0, stream_>>>(
-        x, w.cols, ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, stream_, x, w.cols,
+           ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
-          ExpertsQGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-              m, w.row_bytes, w.rows, Act(ab, w.cols), ids, k, x_per_slot, p0);
+          Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, stream_, m, w.row_bytes,
+                 w.rows, Act(ab, w.cols), ids, k, x_per_slot, p0);
         }
       }
     });
@@ -604,18 +601,17 @@ class CudaDevice final : public Device {
     int32_t* cursor = tile_start + (E + 1);
     int32_t* list = cursor + (E + 1);
     Fill(counts, 0, E * 4);
-    CountExpertsKernel<<<Blocks(n_pairs, 256), 256, 0, stream_>>>(ids, n_pairs, counts);
-    ExpertTilesKernel<<<1, kWarp, 0, stream_>>>(counts, E, offsets, tile_start, cursor);
-    ScatterPairsKernel<<<Blocks(n_pairs, 256), 256, 0, stream_>>>(ids, n_pairs, offsets, cursor,
-                                                                  list);
+    Launch(CountExpertsKernel, Blocks(n_pairs, 256), 256, stream_, ids, n_pairs, counts);
+    Launch(ExpertTilesKernel, 1, kWarp, stream_, counts, E, offsets, tile_start, cursor);
+    Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, stream_, ids, n_pairs, offsets, cursor,
+           list);
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
     const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
     WithType(w.dtype, [&]<DType D>() {
       for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
-        GroupedExpertsGemvKernel<D><<<grid, kRowsPerBlock * kWarp, 0, stream_>>>(
-            w.data, w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list,
-            g0, y);
+        Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, stream_, w.data,
+               w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list, g0, y);
       }
     });
     Note(cudaGetLastError());
@@ -667,9 +663,8 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
       return;
     }
-    RopeKvKernel<KV><<<b.n_tokens, 128, 0, stream_>>>(
-        q, k, b.d_pos, cfg.rot_dim / 2, cfg.style == kernels::RopeStyle::kInterleaved,
-        cfg.attention_factor, inv_freq, kv);
+    Launch(RopeKvKernel<KV>, b.n_tokens, 128, stream_, q, k, b.d_pos, cfg.rot_dim / 2,
+           cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv);
     Note(cudaGetLastError());
   }
 
@@ -678,9 +673,9 @@ class CudaDevice final : public Device {
   void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
     if (cache == DType::kF16) {
-      AttentionKernel<uint16_t, kMaxK, kMaxV><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+      Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, stream_, a);
     } else {
-      AttentionKernel<float, kMaxK, kMaxV><<<grid, kAttnWarps * kWarp, 0, stream_>>>(a);
+      Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, stream_, a);
     }
     Note(cudaGetLastError());
   }
@@ -713,7 +708,7 @@ class CudaDevice final : public Device {
   }
   void Elementwise(Ew op, float* y, const float* a, const float* b, float s, int64_t n) {
     if (n == 0) return;
-    ElementwiseKernel<<<Blocks(n, 256), 256, 0, stream_>>>(op, y, a, b, s, n);
+    Launch(ElementwiseKernel, Blocks(n, 256), 256, stream_, op, y, a, b, s, n);
     Note(cudaGetLastError());
   }
   // Scratch that grows to the largest request (freed after the stream's pending work).
@@ -756,6 +751,12 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
+#if defined(PENG_CUDA_EMULATOR)
+// This backend on the CPU (emulator.h): the tests' device "cuda-emu".
+namespace {
+const bool kRegistered = (RegisterDevice("cuda-emu", [] { return CudaDevice::Open(0); }), true);
+}  // namespace
+#else
 int DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
@@ -763,5 +764,6 @@ int DeviceCount() {
 }
 
 StatusOr<std::unique_ptr<Device>> CreateDevice(int index) { return CudaDevice::Open(index); }
+#endif
 
 }  // namespace peng::backend::cuda

@@ -6,12 +6,10 @@
 // the embedding a unit at a time (DecodeUnit). FP32 accumulation throughout.
 #pragma once
 
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/runtime.h"
 #include "backend/cuda/weight_layout.h"
 #include "backend/device.h"
 #include "core/dtype.h"

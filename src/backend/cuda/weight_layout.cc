@@ -25,6 +25,18 @@ void RepackFields(const uint8_t* src, int64_t n, uint8_t* dst) {
 
 }  // namespace
 
+bool Repacked(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ8_0:
+    case DType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
 size_t DeviceRowBytes(DType t, int64_t cols) {
   const int64_t n = cols / 32;
   switch (t) {

@@ -135,6 +135,10 @@ PENG_HD int64_t QsOffset(int64_t n) {
   return Align16(kHeadBytes<T> * n);
 }
 
+// Whether rows of type t are rearranged for the device (RepackRow) rather than copied as
+// stored. (Not the same as a change of size: a Q4_0 row of a multiple of 256 values keeps its
+// byte count.)
+bool Repacked(DType t);
 // Bytes of one row of `cols` values in device memory (the row stride).
 size_t DeviceRowBytes(DType t, int64_t cols);
 // Writes one row of `cols` values from the file's layout (src) into the device's (dst,

@@ -1,0 +1,591 @@
+// The CUDA emulator's runtime (emulator.h): memory, streams and graph capture, events, cuBLAS's
+// GEMM, and the thread scheduler -- a block's threads as coroutines on stacks of their own,
+// switched at barriers (x86-64: a six-register switch; elsewhere ucontext).
+#include "backend/cuda/emulator.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace peng::backend::cuda {
+namespace emu {
+
+thread_local ThreadState* current_thread = nullptr;
+thread_local BlockState* current_block = nullptr;
+
+struct Stream {
+  bool capturing = false;
+  bool invalidated = false;  // an unsupported call during capture
+  std::vector<std::function<void()>> ops;
+};
+struct Graph {
+  std::vector<std::function<void()>> ops;
+};
+struct Event {
+  std::chrono::steady_clock::time_point at;
+};
+
+namespace {
+
+// The sticky-until-read error of cudaGetLastError (launch failures, emulator findings).
+std::mutex error_mu;
+cudaError_t last_error = cudaSuccess;
+std::string last_message;
+
+void Fail(cudaError_t e, const std::string& what) {
+  std::lock_guard<std::mutex> lock(error_mu);
+  std::fprintf(stderr, "[cuda-emu] %s\n", what.c_str());
+  if (last_error == cudaSuccess) {
+    last_error = e;
+    last_message = what;
+  }
+}
+
+Stream default_stream;
+Stream* Of(cudaStream_t s) { return s ? s : &default_stream; }
+
+// Runs op now, or records it when the stream is being captured.
+void Submit(cudaStream_t s, std::function<void()> op) {
+  Stream* st = Of(s);
+  if (st->capturing) {
+    st->ops.push_back(std::move(op));
+  } else {
+    op();
+  }
+}
+// A call that must not happen while s (or any stream: allocations) is captured.
+bool Capturing(cudaStream_t s) { return Of(s)->capturing; }
+int capturing_streams = 0;
+
+std::mutex alloc_mu;
+std::map<void*, size_t> allocations;
+size_t allocated = 0;
+constexpr size_t kTotalMemory = size_t{16} << 30;
+
+// ---------------------------------------------------------------------------------------------
+// Coroutines
+
+#if defined(__x86_64__)
+extern "C" void peng_emu_switch(void** save_sp, void* load_sp);
+// Saves the callee-saved registers on the current stack and its pointer in *save_sp, then
+// continues on load_sp's stack (saved the same way, or prepared by NewContext).
+asm(R"(
+  .text
+  .globl peng_emu_switch
+  .type peng_emu_switch, @function
+peng_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size peng_emu_switch, .-peng_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+struct Context {
+  void* sp = nullptr;
+};
+void SwitchTo(Context* from, Context* to) { peng_emu_switch(&from->sp, to->sp); }
+void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
+  // entry's "return address" slot 16-byte aligned, so that rsp % 16 == 8 at its first
+  // instruction, as after a call; six zeroed registers below it.
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t{15};
+  void** p = reinterpret_cast<void**>(top - 16);
+  p[0] = reinterpret_cast<void*>(entry);
+  p[1] = nullptr;
+  for (int i = 1; i <= 6; ++i) p[-i] = nullptr;
+  c->sp = p - 6;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+void SwitchTo(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  makecontext(&c->uc, entry, 0);
+}
+#endif
+
+enum class State { kReady, kWaitWarp, kWaitBlock, kDone };
+
+struct Thread {
+  ThreadState s;
+  Context ctx;
+  State state = State::kReady;
+  int warp = 0, lane = 0;
+};
+struct Warp {
+  int size = 0, live = 0, arrived = 0, parity = 0;
+  uint64_t slot[2][32] = {};
+};
+
+constexpr size_t kStackBytes = size_t{256} << 10;
+constexpr int kMaxThreads = 1024;
+
+// What runs the block: its threads, warps and barrier counts (one block at a time per OS
+// thread).
+struct Runner {
+  Context scheduler;
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  int live = 0, arrived = 0;  // the block's barrier
+  const std::function<void()>* body = nullptr;
+  std::string error;  // the block's finding (kernel abandoned)
+  char* stacks = nullptr;
+  size_t page = 4096;
+
+  Runner() {
+    page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* m = mmap(nullptr, kStackBytes * kMaxThreads, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      std::fprintf(stderr, "[cuda-emu] cannot map the threads' stacks\n");
+      std::abort();
+    }
+    stacks = static_cast<char*>(m);
+    for (int i = 0; i < kMaxThreads; ++i)  // a guard page under every stack
+      mprotect(stacks + i * kStackBytes, page, PROT_NONE);
+    threads.resize(kMaxThreads);
+  }
+  ~Runner() { munmap(stacks, kStackBytes * kMaxThreads); }
+
+  Thread& Current() { return *reinterpret_cast<Thread*>(current_thread); }
+
+  // Back to the scheduler; returns when this thread runs again.
+  void Yield() { SwitchTo(&Current().ctx, &scheduler); }
+
+  void Release(State waiting, int warp) {
+    for (Thread& t : threads) {
+      if (t.state != waiting || (warp >= 0 && t.warp != warp)) continue;
+      t.state = State::kReady;
+    }
+  }
+
+  void WarpBarrier() {
+    Thread& t = Current();
+    Warp& w = warps[t.warp];
+    if (++w.arrived == w.live) {
+      w.arrived = 0;
+      w.parity ^= 1;
+      Release(State::kWaitWarp, t.warp);
+      return;  // (the last to arrive goes on)
+    }
+    t.state = State::kWaitWarp;
+    Yield();
+  }
+  void BlockBarrier() {
+    Thread& t = Current();
+    if (++arrived == live) {
+      arrived = 0;
+      Release(State::kWaitBlock, -1);
+      return;
+    }
+    t.state = State::kWaitBlock;
+    Yield();
+  }
+
+  void Finding(const std::string& what) {
+    if (error.empty()) error = what;
+  }
+
+  static void Entry();
+
+  // Runs one block to its end; false (error set) when the block could not finish.
+  bool RunBlock(const BlockState& b, const std::function<void()>& f) {
+    const int n = static_cast<int>(b.dim.x * b.dim.y * b.dim.z);
+    const int n_warps = (n + 31) / 32;
+    warps.assign(n_warps, Warp{});
+    live = n;
+    arrived = 0;
+    body = &f;
+    for (int i = 0; i < n; ++i) {
+      Thread& t = threads[i];
+      t.s.idx = {i % b.dim.x, i / b.dim.x % b.dim.y, i / (b.dim.x * b.dim.y)};
+      t.state = State::kReady;
+      t.warp = i / 32;
+      t.lane = i % 32;
+      ++warps[t.warp].size;
+      ++warps[t.warp].live;
+      NewContext(&t.ctx, stacks + i * kStackBytes + page, kStackBytes - page, &Runner::Entry);
+    }
+    int next = 0;
+    while (live > 0) {
+      int pick = -1;
+      for (int k = 0; k < n; ++k) {
+        const int i = (next + k) % n;
+        if (threads[i].state == State::kReady) {
+          pick = i;
+          break;
+        }
+      }
+      if (pick < 0) {
+        Finding(
+            "deadlock: the block's live threads all wait, some at __syncthreads and some at "
+            "a warp's shuffle or __syncwarp");
+        break;
+      }
+      next = pick + 1;
+      current_thread = &threads[pick].s;
+      SwitchTo(&scheduler, &threads[pick].ctx);
+      if (!error.empty()) break;
+    }
+    current_thread = nullptr;
+    return error.empty();
+  }
+
+  void Exit() {
+    Thread& t = Current();
+    t.state = State::kDone;
+    Warp& w = warps[t.warp];
+    --w.live;
+    --live;
+    if (w.arrived > 0) {
+      Finding("a lane returned while its warp waits at a shuffle or __syncwarp (lane " +
+              std::to_string(t.lane) + " of warp " + std::to_string(t.warp) + ")");
+    }
+    if (arrived > 0 && arrived == live) {  // the others wait at __syncthreads for nobody else
+      arrived = 0;
+      Release(State::kWaitBlock, -1);
+    }
+    SwitchTo(&t.ctx, &scheduler);  // never comes back
+  }
+};
+
+thread_local Runner* runner = nullptr;
+
+Runner& TheRunner() {
+  if (!runner) runner = new Runner();  // (one per OS thread that launches; kept)
+  return *runner;
+}
+
+void Runner::Entry() {
+  Runner& r = *runner;
+  (*r.body)();
+  r.Exit();
+}
+
+void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body) {
+  const uint64_t n = uint64_t{block.x} * block.y * block.z;
+  if (n == 0 || n > kMaxThreads || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+    Fail(cudaErrorInvalidConfiguration,
+         "invalid launch: grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+             std::to_string(grid.z) + "), block (" + std::to_string(block.x) + ", " +
+             std::to_string(block.y) + ", " + std::to_string(block.z) + ")");
+    return;
+  }
+  Runner& r = TheRunner();
+  BlockState* outer = current_block;
+  BlockState b{{0, 0, 0}, block, grid};
+  current_block = &b;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        b.idx = {x, y, z};
+        if (!r.RunBlock(b, body)) {
+          Fail(cudaErrorLaunchFailure, r.error + " in block (" + std::to_string(x) + ", " +
+                                           std::to_string(y) + ", " + std::to_string(z) +
+                                           ") of grid (" + std::to_string(grid.x) + ", " +
+                                           std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                                           "), block size " + std::to_string(n));
+          r.error.clear();
+          current_block = outer;
+          return;
+        }
+      }
+  current_block = outer;
+}
+
+}  // namespace
+
+int Lane() { return TheRunner().Current().lane; }
+
+void SyncThreads() { TheRunner().BlockBarrier(); }
+
+void SyncWarp(unsigned mask) {
+  Runner& r = TheRunner();
+  if (mask != 0xffffffffu) r.Finding("__syncwarp with a partial mask (unsupported)");
+  r.WarpBarrier();
+}
+
+uint64_t Exchange(unsigned mask, uint64_t bits, int src) {
+  Runner& r = TheRunner();
+  Thread& t = r.Current();
+  Warp& w = r.warps[t.warp];
+  if (mask != 0xffffffffu) r.Finding("a shuffle with a partial mask (unsupported)");
+  if (w.live != 32) {
+    r.Finding("a full-mask shuffle in warp " + std::to_string(t.warp) + " with " +
+              std::to_string(w.live) + " lanes live (of " + std::to_string(w.size) + ")");
+  }
+  const int parity = w.parity;
+  w.slot[parity][t.lane] = bits;
+  r.WarpBarrier();
+  return w.slot[parity][src & 31];
+}
+
+void Enqueue(cudaStream_t s, dim3 grid, dim3 block, std::function<void()> body) {
+  Submit(s, [grid, block, body = std::move(body)] { RunGrid(grid, block, body); });
+}
+
+}  // namespace emu
+
+using emu::Fail;
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure (emulator finding)";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+  }
+  return "unknown error";
+}
+
+cudaError_t cudaGetLastError() {
+  std::lock_guard<std::mutex> lock(emu::error_mu);
+  const cudaError_t e = emu::last_error;
+  emu::last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int i) { return i == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+// Shaped as an H200 (132 multiprocessors), so that launches are configured as there.
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int i) {
+  if (i != 0) return cudaErrorInvalidDevice;
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "CUDA emulator on the CPU, shaped as an H200");
+  p->totalGlobalMem = emu::kTotalMemory;
+  p->multiProcessorCount = 132;
+  p->major = 9;
+  p->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  std::lock_guard<std::mutex> lock(emu::alloc_mu);
+  *total = emu::kTotalMemory;
+  *free = emu::kTotalMemory - std::min(emu::allocated, emu::kTotalMemory);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (emu::capturing_streams > 0) {  // (cudaStreamCaptureModeThreadLocal: not from this thread)
+    Fail(cudaErrorStreamCaptureUnsupported, "cudaMalloc while a stream is being captured");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  std::lock_guard<std::mutex> lock(emu::alloc_mu);
+  const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (emu::allocated + n > emu::kTotalMemory) return cudaErrorMemoryAllocation;
+  *p = std::aligned_alloc(256, n);
+  if (!*p) return cudaErrorMemoryAllocation;
+  std::memset(*p, 0xff, n);  // (device memory is not zeroed: NaNs expose reads before writes)
+  emu::allocations[*p] = n;
+  emu::allocated += n;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  if (emu::capturing_streams > 0) {
+    Fail(cudaErrorStreamCaptureUnsupported, "cudaFree while a stream is being captured");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  std::lock_guard<std::mutex> lock(emu::alloc_mu);
+  const auto it = emu::allocations.find(p);
+  if (it == emu::allocations.end()) return cudaErrorInvalidValue;
+  emu::allocated -= it->second;
+  emu::allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  if (kind == cudaMemcpyDeviceToHost && emu::Capturing(s)) {
+    Fail(cudaErrorStreamCaptureUnsupported, "a copy to the host inside a captured graph");
+    emu::Of(s)->invalidated = true;
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  emu::Submit(s, [=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s) {
+  emu::Submit(s, [=] { std::memset(dst, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  *s = new emu::Stream();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (emu::Capturing(s)) {
+    Fail(cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize on a stream being captured");
+    emu::Of(s)->invalidated = true;
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  emu::Stream* st = emu::Of(s);
+  if (st->capturing) return cudaErrorStreamCaptureUnsupported;
+  st->capturing = true;
+  st->invalidated = false;
+  st->ops.clear();
+  ++emu::capturing_streams;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+  emu::Stream* st = emu::Of(s);
+  if (!st->capturing) return cudaErrorInvalidValue;
+  st->capturing = false;
+  --emu::capturing_streams;
+  if (st->invalidated) {
+    st->ops.clear();
+    *g = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *g = new emu::Graph{std::move(st->ops)};
+  st->ops.clear();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+  if (!g) return cudaErrorInvalidValue;
+  *exec = new emu::Graph(*g);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t g) {
+  delete g;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) {
+  if (!g) return cudaErrorInvalidValue;
+  emu::Submit(s, [g] {
+    for (const auto& op : g->ops) op();
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new emu::Event();
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu::Submit(s, [e] { e->at = std::chrono::steady_clock::now(); });
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t* h) {
+  *h = new emu::Stream*(nullptr);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  *h = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+// Element (i, j) of op(M) for a column-major M with leading dimension ld.
+float At(const void* m, cudaDataType t, cublasOperation_t op, int ld, int i, int j) {
+  const int64_t idx = op == CUBLAS_OP_N ? i + int64_t{j} * ld : j + int64_t{i} * ld;
+  return t == CUDA_R_16F ? F16ToF32(static_cast<const uint16_t*>(m)[idx])
+                         : static_cast<const float*>(m)[idx];
+}
+}  // namespace
+
+// C = alpha op(A) op(B) + beta C, FP32 sums (C not read when beta is 0).
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m,
+                            int n, int k, const void* alpha, const void* a, cudaDataType type_a,
+                            int lda, const void* b, cudaDataType type_b, int ldb, const void* beta,
+                            void* c, cudaDataType type_c, int ldc, cublasComputeType_t,
+                            cublasGemmAlgo_t) {
+  if (type_c != CUDA_R_32F || m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  emu::Submit(*h, [=] {
+    // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.
+    std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
+    for (int i = 0; i < m; ++i)
+      for (int l = 0; l < k; ++l) ar[size_t(i) * k + l] = At(a, type_a, op_a, lda, i, l);
+    for (int j = 0; j < n; ++j)
+      for (int l = 0; l < k; ++l) bc[size_t(j) * k + l] = At(b, type_b, op_b, ldb, l, j);
+    float* cm = static_cast<float*>(c);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        const float* x = &ar[size_t(i) * k];
+        const float* y = &bc[size_t(j) * k];
+        float s = 0.f;
+        for (int l = 0; l < k; ++l) s += x[l] * y[l];
+        float& out = cm[i + int64_t{j} * ldc];
+        out = al * s + (be != 0.f ? be * out : 0.f);
+      }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace peng::backend::cuda

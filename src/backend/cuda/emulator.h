@@ -1,0 +1,223 @@
+// The CUDA emulator: the part of CUDA that the CUDA backend uses (runtime calls, streams, graph
+// capture, FP16, warp shuffles, barriers, cublasGemmEx), implemented on the CPU, so that the
+// backend's own sources -- compiled as C++ by cuda_device_emulated.cc -- run in CI on machines
+// without a GPU and are checked against the host device by cuda_device_test
+// (tests: cuda_emulator_test, device "cuda-emu").
+//
+// What it checks: the kernels' index arithmetic (lanes, warps, blocks, row splits, token
+// tiles), launch configurations against the hardware's limits, barrier and shuffle usage (every
+// lane of a warp at a full-mask shuffle, no lane leaving while its warp waits, no deadlock
+// between __syncthreads and a warp's barrier), allocations during graph capture, and what a
+// replayed graph reads (the arguments as captured). What it does not: timing, memory
+// coalescing, races between threads outside barriers (the threads of a block run one at a time
+// between barriers), and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches:
+// the emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
+//
+// Model: a launch runs its blocks one after another on the calling thread; a block's threads
+// are coroutines (their own stacks) switched at barriers: __syncthreads waits for every
+// thread of the block that has not returned, a shuffle or __syncwarp for the warp's. Work on a
+// stream runs at once, except between cudaStreamBeginCapture and cudaStreamEndCapture, when it
+// is recorded (arguments by value) and runs at each cudaGraphLaunch.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "core/half.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static thread_local  // a block's threads share the OS thread that runs them
+
+namespace peng::backend::cuda {
+
+// ---- vector and FP16 types
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+  unsigned x, y, z;
+};
+struct alignas(8) int2 {
+  int x, y;
+};
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct __half {
+  uint16_t bits;
+};
+struct alignas(4) __half2 {
+  __half x, y;
+};
+inline float __half2float(__half h) { return F16ToF32(h.bits); }
+inline __half __float2half_rn(float f) { return {F32ToF16(f)}; }
+inline __half __ushort_as_half(unsigned short b) { return {b}; }
+inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- the runtime
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+};
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice
+};
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal };
+constexpr unsigned cudaStreamNonBlocking = 1;
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int multiProcessorCount;
+  int major, minor;
+};
+
+namespace emu {
+struct Stream;
+struct Graph;
+struct Event;
+}  // namespace emu
+using cudaStream_t = emu::Stream*;
+using cudaGraph_t = emu::Graph*;
+using cudaGraphExec_t = emu::Graph*;
+using cudaEvent_t = emu::Event*;
+
+const char* cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError();
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaSetDevice(int i);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int i);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s);
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s);
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long flags);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t g);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
+
+// ---- cuBLAS: cublasGemmEx over FP16 / FP32 column-major matrices, FP32 results
+using cublasHandle_t = emu::Stream**;  // (the stream it runs on)
+enum cublasStatus_t {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15
+};
+enum cublasOperation_t { CUBLAS_OP_N, CUBLAS_OP_T };
+enum cudaDataType { CUDA_R_32F, CUDA_R_16F };
+enum cublasComputeType_t { CUBLAS_COMPUTE_32F };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
+cublasStatus_t cublasCreate(cublasHandle_t* h);
+cublasStatus_t cublasDestroy(cublasHandle_t h);
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m,
+                            int n, int k, const void* alpha, const void* a, cudaDataType type_a,
+                            int lda, const void* b, cudaDataType type_b, int ldb, const void* beta,
+                            void* c, cudaDataType type_c, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo);
+
+// ---- threads, barriers and launches
+namespace emu {
+struct ThreadState {
+  uint3 idx;
+};
+struct BlockState {
+  uint3 idx;
+  dim3 dim, grid;
+};
+extern thread_local ThreadState* current_thread;
+extern thread_local BlockState* current_block;
+
+int Lane();
+void SyncThreads();
+void SyncWarp(unsigned mask);
+// Every lane of the warp passes `bits` and gets lane `src`'s (a full-mask shuffle).
+uint64_t Exchange(unsigned mask, uint64_t bits, int src);
+// Runs body on every thread of the grid now, or records it when s is being captured.
+void Enqueue(cudaStream_t s, dim3 grid, dim3 block, std::function<void()> body);
+}  // namespace emu
+
+#define threadIdx (::peng::backend::cuda::emu::current_thread->idx)
+#define blockIdx (::peng::backend::cuda::emu::current_block->idx)
+#define blockDim (::peng::backend::cuda::emu::current_block->dim)
+#define gridDim (::peng::backend::cuda::emu::current_block->grid)
+
+inline void __syncthreads() { emu::SyncThreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::SyncWarp(mask); }
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  b = emu::Exchange(mask, b, emu::Lane() / width * width + src % width);
+  T r;
+  std::memcpy(&r, &b, sizeof(T));
+  return r;
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return __shfl_sync(mask, v, (emu::Lane() ^ lane_mask) % width, width);
+}
+
+// (The threads of a block run one at a time between barriers: a plain add is atomic.)
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+
+template <typename... P, typename... A>
+void Launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+  emu::Enqueue(stream, grid, block,
+               [kernel, a = std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)] {
+                 std::apply(kernel, a);
+               });
+}
+
+// The emulated device (registered as "cuda-emu" by cuda_device_emulated.cc).
+}  // namespace peng::backend::cuda
