@@ -200,7 +200,10 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // the metadata arrays; the block tables come last, so that a sequence growing by a block
   // does not make a new shape) -- and the scratch buffers stay where they are until they
   // grow, which drops the recordings.
-  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && T <= kGraphMaxTokens;
+  const std::vector<float>* replace = batch.replace_hidden;
+  if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
+    return InvalidArgument("replace_hidden holds fewer than (layers + 1) x tokens x hidden values");
+  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32;
   if (!graph || !dev_->LaunchGraph(key)) {
@@ -216,6 +219,8 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     if (cap) cap->clear();
     PENG_RETURN_IF_ERROR(capture());
     for (int il = 0; il < c.n_layers; ++il) {
+      if (replace)
+        PENG_RETURN_IF_ERROR(dev_->CopyToDevice(x_, replace->data() + il * T * D, T * D * 4));
       RunLayer(il);
       PENG_RETURN_IF_ERROR(capture());
     }

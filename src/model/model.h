@@ -35,6 +35,11 @@ struct ForwardBatch {
   // Diagnostics: when set, Forward() replaces its contents with the residual stream of every
   // token after the embeddings and after each layer: (n_layers + 1) blocks of [T, hidden].
   std::vector<float>* capture_hidden = nullptr;
+  // Device conformance tests: when set, the device graph (model/device_model.h) replaces the
+  // residual stream entering each layer with that layer's block of these values -- what
+  // capture_hidden wrote on another run of the same batch -- so that each layer is compared on
+  // equal inputs. The CPU models ignore it.
+  const std::vector<float>* replace_hidden = nullptr;
 
   // Number of logit rows Forward() writes, in sequence order.
   int64_t NumLogitRows() const;

@@ -1,5 +1,8 @@
 // Conformance of the CUDA backend (ctest label `cuda`; every test skips itself -- reported as
 // skipped by ctest -- where no GPU is present; scripts/gpu_check.sh runs them on a GPU machine).
+// The same source is also built as cuda_emulator_test (label unit, every CI run), whose device
+// is the CUDA emulator ("cuda-emu": the backend's own sources run on the CPU,
+// src/backend/cuda/emulator.h).
 //
 // 1. Every op against the host device (the CPU kernels; matrices in exact mode: FP32
 //    activations times the dequantized weights) on random inputs. Tolerances, relative to the
@@ -10,7 +13,8 @@
 //                                                    rounded values)
 // 2. The device graph on CUDA against the same graph on the host device (exact mode, F32 KV):
 //    the steps of device_test_util.h (<= 32 tokens a step, so the GEMV path), every logit
-//    within 1e-3 of the largest |logit|.
+//    within 1e-3 of the largest |logit|; with quantized activations, within twice the host's
+//    own distance between its quantized and exact logits (see the test).
 // 3. The golden tests of the real models (tests/golden_check.h) through the engine with
 //    --device cuda: against the float64 HF reference with bounds that allow for the FP16
 //    prefill GEMMs (max |dlogit| <= 0.25 over the top-32, mean <= 0.1, top-1 and greedy
@@ -19,10 +23,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
+
+#include <unistd.h>
 
 #include "backend/device.h"
 #include "core/half.h"
@@ -51,6 +58,47 @@ std::string DeviceUnderTest() {
   const bool gpu = spec == "cuda" || spec.rfind("cuda:", 0) == 0;
   if (gpu && backend::CudaDeviceCount() == 0) return "";
   return spec;
+}
+
+bool Emulated() { return DeviceUnderTest() == "cuda-emu"; }
+// The emulator runs a trained model's graph in minutes (a block's threads are coroutines on one
+// core): by default it takes the tiny fixtures and the smallest trained model, SmolLM2;
+// PENG_EMULATOR_MODELS=all takes every model, as a GPU does.
+bool AllModelsEmulated() {
+  const char* e = std::getenv("PENG_EMULATOR_MODELS");
+  return e && std::string(e) == "all";
+}
+std::vector<std::string> GraphModelPaths() {
+  std::vector<std::string> out;
+  for (const std::string& p : device_test::ModelPaths())
+    if (!Emulated() || AllModelsEmulated() || p.find(".gguf") == std::string::npos ||
+        p.find("smollm2") != std::string::npos)
+      out.push_back(p);
+  return out;
+}
+
+// A small DeepSeek-V2 GGUF in Q4_0 (make_deepseek_gguf: 2 layers, one dense, 8 experts of which
+// 2 routed and 2 shared), written once a run: the DeepSeek graph through the quantized GEMVs
+// and experts. Empty when make_deepseek_gguf is not built.
+std::string QuantizedDeepseekPath() {
+#ifdef PENG_MAKE_DEEPSEEK_GGUF
+  static const std::string* path = [] {
+    auto* p = new std::string(::testing::TempDir() + "peng_device_ds_q4_0_" +
+                              std::to_string(::getpid()) + ".gguf");
+    const std::string cmd = std::string(PENG_MAKE_DEEPSEEK_GGUF) + " -o " + *p +
+                            " --layers 2 --dense 1 --experts 8 --shared 2 --topk 2 --vocab 1024"
+                            " --hidden 256 --ffn 512 --moe-ffn 128 --heads 4 --threads 1 "
+                            "> /dev/null";
+    if (std::system(cmd.c_str()) != 0) p->clear();
+    return p;
+  }();
+  static const bool removed_at_exit =
+      std::atexit([] { if (!path->empty()) std::remove(path->c_str()); }) == 0;
+  (void)removed_at_exit;
+  return *path;
+#else
+  return "";
+#endif
 }
 
 class CudaTest : public ::testing::Test {
@@ -701,25 +749,75 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
   kernels::SetExactActivations(true);
 }
 
-// The graphs in the default mode (quantized GEMVs on both devices). Both quantize the same
-// activations, but the FP32 values they quantize come out of ops that sum in other orders, so
-// a value near a rounding boundary can land one step apart: looser than exact mode. Still
-// tight enough to tell the paths apart: the host device's quantized logits differ from its
-// exact ones by more than 2e-2 of the largest logit on the trained GGUF models
-// (device_graph_test, QuantizedActivationsMoveTheLogitsPastTheCudaBound: 2.8e-2 to 8.1e-2).
+// The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal
+// the host's within 1e-5 on equal inputs (above), but the graphs' inputs are not equal: the GPU
+// sums in another order, and quantized activations amplify such differences -- a value near a
+// rounding step lands one step apart and moves the next layer's inputs by a step, so a 1e-3
+// change of the arithmetic moves the trained models' logits by 2-4e-2
+// (device_graph_test, QuantizedActivationsAmplifySmallChanges). So the bound is the host's own
+// distance between its quantized and exact logits, doubled: the noise of quantized activations.
+// A path that is wrong (a scratch region misread, an epilogue lost, a stale recording) lands far
+// past it; the F32 fixtures, which quantize nothing, are held to 1e-4. (Whether the device
+// quantizes at all is the op tests' concern: its FP32 path misses their 1e-5.)
 TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
-  kernels::SetExactActivations(false);
-  std::vector<std::string> paths = device_test::ModelPaths();
+  std::vector<std::string> paths = GraphModelPaths();
   for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
+  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
+    kernels::SetExactActivations(true);
+    const device_test::Run exact = device_test::RunSteps(path, "host", DType::kF32);
+    kernels::SetExactActivations(false);
     const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
     const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
     ASSERT_FALSE(h.logits.empty());
+    const double noise = device_test::RelativeDistance(h.logits, exact.logits);
     const double d = device_test::RelativeDistance(h.logits, c.logits);
-    std::printf("[cuda] graph %s, quantized activations: max |dlogit| / max |logit| = %.2e\n",
-                path.c_str(), d);
-    EXPECT_LE(d, 1e-2);
+    std::printf("[cuda] graph %s, quantized activations: max |dlogit| / max |logit| = %.2e "
+                "(host quantized vs exact: %.2e)\n",
+                path.c_str(), d, noise);
+    EXPECT_LE(d, std::max(1e-4, 2 * noise));
+  }
+  kernels::SetExactActivations(true);
+}
+
+// Each layer on equal inputs: the host's residual stream entering every layer of the first step
+// (a 27-token prefill, through the quantized GEMVs) replaces the device's own, so that the
+// noise of quantized activations cannot build up from layer to layer (the test above), and
+// every layer's output is held to the host's within kLayerTol of the largest |value| of that
+// layer's output: a few activations a layer may still land one rounding step apart. Measured in
+// the emulator: 2.1-2.4e-3 (SmolLM2, the Q4_0 DeepSeek file); the FP32 path in their place
+// (PENG_CUDA_QGEMV=0) 8.2e-3-1.0e-2, so the bound tells the two apart.
+TEST_F(CudaTest, EveryLayerOnEqualInputsWithQuantizedActivations) {
+  constexpr double kLayerTol = 5e-3;
+  kernels::SetExactActivations(false);
+  std::vector<std::string> paths = GraphModelPaths();
+  for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
+  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
+    const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32,
+                                                     &h.hidden);
+    ASSERT_EQ(h.hidden.size(), c.hidden.size());
+    const int64_t block =
+        static_cast<int64_t>(device_test::MakeSteps(2).batches[0].tokens.size()) * h.hidden_size;
+    ASSERT_GT(block, 0);
+    double worst = 0;
+    int64_t worst_layer = 0;
+    for (int64_t l = 1; l * block < static_cast<int64_t>(h.hidden.size()); ++l) {
+      const std::vector<float> hl(h.hidden.begin() + l * block, h.hidden.begin() + (l + 1) * block);
+      const std::vector<float> cl(c.hidden.begin() + l * block, c.hidden.begin() + (l + 1) * block);
+      const double d = device_test::RelativeDistance({hl}, {cl});
+      if (d > worst) {
+        worst = d;
+        worst_layer = l - 1;
+      }
+    }
+    std::printf("[cuda] layers of %s on equal inputs, quantized activations: worst max |d| / "
+                "max |ref| = %.2e (layer %ld)\n",
+                path.c_str(), worst, static_cast<long>(worst_layer));
+    EXPECT_LE(worst, kLayerTol) << "layer " << worst_layer;
   }
   kernels::SetExactActivations(true);
 }
@@ -737,7 +835,7 @@ TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
 }
 
 TEST_F(CudaTest, DecoderGraphMatchesTheHostDevice) {
-  for (const std::string& path : device_test::ModelPaths()) {
+  for (const std::string& path : GraphModelPaths()) {
     SCOPED_TRACE(path);
     const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
     const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
@@ -758,6 +856,8 @@ class CudaGoldenTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (DeviceUnderTest().empty()) GTEST_SKIP() << "no CUDA device";
+    if (Emulated() && !AllModelsEmulated())
+      GTEST_SKIP() << "the emulator takes minutes a model (PENG_EMULATOR_MODELS=all)";
   }
 };
 TEST_F(CudaGoldenTest, SmolLM2) {

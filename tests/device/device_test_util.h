@@ -110,17 +110,22 @@ inline Steps MakeSteps(int64_t vocab) {
 struct Run {
   std::vector<std::vector<float>> logits;  // per step
   std::vector<float> hidden;               // the first step's residual stream (capture)
+  int64_t hidden_size = 0;                 // (hidden holds layers + 1 blocks of [T, this])
 };
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
 // LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
 // its KV cache in device memory) -- fed MakeSteps' batches and block copies.
-inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype) {
+// replace: the first step's residual stream entering each layer is replaced with these values
+// (ForwardBatch::replace_hidden; the device graph only).
+inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype,
+                    const std::vector<float>* replace = nullptr) {
   Run r;
   StatusOr<std::unique_ptr<Model>> model = LoadModel(path);
   EXPECT_TRUE(model.ok()) << path << ": " << model.status().ToString();
   if (!model.ok()) return r;
   const int64_t vocab = (*model)->config().vocab_size;
+  r.hidden_size = (*model)->config().hidden_size;
   EngineOptions o;
   o.threads = 2;
   o.device = device;
@@ -136,7 +141,10 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
     if (s.copies_before[i].first >= 0)
       copies.push_back({s.copies_before[i].first, s.copies_before[i].second});
     ForwardBatch& b = s.batches[i];
-    if (i == 0) b.capture_hidden = &r.hidden;
+    if (i == 0) {
+      b.capture_hidden = &r.hidden;
+      b.replace_hidden = replace;
+    }
     std::vector<float> logits(b.NumLogitRows() * vocab);
     const Status st = (*ex)->Execute(b, copies, logits.data());
     EXPECT_TRUE(st.ok()) << device << ": " << st.ToString();

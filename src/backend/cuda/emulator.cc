@@ -155,6 +155,7 @@ struct Runner {
   Context scheduler;
   std::vector<Thread> threads;
   std::vector<Warp> warps;
+  int n_threads = 0;          // the block's
   int live = 0, arrived = 0;  // the block's barrier
   const std::function<void()>* body = nullptr;
   std::string error;  // the block's finding (kernel abandoned)
@@ -178,8 +179,20 @@ struct Runner {
 
   Thread& Current() { return *reinterpret_cast<Thread*>(current_thread); }
 
-  // Back to the scheduler; returns when this thread runs again.
-  void Yield() { SwitchTo(&Current().ctx, &scheduler); }
+  // On to the next ready thread of the block (the scheduler when there is none: the block is
+  // done or stuck); returns when this thread runs again.
+  void Yield() { Leave(&Current().ctx); }
+  void Leave(Context* from) {
+    const int me = static_cast<int>(&Current() - threads.data());
+    for (int k = 1; k < n_threads; ++k) {
+      Thread& t = threads[(me + k) % n_threads];
+      if (t.state != State::kReady) continue;
+      current_thread = &t.s;
+      SwitchTo(from, &t.ctx);
+      return;
+    }
+    SwitchTo(from, &scheduler);
+  }
 
   void Release(State waiting, int warp) {
     for (Thread& t : threads) {
@@ -221,6 +234,7 @@ struct Runner {
   bool RunBlock(const BlockState& b, const std::function<void()>& f) {
     const int n = static_cast<int>(b.dim.x * b.dim.y * b.dim.z);
     const int n_warps = (n + 31) / 32;
+    n_threads = n;
     warps.assign(n_warps, Warp{});
     live = n;
     arrived = 0;
@@ -274,7 +288,7 @@ struct Runner {
       arrived = 0;
       Release(State::kWaitBlock, -1);
     }
-    SwitchTo(&t.ctx, &scheduler);  // never comes back
+    Leave(&t.ctx);  // never comes back
   }
 };
 
