@@ -220,10 +220,12 @@ run() {
                awk '/^[^ ]/ {s = $1} /^  / {print s $1}'); do
       models_dir=$mdir
       [[ $t == CudaGoldenTest.* ]] && models_dir=/nonexistent
-      step "test-${t//./-}" env PENG_MODELS_DIR="$models_dir" "$BUNDLE/bin/cuda_device_test" \
+      step "test-${t//./-}" env PENG_MODELS_DIR="$models_dir" \
+        PENG_MAKE_DEEPSEEK_GGUF="$BUNDLE/bin/make_deepseek_gguf" "$BUNDLE/bin/cuda_device_test" \
         --gtest_filter="$t"
     done
     step test-graphs-no-cuda-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
+      PENG_MAKE_DEEPSEEK_GGUF="$BUNDLE/bin/make_deepseek_gguf" \
       "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'

@@ -62,43 +62,51 @@ std::string DeviceUnderTest() {
 
 bool Emulated() { return DeviceUnderTest() == "cuda-emu"; }
 // The emulator runs a trained model's graph in minutes (a block's threads are coroutines on one
-// core): by default it takes the tiny fixtures and the smallest trained model, SmolLM2;
-// PENG_EMULATOR_MODELS=all takes every model, as a GPU does.
+// core): by default it takes the tiny fixtures and, where the quantized path is under test
+// (smollm2), the smallest trained model, SmolLM2; PENG_EMULATOR_MODELS=all takes every model,
+// as a GPU does.
 bool AllModelsEmulated() {
   const char* e = std::getenv("PENG_EMULATOR_MODELS");
   return e && std::string(e) == "all";
 }
-std::vector<std::string> GraphModelPaths() {
+std::vector<std::string> GraphModelPaths(bool smollm2) {
   std::vector<std::string> out;
   for (const std::string& p : device_test::ModelPaths())
     if (!Emulated() || AllModelsEmulated() || p.find(".gguf") == std::string::npos ||
-        p.find("smollm2") != std::string::npos)
+        (smollm2 && p.find("smollm2") != std::string::npos))
       out.push_back(p);
   return out;
 }
 
 // A small DeepSeek-V2 GGUF in Q4_0 (make_deepseek_gguf: 2 layers, one dense, 8 experts of which
 // 2 routed and 2 shared), written once a run: the DeepSeek graph through the quantized GEMVs
-// and experts. Empty when make_deepseek_gguf is not built.
+// and experts. The tool is the build's, or $PENG_MAKE_DEEPSEEK_GGUF (the GPU machine's
+// bundle); empty (those checks skipped) without either.
 std::string QuantizedDeepseekPath() {
-#ifdef PENG_MAKE_DEEPSEEK_GGUF
   static const std::string* path = [] {
-    auto* p = new std::string(::testing::TempDir() + "peng_device_ds_q4_0_" +
-                              std::to_string(::getpid()) + ".gguf");
-    const std::string cmd = std::string(PENG_MAKE_DEEPSEEK_GGUF) + " -o " + *p +
+    auto* p = new std::string();
+    const char* e = std::getenv("PENG_MAKE_DEEPSEEK_GGUF");
+#ifdef PENG_MAKE_DEEPSEEK_GGUF
+    const std::string tool = e && *e ? e : PENG_MAKE_DEEPSEEK_GGUF;
+#else
+    const std::string tool = e && *e ? e : "";
+#endif
+    if (tool.empty()) return p;
+    *p = ::testing::TempDir() + "peng_device_ds_q4_0_" + std::to_string(::getpid()) + ".gguf";
+    const std::string cmd = tool + " -o " + *p +
                             " --layers 2 --dense 1 --experts 8 --shared 2 --topk 2 --vocab 1024"
                             " --hidden 256 --ffn 512 --moe-ffn 128 --heads 4 --threads 1 "
                             "> /dev/null";
-    if (std::system(cmd.c_str()) != 0) p->clear();
+    if (std::system(cmd.c_str()) != 0) {
+      std::printf("[cuda] %s failed: no quantized DeepSeek file\n", cmd.c_str());
+      p->clear();
+    }
     return p;
   }();
   static const bool removed_at_exit =
       std::atexit([] { if (!path->empty()) std::remove(path->c_str()); }) == 0;
   (void)removed_at_exit;
   return *path;
-#else
-  return "";
-#endif
 }
 
 class CudaTest : public ::testing::Test {
@@ -760,7 +768,7 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // past it; the F32 fixtures, which quantize nothing, are held to 1e-4. (Whether the device
 // quantizes at all is the op tests' concern: its FP32 path misses their 1e-5.)
 TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
-  std::vector<std::string> paths = GraphModelPaths();
+  std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
   for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
   if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
   for (const std::string& path : paths) {
@@ -791,7 +799,7 @@ TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
 TEST_F(CudaTest, EveryLayerOnEqualInputsWithQuantizedActivations) {
   constexpr double kLayerTol = 5e-3;
   kernels::SetExactActivations(false);
-  std::vector<std::string> paths = GraphModelPaths();
+  std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
   for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
   if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
   for (const std::string& path : paths) {
@@ -835,7 +843,7 @@ TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
 }
 
 TEST_F(CudaTest, DecoderGraphMatchesTheHostDevice) {
-  for (const std::string& path : GraphModelPaths()) {
+  for (const std::string& path : GraphModelPaths(/*smollm2=*/false)) {
     SCOPED_TRACE(path);
     const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
     const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
