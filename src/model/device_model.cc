@@ -202,8 +202,9 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // grow, which drops the recordings.
   const std::vector<float>* replace = batch.replace_hidden;
   if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
-    return InvalidArgument("replace_hidden holds fewer than (layers + 1) x tokens x hidden values");
-  const bool graph = dev_->SupportsGraphs() && !comm_ && !cap && !replace && T <= kGraphMaxTokens;
+    return InvalidArgument("replace_hidden: fewer than (layers + 1) x tokens x hidden values");
+  const bool graph =
+      dev_->SupportsGraphs() && !comm_ && !cap && !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32;
   if (!graph || !dev_->LaunchGraph(key)) {

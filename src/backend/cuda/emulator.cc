@@ -194,11 +194,12 @@ struct Runner {
     SwitchTo(from, &scheduler);
   }
 
+  // Every thread of the warp (warp >= 0) or of the block waiting at that barrier goes on.
   void Release(State waiting, int warp) {
-    for (Thread& t : threads) {
-      if (t.state != waiting || (warp >= 0 && t.warp != warp)) continue;
-      t.state = State::kReady;
-    }
+    const int first = warp >= 0 ? 32 * warp : 0;
+    const int end = warp >= 0 ? std::min(first + 32, n_threads) : n_threads;
+    for (int i = first; i < end; ++i)
+      if (threads[i].state == waiting) threads[i].state = State::kReady;
   }
 
   void WarpBarrier() {
