@@ -109,6 +109,15 @@ std::string QuantizedDeepseekPath() {
   return *path;
 }
 
+// The models of the quantized-graph tests: GraphModelPaths with SmolLM2, the DeepSeek fixtures
+// and the small Q4_0 DeepSeek file where it could be written.
+std::vector<std::string> QuantizedGraphPaths() {
+  std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
+  for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
+  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
+  return paths;
+}
+
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -768,10 +777,7 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // past it; the F32 fixtures, which quantize nothing, are held to 1e-4. (Whether the device
 // quantizes at all is the op tests' concern: its FP32 path misses their 1e-5.)
 TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
-  std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
-  for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
-  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
-  for (const std::string& path : paths) {
+  for (const std::string& path : QuantizedGraphPaths()) {
     SCOPED_TRACE(path);
     kernels::SetExactActivations(true);
     const device_test::Run exact = device_test::RunSteps(path, "host", DType::kF32);
@@ -815,10 +821,7 @@ std::pair<double, int64_t> WorstLayer(const std::vector<float>& a, const std::ve
 // DeepSeek file) against 1.0e-2 and 8.2e-3 for the FP32 path (PENG_CUDA_QGEMV=0), which is what
 // the exact host computes: the bound tells the two apart.
 TEST_F(CudaTest, EveryLayerOnEqualInputsWithQuantizedActivations) {
-  std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
-  for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
-  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
-  for (const std::string& path : paths) {
+  for (const std::string& path : QuantizedGraphPaths()) {
     SCOPED_TRACE(path);
     kernels::SetExactActivations(false);
     const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32);
