@@ -17,14 +17,16 @@
 #        (bench/make_deepseek_gguf, written while the tests run)
 #     2. tests, one process a test (a fault leaves the others' results standing): cuda_device_test
 #        (every op against the CPU reference on random inputs, the graphs of both families
-#        against the host device -- with CUDA graphs and again without -- and the golden checks
+#        against the host device -- with CUDA graphs, again without, and again without
+#        programmatic dependent launch (PENG_CUDA_PDL=0) -- and the golden checks
 #        where the trained models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the
 #        tiny Llama / Qwen2 / Gemma 3 fixtures against their float64 transformers references);
 #        the first two failed op tests again under compute-sanitizer's memcheck
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
 #        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
-#        GEMVs (PENG_CUDA_QGEMV=0)
+#        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch; each
+#        line with the kernels a decode step launches
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
@@ -172,6 +174,8 @@ for f in sys.argv[1:]:
     line = (f"{f.split('/')[-1]}: pp{j['pp']['n']} {pp:.0f} tok/s, tg{j['tg']['n']} {tg:.1f} tok/s"
             f" = {100 * tg / bound:.0f}% of {bound:.0f} ({j['mem_bandwidth_gbs']:.0f} GB/s,"
             f" {j['weight_bytes_per_token'] / 1e6:.0f} MB a token)")
+    if "kernels_per_step" in j["tg"]:
+        line += f", {j['tg']['kernels_per_step']:.0f} kernels a decode step"
     if "batch" in j:
         b = j["batch"]
         line += (f"; batch {b['n']}: {statistics.median(b['tokens_per_s']):.0f} tok/s vs"
@@ -227,6 +231,11 @@ run() {
     step test-graphs-no-cuda-graphs env PENG_MODELS_DIR="$mdir" PENG_CUDA_GRAPHS=0 \
       PENG_MAKE_DEEPSEEK_GGUF="$BUNDLE/bin/make_deepseek_gguf" \
       "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
+    # Without programmatic dependent launch: where a test above failed with it and passes
+    # here, the fault is in the kernels' GridWait discipline (runtime.h).
+    step test-graphs-no-pdl env PENG_MODELS_DIR="$mdir" PENG_CUDA_PDL=0 \
+      PENG_MAKE_DEEPSEEK_GGUF="$BUNDLE/bin/make_deepseek_gguf" \
+      "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'
     grep -h '^\[cuda\]' "$RES"/test-*.log | sort -u
@@ -265,6 +274,10 @@ run() {
     PENG_CUDA_QGEMV=0 step bench-fp32-gemv bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/fp32-gemv-qwen.json" --tg 128
     summarize_bench "$RES/fp32-gemv-qwen.json"
+    # What programmatic dependent launch is worth (runtime.h): the same decode without it.
+    PENG_CUDA_PDL=0 step bench-no-pdl bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-pdl-qwen.json" --tg 128
+    summarize_bench "$RES/no-pdl-qwen.json"
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300

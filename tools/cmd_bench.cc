@@ -134,6 +134,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   // Warm-up: touches all weights once.
   if (auto w = m.BenchDecode(2); !w.ok()) return w.status();
   std::vector<double> pp_tps, tg_tps;
+  int64_t tg_kernels = 0;  // kernels the decode steps launched on a device
   for (int r = 0; r < a.reps; ++r) {
     if (a.pp > 0) {
       auto s = m.BenchPrefill(prompt);
@@ -141,9 +142,11 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
       pp_tps.push_back(a.pp / *s);
     }
     if (a.tg > 0) {
+      const int64_t k0 = m.DeviceKernelLaunches();
       auto s = m.BenchDecode(a.tg);
       if (!s.ok()) return s.status();
       tg_tps.push_back(a.tg / *s);
+      tg_kernels += m.DeviceKernelLaunches() - k0;
     }
   }
   // The widest loads of the active ISA on every thread, 1 GiB, best of 3 (kernels/probe.h); on
@@ -167,6 +170,8 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["device"] = device_name;
   j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
   j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
+  if (tg_kernels > 0)  // (a run is tg + 1 one-token steps: the first from the 1-token prompt)
+    j["tg"]["kernels_per_step"] = static_cast<double>(tg_kernels) / ((a.tg + 1) * a.reps);
   j["weight_bytes_per_token"] = bytes;
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;

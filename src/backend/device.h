@@ -107,6 +107,10 @@ class Device {
   virtual Status EndGraph(uint64_t key) { return OkStatus(); }
   virtual bool LaunchGraph(uint64_t key) { return false; }
   virtual void ClearGraphs() {}
+  // Kernels launched on the device so far (a replayed graph counts the kernels it recorded;
+  // a cuBLAS call counts as one): the work counter of docs/devices.md. 0 where the device does
+  // not launch kernels (the host).
+  virtual int64_t KernelLaunches() const { return 0; }
   // Read bandwidth of the device memory in bytes/s, measured the way the fastest kernel reaches
   // it (the widest loads, every core or multiprocessor), best of 3 passes over `bytes`.
   virtual double MeasureReadBandwidth(int64_t bytes) = 0;

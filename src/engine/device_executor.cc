@@ -32,6 +32,7 @@ class DeviceExecutor : public Executor {
       return dm_->Forward(batch, logits);
     });
   }
+  int64_t DeviceKernelLaunches() const override { return device_->KernelLaunches(); }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }
 

@@ -55,6 +55,9 @@ class Executor {
     return Execute(*work[0].batch, work[0].copies, work[0].logits);
   }
   // This process's part: its model (shard), its thread pool (probes, diagnostics).
+  // Kernels the executor's device has launched (backend::Device::KernelLaunches); 0 on the
+  // CPU.
+  virtual int64_t DeviceKernelLaunches() const { return 0; }
   virtual Model& model() = 0;
   virtual ThreadPool& pool() = 0;
 };

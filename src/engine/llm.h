@@ -58,6 +58,7 @@ class Llm {
   // nullptr for a model folder without a tokenizer (token ids only).
   const Tokenizer* tokenizer() const { return core_->tokenizer(); }
   ThreadPool& pool() { return core_->executor().pool(); }
+  int64_t DeviceKernelLaunches() { return core_->executor().DeviceKernelLaunches(); }
   int64_t max_model_len() const { return core_->max_model_len(); }
 
   // Tokenizes with the model's default BOS handling; an error if there is no tokenizer.

@@ -776,6 +776,39 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // A path that is wrong (a scratch region misread, an epilogue lost, a stale recording) lands far
 // past it; the F32 fixtures, which quantize nothing, are held to 1e-4. (Whether the device
 // quantizes at all is the op tests' concern: its FP32 path misses their 1e-5.)
+// The kernels a decode step launches (Device::KernelLaunches, the GPU's work counter): steps 1-3
+// of MakeSteps (two sequences, a token each) launch the same kernels, recorded once and then
+// replayed; for the models below, exactly the numbers their layers come to (derived in
+// kDecodeStepKernels). A fusion that comes apart, or a kernel more a layer, changes them.
+struct StepKernels {
+  const char* file;  // the model's file or folder name
+  int64_t kernels;
+};
+constexpr StepKernels kDecodeStepKernels[] = {
+    {"smollm2-135m-instruct-q4_1.gguf", 305},
+    {"hf_tiny/llama", 28},
+    {"hf_tiny/qwen2", 28},
+    {"hf_tiny/gemma3", 58},
+    {"deepseek_tiny/lite", 60},
+    {"deepseek_tiny/lite_fused", 60},
+    {"deepseek_tiny/v2", 66},
+    {"deepseek_tiny/mscale", 66},
+    {"peng_device_ds_q4_0_", 40},  // (QuantizedDeepseekPath)
+};
+void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c) {
+  ASSERT_GE(c.kernels.size(), 4u);
+  std::printf("[cuda] %s: kernels a decode step %ld (the 27-token prefill: %ld)\n",
+              path.c_str(), static_cast<long>(c.kernels[1]), static_cast<long>(c.kernels[0]));
+  EXPECT_EQ(c.kernels[2], c.kernels[1]);
+  EXPECT_EQ(c.kernels[3], c.kernels[1]);
+  const StepKernels* want = nullptr;  // (the longest name found in the path)
+  for (const StepKernels& k : kDecodeStepKernels)
+    if (path.find(k.file) != std::string::npos &&
+        (!want || std::strlen(k.file) > std::strlen(want->file)))
+      want = &k;
+  if (want) EXPECT_EQ(c.kernels[1], want->kernels) << want->file;
+}
+
 TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
   for (const std::string& path : QuantizedGraphPaths()) {
     SCOPED_TRACE(path);
@@ -791,6 +824,7 @@ TEST_F(CudaTest, GraphsMatchTheHostDeviceWithQuantizedActivations) {
                 "(host quantized vs exact: %.2e)\n",
                 path.c_str(), d, noise);
     EXPECT_LE(d, std::max(1e-4, 2 * noise));
+    ExpectDecodeStepKernels(path, c);
   }
   kernels::SetExactActivations(true);
 }

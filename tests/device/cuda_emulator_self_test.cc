@@ -53,6 +53,13 @@ __global__ void DeadlockKernel(float* out) {
 
 __global__ void AddKernel(float* x, float v) { x[threadIdx.x] += v; }
 
+// AddKernel as the backend's kernels start (runtime.h): GridWait before any memory is touched.
+__global__ void WaitingAddKernel(float* x, float v) {
+  GridLaunchDependents();
+  GridWait();
+  x[threadIdx.x] += v;
+}
+
 TEST(CudaEmulator, EveryThreadOfEveryBlockRuns) {
   int* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 6 * 64 * 4), cudaSuccess);
@@ -97,6 +104,30 @@ TEST(CudaEmulator, FindsMisuse) {
   // The emulator goes on after a finding.
   Launch(AddKernel, 1, 32, nullptr, d, 1.f);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  cudaFree(d);
+}
+
+// Under programmatic dependent launch a kernel may start before the one before it ends: every
+// thread must pass GridWait (runtime.h), and one that returns without it is reported. Launches
+// are counted where the stream says so, and every kernel run (replays too) by KernelsRun.
+TEST(CudaEmulator, ProgrammaticDependentLaunchAndCounts) {
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 32 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 32 * 4, nullptr), cudaSuccess);
+  int64_t launches = 0;
+  const LaunchStream pdl(nullptr, true, &launches);
+  const uint64_t run0 = emu::KernelsRun();
+  Launch(WaitingAddKernel, 1, 32, pdl, d, 1.f);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  float h[32];
+  cudaMemcpyAsync(h, d, 128, cudaMemcpyDeviceToHost, nullptr);
+  EXPECT_EQ(h[31], 1.f);
+  Launch(AddKernel, 1, 32, pdl, d, 1.f);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure) << "a thread without GridWait";
+  Launch(AddKernel, 1, 32, nullptr, d, 1.f);  // (without pdl nothing needs to wait)
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(launches, 2);
+  EXPECT_EQ(emu::KernelsRun() - run0, 3u);
   cudaFree(d);
 }
 

@@ -111,6 +111,7 @@ struct Run {
   std::vector<std::vector<float>> logits;  // per step
   std::vector<float> hidden;               // the first step's residual stream (capture)
   int64_t hidden_size = 0;                 // (hidden holds layers + 1 blocks of [T, this])
+  std::vector<int64_t> kernels;            // per step: kernels the device launched
 };
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
@@ -146,9 +147,11 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
       b.replace_hidden = replace;
     }
     std::vector<float> logits(b.NumLogitRows() * vocab);
+    const int64_t k0 = (*ex)->DeviceKernelLaunches();
     const Status st = (*ex)->Execute(b, copies, logits.data());
     EXPECT_TRUE(st.ok()) << device << ": " << st.ToString();
     r.logits.push_back(std::move(logits));
+    r.kernels.push_back((*ex)->DeviceKernelLaunches() - k0);
   }
   return r;
 }

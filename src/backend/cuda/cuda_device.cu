@@ -98,6 +98,9 @@ class CudaDevice final : public Device {
                std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     PENG_RETURN_IF_ERROR(Check(cudaStreamCreateWithFlags(&d->stream_, cudaStreamNonBlocking),
                                "cudaStreamCreate"));
+    // Programmatic dependent launch (runtime.h) where the GPU has it (sm_90 and later);
+    // PENG_CUDA_PDL=0 turns it off.
+    d->launch_ = {d->stream_, prop.major >= 9 && EnvOn("PENG_CUDA_PDL"), &d->launches_};
     if (cublasCreate(&d->blas_) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
     cublasSetStream(d->blas_, d->stream_);
     return std::unique_ptr<Device>(std::move(d));
@@ -151,6 +154,7 @@ class CudaDevice final : public Device {
   bool SupportsGraphs() const override { return graphs_on_; }
   void BeginGraph() override {
     Note(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capture_start_ = launches_;
   }
   Status EndGraph(uint64_t key) override {
     cudaGraph_t g = nullptr;
@@ -160,22 +164,24 @@ class CudaDevice final : public Device {
     cudaGraphDestroy(g);
     PENG_RETURN_IF_ERROR(Check(e, "cudaGraphInstantiate"));
     if (graphs_.size() >= kMaxGraphs) ClearGraphs();
-    graphs_[key] = exec;
+    graphs_[key] = {exec, launches_ - capture_start_};
     Note(cudaGraphLaunch(exec, stream_));
     return OkStatus();
   }
   bool LaunchGraph(uint64_t key) override {
     const auto it = graphs_.find(key);
     if (it == graphs_.end()) return false;
-    Note(cudaGraphLaunch(it->second, stream_));
+    Note(cudaGraphLaunch(it->second.exec, stream_));
+    launches_ += it->second.launches;
     return true;
   }
   void ClearGraphs() override {
     if (graphs_.empty()) return;
     cudaStreamSynchronize(stream_);
-    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
     graphs_.clear();
   }
+  int64_t KernelLaunches() const override { return launches_; }
 
   double MeasureReadBandwidth(int64_t bytes) override {
     StatusOr<void*> buf = Alloc(bytes + 256);
@@ -189,7 +195,7 @@ class CudaDevice final : public Device {
     double best = 0;
     for (int pass = 0; pass < 4; ++pass) {  // the first is a warm-up
       cudaEventRecord(a, stream_);
-      Launch(ReadKernel, prop.multiProcessorCount * 8, 512, stream_,
+      Launch(ReadKernel, prop.multiProcessorCount * 8, 512, launch_,
              static_cast<const float4*>(*buf), bytes / 16, static_cast<float*>(*buf) + bytes / 4);
       cudaEventRecord(b, stream_);
       cudaEventSynchronize(b);
@@ -258,7 +264,7 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     QActOut q32, q256;
     if (Quantizations(T, outs, &q32, &q256)) {
-      Launch(QuantizeActKernel, dim3(Blocks(outs.begin()->w->cols, 256), T), 256, stream_, x,
+      Launch(QuantizeActKernel, dim3(Blocks(outs.begin()->w->cols, 256), T), 256, launch_, x,
              outs.begin()->w->cols, q32, q256);
       Note(cudaGetLastError());
     }
@@ -270,7 +276,7 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     QActOut q32, q256;
     Quantizations(T, outs, &q32, &q256);
-    Launch(RmsNormKernel, T, 256, stream_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
+    Launch(RmsNormKernel, T, 256, launch_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
     Note(cudaGetLastError());
     Products(y, T, outs);
   }
@@ -280,7 +286,7 @@ class CudaDevice final : public Device {
     QActOut q32, q256;
     const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
     if (Quantizations(T, outs, &q32, &q256)) {
-      Launch(GatedQuantKernel, dim3(Blocks(n, 256), T), 256, stream_, op, gate, up, h, n, q32,
+      Launch(GatedQuantKernel, dim3(Blocks(n, 256), T), 256, launch_, op, gate, up, h, n, q32,
              q256);
       Note(cudaGetLastError());
     } else {
@@ -301,7 +307,7 @@ class CudaDevice final : public Device {
       if constexpr (layout::kQuantized<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
-          Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, stream_, ms, a, T);
+          Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
         };
         auto tokens = [&]<int WPR>() {
           T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
@@ -368,7 +374,7 @@ class CudaDevice final : public Device {
         const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
         const dim3 tiles(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile));
         auto args = [&](auto kernel, dim3 grid) {
-          Launch(kernel, grid, block, stream_, wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
+          Launch(kernel, grid, block, launch_, wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
                  ep);
         };
         T == 1 ? args(GemvKernel<D, 1>, one) : args(GemvKernel<D, kTokenTile>, tiles);
@@ -383,10 +389,10 @@ class CudaDevice final : public Device {
     __half* wh = static_cast<__half*>(w_half_);
     __half* xh = static_cast<__half*>(x_half_);
     WithType(w.dtype, [&]<DType D>() {
-      Launch(DecodeToHalfKernel<D>, Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, stream_, wd,
+      Launch(DecodeToHalfKernel<D>, Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, launch_, wd,
              w.row_bytes, w.rows, w.cols, w.scales, wh);
     });
-    Launch(ToHalfKernel, Blocks(T * w.cols, 256), 256, stream_, x, T * w.cols, xh);
+    Launch(ToHalfKernel, Blocks(T * w.cols, 256), 256, launch_, x, T * w.cols, xh);
     Note(cudaGetLastError());
     const float one = 1.f, beta = ep.accumulate ? 1.f : 0.f;
     // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T] (+ Y^T).
@@ -395,6 +401,7 @@ class CudaDevice final : public Device {
         static_cast<int>(w.cols), &one, wh, CUDA_R_16F, static_cast<int>(w.cols), xh, CUDA_R_16F,
         static_cast<int>(w.cols), &beta, y, CUDA_R_32F, static_cast<int>(w.rows),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    ++launches_;  // (counted as one kernel)
     if (s != CUBLAS_STATUS_SUCCESS)
       Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
     AddBiasRows(y, ep.bias, T, w.rows);
@@ -404,7 +411,7 @@ class CudaDevice final : public Device {
                  int64_t row0) override {
     if (b.n_tokens == 0) return;
     WithType(w.dtype, [&]<DType D>() {
-      Launch(EmbedKernel<D>, b.n_tokens, 128, stream_, static_cast<const uint8_t*>(w.data),
+      Launch(EmbedKernel<D>, b.n_tokens, 128, launch_, static_cast<const uint8_t*>(w.data),
              w.row_bytes, w.rows, w.cols, w.scales, b.d_tokens, row0, scale, out);
     });
     Note(cudaGetLastError());
@@ -412,13 +419,13 @@ class CudaDevice final : public Device {
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    Launch(RmsNormKernel, n_rows, 256, stream_, x, w, w_offset, y, n, eps, stride ? stride : n,
+    Launch(RmsNormKernel, n_rows, 256, launch_, x, w, w_offset, y, n, eps, stride ? stride : n,
            QActOut{}, QActOut{});
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
     if (!b || n_rows * n == 0) return;
-    Launch(BiasRowsKernel, Blocks(n_rows * n, 256), 256, stream_, y, b, n_rows, n);
+    Launch(BiasRowsKernel, Blocks(n_rows * n, 256), 256, launch_, y, b, n_rows, n);
     Note(cudaGetLastError());
   }
   void Add(float* y, const float* x, int64_t n) override {
@@ -495,7 +502,7 @@ class CudaDevice final : public Device {
                       float* out) override {
     if (T == 0) return;
     Launch(MlaAbsorbKernel, dim3(T * p.n_heads, Blocks(p.kv_lora_rank, kWarp)),
-           kRowsPerBlock * kWarp, stream_, q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
+           kRowsPerBlock * kWarp, launch_, q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
            p.d_v, out);
     Note(cudaGetLastError());
   }
@@ -503,7 +510,7 @@ class CudaDevice final : public Device {
                         const kernels::MlaParams& p, float* out) override {
     if (T == 0) return;
     Launch(MlaProjectKernel, dim3(T * p.n_heads, Blocks(p.d_v, kRowsPerBlock)),
-           kRowsPerBlock * kWarp, stream_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v,
+           kRowsPerBlock * kWarp, launch_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v,
            out);
     Note(cudaGetLastError());
   }
@@ -514,7 +521,7 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
       return;
     }
-    Launch(MoeRouteKernel, T, kWarp, stream_, logits, bias, T, p, ids, w);
+    Launch(MoeRouteKernel, T, kWarp, launch_, logits, bias, T, p, ids, w);
     Note(cudaGetLastError());
   }
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
@@ -529,7 +536,7 @@ class CudaDevice final : public Device {
       auto kernel = ExpertsGemvKernel<D>;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
-        Launch(kernel, grid, kRowsPerBlock * kWarp, stream_, w.data, w.row_bytes, w.rows, w.cols, x,
+        Launch(kernel, grid, kRowsPerBlock * kWarp, launch_, w.data, w.row_bytes, w.rows, w.cols, x,
                ids, k, x_per_slot, p0, y);
       }
     });
@@ -543,13 +550,13 @@ class CudaDevice final : public Device {
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
     if (T == 0) return;
-    Launch(SlotSumKernel, Blocks(T * n, 256), 256, stream_, y, w, T, k, n, out);
+    Launch(SlotSumKernel, Blocks(T * n, 256), 256, launch_, y, w, T, k, n, out);
     Note(cudaGetLastError());
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     if (n == 0) return;
-    Launch(GatherRowsKernel, n, 256, stream_, src, rows, n_cols, dst);
+    Launch(GatherRowsKernel, n, 256, launch_, src, rows, n_cols, dst);
     Note(cudaGetLastError());
   }
 
@@ -573,13 +580,13 @@ class CudaDevice final : public Device {
       m.y[i++] = o.y;
     }
     const QActOut q = ActOut(ab, w.cols);
-    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, stream_, x, w.cols,
+    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
            ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
-          Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, stream_, m, w.row_bytes,
+          Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, m, w.row_bytes,
                  w.rows, Act(ab, w.cols), ids, k, x_per_slot, p0);
         }
       }
@@ -601,16 +608,16 @@ class CudaDevice final : public Device {
     int32_t* cursor = tile_start + (E + 1);
     int32_t* list = cursor + (E + 1);
     Fill(counts, 0, E * 4);
-    Launch(CountExpertsKernel, Blocks(n_pairs, 256), 256, stream_, ids, n_pairs, counts);
-    Launch(ExpertTilesKernel, 1, kWarp, stream_, counts, E, offsets, tile_start, cursor);
-    Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, stream_, ids, n_pairs, offsets, cursor,
+    Launch(CountExpertsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, counts);
+    Launch(ExpertTilesKernel, 1, kWarp, launch_, counts, E, offsets, tile_start, cursor);
+    Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
            list);
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
     const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
     WithType(w.dtype, [&]<DType D>() {
       for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
-        Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, stream_, w.data,
+        Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
                w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list, g0, y);
       }
     });
@@ -663,7 +670,7 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
       return;
     }
-    Launch(RopeKvKernel<KV>, b.n_tokens, 128, stream_, q, k, b.d_pos, cfg.rot_dim / 2,
+    Launch(RopeKvKernel<KV>, b.n_tokens, 128, launch_, q, k, b.d_pos, cfg.rot_dim / 2,
            cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv);
     Note(cudaGetLastError());
   }
@@ -673,9 +680,9 @@ class CudaDevice final : public Device {
   void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
     if (cache == DType::kF16) {
-      Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, stream_, a);
+      Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
     } else {
-      Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, stream_, a);
+      Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
     }
     Note(cudaGetLastError());
   }
@@ -708,7 +715,7 @@ class CudaDevice final : public Device {
   }
   void Elementwise(Ew op, float* y, const float* a, const float* b, float s, int64_t n) {
     if (n == 0) return;
-    Launch(ElementwiseKernel, Blocks(n, 256), 256, stream_, op, y, a, b, s, n);
+    Launch(ElementwiseKernel, Blocks(n, 256), 256, launch_, op, y, a, b, s, n);
     Note(cudaGetLastError());
   }
   // Scratch that grows to the largest request (freed after the stream's pending work).
@@ -733,8 +740,14 @@ class CudaDevice final : public Device {
   std::string name_;
   bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
-  std::map<uint64_t, cudaGraphExec_t> graphs_;
+  struct RecordedGraph {
+    cudaGraphExec_t exec;
+    int64_t launches;  // the kernels it runs
+  };
+  std::map<uint64_t, RecordedGraph> graphs_;
+  int64_t launches_ = 0, capture_start_ = 0;  // KernelLaunches()
   cudaStream_t stream_ = nullptr;
+  LaunchStream launch_;  // the kernels' launches: stream_, with or without PDL
   cublasHandle_t blas_ = nullptr;
   std::set<void*> blocks_;
   Status error_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +244,7 @@ struct Runner {
     for (int i = 0; i < n; ++i) {
       Thread& t = threads[i];
       t.s.idx = {i % b.dim.x, i / b.dim.x % b.dim.y, i / (b.dim.x * b.dim.y)};
+      t.s.waited = false;
       t.state = State::kReady;
       t.warp = i / 32;
       t.lane = i % 32;
@@ -281,6 +283,11 @@ struct Runner {
     Warp& w = warps[t.warp];
     --w.live;
     --live;
+    if (current_block->pdl && !t.s.waited) {
+      Finding("thread " + std::to_string(&t - threads.data()) +
+              " returned without GridWait from a kernel launched with programmatic dependent "
+              "launch");
+    }
     if (w.arrived > 0) {
       Finding("a lane returned while its warp waits at a shuffle or __syncwarp (lane " +
               std::to_string(t.lane) + " of warp " + std::to_string(t.warp) + ")");
@@ -306,7 +313,10 @@ void Runner::Entry() {
   r.Exit();
 }
 
-void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body) {
+std::atomic<uint64_t> kernels_run{0};
+
+void RunGrid(dim3 grid, dim3 block, bool pdl, const std::function<void()>& body) {
+  kernels_run.fetch_add(1, std::memory_order_relaxed);
   const uint64_t n = uint64_t{block.x} * block.y * block.z;
   if (n == 0 || n > kMaxThreads || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
@@ -318,7 +328,7 @@ void RunGrid(dim3 grid, dim3 block, const std::function<void()>& body) {
   }
   Runner& r = TheRunner();
   BlockState* outer = current_block;
-  BlockState b{{0, 0, 0}, block, grid};
+  BlockState b{{0, 0, 0}, block, grid, pdl};
   current_block = &b;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
@@ -365,9 +375,13 @@ uint64_t Exchange(unsigned mask, uint64_t bits, int src) {
   return w.slot[parity][src & 31];
 }
 
-void Enqueue(cudaStream_t s, dim3 grid, dim3 block, std::function<void()> body) {
-  Submit(s, [grid, block, body = std::move(body)] { RunGrid(grid, block, body); });
+void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void()> body) {
+  Submit(s, [grid, block, pdl, body = std::move(body)] { RunGrid(grid, block, pdl, body); });
 }
+
+void GridWait() { TheRunner().Current().s.waited = true; }
+
+uint64_t KernelsRun() { return kernels_run.load(std::memory_order_relaxed); }
 
 }  // namespace emu
 

@@ -163,10 +163,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOper
 namespace emu {
 struct ThreadState {
   uint3 idx;
+  bool waited = false;  // GridWait called
 };
 struct BlockState {
   uint3 idx;
   dim3 dim, grid;
+  bool pdl = false;  // launched with programmatic dependent launch
 };
 extern thread_local ThreadState* current_thread;
 extern thread_local BlockState* current_block;
@@ -176,9 +178,26 @@ void SyncThreads();
 void SyncWarp(unsigned mask);
 // Every lane of the warp passes `bits` and gets lane `src`'s (a full-mask shuffle).
 uint64_t Exchange(unsigned mask, uint64_t bits, int src);
-// Runs body on every thread of the grid now, or records it when s is being captured.
-void Enqueue(cudaStream_t s, dim3 grid, dim3 block, std::function<void()> body);
+// Runs body on every thread of the grid now, or records it when s is being captured. With
+// pdl, every thread must call GridWait before it returns (a finding otherwise).
+void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void()> body);
+void GridWait();
+// Kernels run since the process started (each replay of a recorded one counts).
+uint64_t KernelsRun();
 }  // namespace emu
+
+// (runtime.h's, for the emulator: a launch's blocks run one after another, so programmatic
+// dependent launch changes nothing but the check that every thread waits.)
+struct LaunchStream {
+  LaunchStream(cudaStream_t s = nullptr, bool p = false, int64_t* n = nullptr)  // NOLINT
+      : stream(s), pdl(p), launches(n) {}
+  cudaStream_t stream;
+  bool pdl;
+  int64_t* launches;  // counts the launches where set
+};
+inline void GridWait() { emu::GridWait(); }
+inline void GridLaunchDependents() {}
+inline void PrefetchL2(const void*) {}
 
 #define threadIdx (::peng::backend::cuda::emu::current_thread->idx)
 #define blockIdx (::peng::backend::cuda::emu::current_block->idx)
@@ -212,8 +231,9 @@ T atomicAdd(T* p, T v) {
 }
 
 template <typename... P, typename... A>
-void Launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
-  emu::Enqueue(stream, grid, block,
+void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... args) {
+  if (s.launches) ++*s.launches;
+  emu::Enqueue(s.stream, grid, block, s.pdl,
                [kernel, a = std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)] {
                  std::apply(kernel, a);
                });

@@ -98,12 +98,36 @@ __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
 // ------------------------------------------------------------------------------------------
 // Kernels
 
+// The start of every kernel (runtime.h, programmatic dependent launch): the next kernel on the
+// stream may be launched; then this one waits for the kernels before it.
+__device__ __forceinline__ void KernelStart() {
+  GridLaunchDependents();
+  GridWait();
+}
+
+// A GEMV block's start: its n_rows rows from row r0 of w (rows of row_bytes, contiguous) are
+// prefetched into L2 by the block's first token tile before it waits -- the weights are
+// written by no kernel, so they stream in while the kernel before finishes.
+__device__ __forceinline__ void GemvStart(const uint8_t* w, size_t row_bytes, int64_t r0,
+                                          int64_t n_rows) {
+  GridLaunchDependents();
+  if (blockIdx.y == 0 && n_rows > 0) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(w + r0 * row_bytes) / 128;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(w + (r0 + n_rows) * row_bytes) - 1) / 128;
+    for (uintptr_t l = first + threadIdx.x; l <= last; l += blockDim.x)
+      PrefetchL2(reinterpret_cast<const void*>(l * 128));
+  }
+  GridWait();
+}
+
 template <DType T, int NT>
 __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                            const float* scales, const float* x, int64_t n_tokens, float* y,
                            Epilogue ep) {
+  const int64_t r0 = int64_t{blockIdx.x} * kRowsPerBlock;
+  GemvStart(w, row_bytes, r0, rows - r0 < kRowsPerBlock ? rows - r0 : kRowsPerBlock);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  const int64_t r = r0 + warp;
   if (r >= rows) return;
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
@@ -180,6 +204,7 @@ __device__ __forceinline__ void QuantizeValues(float v, bool valid, int64_t t, i
 
 // x [rows, cols] -> QActs: block (c, t) quantizes values 256 c .. 256 c + 255 of row t.
 __global__ void QuantizeActKernel(const float* x, int64_t cols, QActOut q32, QActOut q256) {
+  KernelStart();
   __shared__ float warp_max[8];
   const int64_t t = blockIdx.y;
   const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
@@ -233,8 +258,11 @@ __global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
   static_assert(kRowsPerBlock % WPR == 0);
   __shared__ float part[kRowsPerBlock][NT];
   const QMat m = blockIdx.z == 0 ? ms.m[0] : blockIdx.z == 1 ? ms.m[1] : ms.m[2];
+  constexpr int kRows = kRowsPerBlock / WPR;  // the block's rows
+  const int64_t r0 = int64_t{blockIdx.x} * kRows;
+  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kRows ? m.rows - r0 : kRows);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slot = warp % WPR;
-  const int64_t r = int64_t{blockIdx.x} * (kRowsPerBlock / WPR) + warp / WPR;
+  const int64_t r = r0 + warp / WPR;
   if (WPR == 1 && r >= m.rows) return;  // (with WPR > 1 every warp reaches the barrier)
   const int64_t t0 = int64_t{blockIdx.y} * NT;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
@@ -274,6 +302,7 @@ struct ExpertMats {
 template <DType T>
 __global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows, QAct a,
                                    const int32_t* ids, int k, bool x_per_slot, int64_t pair0) {
+  KernelStart();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
@@ -292,6 +321,7 @@ __global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows,
 template <DType T>
 __global__ void DecodeToHalfKernel(const uint8_t* w, size_t row_bytes, int64_t rows,
                                    int64_t cols, const float* scales, __half* out) {
+  KernelStart();
   const int64_t units = (cols + 31) / 32;  // the last one partial for float types
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= rows * units) return;
@@ -314,6 +344,7 @@ template <DType T>
 __global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                             const float* scales, const int32_t* tokens, int64_t row0, float scale,
                             float* out) {
+  KernelStart();
   const int64_t t = blockIdx.x;
   const int64_t id = tokens[t] - row0;
   if (id < 0 || id >= rows) {  // another rank's row (vocabulary-parallel shard)
@@ -332,6 +363,7 @@ __global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, in
 }
 
 __global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __float2half_rn(x[i]);
 }
@@ -351,6 +383,7 @@ __device__ float BlockSum(float v, float* shared) {
 // are set (rows then contiguous: stride n).
 __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
                               float eps, int64_t stride, QActOut q32, QActOut q256) {
+  KernelStart();
   __shared__ float shared[32];
   __shared__ float warp_max[8];
   const float* xr = x + int64_t{blockIdx.x} * stride;
@@ -381,6 +414,7 @@ __device__ __forceinline__ float GatedValue(Ew op, float z, float up) {
 // h = act(gate) * up over rows of n, quantized into q32 / q256 (as QuantizeActKernel).
 __global__ void GatedQuantKernel(Ew op, const float* gate, const float* up, float* h, int64_t n,
                                  QActOut q32, QActOut q256) {
+  KernelStart();
   __shared__ float warp_max[8];
   const int64_t t = blockIdx.y;
   const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
@@ -392,6 +426,7 @@ __global__ void GatedQuantKernel(Ew op, const float* gate, const float* up, floa
 
 __global__ void ElementwiseKernel(Ew op, float* y, const float* a, const float* b, float s,
                                   int64_t n) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   switch (op) {
@@ -404,6 +439,7 @@ __global__ void ElementwiseKernel(Ew op, float* y, const float* a, const float* 
 }
 
 __global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t n) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i < n_rows * n) y[i] += b[i % n];
 }
@@ -464,6 +500,7 @@ template <typename KV>
 __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int32_t* pos,
                              int half, bool interleaved, float attention_factor,
                              const float* inv_freq, KvRows<KV> kv) {
+  KernelStart();
   __shared__ float cs[2][kMaxRopeHalf];
   const int64_t t = blockIdx.x;
   if (q.x || k.x) {
@@ -538,6 +575,7 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n) {
 // ...). The warps' states are merged at the end.
 template <typename KV, int kMaxK, int kMaxV>
 __global__ void AttentionKernel(AttnArgs a) {
+  KernelStart();
   constexpr int kPerLane = kMaxV / kWarp;
   __shared__ float q_s[kMaxK];
   __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
@@ -614,6 +652,7 @@ __global__ void AttentionKernel(AttnArgs a) {
 // y) computes j = 32 y + lane; its kRowsPerBlock warps split the sum over i.
 __global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r, int dn, int dr,
                                 int dv, float* out) {
+  KernelStart();
   __shared__ float part[kRowsPerBlock][kWarp];
   const int64_t th = blockIdx.x;  // token * H + head
   const int h = static_cast<int>(th % H);
@@ -641,6 +680,7 @@ __global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r
 // out[t, h * dv + i] = sum_j W_UV[h][i][j] o_lat[t, h, j]: one warp per output value.
 __global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, int r, int dn,
                                  int dv, float* out) {
+  KernelStart();
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % H);
   const int i = blockIdx.y * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -680,6 +720,7 @@ __device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane
 // the arg-max searches; the sums and the bookkeeping of the selection are lane 0's.
 __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
                                kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
+  KernelStart();
   __shared__ float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
   __shared__ double ex[kernels::kMaxRoutedExperts];
   __shared__ bool taken[kernels::kMaxRoutedExperts];
@@ -764,6 +805,7 @@ template <DType T>
 __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
                                   int64_t cols, const float* x, const int32_t* ids, int k,
                                   bool x_per_slot, int64_t pair0, float* y) {
+  KernelStart();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   if (r >= rows) return;
@@ -787,12 +829,14 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
 //   pairs, expert by expert; their order within an expert does not matter: each pair's
 //   products are its own) -> GroupedExpertsGemv (block y = one tile).
 __global__ void CountExpertsKernel(const int32_t* ids, int64_t n_pairs, int32_t* counts) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i < n_pairs) atomicAdd(&counts[ids[i]], 1);
 }
 
 __global__ void ExpertTilesKernel(const int32_t* counts, int E, int32_t* offsets,
                                   int32_t* tile_start, int32_t* cursor) {
+  KernelStart();
   if (threadIdx.x != 0) return;
   int32_t o = 0, g = 0;
   for (int e = 0; e < E; ++e) {
@@ -808,6 +852,7 @@ __global__ void ExpertTilesKernel(const int32_t* counts, int E, int32_t* offsets
 
 __global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const int32_t* offsets,
                                    int32_t* cursor, int32_t* list) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i < n_pairs) list[offsets[ids[i]] + atomicAdd(&cursor[ids[i]], 1)] = static_cast<int32_t>(i);
 }
@@ -818,6 +863,7 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
                                          bool x_per_slot, int E, const int32_t* offsets,
                                          const int32_t* tile_start, const int32_t* list,
                                          int64_t tile0, float* y) {
+  KernelStart();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   const int64_t g = tile0 + blockIdx.y;
@@ -855,6 +901,7 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
 
 __global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
                               float* out) {
+  KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= T * n) return;
   const int64_t t = i / n, c = i % n;
@@ -865,6 +912,7 @@ __global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, 
 
 // Sums every float4 of x (grid-stride): the read-bandwidth probe.
 __global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
+  KernelStart();
   float s = 0.f;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -876,6 +924,7 @@ __global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
 
 __global__ void GatherRowsKernel(const float* src, const int32_t* rows, int64_t n_cols,
                                  float* dst) {
+  KernelStart();
   const int64_t i = blockIdx.x;
   for (int64_t c = threadIdx.x; c < n_cols; c += blockDim.x)
     dst[i * n_cols + c] = src[int64_t{rows[i]} * n_cols + c];
