@@ -36,10 +36,18 @@ void Device::ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids
   for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, n_tokens, ids, k, x_per_slot, o.y);
 }
 
+void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
+                                float* h, int64_t n_tokens, int k, int64_t n,
+                                const DeviceExperts& w, const int32_t* ids, float* y) {
+  Gated(act, gate, up, h, n_tokens * k * n);
+  ExpertsMatMul(w, h, n_tokens, ids, k, /*x_per_slot=*/true, y);
+}
+
 void Device::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                          const kernels::RopeConfig& cfg, const float* inv_freq,
                          const kernels::KvLayerView& kv, const float* k_rows,
-                         const float* v_rows) {
+                         const float* v_rows, const RowNorm& norm) {
+  if (norm.x) RmsNorm(norm.x, norm.w, 0.f, norm.x, b.n_tokens, norm.n, norm.eps, norm.stride);
   for (const RopeHeads* h : {&q, &k})
     if (h->x) Rope(h->x, h->n_heads, h->head_stride, h->token_stride, b, cfg, inv_freq);
   KvWrite(kv, b, k_rows, v_rows);

@@ -79,6 +79,16 @@ struct StepBatch {
 
 enum class GatedActivation { kSilu, kGeluTanh };
 
+// Rows normalized in place before a KV write (Device::RopeKvWrite; MLA's latent: the first n
+// values of each of the step's rows of x, rows `stride` apart, RmsNorm'ed with weights w and
+// no offset); x null: none.
+struct RowNorm {
+  float* x = nullptr;
+  const float* w = nullptr;
+  float eps = 0.f;
+  int64_t n = 0, stride = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -190,13 +200,13 @@ class Device {
     float* x = nullptr;
     int64_t n_heads = 0, head_stride = 0, token_stride = 0;
   };
-  // Rope of q's and k's heads, then KvWrite(kv, b, k_rows, v_rows) (k_rows holds k's rotated
-  // heads): the step between the projections and the attention. A backend may do it in one
-  // pass; by default, the three calls.
+  // Rope of q's and k's heads and `norm`, then KvWrite(kv, b, k_rows, v_rows) (k_rows holds k's
+  // rotated heads and the normalized values): the step between the projections and the
+  // attention. A backend may do it in one pass; by default, the calls one by one.
   virtual void RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                            const kernels::RopeConfig& cfg, const float* inv_freq,
                            const kernels::KvLayerView& kv, const float* k_rows,
-                           const float* v_rows);
+                           const float* v_rows, const RowNorm& norm = {});
   // Causal paged attention of every token of the batch over its sequence's cache (positions
   // <= its own, within the sliding window): q [n_tokens, n_heads, head_dim] -> out
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
@@ -231,6 +241,13 @@ class Device {
   };
   virtual void ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids, int k,
                               bool x_per_slot, std::initializer_list<ExpertsOut> outs);
+  // Gated(act, gate, up -> h) over the n_tokens x k (token, slot) rows of n values, then
+  // ExpertsMatMul(w, h, n_tokens, ids, k, x_per_slot = true, y): the routed experts' down
+  // projection. A backend may prepare h as it computes it (the CUDA backend quantizes it); by
+  // default, the two calls.
+  virtual void GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
+                                  float* h, int64_t n_tokens, int k, int64_t n,
+                                  const DeviceExperts& w, const int32_t* ids, float* y);
   // out[t n + i] += sum_j w[t k + j] * y[(t k + j) n + i].
   virtual void SlotSum(const float* y, const float* w, int64_t n_tokens, int k, int64_t n,
                        float* out) = 0;

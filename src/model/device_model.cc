@@ -228,8 +228,8 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     if (logit_rows_ > 0) {
       // The rows that need logits (into h_), normalised, projected.
       dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
-      dev_->RmsNorm(h_, output_norm_, c.norm_weight_offset, h_, logit_rows_, D, c.rms_eps);
-      dev_->MatMul(output_, h_, logit_rows_, logits_);  // [rows, this rank's vocabulary]
+      dev_->NormMatMuls(h_, output_norm_, c.norm_weight_offset, c.rms_eps, h_, logit_rows_, D,
+                        {{&output_, logits_}});  // [rows, this rank's vocabulary]
       if (c.final_logit_softcap > 0)
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
     }

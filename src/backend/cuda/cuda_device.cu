@@ -448,22 +448,24 @@ class CudaDevice final : public Device {
   }
   void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
                const float* v) override {
-    RopeKvWrite({}, {}, b, kernels::RopeConfig{}, nullptr, kv, k, v);
+    RopeKvWrite({}, {}, b, kernels::RopeConfig{}, nullptr, kv, k, v, {});
   }
   void RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                    const kernels::RopeConfig& cfg, const float* inv_freq,
-                   const kernels::KvLayerView& kv, const float* k_rows,
-                   const float* v_rows) override {
+                   const kernels::KvLayerView& kv, const float* k_rows, const float* v_rows,
+                   const RowNorm& norm) override {
     const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
     const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
     if (kv.dtype == DType::kF16) {
       LaunchRopeKv(q, k, b, cfg, inv_freq,
                    KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
-                                    b.d_slot, kd, vd, k_rows, v_rows});
+                                    b.d_slot, kd, vd, k_rows, v_rows},
+                   norm);
     } else {
       LaunchRopeKv(q, k, b, cfg, inv_freq,
                    KvRows<float>{static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot,
-                                 kd, vd, k_rows, v_rows});
+                                 kd, vd, k_rows, v_rows},
+                   norm);
     }
   }
   void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
@@ -542,6 +544,23 @@ class CudaDevice final : public Device {
     });
     Note(cudaGetLastError());
   }
+  // The routed hidden quantized by the gated kernel as it is computed.
+  void GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up, float* h,
+                          int64_t T, int k, int64_t n, const DeviceExperts& w, const int32_t* ids,
+                          float* y) override {
+    if (T == 0) return;
+    const int ab = n == w.cols ? QuantizedBlock(w.dtype, w.cols, T, T * k) : 0;
+    if (!ab) {
+      Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
+      return;
+    }
+    const QActOut q = ActOut(ab, w.cols);
+    Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_,
+           act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n,
+           ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+    Note(cudaGetLastError());
+    QuantizedExperts(h, T, ids, k, /*x_per_slot=*/true, {{&w, y}}, /*quantize=*/false);
+  }
   void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
                       std::initializer_list<ExpertsOut> outs) override {
     if (T == 0) return;
@@ -564,10 +583,10 @@ class CudaDevice final : public Device {
   CudaDevice() = default;
 
   // The experts' quantized GEMVs of a decode-sized step for one or two stacked matrices of one
-  // type and shape: x quantized once, one launch (blockIdx.z the matrix). False (nothing
-  // launched) where they take the FP32 path.
+  // type and shape: x quantized once (unless `quantize` is false: the kernel before did), one
+  // launch (blockIdx.z the matrix). False (nothing launched) where they take the FP32 path.
   bool QuantizedExperts(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
-                        std::initializer_list<ExpertsOut> outs) {
+                        std::initializer_list<ExpertsOut> outs, bool quantize = true) {
     const DeviceExperts& w = *outs.begin()->w;
     const int64_t x_rows = x_per_slot ? T * k : T;
     const int ab = QuantizedBlock(w.dtype, w.cols, T, x_rows);
@@ -580,8 +599,9 @@ class CudaDevice final : public Device {
       m.y[i++] = o.y;
     }
     const QActOut q = ActOut(ab, w.cols);
-    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
-           ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+    if (quantize)
+      Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
+             ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
@@ -664,14 +684,16 @@ class CudaDevice final : public Device {
 
   template <typename KV>
   void LaunchRopeKv(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
-                    const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv) {
+                    const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv,
+                    const RowNorm& norm = {}) {
     if (b.n_tokens == 0) return;
     if (cfg.rot_dim / 2 > kMaxRopeHalf) {
       Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
       return;
     }
     Launch(RopeKvKernel<KV>, b.n_tokens, 128, launch_, q, k, b.d_pos, cfg.rot_dim / 2,
-           cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv);
+           cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv,
+           norm);
     Note(cudaGetLastError());
   }
 

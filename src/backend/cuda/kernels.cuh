@@ -379,6 +379,15 @@ __device__ float BlockSum(float v, float* shared) {
   return s;
 }
 
+// 1 / sqrt(mean(x^2) + eps) over the n values of x, by the whole block (kernels::RmsNorm's
+// scale; shared: 32 floats).
+__device__ float RmsScale(const float* x, int64_t n, float eps, float* shared) {
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += x[i] * x[i];
+  ss = BlockSum(ss, shared);
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / n + eps));
+}
+
 // One 256-thread block a row; the normalized row also quantized into q32 / q256 where their qs
 // are set (rows then contiguous: stride n).
 __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
@@ -388,10 +397,7 @@ __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, fl
   __shared__ float warp_max[8];
   const float* xr = x + int64_t{blockIdx.x} * stride;
   float* yr = y + int64_t{blockIdx.x} * stride;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = BlockSum(ss, shared);
-  const float s = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / n + eps));
+  const float s = RmsScale(xr, n, eps, shared);
   const bool quantize = q32.qs || q256.qs;
   for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
     const int64_t i = c + threadIdx.x;
@@ -493,16 +499,24 @@ __device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t 
   }
 }
 
-// One block a token: its cos / sin (in double precision, as kernels::ApplyRope) once into
+// One block a token: the token's row of `norm` normalized in place (RmsNormKernel's
+// arithmetic, w_offset 0), its cos / sin (in double precision, as kernels::ApplyRope) once into
 // shared memory, then the heads of q and k rotated, then the token's k and v rows stored into
 // its cache slot.
 template <typename KV>
 __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int32_t* pos,
                              int half, bool interleaved, float attention_factor,
-                             const float* inv_freq, KvRows<KV> kv) {
+                             const float* inv_freq, KvRows<KV> kv, RowNorm norm) {
   KernelStart();
   __shared__ float cs[2][kMaxRopeHalf];
+  __shared__ float shared[32];
   const int64_t t = blockIdx.x;
+  if (norm.x) {
+    float* xr = norm.x + t * norm.stride;
+    const float s = RmsScale(xr, norm.n, norm.eps, shared);
+    for (int64_t i = threadIdx.x; i < norm.n; i += blockDim.x) xr[i] = (xr[i] * s) * norm.w[i];
+    __syncthreads();  // (the row is read back below)
+  }
   if (q.x || k.x) {
     const float fpos = static_cast<float>(pos[t]);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {

@@ -119,28 +119,24 @@ class DeviceDeepseekModel : public DeviceModel {
     const DeepseekV2Config& c = m_.cfg_;
     const int64_t D = c.base.hidden_size, H = m_.n_heads_, r = c.kv_lora_rank;
     const int64_t k = std::max<int64_t>(c.num_experts_per_tok, 1);
-    const int64_t ffn = std::max({c.base.ffn_dim, k * c.moe_intermediate_size,
-                                  c.n_shared_experts * c.moe_intermediate_size});
+    const int64_t sh = std::max<int64_t>(c.n_shared_experts * c.moe_intermediate_size, 1);
+    const int64_t ffn = std::max({c.base.ffn_dim, k * c.moe_intermediate_size});
     for (auto [n, p] :
          {std::pair{H * c.qk_head_dim(), &q_}, {std::max<int64_t>(c.q_lora_rank, 1), &qa_},
           {c.cache_row(), &ckv_}, {H * c.cache_row(), &qlat_}, {H * r, &olat_},
           {H * c.v_head_dim, &attn_}, {D, &o_}, {ffn, &gate_}, {ffn, &up_},
-          {k * D, &ys_},
+          {k * D, &ys_}, {sh, &sh_gate_}, {sh, &sh_up_},
           {std::max<int64_t>(c.n_routed_experts, 1), &router_logits_}, {k, &w_}})
       PENG_RETURN_IF_ERROR(Scratch(T * n, p));
     return Scratch(T * k, &ids_);
   }
 
-  // gate / up / SiLU over T rows of h_, then the down projection with its output and epilogue;
-  // with `norm`, h_ = RmsNorm(x_) first.
+  // The dense FFN: h_ = RmsNorm(x_), gate / up / SiLU over its T rows, then the down
+  // projection with its output and epilogue.
   void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const backend::Device::MatMulOut& down,
-           int64_t T, const float* norm = nullptr) {
-    if (norm) {
-      dev_->NormMatMuls(x_, norm, 0.f, m_.cfg_.base.rms_eps, h_, T, m_.cfg_.base.hidden_size,
-                        {{&gate, gate_}, {&up, up_}});
-    } else {
-      dev_->MatMuls(h_, T, {{&gate, gate_}, {&up, up_}});
-    }
+           int64_t T, const float* norm) {
+    dev_->NormMatMuls(x_, norm, 0.f, m_.cfg_.base.rms_eps, h_, T, m_.cfg_.base.hidden_size,
+                      {{&gate, gate_}, {&up, up_}});
     dev_->GatedMatMuls(backend::GatedActivation::kSilu, gate_, up_, gate_, T, gate.rows, {down});
   }
   void RunLayer(int il) override {
@@ -162,10 +158,10 @@ class DeviceDeepseekModel : public DeviceModel {
       d.NormMatMuls(x_, L.attn_norm, 0.f, c.base.rms_eps, h_, T, D,
                     {{&L.wq, q_, L.bq}, {&L.wkv_a, ckv_, L.bkv_a}});
     }
-    d.RmsNorm(ckv_, L.kv_a_norm, 0.f, ckv_, T, r, c.latent_norm_eps, row);
-    // Every head's q_pe and the row's k_pe rotated, the row [c | k_pe] into the cache.
+    // The latent c normalized, every head's q_pe and the row's k_pe rotated, the row
+    // [c | k_pe] into the cache.
     d.RopeKvWrite({q_ + dn, H, dqk, H * dqk}, {ckv_ + r, 1, row, row}, b, c.base.rope, inv_freq_,
-                  kv_[il], ckv_, nullptr);
+                  kv_[il], ckv_, nullptr, {ckv_, L.kv_a_norm, c.latent_norm_eps, r, row});
     kernels::MlaParams mp;
     mp.n_heads = static_cast<int>(H);
     mp.kv_lora_rank = static_cast<int>(r);
@@ -188,23 +184,33 @@ class DeviceDeepseekModel : public DeviceModel {
     }
     const int k = static_cast<int>(c.num_experts_per_tok);
     const int64_t I = c.moe_intermediate_size;
-    d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {{&L.router, router_logits_}});
+    // The normalized input into the router and the shared experts' gate and up (one
+    // preparation of it for both), the routed experts' gate and up, their down projection.
+    if (L.shared) {
+      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D,
+                    {{&L.router, router_logits_}, {&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}});
+    } else {
+      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {{&L.router, router_logits_}});
+    }
     d.MoeRoute(router_logits_, L.router_bias, T, c.Routing(), ids_, w_);
     d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
-    d.Gated(backend::GatedActivation::kSilu, gate_, up_, gate_, T * k * I);
-    d.ExpertsMatMul(L.exp_down, gate_, T, ids_, k, true, ys_);
-    if (!comm_) {  // the routed experts straight into the residual, then the shared ones
-      d.SlotSum(ys_, w_, T, k, D, x_);
-      if (L.shared) Mlp(L.sh_gate, L.sh_up, {&L.sh_down, x_, nullptr, true}, T);
-      return;
+    d.GatedExpertsMatMul(backend::GatedActivation::kSilu, gate_, up_, gate_, T, k, I,
+                         L.exp_down, ids_, ys_);
+    // The routed experts into the residual (tensor parallel: this rank's slices of the routed
+    // and shared experts into o_, summed in one all-reduce), then the shared ones.
+    float* out = x_;
+    if (comm_) {
+      out = o_;
+      d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
     }
-    // Tensor parallel: this rank's slices of the routed and shared experts, summed in one
-    // all-reduce.
-    d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
-    d.SlotSum(ys_, w_, T, k, D, o_);
-    if (L.shared) Mlp(L.sh_gate, L.sh_up, {&L.sh_down, o_, nullptr, true}, T);
-    comm_->AllReduceSum(o_, T * D);
-    d.Add(x_, o_, T * D);
+    d.SlotSum(ys_, w_, T, k, D, out);
+    if (L.shared)
+      d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
+                     L.sh_gate.rows, {{&L.sh_down, out, nullptr, true}});
+    if (comm_) {
+      comm_->AllReduceSum(o_, T * D);
+      d.Add(x_, o_, T * D);
+    }
   }
 
   const DeepseekV2Model& m_;
@@ -213,6 +219,7 @@ class DeviceDeepseekModel : public DeviceModel {
   float *q_ = nullptr, *qa_ = nullptr, *ckv_ = nullptr, *qlat_ = nullptr, *olat_ = nullptr;
   float *attn_ = nullptr, *o_ = nullptr, *gate_ = nullptr, *up_ = nullptr;
   float* ys_ = nullptr;
+  float *sh_gate_ = nullptr, *sh_up_ = nullptr;  // the shared experts' gate / up
   float *router_logits_ = nullptr, *w_ = nullptr;
   int32_t* ids_ = nullptr;
 };
