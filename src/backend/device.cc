@@ -36,6 +36,13 @@ void Device::ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids
   for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, n_tokens, ids, k, x_per_slot, o.y);
 }
 
+void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                              const kernels::AttentionParams& p, float* out,
+                              std::initializer_list<MatMulOut> outs) {
+  PagedAttention(q, kv, b, p, out);
+  MatMuls(out, b.n_tokens, outs);
+}
+
 void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
                                 float* h, int64_t n_tokens, int k, int64_t n,
                                 const DeviceExperts& w, const int32_t* ids, float* y) {

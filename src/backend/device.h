@@ -79,6 +79,15 @@ struct StepBatch {
 
 enum class GatedActivation { kSilu, kGeluTanh };
 
+// A weighted sum of rows a product adds to its output (Device::MatMulOut::slots: SlotSum folded
+// into the store -- the routed experts' outputs with the shared experts' down projection):
+// y[t, r] += sum_j w[t k + j] * rows[(t k + j) n + r], n the matrix's rows; rows null: none.
+struct SlotRows {
+  const float* rows = nullptr;
+  const float* w = nullptr;
+  int k = 0;
+};
+
 // Rows normalized in place before a KV write (Device::RopeKvWrite; MLA's latent: the first n
 // values of each of the step's rows of x, rows `stride` apart, RmsNorm'ed with weights w and
 // no offset); x null: none.
@@ -148,14 +157,17 @@ class Device {
   virtual void MatMul(const DeviceMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
   // The products of several matrices with the same x (the projections of one input: q / k /
   // v, gate / up), each with its epilogue: y = W x + bias (bias: null or one value per row of
-  // W, added to every token's row), or y += W x + bias when `accumulate` (a residual add).
+  // W, added to every token's row), or y += W x + bias when `accumulate` (a residual add), to
+  // which `slots` adds its weighted rows (only with accumulate).
   // A backend may prepare x once for all of them (the CUDA backend quantizes it once) and fold
-  // the epilogue into the product (the host device: MatMul, AddBiasRows and Add in turn).
+  // the epilogue into the product (the host device: SlotSum, MatMul, AddBiasRows and Add in
+  // turn).
   struct MatMulOut {
     const DeviceMatrix* w;
     float* y;
     const float* bias = nullptr;
     bool accumulate = false;
+    SlotRows slots = {};
   };
   virtual void MatMuls(const float* x, int64_t n_tokens,
                        std::initializer_list<MatMulOut> outs) = 0;
@@ -212,6 +224,11 @@ class Device {
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
   virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out) = 0;
+  // PagedAttention, then MatMuls(out, outs) (the output projection). A backend may prepare the
+  // attention's output for the products as it writes it; by default, the two calls.
+  virtual void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv,
+                                const StepBatch& b, const kernels::AttentionParams& p, float* out,
+                                std::initializer_list<MatMulOut> outs);
   // --- multi-head latent attention (kernels/mla.h), w_kvb the FP32 [H][d_nope + d_v][r] kv_b
   // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
   virtual void MlaAbsorbQuery(const float* q, int64_t n_tokens, const float* w_kvb,

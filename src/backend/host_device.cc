@@ -74,6 +74,7 @@ class HostDevice final : public Device {
   void MatMuls(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) override {
     for (const MatMulOut& o : outs) {
       const int64_t n = T * o.w->rows;
+      if (o.slots.rows) SlotSum(o.slots.rows, o.slots.w, T, o.slots.k, o.w->rows, o.y);
       float* y = o.y;
       if (o.accumulate) {  // the product apart, then added (as the CPU engine does)
         product_.resize(static_cast<size_t>(n));

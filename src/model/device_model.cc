@@ -338,9 +338,10 @@ class DeviceDecoderModel : public DeviceModel {
     ap.n_heads = static_cast<int>(H);
     ap.scale = c.AttentionScale();
     ap.sliding_window = sliding ? c.sliding_window : 0;
-    d.PagedAttention(q_, kv_[il], b, ap, attn_);
     Residual(L.wo, nullptr, {L.post_attn_norm, c.norm_weight_offset, c.rms_eps}, o_,
-             [&](const backend::Device::MatMulOut& o) { d.MatMuls(attn_, T, {o}); });
+             [&](const backend::Device::MatMulOut& o) {
+               d.AttentionMatMuls(q_, kv_[il], b, ap, attn_, {o});
+             });
 
     // --- feed-forward block
     d.NormMatMuls(x_, L.ffn_norm, c.norm_weight_offset, c.rms_eps, h_, T, D,

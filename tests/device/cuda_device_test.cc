@@ -658,6 +658,55 @@ TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
   EXPECT_LE(worst / scale, 1e-5);
 }
 
+// The attention's output quantized by the attention kernel for the output projection
+// (AttentionMatMuls, Q4_1: blocks of 32 -- and Q4_K, 256, which takes the separate quantizer),
+// and SlotSum folded into a product's store (MatMulOut::slots), against the host device.
+TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
+  AttnBatch a;
+  BuildBatch(cuda_.get(), &a);
+  const int64_t T = a.host.n_tokens;
+  const int H = 8, KV = 2, hd = 64;
+  std::vector<std::vector<uint8_t>> bytes;
+  const Uploaded wo4_1 = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_1, 96, H * hd, &rng_,
+                                      &bytes);
+  const Uploaded wo4_k = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_K, 96, H * hd, &rng_,
+                                      &bytes);
+  kernels::KvLayerView kc, kh;
+  RandomCache(DType::kF16, KV, hd, hd, &kc, &kh);
+  const Pair q = Upload(Random(T * H * hd));
+  kernels::AttentionParams p;
+  p.n_heads = H;
+  p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (bool exact : {true, false}) {
+    kernels::SetExactActivations(exact);
+    for (const Uploaded* wo : {&wo4_1, &wo4_k}) {
+      const std::string tag = std::string(DTypeName(wo->cuda.dtype)) +
+                              (exact ? " exact" : " quantized");
+      const Pair o = Zeros(T * H * hd), y = Upload(Random(T * 96));
+      cuda_->AttentionMatMuls(q.cuda, kc, a.cuda, p, o.cuda, {{&wo->cuda, y.cuda, nullptr, true}});
+      host_->AttentionMatMuls(q.host, kh, a.host, p, o.host, {{&wo->host, y.host, nullptr, true}});
+      Expect(o, T * H * hd, 1e-4, "AttentionMatMuls: attention " + tag);
+      Expect(y, T * 96, exact ? 1e-4 : 3e-3, "AttentionMatMuls: o " + tag);
+    }
+    // y += W x + bias + the slots' weighted rows (k = 3 rows of 96 a token); GEMV and GEMM.
+    const int k = 3;
+    for (int64_t Ts : {5, 40}) {
+      if (!exact && Ts > 32) continue;  // (prefill is FP32 either way)
+      const Pair x = Upload(Random(Ts * H * hd)), bias = Upload(Random(96));
+      const Pair rows = Upload(Random(Ts * k * 96)), w = Upload(Random(Ts * k));
+      const Pair y = Upload(Random(Ts * 96));
+      cuda_->MatMuls(x.cuda, Ts,
+                     {{&wo4_1.cuda, y.cuda, bias.cuda, true, {rows.cuda, w.cuda, k}}});
+      host_->MatMuls(x.host, Ts,
+                     {{&wo4_1.host, y.host, bias.host, true, {rows.host, w.host, k}}});
+      Expect(y, Ts * 96, Ts > 32 ? 1e-2 : exact ? 1e-4 : 3e-3,
+             std::string("MatMuls + slot sum") + (exact ? " exact" : " quantized") +
+                 " T=" + std::to_string(Ts));
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
 // The quantized GEMVs (default mode: activations quantized as the CPU kernels quantize them,
 // backend/cuda/qdot.h): the integer parts equal the host's, so the results differ by the order
 // of FP32 sums only. 2816 columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks.
@@ -844,30 +893,31 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // of MakeSteps (two sequences, a token each) launch the same kernels, recorded once and then
 // replayed; for the models below, exactly the numbers their layers come to. A fusion that
 // comes apart, or a kernel more a layer, changes them. The quantized files:
-//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 304 = 1 embedding + 30 x 10 + 3 for the logits:
-//     a layer is RMSNorm + quantize, q|k|v (one launch), RoPE + KV write, attention, quantize,
+//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 274 = 1 embedding + 30 x 9 + 3 for the logits:
+//     a layer is RMSNorm + quantize, q|k|v (one launch), RoPE + KV write, attention + quantize,
 //     o (+ residual), RMSNorm + quantize, gate|up, SiLU + quantize, down (+ residual); the
 //     logits: gather the rows, RMSNorm + quantize, the LM head.
-//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 35 =
-//     1 + 12 + 18 + 4 for the logits (the layers' MLA part 8: RMSNorm + quantize, q|kv_a, latent
+//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 34 =
+//     1 + 12 + 17 + 4 for the logits (the layers' MLA part 8: RMSNorm + quantize, q|kv_a, latent
 //     norm + RoPE + KV write, absorb, attention, project, quantize, o; then the dense FFN 4, or
-//     the MoE 10: RMSNorm + quantize, router|shared gate|shared up, route, quantize, routed
-//     gate|up, SiLU + quantize, routed down, slot sum, shared SiLU + quantize, shared down).
+//     the MoE 9: RMSNorm + quantize, router|shared gate|shared up, route, quantize, routed
+//     gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down (+ the routed
+//     experts' weighted sum)).
 // The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own).
 struct StepKernels {
   const char* file;  // the model's file or folder name
   int64_t kernels;
 };
 constexpr StepKernels kDecodeStepKernels[] = {
-    {"smollm2-135m-instruct-q4_1.gguf", 304},
-    {"peng_device_ds_q4_0_", 35},  // (QuantizedDeepseekPath)
+    {"smollm2-135m-instruct-q4_1.gguf", 274},
+    {"peng_device_ds_q4_0_", 34},  // (QuantizedDeepseekPath)
     {"hf_tiny/llama", 28},
     {"hf_tiny/qwen2", 28},
     {"hf_tiny/gemma3", 58},
-    {"deepseek_tiny/lite", 57},
-    {"deepseek_tiny/lite_fused", 57},
-    {"deepseek_tiny/v2", 63},
-    {"deepseek_tiny/mscale", 63},
+    {"deepseek_tiny/lite", 55},
+    {"deepseek_tiny/lite_fused", 55},
+    {"deepseek_tiny/v2", 61},
+    {"deepseek_tiny/mscale", 61},
 };
 void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c) {
   ASSERT_GE(c.kernels.size(), 4u);

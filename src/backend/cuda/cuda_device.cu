@@ -335,7 +335,7 @@ class CudaDevice final : public Device {
       if (done >> i & 1) continue;
       const int ab = QuantizedBlock(o[i].w->dtype, o[i].w->cols, T, T);
       if (!ab) {
-        FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate});
+        FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
         continue;
       }
       QMats ms;
@@ -343,7 +343,7 @@ class CudaDevice final : public Device {
       for (size_t j = i; j < n && m < kMaxQMats; ++j) {
         if ((done >> j & 1) || o[j].w->dtype != o[i].w->dtype) continue;
         ms.m[m++] = {static_cast<const uint8_t*>(o[j].w->data), o[j].w->row_bytes, o[j].w->rows,
-                     o[j].y, Epilogue{o[j].bias, o[j].accumulate}};
+                     o[j].y, Epilogue{o[j].bias, o[j].accumulate, o[j].slots}};
         done |= uint32_t{1} << j;
       }
       LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(ab, o[i].w->cols), T);
@@ -405,6 +405,7 @@ class CudaDevice final : public Device {
     if (s != CUBLAS_STATUS_SUCCESS)
       Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
     AddBiasRows(y, ep.bias, T, w.rows);
+    if (ep.slots.rows) SlotSum(ep.slots.rows, ep.slots.w, T, ep.slots.k, w.rows, y);
   }
 
   void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
@@ -470,6 +471,10 @@ class CudaDevice final : public Device {
   }
   void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                       const kernels::AttentionParams& p, float* out) override {
+    Attention(q, kv, b, p, out, QActOut{});
+  }
+  void Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                 const kernels::AttentionParams& p, float* out, const QActOut& quant) {
     if (b.n_tokens == 0) return;
     if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
       Keep(Unimplemented(name_ + ": head_dim above 256"));
@@ -482,7 +487,21 @@ class CudaDevice final : public Device {
     a.scale = p.scale;
     a.softcap = p.softcap;
     a.sliding_window = p.sliding_window;
+    a.quant = quant;
     LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+  }
+  // The output quantized by the attention kernel as it writes it, where every product takes
+  // activation blocks of 32 and the heads are whole blocks.
+  void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                        const kernels::AttentionParams& p, float* out,
+                        std::initializer_list<MatMulOut> outs) override {
+    QActOut q32, q256;
+    if (!Quantizations(b.n_tokens, outs, &q32, &q256) || q256.qs || kv.v_head_dim % 32 != 0) {
+      Device::AttentionMatMuls(q, kv, b, p, out, outs);
+      return;
+    }
+    Attention(q, kv, b, p, out, q32);
+    Products(out, b.n_tokens, outs);
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                     const kernels::MlaParams& p, float* out) override {

@@ -37,13 +37,22 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// What a GEMV does with a row's dot product s (Device::MatMulOut): y = s + bias[r], or
-// y += s + bias[r] when accumulating (the residual add folded into the product).
+// What a GEMV does with the dot product s of row r (of `rows`) and token t
+// (Device::MatMulOut): y = s + bias[r], or y += s + bias[r] when accumulating (the residual
+// add folded into the product), plus the slots' weighted rows where set (SlotSum folded in).
 struct Epilogue {
   const float* bias = nullptr;
   bool accumulate = false;
-  __device__ __forceinline__ void Store(float* y, int64_t r, float s) const {
+  SlotRows slots;
+  __device__ __forceinline__ void Store(float* y, int64_t t, int64_t r, int64_t rows,
+                                        float s) const {
     if (bias) s += bias[r];
+    if (slots.rows) {
+      float a = 0.f;
+      for (int j = 0; j < slots.k; ++j)
+        a += slots.w[t * slots.k + j] * slots.rows[(t * slots.k + j) * rows + r];
+      s += a;
+    }
     *y = accumulate ? *y + s : s;
   }
 };
@@ -142,7 +151,8 @@ __global__ void GemvKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
-    if (lane == 0 && t < nt) ep.Store(&y[(t0 + t) * rows + r], r, scales ? s * scales[r] : s);
+    if (lane == 0 && t < nt)
+      ep.Store(&y[(t0 + t) * rows + r], t0 + t, r, rows, scales ? s * scales[r] : s);
   }
 }
 
@@ -275,7 +285,7 @@ __global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
     if constexpr (WPR == 1) {
-      if (lane == 0 && t < nt) m.ep.Store(&m.y[(t0 + t) * m.rows + r], r, s);
+      if (lane == 0 && t < nt) m.ep.Store(&m.y[(t0 + t) * m.rows + r], t0 + t, r, m.rows, s);
     } else {
       if (lane == 0) part[warp][t] = s;
     }
@@ -285,7 +295,7 @@ __global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
     if (slot == 0 && lane < nt && r < m.rows) {
       float s = 0.f;
       for (int i = 0; i < WPR; ++i) s += part[warp + i][lane];
-      m.ep.Store(&m.y[(t0 + lane) * m.rows + r], r, s);
+      m.ep.Store(&m.y[(t0 + lane) * m.rows + r], t0 + lane, r, m.rows, s);
     }
   }
 }
@@ -554,6 +564,7 @@ struct AttnArgs {
   int n_heads, n_kv_heads, head_dim, v_head_dim, block_size;
   float scale, softcap;
   int sliding_window;
+  QActOut quant;  // where set, the output also quantized in blocks of 32 (v_head_dim % 32 == 0)
 };
 
 // q . k over n values: 16-byte loads where the key row is 16-byte aligned.
@@ -654,11 +665,19 @@ __global__ void AttentionKernel(AttnArgs a) {
   for (int w = 0; w < kAttnWarps; ++w)
     if (l_s[w] > 0.f) ll += l_s[w] * expf(m_s[w] - mm);
   float* out = a.out + (t * a.n_heads + h) * a.v_head_dim;
-  for (int d = threadIdx.x; d < a.v_head_dim; d += blockDim.x) {
-    float s = 0.f;
-    for (int w = 0; w < kAttnWarps; ++w)
-      if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
-    out[d] = s / ll;
+  const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
+  for (int d0 = 0; d0 < a.v_head_dim; d0 += blockDim.x) {  // (every thread every round)
+    const int d = d0 + threadIdx.x;
+    const bool valid = d < a.v_head_dim;
+    float v = 0.f;
+    if (valid) {
+      float s = 0.f;
+      for (int w = 0; w < kAttnWarps; ++w)
+        if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
+      out[d] = v = s / ll;
+    }
+    if (a.quant.qs)
+      QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
   }
 }
 

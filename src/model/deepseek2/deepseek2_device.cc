@@ -196,17 +196,20 @@ class DeviceDeepseekModel : public DeviceModel {
     d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
     d.GatedExpertsMatMul(backend::GatedActivation::kSilu, gate_, up_, gate_, T, k, I,
                          L.exp_down, ids_, ys_);
-    // The routed experts into the residual (tensor parallel: this rank's slices of the routed
-    // and shared experts into o_, summed in one all-reduce), then the shared ones.
+    // The routed and the shared experts into the residual (tensor parallel: this rank's slices
+    // of them into o_, summed in one all-reduce).
     float* out = x_;
     if (comm_) {
       out = o_;
       d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
     }
-    d.SlotSum(ys_, w_, T, k, D, out);
-    if (L.shared)
+    const backend::SlotRows routed{ys_, w_, k};
+    if (L.shared) {  // (the routed sum in the shared down projection's store)
       d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
-                     L.sh_gate.rows, {{&L.sh_down, out, nullptr, true}});
+                     L.sh_gate.rows, {{&L.sh_down, out, nullptr, true, routed}});
+    } else {
+      d.SlotSum(ys_, w_, T, k, D, out);
+    }
     if (comm_) {
       comm_->AllReduceSum(o_, T * D);
       d.Add(x_, o_, T * D);
