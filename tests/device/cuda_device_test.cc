@@ -217,6 +217,23 @@ std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols, std::mt19
   return w;
 }
 
+// n random [rows, cols] matrices of type t (a stack of experts): their bytes appended to
+// *bytes, their views to *views.
+void RandomExperts(DType t, int n, int64_t rows, int64_t cols, std::mt19937_64* rng,
+                   std::vector<std::vector<uint8_t>>* bytes, std::vector<TensorView>* views) {
+  for (int e = 0; e < n; ++e) {
+    std::vector<float> unused;
+    bytes->push_back(RandomMatrix(t, rows, cols, rng, &unused));
+    TensorView v;
+    v.name = "expert";
+    v.dtype = t;
+    v.shape = {rows, cols};
+    v.data = bytes->back().data();
+    v.size_bytes = bytes->back().size();
+    views->push_back(v);
+  }
+}
+
 // A random [rows, cols] matrix of a block-quantized or float type t uploaded to both devices
 // (cuda, host); its bytes appended to *keep (the host device runs on them).
 struct Uploaded {
@@ -529,20 +546,8 @@ TEST_F(CudaTest, MoeOps) {
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<TensorView> views;
     std::vector<const TensorView*> gate, down;
-    for (int e = 0; e < 2 * p.n_experts; ++e) {
-      const bool is_down = e >= p.n_experts;
-      const DType t = is_down ? DType::kQ6_K : DType::kQ4_K;
-      const int64_t rows = is_down ? D : I, cols = is_down ? 256 : D;
-      std::vector<float> unused;
-      bytes.push_back(RandomMatrix(t, rows, cols, &rng_, &unused));
-      TensorView v;
-      v.name = "expert";
-      v.dtype = t;
-      v.shape = {rows, cols};
-      v.data = bytes.back().data();
-      v.size_bytes = bytes.back().size();
-      views.push_back(v);
-    }
+    RandomExperts(DType::kQ4_K, p.n_experts, I, D, &rng_, &bytes, &views);
+    RandomExperts(DType::kQ6_K, p.n_experts, D, 256, &rng_, &bytes, &views);
     for (int e = 0; e < 2 * p.n_experts; ++e)
       (e < p.n_experts ? gate : down).push_back(&views[e]);
     std::vector<void*> allocs_c, allocs_h;
@@ -596,18 +601,10 @@ TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
   ASSERT_TRUE(ids_c.ok());
   ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<TensorView> views(E);
+  std::vector<TensorView> views;
+  RandomExperts(DType::kQ8_0, E, D, n, &rng_, &bytes, &views);
   std::vector<const TensorView*> down;
-  for (int e = 0; e < E; ++e) {
-    std::vector<float> unused;
-    bytes.push_back(RandomMatrix(DType::kQ8_0, D, n, &rng_, &unused));
-    views[e].name = "expert";
-    views[e].dtype = DType::kQ8_0;
-    views[e].shape = {D, n};
-    views[e].data = bytes.back().data();
-    views[e].size_bytes = bytes.back().size();
-    down.push_back(&views[e]);
-  }
+  for (const TensorView& v : views) down.push_back(&v);
   std::vector<void*> allocs_c, allocs_h;
   auto dc = cuda_->UploadExperts(down, &allocs_c);
   auto dh = host_->UploadExperts(down, &allocs_h);
@@ -791,18 +788,10 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   const int k = 3;
   const std::vector<int32_t> ids = {0, 3, 7, 1, 2, 5, 6, 0, 4, 2, 2, 1, 7, 5, 3};
   std::vector<std::vector<uint8_t>> eb;
-  std::vector<TensorView> ev(E);
+  std::vector<TensorView> ev;
+  RandomExperts(DType::kQ4_0, E, rows, cols, &rng_, &eb, &ev);
   std::vector<const TensorView*> ep;
-  for (int64_t e = 0; e < E; ++e) {
-    std::vector<float> unused;
-    eb.push_back(RandomMatrix(DType::kQ4_0, rows, cols, &rng_, &unused));
-    ev[e].name = "expert";
-    ev[e].dtype = DType::kQ4_0;
-    ev[e].shape = {rows, cols};
-    ev[e].data = eb.back().data();
-    ev[e].size_bytes = eb.back().size();
-    ep.push_back(e % 2 ? nullptr : &ev[e]);
-  }
+  for (int64_t e = 0; e < E; ++e) ep.push_back(e % 2 ? nullptr : &ev[e]);
   std::vector<void*> allocs_c, allocs_h;
   auto ec = cuda_->UploadExperts(ep, &allocs_c);
   auto eh = host_->UploadExperts(ep, &allocs_h);

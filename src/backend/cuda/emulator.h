@@ -186,19 +186,6 @@ void GridWait();
 uint64_t KernelsRun();
 }  // namespace emu
 
-// (runtime.h's, for the emulator: a launch's blocks run one after another, so programmatic
-// dependent launch changes nothing but the check that every thread waits.)
-struct LaunchStream {
-  LaunchStream(cudaStream_t s = nullptr, bool p = false, int64_t* n = nullptr)  // NOLINT
-      : stream(s), pdl(p), launches(n) {}
-  cudaStream_t stream;
-  bool pdl;
-  int64_t* launches;  // counts the launches where set
-};
-inline void GridWait() { emu::GridWait(); }
-inline void GridLaunchDependents() {}
-inline void PrefetchL2(const void*) {}
-
 #define threadIdx (::peng::backend::cuda::emu::current_thread->idx)
 #define blockIdx (::peng::backend::cuda::emu::current_block->idx)
 #define blockDim (::peng::backend::cuda::emu::current_block->dim)
@@ -228,15 +215,6 @@ T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;
   return old;
-}
-
-template <typename... P, typename... A>
-void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... args) {
-  if (s.launches) ++*s.launches;
-  emu::Enqueue(s.stream, grid, block, s.pdl,
-               [kernel, a = std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)] {
-                 std::apply(kernel, a);
-               });
 }
 
 // The emulated device (registered as "cuda-emu" by cuda_device_emulated.cc).

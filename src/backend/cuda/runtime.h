@@ -20,8 +20,11 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace peng::backend::cuda {
@@ -35,6 +38,21 @@ struct LaunchStream {
   int64_t* launches;  // counts the launches where set
 };
 
+#if defined(PENG_CUDA_EMULATOR)
+// The emulator runs a launch's blocks one after another, so programmatic dependent launch
+// changes nothing there but the check that every thread waits.
+template <typename... P, typename... A>
+void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... args) {
+  if (s.launches) ++*s.launches;
+  emu::Enqueue(s.stream, grid, block, s.pdl,
+               [kernel, a = std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)] {
+                 std::apply(kernel, a);
+               });
+}
+inline void GridWait() { emu::GridWait(); }
+inline void GridLaunchDependents() {}
+inline void PrefetchL2(const void*) {}
+#else
 // The launch, with no dynamic shared memory (no kernel uses any).
 template <typename... P, typename... A>
 void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... args) {
@@ -70,6 +88,6 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
+#endif
 
 }  // namespace peng::backend::cuda
-#endif
