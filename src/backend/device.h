@@ -111,6 +111,11 @@ class Device {
   virtual void Free(void* p) = 0;
   virtual Status CopyToDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual Status CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Host memory the device copies to and from at full speed (CUDA: page-locked), for the
+  // logits a step brings back; freed by FreeHost. Null where any host memory serves as well
+  // (the host device) or none could be had: the caller copies to its own then.
+  virtual void* AllocHost(int64_t bytes) { return nullptr; }
+  virtual void FreeHost(void* p) {}
   // Device-to-device copy, ordered on the stream.
   virtual void CopyOnDevice(void* dst, const void* src, int64_t bytes) = 0;
   virtual void Fill(void* dst, uint8_t value, int64_t bytes) = 0;

@@ -17,6 +17,7 @@ class DeviceExecutor : public Executor {
   Status Init(const EngineOptions& o) {
     PENG_ASSIGN_OR_RETURN(device_, backend::CreateDevice(o.device, &pool_));
     PENG_ASSIGN_OR_RETURN(dm_, DeviceModel::Create(*model_, device_.get()));
+    dm_->set_host_pool(&pool_);
     const int64_t cap = device_->FreeMemoryBytes() / 10 * 9;
     PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model_, cap));
     return dm_->AllocateKvCache(blocks, o.block_size, o.kv_dtype);

@@ -1,6 +1,7 @@
 #include "model/device_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -23,6 +24,7 @@ StatusOr<std::unique_ptr<DeviceModel>> DeviceModel::Create(const Model& model,
 DeviceModel::~DeviceModel() {
   (void)dev_->Synchronize();
   for (void* p : allocs_) dev_->Free(p);
+  dev_->FreeHost(host_logits_);
 }
 
 StatusOr<DeviceMatrix> DeviceModel::Matrix(const Linear& l) {
@@ -237,12 +239,30 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   }
   if (logit_rows_ > 0) {
     const int64_t n = logit_rows_ * output_.rows;
-    if (!host_tp_) {
+    // Through the device's own host memory where it has some (page-locked: a batch's logits are
+    // tens of megabytes), then on over the threads; else straight into the caller's array.
+    if (n > host_logits_n_) {
+      dev_->FreeHost(host_logits_);
+      host_logits_ = static_cast<float*>(dev_->AllocHost(n * 4));
+      host_logits_n_ = host_logits_ ? n : 0;
+    }
+    float* staged = host_logits_;
+    if (!staged && !host_tp_) {
       PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, n * 4));
-    } else {  // the ranks' columns meet on rank 0's host
-      local_logits_.resize(n);
-      PENG_RETURN_IF_ERROR(dev_->CopyToHost(local_logits_.data(), logits_, n * 4));
-      vocab_.GatherLogits(local_logits_.data(), logit_rows_, logits);
+    } else {
+      if (!staged) {
+        local_logits_.resize(n);
+        staged = local_logits_.data();
+      }
+      PENG_RETURN_IF_ERROR(dev_->CopyToHost(staged, logits_, n * 4));
+      if (host_tp_) {  // the ranks' columns meet on rank 0's host
+        vocab_.GatherLogits(staged, logit_rows_, logits);
+      } else {
+        auto copy = [&](int64_t b, int64_t e) {
+          std::memcpy(logits + b, staged + b, (e - b) * sizeof(float));
+        };
+        host_pool_ ? host_pool_->ParallelFor(n, copy) : copy(0, n);
+      }
     }
   }
   return dev_->Synchronize();

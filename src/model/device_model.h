@@ -50,6 +50,8 @@ class DeviceModel {
   void CopyBlock(int32_t src, int32_t dst);
   // Model::Forward on the device: NumLogitRows() rows of vocab_size logits into host `logits`.
   Status Forward(const ForwardBatch& batch, float* logits);
+  // Threads that copy the logits on from the device's host memory (null: one).
+  void set_host_pool(ThreadPool* pool) { host_pool_ = pool; }
 
  protected:
   DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}
@@ -114,6 +116,11 @@ class DeviceModel {
   backend::DeviceMatrix tok_embd_, output_;
   Communicator* host_tp_ = nullptr;
   VocabParallel vocab_;             // this rank's embedding / LM head rows (tensor parallel)
+  // The step's logit rows on the host as they come back: device-copyable host memory
+  // (Device::AllocHost) where the device has it, else local_logits_.
+  float* host_logits_ = nullptr;
+  int64_t host_logits_n_ = 0;
+  ThreadPool* host_pool_ = nullptr;  // copies them on to the caller's array
   std::vector<float> local_logits_;  // this rank's logit columns on the host (tensor parallel)
   const float* output_norm_ = nullptr;
   int64_t num_blocks_ = 0;

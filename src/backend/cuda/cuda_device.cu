@@ -137,6 +137,13 @@ class CudaDevice final : public Device {
         Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download"));
     return Synchronize();
   }
+  void* AllocHost(int64_t bytes) override {
+    void* p = nullptr;
+    return cudaMallocHost(&p, std::max<int64_t>(bytes, 1)) == cudaSuccess ? p : nullptr;
+  }
+  void FreeHost(void* p) override {
+    if (p) cudaFreeHost(p);
+  }
   void CopyOnDevice(void* dst, const void* src, int64_t bytes) override {
     Note(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }

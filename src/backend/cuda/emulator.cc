@@ -471,6 +471,20 @@ cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+// Page-locked host memory: plain memory here (never captured: a host allocation).
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (emu::capturing_streams > 0) {
+    Fail(cudaErrorStreamCaptureUnsupported, "cudaMallocHost while a stream is being captured");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  *p = std::malloc(std::max<size_t>(bytes, 1));
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (kind == cudaMemcpyDeviceToHost && emu::Capturing(s)) {

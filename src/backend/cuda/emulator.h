@@ -120,6 +120,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int i);
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s);
