@@ -480,23 +480,6 @@ class CudaDevice final : public Device {
                       const kernels::AttentionParams& p, float* out) override {
     Attention(q, kv, b, p, out, QActOut{});
   }
-  void Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
-                 const kernels::AttentionParams& p, float* out, const QActOut& quant) {
-    if (b.n_tokens == 0) return;
-    if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
-      Keep(Unimplemented(name_ + ": head_dim above 256"));
-      return;
-    }
-    AttnArgs a = Args(q, out, kv, b);
-    a.k_stride = int64_t{kv.n_kv_heads} * kv.head_dim;
-    a.v_stride = int64_t{kv.n_kv_heads} * kv.v_head_dim;
-    a.n_heads = p.n_heads;
-    a.scale = p.scale;
-    a.softcap = p.softcap;
-    a.sliding_window = p.sliding_window;
-    a.quant = quant;
-    LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
-  }
   // The output quantized by the attention kernel as it writes it, where every product takes
   // activation blocks of 32 and the heads are whole blocks.
   void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
@@ -723,6 +706,24 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
 
+  // Paged attention, its output also quantized into `quant` where set (AttnArgs::quant).
+  void Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                 const kernels::AttentionParams& p, float* out, const QActOut& quant) {
+    if (b.n_tokens == 0) return;
+    if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
+      Keep(Unimplemented(name_ + ": head_dim above 256"));
+      return;
+    }
+    AttnArgs a = Args(q, out, kv, b);
+    a.k_stride = int64_t{kv.n_kv_heads} * kv.head_dim;
+    a.v_stride = int64_t{kv.n_kv_heads} * kv.v_head_dim;
+    a.n_heads = p.n_heads;
+    a.scale = p.scale;
+    a.softcap = p.softcap;
+    a.sliding_window = p.sliding_window;
+    a.quant = quant;
+    LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+  }
   // One block per (token, head) over an F16 or F32 cache.
   template <int kMaxK, int kMaxV>
   void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
