@@ -137,7 +137,8 @@ class DeviceModel {
   std::vector<const int32_t*> tables_;
   int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
-  static constexpr int64_t kGraphMaxTokens = 32;  // steps replayed as graphs (decode sizes)
+  // Steps replayed as graphs: decode sizes, up to 64 sequences (the CUDA backend's GEMV sizes).
+  static constexpr int64_t kGraphMaxTokens = 64;
 };
 
 // The families' device graphs (DeviceModel::Create picks by the host model's type).

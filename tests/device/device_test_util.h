@@ -70,7 +70,8 @@ struct Steps {
   std::vector<std::pair<int32_t, int32_t>> copies_before;  // per batch: block copy or {-1,-1}
 };
 
-inline Steps MakeSteps(int64_t vocab) {
+// with_chunk: a last step of 39 tokens (below).
+inline Steps MakeSteps(int64_t vocab, bool with_chunk = false) {
   Steps s;
   s.tables = {{0, 1, 2}, {3, 4, 5}, {6, 7, 8}};
   auto tok = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + 13) % vocab); };
@@ -104,6 +105,16 @@ inline Steps MakeSteps(int64_t vocab) {
   fork.seqs = {seq(2, 5, 16, true), seq(0, 1, 23, false)};
   s.batches.push_back(fork);
   s.copies_before.push_back({0, 6});
+  if (!with_chunk) return s;
+  // A 38-token chunk of sequence 1 (positions 10-47: its three blocks full) next to a decode of
+  // sequence 0: 39 tokens, past 32 (the CUDA backend's experts grouped by expert, inside a
+  // recorded graph).
+  ForwardBatch chunk;
+  for (int64_t i = 0; i < 38; ++i) chunk.tokens.push_back(tok(600 + i));
+  chunk.tokens.push_back(tok(700));
+  chunk.seqs = {seq(1, 38, 10, false), seq(0, 1, 24, false)};
+  s.batches.push_back(chunk);
+  s.copies_before.push_back({-1, -1});
   return s;
 }
 
@@ -120,7 +131,7 @@ struct Run {
 // replace: the first step's residual stream entering each layer is replaced with these values
 // (ForwardBatch::replace_hidden; the device graph only).
 inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype,
-                    const std::vector<float>* replace = nullptr) {
+                    const std::vector<float>* replace = nullptr, bool with_chunk = false) {
   Run r;
   StatusOr<std::unique_ptr<Model>> model = LoadModel(path);
   EXPECT_TRUE(model.ok()) << path << ": " << model.status().ToString();
@@ -136,7 +147,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
   StatusOr<std::unique_ptr<Executor>> ex = CreateLocalExecutor(o, std::move(*model));
   EXPECT_TRUE(ex.ok()) << device << ": " << ex.status().ToString();
   if (!ex.ok()) return r;
-  Steps s = MakeSteps(vocab);
+  Steps s = MakeSteps(vocab, with_chunk);
   for (size_t i = 0; i < s.batches.size(); ++i) {
     std::vector<BlockCopy> copies;
     if (s.copies_before[i].first >= 0)

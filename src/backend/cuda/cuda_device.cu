@@ -103,6 +103,11 @@ class CudaDevice final : public Device {
     d->launch_ = {d->stream_, prop.major >= 9 && EnvOn("PENG_CUDA_PDL"), &d->launches_};
     if (cublasCreate(&d->blas_) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
     cublasSetStream(d->blas_, d->stream_);
+    // GroupedExpertsMatMul's scratch for steps of up to kGemvMaxTokens tokens, which may be
+    // recorded as graphs (no allocation may happen then).
+    if (!d->Grow(&d->group_, &d->group_bytes_,
+                 (4 * (kernels::kMaxRoutedExperts + 1) + kGemvMaxTokens * kMaxTopK) * 4))
+      return d->Synchronize();
     return std::unique_ptr<Device>(std::move(d));
   }
 
@@ -538,7 +543,7 @@ class CudaDevice final : public Device {
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
                      bool x_per_slot, float* y) override {
     if (T == 0) return;
-    if (T > kGemvMaxTokens) {
+    if (T > kExpertsGemvMaxTokens) {
       GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
       return;
     }
@@ -558,7 +563,9 @@ class CudaDevice final : public Device {
                           int64_t T, int k, int64_t n, const DeviceExperts& w, const int32_t* ids,
                           float* y) override {
     if (T == 0) return;
-    const int ab = n == w.cols ? QuantizedBlock(w.dtype, w.cols, T, T * k) : 0;
+    const int ab = n == w.cols && T <= kExpertsGemvMaxTokens
+                       ? QuantizedBlock(w.dtype, w.cols, T, T * k)
+                       : 0;
     if (!ab) {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
@@ -573,7 +580,7 @@ class CudaDevice final : public Device {
   void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
                       std::initializer_list<ExpertsOut> outs) override {
     if (T == 0) return;
-    if (T <= kGemvMaxTokens && QuantizedExperts(x, T, ids, k, x_per_slot, outs)) return;
+    if (QuantizedExperts(x, T, ids, k, x_per_slot, outs)) return;
     for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
@@ -598,7 +605,7 @@ class CudaDevice final : public Device {
                         std::initializer_list<ExpertsOut> outs, bool quantize = true) {
     const DeviceExperts& w = *outs.begin()->w;
     const int64_t x_rows = x_per_slot ? T * k : T;
-    const int ab = QuantizedBlock(w.dtype, w.cols, T, x_rows);
+    const int ab = T <= kExpertsGemvMaxTokens ? QuantizedBlock(w.dtype, w.cols, T, x_rows) : 0;
     if (!ab || outs.size() > 2) return false;
     ExpertMats m;
     int i = 0;
@@ -806,7 +813,8 @@ class CudaDevice final : public Device {
   int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
   // Quantized activations (two regions: blocks of 32, blocks of 256), for matrices of up to
   // act_cols_ columns and kMaxActRows rows: a step's tokens, or its (token, slot) pairs.
-  static constexpr int64_t kMaxActRows = kGemvMaxTokens * kMaxTopK;
+  static constexpr int64_t kMaxActRows =
+      std::max(kGemvMaxTokens, kExpertsGemvMaxTokens * kMaxTopK);
   void* act_ = nullptr;
   int64_t act_cols_ = 0;
 };

@@ -21,7 +21,8 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;     // GEMV: warps (rows) per thread block
 constexpr int kTokenTile = 8;        // GEMV: tokens per pass over the weights
-constexpr int64_t kGemvMaxTokens = 32;
+constexpr int64_t kGemvMaxTokens = 64;         // GEMV up to here, GEMM (cuBLAS) past it
+constexpr int64_t kExpertsGemvMaxTokens = 32;  // experts: a GEMV a (token, slot) up to here
 constexpr int kMaxHeadDim = 256;     // attention: head_dim and v_head_dim
 constexpr int kMaxMlaRow = 640;      // MLA: kv_lora_rank + rope dims of a cache row
 constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
@@ -855,8 +856,8 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   if (lane == 0) y[pair * rows + r] = acc;
 }
 
-// Steps of more than kGemvMaxTokens tokens group the (token, slot) pairs by expert, so that an
-// expert's matrix is read once per tile of up to kTokenTile of its pairs:
+// Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
+// that an expert's matrix is read once per tile of up to kTokenTile of its pairs:
 //   CountExperts (pairs per expert) -> ExpertTiles (offsets[e]: the expert's first place in
 //   the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the list of
 //   pairs, expert by expert; their order within an expert does not matter: each pair's
