@@ -106,7 +106,7 @@ class CudaDevice final : public Device {
     // GroupedExpertsMatMul's scratch for steps of up to kGemvMaxTokens tokens, which may be
     // recorded as graphs (no allocation may happen then).
     if (!d->Grow(&d->group_, &d->group_bytes_,
-                 (4 * (kernels::kMaxRoutedExperts + 1) + kGemvMaxTokens * kMaxTopK) * 4))
+                 GroupBytes(kernels::kMaxRoutedExperts, kGemvMaxTokens * kMaxTopK)))
       return d->Synchronize();
     return std::unique_ptr<Device>(std::move(d));
   }
@@ -631,21 +631,22 @@ class CudaDevice final : public Device {
     return true;
   }
 
-  // Prefill: the pairs grouped by expert (kernels.cuh, CountExpertsKernel), each expert's rows
+  // Prefill: the pairs grouped by expert (kernels.cuh, ExpertTilesKernel), each expert's rows
   // read once per tile of up to kTokenTile of its pairs.
   void GroupedExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
                             const int32_t* ids, int k, bool x_per_slot, float* y) {
     const int64_t n_pairs = T * k;
     const int E = static_cast<int>(w.experts.size());
-    if (!Grow(&group_, &group_bytes_, (4 * (E + 1) + n_pairs) * 4)) return;
-    int32_t* counts = static_cast<int32_t*>(group_);
-    int32_t* offsets = counts + (E + 1);
+    if (E > kernels::kMaxRoutedExperts) {
+      Keep(Unimplemented(name_ + ": more than 512 experts"));
+      return;
+    }
+    if (!Grow(&group_, &group_bytes_, GroupBytes(E, n_pairs))) return;
+    int32_t* offsets = static_cast<int32_t*>(group_);
     int32_t* tile_start = offsets + (E + 1);
     int32_t* cursor = tile_start + (E + 1);
     int32_t* list = cursor + (E + 1);
-    Fill(counts, 0, E * 4);
-    Launch(CountExpertsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, counts);
-    Launch(ExpertTilesKernel, 1, kWarp, launch_, counts, E, offsets, tile_start, cursor);
+    Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
     Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
            list);
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
@@ -660,6 +661,8 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
 
+  // GroupedExpertsMatMul's scratch: offsets, tile starts and cursors (E + 1 each), the list.
+  static int64_t GroupBytes(int64_t E, int64_t n_pairs) { return (3 * (E + 1) + n_pairs) * 4; }
   // Bytes of one region of the activation scratch: kMaxActRows rows of `cols` int8 values,
   // their scales (at most one per 32) and sums (one per 16), each part 256-byte aligned.
   static int64_t ActPart(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -809,7 +812,7 @@ class CudaDevice final : public Device {
   Status error_;
   void* w_half_ = nullptr;
   void* x_half_ = nullptr;
-  void* group_ = nullptr;  // GroupedExpertsMatMul's counts, offsets, tiles and list
+  void* group_ = nullptr;  // GroupedExpertsMatMul's offsets, tiles, cursors and list
   int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
   // Quantized activations (two regions: blocks of 32, blocks of 256), for matrices of up to
   // act_cols_ columns and kMaxActRows rows: a step's tokens, or its (token, slot) pairs.

@@ -858,19 +858,19 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
 
 // Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
 // that an expert's matrix is read once per tile of up to kTokenTile of its pairs:
-//   CountExperts (pairs per expert) -> ExpertTiles (offsets[e]: the expert's first place in
-//   the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the list of
-//   pairs, expert by expert; their order within an expert does not matter: each pair's
-//   products are its own) -> GroupedExpertsGemv (block y = one tile).
-__global__ void CountExpertsKernel(const int32_t* ids, int64_t n_pairs, int32_t* counts) {
-  KernelStart();
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n_pairs) atomicAdd(&counts[ids[i]], 1);
-}
-
-__global__ void ExpertTilesKernel(const int32_t* counts, int E, int32_t* offsets,
+//   ExpertTiles (one block: the pairs counted per expert, then offsets[e]: the expert's first
+//   place in the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the
+//   list of pairs, expert by expert; their order within an expert does not matter: each pair's
+//   products are its own) -> GroupedExpertsGemv (block y = one tile). (No memset: the counts
+//   live in the block's shared memory.)
+__global__ void ExpertTilesKernel(const int32_t* ids, int64_t n_pairs, int E, int32_t* offsets,
                                   int32_t* tile_start, int32_t* cursor) {
   KernelStart();
+  __shared__ int32_t counts[kernels::kMaxRoutedExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) atomicAdd(&counts[ids[i]], 1);
+  __syncthreads();
   if (threadIdx.x != 0) return;
   int32_t o = 0, g = 0;
   for (int e = 0; e < E; ++e) {
