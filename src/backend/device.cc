@@ -43,6 +43,13 @@ void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, co
   MatMuls(out, b.n_tokens, outs);
 }
 
+void Device::MlaProjectMatMuls(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+                               const kernels::MlaParams& p, float* out,
+                               std::initializer_list<MatMulOut> outs) {
+  MlaProjectOutput(o_lat, n_tokens, w_kvb, p, out);
+  MatMuls(out, n_tokens, outs);
+}
+
 void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
                                 float* h, int64_t n_tokens, int k, int64_t n,
                                 const DeviceExperts& w, const int32_t* ids, float* y) {

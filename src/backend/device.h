@@ -244,6 +244,11 @@ class Device {
   // o_lat [T, H, r] -> out [T, H * d_v] (W_UV o_lat per head).
   virtual void MlaProjectOutput(const float* o_lat, int64_t n_tokens, const float* w_kvb,
                                 const kernels::MlaParams& p, float* out) = 0;
+  // MlaProjectOutput, then MatMuls(out, outs) (the output projection o). A backend may prepare
+  // out for the products as it writes it; by default, the two calls.
+  virtual void MlaProjectMatMuls(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+                                 const kernels::MlaParams& p, float* out,
+                                 std::initializer_list<MatMulOut> outs);
 
   // --- mixture of experts
   // Router logits [T, n_experts] -> ids, w [T, k] (kernels::MoeRoute); bias: device or null.

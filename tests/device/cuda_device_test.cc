@@ -514,6 +514,24 @@ TEST_F(CudaTest, MlaOps) {
     host_->MlaProjectOutput(ol.host, T, w_kvb.host, p, out.host);
     Expect(out, T * H * p.d_v, 1e-4, std::string("MlaProjectOutput ") + DTypeName(kv_type));
   }
+  // The projection with the output projection o after it (MlaProjectMatMuls; quantized mode:
+  // the projection kernel quantizes its output for o, a Q4_0 matrix [64, H * d_v]).
+  std::vector<std::vector<uint8_t>> bytes;
+  const Uploaded wo = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_0, 64, H * p.d_v, &rng_,
+                                   &bytes);
+  const Pair ol = Upload(Random(T * H * r));
+  for (bool exact : {true, false}) {
+    kernels::SetExactActivations(exact);
+    const std::string tag = exact ? " exact" : " quantized";
+    const Pair out = Zeros(T * H * p.d_v), y = Upload(Random(T * 64));
+    cuda_->MlaProjectMatMuls(ol.cuda, T, w_kvb.cuda, p, out.cuda,
+                             {{&wo.cuda, y.cuda, nullptr, true}});
+    host_->MlaProjectMatMuls(ol.host, T, w_kvb.host, p, out.host,
+                             {{&wo.host, y.host, nullptr, true}});
+    Expect(out, T * H * p.d_v, 1e-4, "MlaProjectMatMuls: the projection" + tag);
+    Expect(y, T * 64, exact ? 1e-4 : 3e-3, "MlaProjectMatMuls: o" + tag);
+  }
+  kernels::SetExactActivations(true);
 }
 
 TEST_F(CudaTest, MoeOps) {
@@ -887,9 +905,9 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 //     a layer is RMSNorm + quantize, q|k|v (one launch), RoPE + KV write, attention + quantize,
 //     o (+ residual), RMSNorm + quantize, gate|up, SiLU + quantize, down (+ residual); the
 //     logits: gather the rows, RMSNorm + quantize, the LM head.
-//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 34 =
-//     1 + 12 + 17 + 4 for the logits (the layers' MLA part 8: RMSNorm + quantize, q|kv_a, latent
-//     norm + RoPE + KV write, absorb, attention, project, quantize, o; then the dense FFN 4, or
+//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 32 =
+//     1 + 11 + 16 + 4 for the logits (the layers' MLA part 7: RMSNorm + quantize, q|kv_a, latent
+//     norm + RoPE + KV write, absorb, attention, project + quantize, o; then the dense FFN 4, or
 //     the MoE 9: RMSNorm + quantize, router|shared gate|shared up, route, quantize, routed
 //     gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down (+ the routed
 //     experts' weighted sum)).
@@ -900,7 +918,7 @@ struct StepKernels {
 };
 constexpr StepKernels kDecodeStepKernels[] = {
     {"smollm2-135m-instruct-q4_1.gguf", 274},
-    {"peng_device_ds_q4_0_", 34},  // (QuantizedDeepseekPath)
+    {"peng_device_ds_q4_0_", 32},  // (QuantizedDeepseekPath)
     {"hf_tiny/llama", 28},
     {"hf_tiny/qwen2", 28},
     {"hf_tiny/gemma3", 58},

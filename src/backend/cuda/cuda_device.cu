@@ -530,6 +530,21 @@ class CudaDevice final : public Device {
            out);
     Note(cudaGetLastError());
   }
+  // The projected output quantized as it is stored, where every product takes activation
+  // blocks of 32 and d_v is whole blocks.
+  void MlaProjectMatMuls(const float* o_lat, int64_t T, const float* w_kvb,
+                         const kernels::MlaParams& p, float* out,
+                         std::initializer_list<MatMulOut> outs) override {
+    QActOut q32, q256;
+    if (T == 0 || !Quantizations(T, outs, &q32, &q256) || q256.qs || p.d_v % kWarp != 0) {
+      Device::MlaProjectMatMuls(o_lat, T, w_kvb, p, out, outs);
+      return;
+    }
+    Launch(MlaProjectQuantKernel, dim3(T * p.n_heads, p.d_v / kWarp), kRowsPerBlock * kWarp,
+           launch_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v, out, q32);
+    Note(cudaGetLastError());
+    Products(out, T, outs);
+  }
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
                 int32_t* ids, float* w) override {
     if (T == 0) return;

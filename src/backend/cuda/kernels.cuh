@@ -727,6 +727,33 @@ __global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, 
   if (lane == 0) out[th * dv + i] = s;
 }
 
+// MlaProjectKernel's products, 32 outputs a block (warp w takes outputs 32 y + 4 w .. + 3, each
+// as there), then quantized in blocks of 32 into q (dv % 32 == 0) as they are stored.
+__global__ void MlaProjectQuantKernel(const float* o_lat, const float* w_kvb, int H, int r,
+                                      int dn, int dv, float* out, QActOut q) {
+  KernelStart();
+  constexpr int kPerWarp = kWarp / kRowsPerBlock;
+  __shared__ float s_out[kWarp];
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % H);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const float* ol = o_lat + th * r;
+  for (int k = 0; k < kPerWarp; ++k) {
+    const int c = warp * kPerWarp + k;  // the block's output
+    const float* w = w_kvb + (int64_t{h} * (dn + dv) + dn + blockIdx.y * kWarp + c) * r;
+    float s = 0.f;
+    for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
+    s = WarpSum(s);
+    if (lane == 0) s_out[c] = s;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int64_t i = int64_t{h} * dv + blockIdx.y * kWarp + lane;  // in the token's row
+  const float v = s_out[lane];
+  out[th / H * H * dv + i] = v;
+  QuantizeValue<32>(v, true, th / H, i, int64_t{H} * dv, q, nullptr);
+}
+
 constexpr int kMaxTopK = 16;
 constexpr int kMaxGroups = 16;
 

@@ -171,9 +171,9 @@ class DeviceDeepseekModel : public DeviceModel {
     mp.scale = c.softmax_scale;
     d.MlaAbsorbQuery(q_, T, L.w_kvb, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
-    d.MlaProjectOutput(olat_, T, L.w_kvb, mp, attn_);
-    Residual(L.wo, L.bo, {}, o_,
-             [&](const backend::Device::MatMulOut& o) { d.MatMuls(attn_, T, {o}); });
+    Residual(L.wo, L.bo, {}, o_, [&](const backend::Device::MatMulOut& o) {
+      d.MlaProjectMatMuls(olat_, T, L.w_kvb, mp, attn_, {o});
+    });
 
     // --- FFN: dense, or routed + shared experts
     if (!L.moe) {
