@@ -241,10 +241,10 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     const int64_t n = logit_rows_ * output_.rows;
     // Through the device's own host memory where it has some (page-locked: a batch's logits are
     // tens of megabytes), then on over the threads; else straight into the caller's array.
-    if (n > host_logits_n_) {
+    if (n > host_logits_n_) {  // (a device without host memory is asked once per size)
       dev_->FreeHost(host_logits_);
       host_logits_ = static_cast<float*>(dev_->AllocHost(n * 4));
-      host_logits_n_ = host_logits_ ? n : 0;
+      host_logits_n_ = n;
     }
     float* staged = host_logits_;
     if (!staged && !host_tp_) {

@@ -119,7 +119,7 @@ class DeviceModel {
   // The step's logit rows on the host as they come back: device-copyable host memory
   // (Device::AllocHost) where the device has it, else local_logits_.
   float* host_logits_ = nullptr;
-  int64_t host_logits_n_ = 0;
+  int64_t host_logits_n_ = 0;  // the largest size asked for (host_logits_ may be null)
   ThreadPool* host_pool_ = nullptr;  // copies them on to the caller's array
   std::vector<float> local_logits_;  // this rank's logit columns on the host (tensor parallel)
   const float* output_norm_ = nullptr;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "engine/llm.h"
 #include "golden_check.h"
 
 namespace peng::cuda_test {
@@ -60,6 +61,24 @@ void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c)
   if (want) {
     EXPECT_EQ(c.kernels[1], want->kernels) << want->file;
   }
+}
+
+// `peng bench --json`'s tg.kernels_per_step: Llm counts the kernels of its device, and a
+// BenchDecode of n tokens is n + 1 one-token steps (the first from its one-token prompt), each
+// the decode step counted above.
+TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
+  LlmOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_model_len = 64;
+  auto llm = Llm::Load(o);
+  ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+  EXPECT_EQ((*llm)->DeviceKernelLaunches(), 0);
+  ASSERT_TRUE((*llm)->BenchDecode(2).ok());  // (records the graph)
+  const int64_t k0 = (*llm)->DeviceKernelLaunches();
+  ASSERT_TRUE((*llm)->BenchDecode(5).ok());
+  EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * 28);
 }
 
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal

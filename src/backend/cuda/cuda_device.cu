@@ -376,6 +376,13 @@ class CudaDevice final : public Device {
     }
     return any;
   }
+  // Whether a kernel storing rows of `width` values may quantize them for `outs` as it stores
+  // them: every product takes blocks of 32 (into *q32) and the rows are whole blocks.
+  bool Quantized32(int64_t T, int64_t width, std::initializer_list<MatMulOut> outs,
+                   QActOut* q32) {
+    QActOut q256;
+    return width % 32 == 0 && Quantizations(T, outs, q32, &q256) && !q256.qs;
+  }
 
   // The FP32-activation products: GEMV (exact mode, float and INT8 weights) and GEMM.
   void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y, Epilogue ep) {
@@ -485,13 +492,12 @@ class CudaDevice final : public Device {
                       const kernels::AttentionParams& p, float* out) override {
     Attention(q, kv, b, p, out, QActOut{});
   }
-  // The output quantized by the attention kernel as it writes it, where every product takes
-  // activation blocks of 32 and the heads are whole blocks.
+  // The output quantized by the attention kernel as it writes it (Quantized32).
   void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                         const kernels::AttentionParams& p, float* out,
                         std::initializer_list<MatMulOut> outs) override {
-    QActOut q32, q256;
-    if (!Quantizations(b.n_tokens, outs, &q32, &q256) || q256.qs || kv.v_head_dim % 32 != 0) {
+    QActOut q32;
+    if (!Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32)) {
       Device::AttentionMatMuls(q, kv, b, p, out, outs);
       return;
     }
@@ -530,13 +536,12 @@ class CudaDevice final : public Device {
            out);
     Note(cudaGetLastError());
   }
-  // The projected output quantized as it is stored, where every product takes activation
-  // blocks of 32 and d_v is whole blocks.
+  // The projected output quantized as it is stored (Quantized32; kWarp = 32 outputs a block).
   void MlaProjectMatMuls(const float* o_lat, int64_t T, const float* w_kvb,
                          const kernels::MlaParams& p, float* out,
                          std::initializer_list<MatMulOut> outs) override {
-    QActOut q32, q256;
-    if (T == 0 || !Quantizations(T, outs, &q32, &q256) || q256.qs || p.d_v % kWarp != 0) {
+    QActOut q32;
+    if (T == 0 || !Quantized32(T, p.d_v, outs, &q32)) {
       Device::MlaProjectMatMuls(o_lat, T, w_kvb, p, out, outs);
       return;
     }
