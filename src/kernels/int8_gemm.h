@@ -36,6 +36,9 @@ struct Int8Weights {
   const float* scales = nullptr;  // [rows]
   int64_t rows = 0;
   int64_t cols = 0;
+  // The same weights packed for the active ISA's kernels (kernels::PackPanels of the kI8
+  // tensor; AVX-512: 4-row groups), or null. The results do not depend on it.
+  const uint8_t* panels = nullptr;
 };
 
 // Symmetric quantization of each of n_rows rows of x [n_rows, cols]: scale = max|x| / 127 (0 for

@@ -6,10 +6,12 @@
 // (not asserted).
 #include "kernels/int8_gemm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -165,6 +167,50 @@ TEST(Int8GemmTest, EveryIsaMatchesReference) {
       }
     }
   }
+}
+
+// Weights packed at load time (PackPanels of the kI8 tensor, Int8Weights::panels) give the
+// row-major results bit for bit, W8A8 and W8A16: a partial last panel and group (37 rows), a
+// 32-column tail (96 columns: a half-filled last chunk), decode and batches of every tile
+// width, one thread and two (thread ranges of whole panels).
+TEST(Int8GemmTest, PackedWeightsGiveTheRowMajorResults) {
+  IsaGuard guard;
+  ThreadPool pool2(2);
+  std::mt19937 rng(5);
+  bool packed_any = false;
+  for (Isa isa : SimdIsas()) {
+    SetActiveIsa(isa);
+    for (int64_t rows : {37, 64}) {
+      const int64_t cols = 96;
+      OwnedWeights w = QuantizedWeights(rows, cols, rng);
+      TensorView t;
+      t.dtype = DType::kI8;
+      t.shape = {rows, cols};
+      t.data = w.q.data();
+      t.size_bytes = w.q.size();
+      const std::shared_ptr<const uint8_t> panels = PackPanels(t);
+      ASSERT_EQ(panels != nullptr, isa == Isa::kAvx512) << IsaName(isa);
+      if (!panels) continue;
+      packed_any = true;
+      Int8Weights packed = w.View();
+      packed.panels = panels.get();
+      for (int64_t n : {1, 2, 3, 4, 9}) {
+        std::vector<float> x = RandomFloats(n * cols, rng);
+        const QuantActs a = Quantize(x, n, cols);
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+          std::vector<float> want(n * rows), got(n * rows, -1.f);
+          Int8MatMul(w.View(), a.q.data(), a.s.data(), n, want.data(), pool);
+          Int8MatMul(packed, a.q.data(), a.s.data(), n, got.data(), pool);
+          EXPECT_TRUE(BitEqual(want, got)) << "W8A8 rows " << rows << " tokens " << n;
+          Int8MatMulW8A16(w.View(), x.data(), n, want.data(), pool);
+          std::fill(got.begin(), got.end(), -1.f);
+          Int8MatMulW8A16(packed, x.data(), n, got.data(), pool);
+          EXPECT_TRUE(BitEqual(want, got)) << "W8A16 rows " << rows << " tokens " << n;
+        }
+      }
+    }
+  }
+  if (IsaSupported(Isa::kAvx512)) EXPECT_TRUE(packed_any);
 }
 
 // Extremes: pair sums at the int16 saturation edge of vpmaddubsw (+-127 * +-127 twice) and

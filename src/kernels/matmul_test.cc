@@ -226,12 +226,14 @@ TEST_P(MatMulTypeTest, EveryIsaIsBatchInvariant) {
 // The types AVX-512 packs into panels at load time (PackPanels).
 bool HasAvx512Panels(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kF32 ||
+         t == DType::kF16 || t == DType::kBF16;
 }
 
 // Weights packed at load time into the active ISA's panels give the row-major results bit for
-// bit: decode and batches of every tile width, a row count that leaves a partial last panel, an odd block count, row slices on a
-// panel boundary (the packed path) and off it (the row-major path), one thread and two.
+// bit: decode and batches of every tile width, a row count that leaves a partial last panel, an
+// odd block count (float rows: a partial column step), row slices on a panel boundary (the
+// packed path) and off it (the row-major path), one thread and two.
 TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
   const DType t = GetParam();
   ThreadPool pool(2);
@@ -241,7 +243,10 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
     SetActiveIsa(isa);
     for (const int64_t rows : {16, 41}) {
       std::mt19937 rng(static_cast<unsigned>(rows) * 7 + 3);
-      const int64_t cols = ColsFor(t, GetDTypeInfo(t).block_size == 32 ? 3 : 2);
+      // (float rows: a partial last 16-column step, zero padding in the panels)
+      const int64_t cols = GetDTypeInfo(t).quantized
+                               ? ColsFor(t, GetDTypeInfo(t).block_size == 32 ? 3 : 2)
+                               : 72;
       const auto w = RandomWeights(t, rows, cols, rng);
       const int64_t n_tokens = 9;
       const auto x = RandomActs(cols * n_tokens, rng);

@@ -31,7 +31,10 @@ void MatMul(const TensorView& w, const float* x, int64_t n_tokens, float* y, Thr
 // matrices in 16-row panels (per panel and block: the rows' quants transposed into dword
 // columns, Q5's high bits, and their scales; the same bytes rearranged): a block then decodes
 // with a few vector operations for all 16 rows instead of a reduction across them, for GEMV and
-// GEMM alike (no packing per call).
+// GEMM alike (no packing per call). F32 / F16 / BF16 and INT8 (kI8, for Int8Weights::panels)
+// matrices go into 4-row groups, each group's rows interleaved chunk by chunk, so that a 4-row
+// register tile reads one contiguous stream (the hardware prefetchers follow it; four row-major
+// streams they barely do): one-token GEMVs 1.3-2.5x faster from memory.
 // Returns `w` packed for the active ISA (huge-page memory; set w.panels to it and keep it
 // alive), or null when that ISA has no panel layout for the type. MatMul gives the same
 // results, bit for bit, with and without panels.

@@ -48,8 +48,8 @@ StatusOr<Linear> Linear::Bind(const ModelFiles& files, const std::string& name, 
 
 void Linear::AttachPanels() {
   owned_panels_.reset();
-  if (!w_ || int8_) return;
-  std::shared_ptr<const uint8_t> packed = kernels::PackPanels(*w_);
+  if (!w_) return;
+  std::shared_ptr<const uint8_t> packed = kernels::PackPanels(*w_);  // (INT8 too: Int8View)
   if (!packed) return;
   auto view = std::make_shared<TensorView>(*w_);
   view->panels = packed.get();
@@ -233,7 +233,7 @@ void WeightTraffic::Add(const Linear& l, int64_t times) {
 }
 
 kernels::Int8Weights Linear::Int8View() const {
-  return {static_cast<const int8_t*>(w_->data), scales_, rows_, cols_};
+  return {static_cast<const int8_t*>(w_->data), scales_, rows_, cols_, w_->panels};
 }
 
 void Linear::Forward(const float* x, const Int8Acts* xq, int64_t n_tokens, float* y,
