@@ -202,6 +202,7 @@ const TensorView& DequantizedCopy(const TensorView& w) {
     for (int64_t r = 0; r < w.rows(); ++r)
       ref::DequantizeRow(w.dtype, w.row(r), e.values.data() + r * w.cols(), w.cols());
     e.view.dtype = DType::kF32;
+    e.view.panels = nullptr;  // (w's panels hold w's type; the F32 kernels have panels too)
     e.view.size_bytes = e.values.size() * sizeof(float);
     it = cache.emplace(w.data, std::move(e)).first;
     it->second.view.data = it->second.values.data();

@@ -259,10 +259,15 @@ TEST_P(MatMulTypeTest, PackedPanelsGiveTheRowMajorResults) {
       packed.panels = panels.get();
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         for (const int64_t nt : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, n_tokens}) {
-          std::vector<float> want(rows * nt), got(rows * nt);
-          MatMul(plain, x.data(), nt, want.data(), p);
-          MatMul(packed, x.data(), nt, got.data(), p);
-          ASSERT_EQ(want, got) << DTypeName(t) << " rows " << rows << " tokens " << nt;
+          for (const bool exact : {false, true}) {  // (exact: the F32 copy, without panels)
+            SetExactActivations(exact);
+            std::vector<float> want(rows * nt), got(rows * nt);
+            MatMul(packed, x.data(), nt, got.data(), p);  // (first: exact mode's F32 copy of
+            MatMul(plain, x.data(), nt, want.data(), p);  // the weights is made from it)
+            SetExactActivations(false);
+            ASSERT_EQ(want, got) << DTypeName(t) << " rows " << rows << " tokens " << nt
+                                 << (exact ? " exact" : "");
+          }
         }
         for (const int64_t begin : {int64_t{16}, int64_t{5}}) {
           const int64_t n = rows - begin;
