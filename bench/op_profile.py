@@ -6,8 +6,8 @@ Samples in model loading and the bandwidth probe (tokenizer, weight binding, Rea
 the OS kernel (page faults of the mmap'd file at load, scheduler) are counted apart
 ("excluded") and the shares are of the remaining user-space samples, which are the decode
 steps. Symbols are matched by name (the kernels are templates named after their block type),
-so the classes are: GEMV per weight type (matmul tiles with one token, the AVX-512 PanelGemv;
-GEMM for tiles of several tokens, PanelTile, PackPanel), INT8 GEMV (W8A8 /
+so the classes are: GEMV per weight type (matmul tiles and packed-panel tiles with one token,
+the AVX-512 PanelGemv; GEMM for tiles of several tokens and per-call packing), INT8 GEMV (W8A8 /
 W8A16), attention (paged, MLA, the dot/axpy row ops), norms, RoPE, activation functions,
 activation quantization, thread-pool waits (a thread that finished its share spinning until
 the others are done, plus waking), and other (sampler, engine, copies).
@@ -30,7 +30,10 @@ DTYPES = ["F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "Q4_0", "Q4_1"
           "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"]
 
 EXCLUDED = re.compile(r"ReadSum|MeasureReadBandwidth|MeasurePeak|Tokenizer|Bind|Load|Gguf|"
-                      r"DequantizeRow|ModelFiles|MappedFile|Parse|Vocab|Merge|_dl_|ld-linux")
+                      r"DequantizeRow|ModelFiles|MappedFile|Parse|Vocab|Merge|_dl_|ld-linux|"
+                      # load-time packing (PackPanels), string-keyed tables (vocabulary, files)
+                      r"PackPanels|PackKQuantPanels|PackRowGroups|PackSuperBlock|"
+                      r"_Hashtable<std::__cxx11::basic_string")
 
 
 def classify(sym, kernel_mode):
@@ -41,13 +44,21 @@ def classify(sym, kernel_mode):
     m = re.search(r"Tile(?:32|K)<[^<>]*?KQ(\w+?), (\d+), (\d+)>", sym)
     if m:
         return ("GEMV " if m.group(3) == "1" else "GEMM ") + "Q" + m.group(1)
-    m = re.search(r"(PanelGemv|PanelTile|PackPanel)<[^<>]*?KQ(\w+?)[>,]", sym)
+    # The packed panels: PanelTile<KQ.., T, source>, PanelTileQ4K<T>, PanelTileQ6K<T> (T tokens).
+    m = re.search(r"PanelTile<[^<>]*?KQ(\w+?), (\d+),", sym)
+    if m:
+        return ("GEMV " if m.group(2) == "1" else "GEMM ") + "Q" + m.group(1)
+    m = re.search(r"PanelTileQ(\d)K<(\d+)>", sym)
+    if m:
+        return ("GEMV " if m.group(2) == "1" else "GEMM ") + "Q" + m.group(1) + "_K"
+    m = re.search(r"(PanelGemv|PackPanel)<[^<>]*?KQ(\w+?)[>,]", sym)
     if m:
         return ("GEMV " if m.group(1) == "PanelGemv" else "GEMM ") + "Q" + m.group(2)
-    m = re.search(r"TileF<\(peng::DType\)(\d+), (\d+), (\d+)>", sym)
+    # Float weights: TileF<type, R, T> (row-major), PanelTileF<type, T> (row groups).
+    m = re.search(r"TileF<\(peng::DType\)(\d+), (?:\d+, )?(\d+)>", sym)
     if m:
         name = DTYPES[int(m.group(1))] if int(m.group(1)) < len(DTYPES) else m.group(1)
-        return ("GEMV " if m.group(3) == "1" else "GEMM ") + name
+        return ("GEMV " if m.group(2) == "1" else "GEMM ") + name
     if re.search(r"TileW8A8|W8A8", sym):
         return "GEMV INT8 (W8A8)"
     if re.search(r"TileW8A16|W8A16", sym):
