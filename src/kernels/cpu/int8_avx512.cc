@@ -33,7 +33,6 @@ struct Rows {
   }
 };
 
-
 template <bool kPacked, int R, int T>
 void TileW8A8(const Int8Args& a, int64_t r0, int64_t t0) {
   const int64_t cols = a.w.cols, groups = cols / kInt8ActGroup;
@@ -111,7 +110,8 @@ void TileW8A16(const Int8Args& a, int64_t r0, int64_t t0) {
 #define PENG_TILES(K, P) \
   {PENG_TILE_ROW(K, P, 1), PENG_TILE_ROW(K, P, 2), PENG_TILE_ROW(K, P, 3), PENG_TILE_ROW(K, P, 4)}
 constexpr int kR = 4, kT = 4;
-constexpr Int8TileFn kW8A8Tiles[2][kR][kT] = {PENG_TILES(TileW8A8, false), PENG_TILES(TileW8A8, true)};
+constexpr Int8TileFn kW8A8Tiles[2][kR][kT] = {PENG_TILES(TileW8A8, false),
+                                             PENG_TILES(TileW8A8, true)};
 constexpr Int8TileFn kW8A16Tiles[2][kR][kT] = {PENG_TILES(TileW8A16, false),
                                               PENG_TILES(TileW8A16, true)};
 #undef PENG_TILES

@@ -554,7 +554,8 @@ void PanelTileF(const MatMulArgs& g, const uint8_t* group, int64_t r, int64_t nr
     for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
   const uint8_t* p = group;
   for (int64_t c = 0; c < g.cols; c += 16, p += 4 * 16 * kE) {
-    const __mmask16 m = g.cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.cols - c)) - 1);
+    const __mmask16 m =
+        g.cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.cols - c)) - 1);
     __m512 wv[4];
     for (int i = 0; i < 4; ++i) wv[i] = LoadW<kT>(p + i * 16 * kE, 0, 0xFFFF);
     for (int t = 0; t < T; ++t) {
