@@ -583,9 +583,7 @@ class CudaDevice final : public Device {
                           int64_t T, int k, int64_t n, const DeviceExperts& w, const int32_t* ids,
                           float* y) override {
     if (T == 0) return;
-    const int ab = n == w.cols && T <= kExpertsGemvMaxTokens
-                       ? QuantizedBlock(w.dtype, w.cols, T, T * k)
-                       : 0;
+    const int ab = n == w.cols ? ExpertsBlock(w, T, T * k) : 0;
     if (!ab) {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
@@ -625,7 +623,7 @@ class CudaDevice final : public Device {
                         std::initializer_list<ExpertsOut> outs, bool quantize = true) {
     const DeviceExperts& w = *outs.begin()->w;
     const int64_t x_rows = x_per_slot ? T * k : T;
-    const int ab = T <= kExpertsGemvMaxTokens ? QuantizedBlock(w.dtype, w.cols, T, x_rows) : 0;
+    const int ab = ExpertsBlock(w, T, x_rows);
     if (!ab || outs.size() > 2) return false;
     ExpertMats m;
     int i = 0;
@@ -704,6 +702,11 @@ class CudaDevice final : public Device {
         rows > kMaxActRows || cols % ab != 0 || cols > act_cols_)
       return 0;
     return ab;
+  }
+  // QuantizedBlock of the experts' per-pair GEMVs (up to kExpertsGemvMaxTokens tokens; past
+  // them the pairs are grouped by expert, in FP32).
+  int ExpertsBlock(const DeviceExperts& w, int64_t T, int64_t rows) const {
+    return T <= kExpertsGemvMaxTokens ? QuantizedBlock(w.dtype, w.cols, T, rows) : 0;
   }
   // The scratch region of block size ab, laid out for rows of `cols`: where the quantizer
   // writes (ActOut) and what the GEMVs read (Act).

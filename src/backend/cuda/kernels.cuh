@@ -712,23 +712,29 @@ __global__ void MlaAbsorbKernel(const float* q, const float* w_kvb, int H, int r
 }
 
 // out[t, h * dv + i] = sum_j W_UV[h][i][j] o_lat[t, h, j]: one warp per output value.
-__global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, int r, int dn,
-                                 int dv, float* out) {
-  KernelStart();
-  const int64_t th = blockIdx.x;
-  const int h = static_cast<int>(th % H);
-  const int i = blockIdx.y * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (i >= dv) return;
+// Output i (of the token's H * dv) of W_UV o_lat for row th = (token, head h) of o_lat, summed
+// by the warp (lane-strided products, then WarpSum; every lane gets it).
+__device__ float MlaProjectDot(const float* o_lat, const float* w_kvb, int64_t th, int h, int r,
+                               int dn, int dv, int i, int lane) {
   const float* w = w_kvb + (int64_t{h} * (dn + dv) + dn + i) * r;
   const float* ol = o_lat + th * r;
   float s = 0.f;
   for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
-  s = WarpSum(s);
+  return WarpSum(s);
+}
+
+__global__ void MlaProjectKernel(const float* o_lat, const float* w_kvb, int H, int r, int dn,
+                                 int dv, float* out) {
+  KernelStart();
+  const int64_t th = blockIdx.x;
+  const int i = blockIdx.y * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (i >= dv) return;
+  const float s = MlaProjectDot(o_lat, w_kvb, th, static_cast<int>(th % H), r, dn, dv, i, lane);
   if (lane == 0) out[th * dv + i] = s;
 }
 
-// MlaProjectKernel's products, 32 outputs a block (warp w takes outputs 32 y + 4 w .. + 3, each
-// as there), then quantized in blocks of 32 into q (dv % 32 == 0) as they are stored.
+// MlaProjectKernel's products, 32 outputs a block (warp w takes outputs 32 y + 4 w .. + 3),
+// then quantized in blocks of 32 into q (dv % 32 == 0) as they are stored.
 __global__ void MlaProjectQuantKernel(const float* o_lat, const float* w_kvb, int H, int r,
                                       int dn, int dv, float* out, QActOut q) {
   KernelStart();
@@ -737,13 +743,9 @@ __global__ void MlaProjectQuantKernel(const float* o_lat, const float* w_kvb, in
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % H);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const float* ol = o_lat + th * r;
   for (int k = 0; k < kPerWarp; ++k) {
     const int c = warp * kPerWarp + k;  // the block's output
-    const float* w = w_kvb + (int64_t{h} * (dn + dv) + dn + blockIdx.y * kWarp + c) * r;
-    float s = 0.f;
-    for (int j = lane; j < r; j += kWarp) s += w[j] * ol[j];
-    s = WarpSum(s);
+    const float s = MlaProjectDot(o_lat, w_kvb, th, h, r, dn, dv, blockIdx.y * kWarp + c, lane);
     if (lane == 0) s_out[c] = s;
   }
   __syncthreads();

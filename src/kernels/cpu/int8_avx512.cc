@@ -25,11 +25,13 @@ struct Rows {
   const int8_t* base;
   int64_t cols;
   Rows(const Int8Weights& w, int64_t r0) : cols(w.cols) {
-    base = kPacked ? reinterpret_cast<const int8_t*>(w.panels) + r0 / 4 * RowGroupBytes(cols, 64)
+    base = kPacked ? reinterpret_cast<const int8_t*>(w.panels) +
+                         r0 / 4 * RowGroupBytes(cols, kInt8ChunkBytes)
                    : w.q + r0 * cols;
   }
   const int8_t* At(int r, int64_t c) const {
-    return kPacked ? base + (c >> 6) * 256 + r * 64 + (c & 63) : base + r * cols + c;
+    constexpr int64_t kC = kInt8ChunkBytes;
+    return kPacked ? base + c / kC * 4 * kC + r * kC + c % kC : base + r * cols + c;
   }
 };
 

@@ -533,31 +533,28 @@ void TileF(const MatMulArgs& g, int64_t r0, int64_t t0) {
 
 PENG_DEFINE_TILE_DRIVER(RunF, TileF, DType)
 
-// Float weights packed at load time (PackPanels) in row groups (RowGroupBytes) of 16-value
-// chunks: a group holds, per 16-column step, its 4 rows' 16 values. PanelTileF does TileF's
-// operations in TileF's order (the zero padding meets masked-off activations, as TileF's
-// masked loads do), so the results are bit-identical.
+// Float weights packed at load time (PackPanels) in row groups (RowGroupBytes) of
+// kFloatChunkValues-value chunks: a group holds, per 16-column step, its 4 rows' 16 values.
+// PanelTileF does TileF's operations in TileF's order (the zero padding meets masked-off
+// activations, as TileF's masked loads do), so the results are bit-identical.
 template <DType kT>
 constexpr int64_t FloatBytes() {
   return kT == DType::kF32 ? 4 : 2;
 }
-template <DType kT>
-int64_t FloatGroupBytes(int64_t cols) {
-  return RowGroupBytes(cols * FloatBytes<kT>(), 16 * FloatBytes<kT>());
-}
 // T tokens from t0 against the 4-row group at `group` (rows r.. of which the first nr exist).
 template <DType kT, int T>
 void PanelTileF(const MatMulArgs& g, const uint8_t* group, int64_t r, int64_t nr, int64_t t0) {
-  constexpr int64_t kE = FloatBytes<kT>();
+  constexpr int64_t kE = FloatBytes<kT>(), kChunk = RowGroupChunk(kT);
+  static_assert(kChunk == 16 * kE);  // (a chunk: the 16 values of a step)
   __m512 acc[4][T];
   for (int i = 0; i < 4; ++i)
     for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
   const uint8_t* p = group;
-  for (int64_t c = 0; c < g.cols; c += 16, p += 4 * 16 * kE) {
+  for (int64_t c = 0; c < g.cols; c += 16, p += 4 * kChunk) {
     const __mmask16 m =
         g.cols - c >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (g.cols - c)) - 1);
     __m512 wv[4];
-    for (int i = 0; i < 4; ++i) wv[i] = LoadW<kT>(p + i * 16 * kE, 0, 0xFFFF);
+    for (int i = 0; i < 4; ++i) wv[i] = LoadW<kT>(p + i * kChunk, 0, 0xFFFF);
     for (int t = 0; t < T; ++t) {
       const __m512 x = _mm512_maskz_loadu_ps(m, g.x + (t0 + t) * g.cols + c);
       for (int i = 0; i < 4; ++i) acc[i][t] = _mm512_fmadd_ps(wv[i], x, acc[i][t]);
@@ -571,7 +568,7 @@ void PanelTileF(const MatMulArgs& g, const uint8_t* group, int64_t r, int64_t nr
 template <DType kT>
 void KernelF(const MatMulArgs& g, int64_t r0, int64_t r1) {
   if (g.panels && r0 % 16 == 0) {  // packed at load time (g.panels: the panel of row 0)
-    const int64_t group_bytes = FloatGroupBytes<kT>(g.cols);
+    const int64_t group_bytes = RowGroupBytes(g.row_bytes, RowGroupChunk(kT));
     for (int64_t r = r0; r < r1; r += 4) {
       const uint8_t* group = g.panels + r / 4 * group_bytes;
       const int64_t nr = std::min<int64_t>(4, r1 - r);
@@ -668,12 +665,9 @@ MatMulKernel Avx512MatMulKernel(DType t) {
 QuantizeActFn Avx512QuantizeAct() { return &QuantizeAct; }
 
 size_t Avx512PanelBytes(DType t, int64_t cols) {
+  if (const int64_t chunk = RowGroupChunk(t)) return 4 * RowGroupBytes(RowBytes(t, cols), chunk);
   const int64_t nb = cols / kQK;
   switch (t) {
-    case DType::kF32: return 4 * FloatGroupBytes<DType::kF32>(cols);
-    case DType::kF16: return 4 * FloatGroupBytes<DType::kF16>(cols);
-    case DType::kBF16: return 4 * FloatGroupBytes<DType::kBF16>(cols);
-    case DType::kI8: return 4 * RowGroupBytes(cols, 64);  // (TileW8A8's 64-column steps)
     case DType::kQ4_0: return nb * Packed<KQ4_0>::kBlockBytes;
     case DType::kQ4_1: return nb * Packed<KQ4_1>::kBlockBytes;
     case DType::kQ5_0: return nb * Packed<KQ5_0>::kBlockBytes;
@@ -685,14 +679,8 @@ size_t Avx512PanelBytes(DType t, int64_t cols) {
 
 void Avx512PackPanels(DType t, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                       uint8_t* out) {
+  if (const int64_t chunk = RowGroupChunk(t)) return PackRowGroups(w, row_bytes, rows, chunk, out);
   switch (t) {
-    case DType::kF32:
-      return PackRowGroups(w, row_bytes, rows, 16 * FloatBytes<DType::kF32>(), out);
-    case DType::kF16:
-      return PackRowGroups(w, row_bytes, rows, 16 * FloatBytes<DType::kF16>(), out);
-    case DType::kBF16:
-      return PackRowGroups(w, row_bytes, rows, 16 * FloatBytes<DType::kBF16>(), out);
-    case DType::kI8: return PackRowGroups(w, cols, rows, 64, out);
     case DType::kQ4_0: return PackPanelsOf<KQ4_0>(w, row_bytes, rows, cols, out);
     case DType::kQ4_1: return PackPanelsOf<KQ4_1>(w, row_bytes, rows, cols, out);
     case DType::kQ5_0: return PackPanelsOf<KQ5_0>(w, row_bytes, rows, cols, out);

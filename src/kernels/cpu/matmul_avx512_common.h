@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
+
 namespace peng::kernels {
 namespace {
 
@@ -23,6 +25,18 @@ inline void StoreRows(float* y, __m512 v, int n) {
 // 4q..4q+3, then chunk k + 1), the rows padded with zeros to whole chunks, rows past the matrix
 // repeating its last row. A 4-row register tile then reads one contiguous stream where
 // row-major rows are four short ones, which the hardware prefetchers barely follow.
+constexpr int64_t kFloatChunkValues = 16;  // float chunks: one zmm of values (TileF's step)
+constexpr int64_t kInt8ChunkBytes = 64;    // INT8 chunks: TileW8A8's 64-column step
+// A row group's chunk bytes for type t; 0 for the types packed otherwise (or not at all).
+constexpr int64_t RowGroupChunk(DType t) {
+  switch (t) {
+    case DType::kF32: return kFloatChunkValues * 4;
+    case DType::kF16:
+    case DType::kBF16: return kFloatChunkValues * 2;
+    case DType::kI8: return kInt8ChunkBytes;
+    default: return 0;
+  }
+}
 inline int64_t RowGroupBytes(int64_t row_bytes, int64_t chunk) {
   return (row_bytes + chunk - 1) / chunk * chunk * 4;
 }
