@@ -35,7 +35,10 @@
 namespace peng::backend {
 
 // A weight matrix [rows, cols] in device memory, in its stored type. INT8 matrices (peng
-// quantize folders) carry one FP32 scale per row.
+// quantize folders) carry one FP32 scale per row and their scheme's activations: W8A16 (FP32)
+// or, with int8_activations, W8A8 -- each token's activations quantized in groups of 32
+// (kernels::QuantizeActivations) and multiplied in exact int32 dot products, as Linear does
+// on the CPU (in exact mode, kernels::SetExactActivations, W8A8 runs as W8A16 there too).
 struct DeviceMatrix {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
@@ -43,6 +46,7 @@ struct DeviceMatrix {
                                   // layout: CUDA rearranges some block formats)
   const void* data = nullptr;     // device pointer
   const float* scales = nullptr;  // device pointer, INT8 only
+  bool int8_activations = false;  // INT8 only: W8A8
   TensorView host;                // the host bytes it was uploaded from (HostDevice runs on them)
 };
 

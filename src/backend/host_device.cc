@@ -65,7 +65,13 @@ class HostDevice final : public Device {
   }
 
   void MatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y) override {
-    if (w.dtype == DType::kI8) {
+    if (w.dtype == DType::kI8 && w.int8_activations && !kernels::ExactActivations()) {
+      // W8A8 as Linear::Forward runs it: the activations quantized per token in groups of 32.
+      act_q_.resize(static_cast<size_t>(T * w.cols));
+      act_scales_.resize(static_cast<size_t>(T * (w.cols / kernels::kInt8ActGroup)));
+      kernels::QuantizeActivations(x, T, w.cols, act_q_.data(), act_scales_.data());
+      kernels::Int8MatMul(Int8(w), act_q_.data(), act_scales_.data(), T, y, pool_);
+    } else if (w.dtype == DType::kI8) {
       kernels::Int8MatMulW8A16(Int8(w), x, T, y, pool_);
     } else {
       kernels::MatMul(w.host, x, T, y, pool_);
@@ -212,6 +218,8 @@ class HostDevice final : public Device {
   std::set<void*> blocks_;
   std::vector<kernels::AttentionSeq> seqs_;
   std::vector<float> product_;  // MatMuls' product before its residual add
+  std::vector<int8_t> act_q_;   // W8A8 activations and their scales
+  std::vector<float> act_scales_;
 };
 
 }  // namespace

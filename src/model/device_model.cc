@@ -30,6 +30,7 @@ DeviceModel::~DeviceModel() {
 StatusOr<DeviceMatrix> DeviceModel::Matrix(const Linear& l) {
   StatusOr<DeviceMatrix> m = dev_->Upload(l.tensor(), l.int8_scales());
   if (!m.ok()) return m.status();
+  m->int8_activations = l.int8_activations();
   if (m->data != l.tensor().data) {  // a copy on the device (the host device keeps the file's)
     allocs_.push_back(const_cast<void*>(m->data));
     if (m->scales) allocs_.push_back(const_cast<float*>(m->scales));

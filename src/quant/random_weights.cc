@@ -49,6 +49,9 @@ Status FillRandomWeights(DType t, int64_t n, uint8_t* out, std::mt19937_64* rng,
     const uint64_t r = (*rng)();
     std::memcpy(out + i, &r, std::min<size_t>(8, bytes - i));
   }
+  if (t == DType::kI8)  // symmetric, as peng quantize writes them (the INT8 kernels rely on it)
+    for (size_t i = 0; i < bytes; ++i)
+      if (out[i] == 0x80) out[i] = 0x81;
   for (size_t b = 0; b < bytes / info.block_bytes; ++b)
     for (int f : fields) {
       const uint16_t h = F32ToF16(scale(*rng));

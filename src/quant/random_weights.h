@@ -2,7 +2,7 @@
 // (bench/random_gguf.cc) and conformance tests of the device kernels: float types get values
 // uniform in [lo, hi]; block-quantized types get random bytes with every fp16 scale field set
 // to a small finite value (so every block decodes to finite weights of magnitude ~0.1); INT8
-// gets random bytes (its scales are separate tensors).
+// gets random values in [-127, 127] (its scales are separate tensors).
 #pragma once
 
 #include <cstdint>

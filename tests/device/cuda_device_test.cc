@@ -73,25 +73,34 @@ void RandomExperts(DType t, int n, int64_t rows, int64_t cols, std::mt19937_64* 
   }
 }
 
-// A random [rows, cols] matrix of a block-quantized or float type t uploaded to both devices
-// (cuda, host); its bytes appended to *keep (the host device runs on them).
+// A random [rows, cols] matrix of a block-quantized, float or INT8 type t uploaded to both
+// devices (cuda, host); its bytes (and INT8's row scales) appended to *keep (the host device
+// runs on them). INT8 as W8A8 (int8_activations).
 struct Uploaded {
   backend::DeviceMatrix cuda, host;
 };
 Uploaded UploadRandom(Device* cuda, Device* host, DType t, int64_t rows, int64_t cols,
                       std::mt19937_64* rng, std::vector<std::vector<uint8_t>>* keep) {
-  std::vector<float> unused;
-  keep->push_back(RandomMatrix(t, rows, cols, rng, &unused));
+  std::vector<float> scales;
+  keep->push_back(RandomMatrix(t, rows, cols, rng, &scales));
   TensorView v;
   v.name = std::string("w.") + DTypeName(t);
   v.dtype = t;
   v.shape = {rows, cols};
   v.data = keep->back().data();
   v.size_bytes = keep->back().size();
-  auto c = cuda->Upload(v, nullptr);
-  auto h = host->Upload(v, nullptr);
+  const float* s = nullptr;
+  if (!scales.empty()) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(scales.data());
+    keep->emplace_back(b, b + scales.size() * sizeof(float));
+    s = reinterpret_cast<const float*>(keep->back().data());
+  }
+  auto c = cuda->Upload(v, s);
+  auto h = host->Upload(v, s);
   EXPECT_TRUE(c.ok() && h.ok());
-  return {c.ok() ? *c : backend::DeviceMatrix{}, h.ok() ? *h : backend::DeviceMatrix{}};
+  Uploaded u{c.ok() ? *c : backend::DeviceMatrix{}, h.ok() ? *h : backend::DeviceMatrix{}};
+  u.cuda.int8_activations = u.host.int8_activations = t == DType::kI8;
+  return u;
 }
 
 TEST_F(CudaTest, MatMulEveryWeightType) {
@@ -562,15 +571,16 @@ TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
 }
 
 // The quantized GEMVs (default mode: activations quantized as the CPU kernels quantize them,
-// backend/cuda/qdot.h): the integer parts equal the host's, so the results differ by the order
-// of FP32 sums only. 2816 columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks.
+// backend/cuda/weight_layout.h; INT8 as W8A8, kernels::QuantizeActivations' groups of 32): the
+// integer parts equal the host's, so the results differ by the order of FP32 sums only. 2816
+// columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks.
 TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   kernels::SetExactActivations(false);
   const int64_t rows = 77, cols = 2816;
   std::vector<std::vector<uint8_t>> bytes;
   const std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                                     DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                                    DType::kF16};
+                                    DType::kF16,  DType::kI8};
   std::vector<backend::DeviceMatrix> wc, wh;
   for (DType t : types) {
     const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
@@ -732,6 +742,64 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
       Expect(y, T * rows, exact ? tol : 1e-5, "MatMuls Q4_K + bias, accumulated" + tag);
     }
   }
+  kernels::SetExactActivations(true);
+}
+
+// INT8 W8A8 through the fused forms: the norm, the gated activation and the attention's
+// output projection quantize into W8A8's groups (QActOut::w8a8) as they store, the GEMV scales
+// each row by its weight scale before the bias and the residual add. Tolerances as in
+// FusedNormGatedAndEpilogues (a value near a rounding step may land one step apart).
+TEST_F(CudaTest, Int8W8A8FusedAndEpilogues) {
+  kernels::SetExactActivations(false);
+  const int64_t rows = 96, cols = 512;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<backend::DeviceMatrix> wc, wh;
+  for (DType t : {DType::kI8, DType::kI8, DType::kF32}) {
+    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
+    wc.push_back(w.cuda);
+    wh.push_back(w.host);
+  }
+  const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
+  const Pair bias = Upload(Random(rows));
+  for (int64_t T : {1, 3, 40}) {
+    const std::string tag = " T=" + std::to_string(T);
+    const Pair x = Upload(Random(T * cols, -2.f, 2.f));
+    const Pair h = Zeros(T * cols);
+    const Pair a = Zeros(T * rows), b = Upload(Random(T * rows)), c = Zeros(T * rows);
+    for (auto [dev, X, H, A, B, C, W, NW, BI] :
+         {std::tuple{cuda_.get(), x.cuda, h.cuda, a.cuda, b.cuda, c.cuda, &wc, norm_w.cuda,
+                     bias.cuda},
+          std::tuple{host_.get(), x.host, h.host, a.host, b.host, c.host, &wh, norm_w.host,
+                     bias.host}})
+      dev->NormMatMuls(X, NW, 0.f, 1e-6f, H, T, cols,
+                       {{&(*W)[0], A, BI}, {&(*W)[1], B, nullptr, true}, {&(*W)[2], C, BI, true}});
+    Expect(h, T * cols, 1e-5, "NormMatMuls: the norm" + tag);
+    Expect(a, T * rows, 3e-3, "NormMatMuls INT8 + bias" + tag);
+    Expect(b, T * rows, 3e-3, "NormMatMuls INT8 accumulated" + tag);
+    Expect(c, T * rows, 1e-4, "NormMatMuls F32 + bias, accumulated" + tag);
+    const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
+    cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
+                        {{&wc[0], c.cuda, bias.cuda, true}});
+    host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
+                        {{&wh[0], c.host, bias.host, true}});
+    Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
+    Expect(c, T * rows, 3e-3, "GatedMatMuls INT8 + bias, accumulated" + tag);
+    const Pair y = Upload(Random(T * rows));
+    cuda_->MatMuls(x.cuda, T, {{&wc[1], y.cuda, bias.cuda, true}});
+    host_->MatMuls(x.host, T, {{&wh[1], y.host, bias.host, true}});
+    Expect(y, T * rows, 1e-5, "MatMuls INT8 + bias, accumulated" + tag);
+  }
+  // A W8A8 matrix over the same x as a 32-block GGUF matrix: a clear error (peng quantize
+  // folders never hold both).
+  const Uploaded q8 = UploadRandom(cuda_.get(), host_.get(), DType::kQ8_0, rows, cols, &rng_,
+                                   &bytes);
+  const Pair x = Upload(Random(cols));
+  const Pair y1 = Zeros(rows), y2 = Zeros(rows);
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+  cuda_->MatMuls(x.cuda, 1, {{&wc[0], y1.cuda}, {&q8.cuda, y2.cuda}});
+  const Status st = cuda_->Synchronize();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("W8A8"), std::string::npos) << st.ToString();
   kernels::SetExactActivations(true);
 }
 

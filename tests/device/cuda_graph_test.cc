@@ -31,6 +31,9 @@ namespace {
 //     the MoE 9: RMSNorm + quantize, router|shared gate|shared up, route, quantize, routed
 //     gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down (+ the routed
 //     experts' weighted sum)).
+//   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 24 =
+//     1 + 2 x 10 + 3: a layer as SmolLM2's, but its heads of 16 values are no whole group of
+//     32, so the attention's output is quantized apart.
 // The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own).
 struct StepKernels {
   const char* file;  // the model's file or folder name
@@ -39,6 +42,8 @@ struct StepKernels {
 constexpr StepKernels kDecodeStepKernels[] = {
     {"smollm2-135m-instruct-q4_1.gguf", 274},
     {"peng_device_ds_q4_0_", 32},  // (QuantizedDeepseekPath)
+    {"_llama_w8a8", 24},  // (device_test::Int8Folder)
+    {"_qwen2_w8a8", 24},
     {"hf_tiny/llama", 28},
     {"hf_tiny/qwen2", 28},
     {"hf_tiny/gemma3", 58},

@@ -65,6 +65,23 @@ TEST(DeviceGraph, ExactModeToo) {
   ASSERT_EQ(cpu.logits, dev.logits);
 }
 
+// INT8 folders (`peng quantize`): W8A16 and W8A8 weights on the host device run the CPU
+// engine's kernels on the same activations -- for W8A8 quantized per token in groups of 32 --
+// so the logits are bit-identical too (Qwen2: the biases of q / k / v after INT8 products).
+TEST(DeviceGraph, Int8FoldersOnTheHostDeviceEqualTheCpuPath) {
+  kernels::SetExactActivations(false);
+  for (const char* model : {"llama", "qwen2"}) {
+    for (const char* scheme : {"w8a16", "w8a8"}) {
+      const std::string path = device_test::Int8Folder(model, scheme);
+      SCOPED_TRACE(path);
+      const device_test::Run cpu = RunSteps(path, "cpu", DType::kF32);
+      const device_test::Run dev = RunSteps(path, "host", DType::kF32);
+      ASSERT_FALSE(cpu.logits.empty());
+      ASSERT_EQ(cpu.logits, dev.logits);
+    }
+  }
+}
+
 // The quantized activations (the default mode) amplify any small change of the arithmetic: an
 // F16 instead of an F32 KV cache moves the trained models' logits by 0.5-9e-3 of the largest in
 // exact mode, but by 2.8e-2-0.17 with quantized activations -- a value near a rounding step

@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "model/registry.h"
+#include "quant/quantize.h"
 
 namespace peng::device_test {
 
@@ -36,6 +40,22 @@ inline std::vector<std::string> ModelPaths(bool with_tiny = true) {
     const std::string p = test_util::ModelFile(f);
     if (!p.empty()) out.push_back(p);
   }
+  return out;
+}
+
+// `peng quantize` of the tiny HF fixture `model` ("llama", "qwen2", ...) with `scheme`
+// ("w8a16", "w8a8"), written once per process under the test's temporary directory.
+inline std::string Int8Folder(const std::string& model, const std::string& scheme) {
+  const std::string out = ::testing::TempDir() + "/device_int8_" + std::to_string(::getpid()) +
+                          "_" + model + "_" + scheme;
+  if (std::filesystem::exists(out + "/quant_config.json")) return out;
+  QuantizeOptions o;
+  o.input = test_util::SourceDir() + "/tests/data/hf_tiny/" + model;
+  o.output = out;
+  o.scheme = scheme;
+  o.threads = 2;
+  const auto r = QuantizeModel(o);
+  EXPECT_TRUE(r.ok()) << model << " " << scheme << ": " << r.status().ToString();
   return out;
 }
 

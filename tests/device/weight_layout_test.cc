@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/int8_gemm.h"
 #include "kernels/ref/matmul_ref.h"
 #include "quant/random_weights.h"
 
@@ -163,6 +164,48 @@ TEST(WeightLayoutTest, TheDeviceQuantizerMatchesTheCpuReference) {
     ASSERT_EQ(a32.iscale, is32) << amax;
     ASSERT_EQ(a256.d, d256) << amax;
     ASSERT_EQ(a256.iscale, is256) << amax;
+  }
+}
+
+// INT8 W8A8: the device quantizer against kernels::QuantizeActivations bit for bit (scales and
+// values; magnitudes over 2^-8 .. 2^7, a zero group, values on rounding steps), and a row's
+// units (DecodeUnit<kI8>, UnitDot) against the CPU kernel's sum of group dot products
+// (kernels::Int8MatMul: scale[r] * sum_g x_scale[g] * float(int dot), done by the GEMV's store).
+TEST(WeightLayoutTest, Int8W8A8QuantizerAndUnitsMatchTheCpu) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(kCols);
+  for (int64_t c = 0; c < kCols; ++c) x[c] = u(rng) * std::ldexp(1.f, static_cast<int>(c / 64) - 8);
+  for (int c = 256; c < 288; ++c) x[c] = 0.f;
+  for (int c = 512; c < 544; ++c) x[c] = (c % 2 ? -0.5f : 0.5f) * static_cast<float>(c - 511);
+  std::vector<int8_t> qs(kCols);
+  std::vector<float> scales(kCols / 32);
+  kernels::QuantizeActivations(x.data(), 1, kCols, qs.data(), scales.data());
+  std::vector<int8_t> act(kCols);  // the device row's order
+  for (int64_t g = 0; g < kCols / 32; ++g) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[g * 32 + i]));
+    const layout::ActScale s = layout::W8A8ActScale(amax);
+    ASSERT_EQ(s.d, scales[g]) << "group " << g;
+    for (int i = 0; i < 32; ++i) {
+      const int64_t c = g * 32 + i;
+      ASSERT_EQ(layout::QuantizeW8A8Value(x[c], s.d), qs[c]) << "value " << c;
+      act[layout::ActIndex(c, kCols)] = qs[c];
+    }
+  }
+  std::vector<int8_t> w(kCols);
+  for (int8_t& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(w.data());
+  ASSERT_EQ(layout::DeviceRowBytes(DType::kI8, kCols), static_cast<size_t>(kCols));
+  for (int64_t unit = 0; unit < kCols / 32; ++unit) {
+    int want = 0;
+    for (int i = 0; i < 32; ++i) want += int{w[unit * 32 + i]} * qs[unit * 32 + i];
+    uint32_t a[8];
+    layout::ActWords(act.data(), kCols, unit, a);
+    const float got = layout::UnitDot<DType::kI8>(layout::DecodeUnit<DType::kI8>(row, kCols / 32,
+                                                                               unit),
+                                                  a, scales[unit], 0, 0);
+    ASSERT_EQ(got, scales[unit] * static_cast<float>(want)) << "unit " << unit;
   }
 }
 

@@ -1,12 +1,12 @@
 // backend::Device on one NVIDIA GPU. Weights are uploaded once in their stored type, in the
 // device layout (weight_layout.h: the 32-value block formats as per-field arrays); every
 // quantized format is decoded inside the kernels 32 values (one "unit") at a time:
-//   GEMV (n_tokens <= kGemvMaxTokens), block-quantized weights: the activations quantized as
-//     the CPU quantizes them (once for all the matrices that share them, inside the RMSNorm or
-//     activation kernel before where there is one); one to four warps an output row, a unit a
-//     lane, dp4a against up to kTokenTile tokens; the epilogue (bias, residual add) in the
-//     store. Exact mode (kernels::SetExactActivations), float and INT8 weights: FP32
-//     activations, lane l decoding value l of each unit.
+//   GEMV (n_tokens <= kGemvMaxTokens), block-quantized and INT8 W8A8 weights: the activations
+//     quantized as the CPU quantizes them (once for all the matrices that share them, inside
+//     the RMSNorm or activation kernel before where there is one); one to four warps an output
+//     row, a unit a lane, dp4a against up to kTokenTile tokens; the epilogue (INT8's row scale,
+//     bias, residual add) in the store. Exact mode (kernels::SetExactActivations), float and
+//     INT8 W8A16 weights: FP32 activations, lane l decoding value l of each unit.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
@@ -263,7 +263,7 @@ class CudaDevice final : public Device {
       Free(act_);
       act_ = nullptr;
       act_cols_ = 0;
-      PENG_ASSIGN_OR_RETURN(act_, Alloc(2 * ActRegionBytes(m.cols)));
+      PENG_ASSIGN_OR_RETURN(act_, Alloc(3 * ActRegionBytes(m.cols)));
       act_cols_ = m.cols;
     }
     return m;
@@ -316,7 +316,7 @@ class CudaDevice final : public Device {
     const int64_t units = cols / 32;
     const int wpr = rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
     WithType(type, [&]<DType D>() {
-      if constexpr (layout::kQuantized<D>) {
+      if constexpr (layout::kIntDot<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
           Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
@@ -345,7 +345,7 @@ class CudaDevice final : public Device {
     }
     for (size_t i = 0; i < n; ++i) {
       if (done >> i & 1) continue;
-      const int ab = QuantizedBlock(o[i].w->dtype, o[i].w->cols, T, T);
+      const int ab = QuantizedBlock(*o[i].w, T, T);
       if (!ab) {
         FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
         continue;
@@ -354,24 +354,34 @@ class CudaDevice final : public Device {
       int m = 0;
       for (size_t j = i; j < n && m < kMaxQMats; ++j) {
         if ((done >> j & 1) || o[j].w->dtype != o[i].w->dtype) continue;
+        const bool int8 = o[j].w->dtype == DType::kI8;  // (W8A8: the row scales in the store)
         ms.m[m++] = {static_cast<const uint8_t*>(o[j].w->data), o[j].w->row_bytes, o[j].w->rows,
-                     o[j].y, Epilogue{o[j].bias, o[j].accumulate, o[j].slots}};
+                     o[j].y,
+                     Epilogue{o[j].bias, o[j].accumulate, o[j].slots,
+                              int8 ? o[j].w->scales : nullptr}};
         done |= uint32_t{1} << j;
       }
-      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(ab, o[i].w->cols), T);
+      const DType t = o[i].w->dtype;
+      LaunchQGemv(ms, m, t, o[i].w->cols, Act(ab, o[i].w->cols, t == DType::kI8), T);
     }
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
   // has x's cols) read: q32 / q256 point into the scratch regions for the block sizes any of
   // them needs; false when none does. Products then reads them: the kernel launched between
   // the two must fill them.
+  // (INT8 W8A8 matrices take blocks of 32 of their own arithmetic, in a region of their own:
+  // they share an x with no GGUF 32-block matrix -- peng quantize folders hold INT8 and float
+  // weights only.)
   bool Quantizations(int64_t T, std::initializer_list<MatMulOut> outs, QActOut* q32,
                      QActOut* q256) {
     bool any = false;
     for (const MatMulOut& o : outs) {
-      const int ab = QuantizedBlock(o.w->dtype, o.w->cols, T, T);
+      const int ab = QuantizedBlock(*o.w, T, T);
       if (!ab) continue;
-      *(ab == 256 ? q256 : q32) = ActOut(ab, o.w->cols);
+      const bool w8a8 = o.w->dtype == DType::kI8;
+      if (ab == 32 && q32->qs && q32->w8a8 != w8a8)
+        Keep(Unimplemented(name_ + ": INT8 W8A8 and 32-value block weights over one input"));
+      *(ab == 256 ? q256 : q32) = ActOut(ab, o.w->cols, w8a8);
       any = true;
     }
     return any;
@@ -691,13 +701,23 @@ class CudaDevice final : public Device {
   // The activation block (32 or 256) of the quantized GEMV of a step of T tokens over `rows`
   // activation rows (T, or the (token, slot) pairs of the experts) and a matrix of type t with
   // `cols` columns; 0 for the FP32 path: exact mode (the tests' FP32 reference,
-  // kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison), float and INT8 weights,
-  // prefill (the GEMM), or more than the scratch holds.
+  // kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison), float weights and INT8
+  // of W8A16, prefill (the GEMM), or more than the scratch holds.
   int QuantizedBlock(DType t, int64_t cols, int64_t T, int64_t rows) const {
     int ab = 0;
     WithType(t, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) ab = layout::kActBlock<D>;
     });
+    return Gemv(ab, cols, T, rows);
+  }
+  // A matrix's: INT8 of the W8A8 scheme takes blocks of 32 too (kernels::QuantizeActivations'
+  // arithmetic: ActOut's w8a8 region).
+  int QuantizedBlock(const DeviceMatrix& w, int64_t T, int64_t rows) const {
+    if (w.dtype == DType::kI8) return w.int8_activations ? Gemv(32, w.cols, T, rows) : 0;
+    return QuantizedBlock(w.dtype, w.cols, T, rows);
+  }
+  // ab where the step takes the quantized GEMV, else 0.
+  int Gemv(int ab, int64_t cols, int64_t T, int64_t rows) const {
     if (!ab || !quantized_gemv_ || kernels::ExactActivations() || T > kGemvMaxTokens ||
         rows > kMaxActRows || cols % ab != 0 || cols > act_cols_)
       return 0;
@@ -710,17 +730,20 @@ class CudaDevice final : public Device {
   }
   // The scratch region of block size ab, laid out for rows of `cols`: where the quantizer
   // writes (ActOut) and what the GEMVs read (Act).
-  QActOut ActOut(int ab, int64_t cols) const {
-    uint8_t* base = static_cast<uint8_t*>(act_) + (ab == 256 ? ActRegionBytes(act_cols_) : 0);
+  // (Three regions: blocks of 32, of 256, INT8 W8A8's blocks of 32.)
+  QActOut ActOut(int ab, int64_t cols, bool w8a8 = false) const {
+    const int region = w8a8 ? 2 : ab == 256 ? 1 : 0;
+    uint8_t* base = static_cast<uint8_t*>(act_) + region * ActRegionBytes(act_cols_);
     QActOut o;
+    o.w8a8 = w8a8;
     o.qs = reinterpret_cast<int8_t*>(base);
     o.d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
     o.s = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(o.d) +
                                      ActPart(kMaxActRows * (cols / 32) * 4));
     return o;
   }
-  QAct Act(int ab, int64_t cols) const {
-    const QActOut o = ActOut(ab, cols);
+  QAct Act(int ab, int64_t cols, bool w8a8 = false) const {
+    const QActOut o = ActOut(ab, cols, w8a8);
     return {o.qs, o.d, o.s, cols};
   }
 
@@ -837,7 +860,7 @@ class CudaDevice final : public Device {
   void* x_half_ = nullptr;
   void* group_ = nullptr;  // GroupedExpertsMatMul's offsets, tiles, cursors and list
   int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
-  // Quantized activations (two regions: blocks of 32, blocks of 256), for matrices of up to
+  // Quantized activations (three regions: blocks of 32, of 256, W8A8's), for matrices of up to
   // act_cols_ columns and kMaxActRows rows: a step's tokens, or its (token, slot) pairs.
   static constexpr int64_t kMaxActRows =
       std::max(kGemvMaxTokens, kExpertsGemvMaxTokens * kMaxTopK);

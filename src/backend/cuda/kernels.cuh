@@ -41,12 +41,15 @@ __device__ __forceinline__ float WarpMax(float v) {
 // What a GEMV does with the dot product s of row r (of `rows`) and token t
 // (Device::MatMulOut): y = s + bias[r], or y += s + bias[r] when accumulating (the residual
 // add folded into the product), plus the slots' weighted rows where set (SlotSum folded in).
+// The integer GEMV of INT8 weights (W8A8) scales s by the row's weight scale first.
 struct Epilogue {
   const float* bias = nullptr;
   bool accumulate = false;
   SlotRows slots;
+  const float* row_scale = nullptr;
   __device__ __forceinline__ void Store(float* y, int64_t t, int64_t r, int64_t rows,
                                         float s) const {
+    if (row_scale) s = row_scale[r] * s;
     if (bias) s += bias[r];
     if (slots.rows) {
       float a = 0.f;
@@ -171,17 +174,20 @@ struct QAct {
   int64_t cols = 0;  // (ab, the values a scale covers, is the weight type's: kActBlock)
 };
 
-// Where QuantizeValue writes (the QAct it fills); null qs: nothing to quantize.
+// Where QuantizeValue writes (the QAct it fills); null qs: nothing to quantize. w8a8: blocks
+// of 32 with INT8 W8A8's arithmetic (layout::W8A8ActScale) instead of the GGUF formats'.
 struct QActOut {
   int8_t* qs = nullptr;
   float* d = nullptr;
   int32_t* s = nullptr;
+  bool w8a8 = false;
 };
 
 // Quantizes value v, element i of activation row t of `cols` (kernels::ref::QuantizeAct's
-// arithmetic). Every thread of a 256-thread block calls it together for the 256 consecutive
-// elements 256 c .. 256 c + 255 (a thread's i = 256 c + threadIdx.x; valid: i < cols, v = 0
-// past the end; cols is a multiple of AB, so whole warps are past it).
+// arithmetic, or kernels::QuantizeActivations' for o.w8a8). Every thread of a 256-thread block
+// calls it together for the 256 consecutive elements 256 c .. 256 c + 255 (a thread's
+// i = 256 c + threadIdx.x; valid: i < cols, v = 0 past the end; cols is a multiple of AB, so
+// whole warps are past it).
 template <int AB>
 __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, int64_t i,
                                               int64_t cols, const QActOut& o,
@@ -195,8 +201,15 @@ __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, in
     for (int w = 0; w < 8; ++w) amax = fmaxf(amax, warp_max[w]);
     __syncthreads();  // (read by all before the next call writes)
   }
-  const layout::ActScale scale = layout::ActBlockScale<AB>(amax);
-  const int8_t q = layout::QuantizeActValue(v, scale.iscale);
+  layout::ActScale scale;
+  int8_t q;
+  if (AB == 32 && o.w8a8) {
+    scale = layout::W8A8ActScale(amax);
+    q = layout::QuantizeW8A8Value(v, scale.d);
+  } else {
+    scale = layout::ActBlockScale<AB>(amax);
+    q = layout::QuantizeActValue(v, scale.iscale);
+  }
   int sum = q;
   for (int k = 8; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
   if (!valid) return;

@@ -111,6 +111,10 @@ template <DType T>
 constexpr bool kQuantized = T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
                             T == DType::kQ5_1 || T == DType::kQ8_0 || T == DType::kQ4_K ||
                             T == DType::kQ5_K || T == DType::kQ6_K;
+// The types of the integer GEMV (DecodeUnit, UnitDot): the block formats and INT8 (W8A8; its
+// row scale is the GEMV's, applied to the finished dot product).
+template <DType T>
+constexpr bool kIntDot = kQuantized<T> || T == DType::kI8;
 // The 32-value block formats Upload rearranges into per-field arrays.
 template <DType T>
 constexpr bool kFieldArrays = T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
@@ -224,7 +228,11 @@ template <DType T>
 PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
   using namespace kernels;
   Unit w;
-  if constexpr (T == DType::kQ8_0) {
+  if constexpr (T == DType::kI8) {  // 32 bytes a unit, the scale the row's (dw 1)
+    w.dw = 1.f;
+    Load16(row + 32 * u, w.q);
+    Load16(row + 32 * u + 16, w.q + 4);
+  } else if constexpr (T == DType::kQ8_0) {
     w.dw = HalfBits(Load2(row + 2 * u));
     Load16(row + QsOffset<T>(n) + 32 * u, w.q);
     Load16(row + QsOffset<T>(n) + 32 * u + 16, w.q + 4);
@@ -353,6 +361,20 @@ PENG_HD int8_t QuantizeActValue(float v, float iscale) {
   const float r = rintf(v * iscale);
 #else
   const float r = std::nearbyint(v * iscale);
+#endif
+  return static_cast<int8_t>(fminf(127.f, fmaxf(-127.f, r)));
+}
+
+// INT8 W8A8's activation groups of 32 (kernels::QuantizeActivations): the scale amax / 127 in
+// FP32, each value divided by it and rounded to nearest even, clamped to +-127; a group of zeros
+// (scale 0) quantizes to zeros.
+PENG_HD ActScale W8A8ActScale(float amax) { return {0.f, amax / 127.f}; }
+PENG_HD int8_t QuantizeW8A8Value(float v, float d) {
+  if (d == 0.f) return 0;
+#if defined(__CUDA_ARCH__)
+  const float r = rintf(v / d);
+#else
+  const float r = std::nearbyint(v / d);
 #endif
   return static_cast<int8_t>(fminf(127.f, fmaxf(-127.f, r)));
 }

@@ -219,7 +219,7 @@ Status Linear::AttachInt8Scales(const ModelFiles& files, const float* scales) {
 }
 
 bool Linear::WantsInt8Acts() const {
-  return int8_ && scheme_ == QuantScheme::kW8A8 && !kernels::ExactActivations();
+  return int8_activations() && !kernels::ExactActivations();
 }
 
 int64_t Linear::bytes() const {

@@ -91,6 +91,8 @@ class Linear {
   bool is_int8() const { return int8_; }
   // INT8: the per-row scales (host memory); nullptr otherwise.
   const float* int8_scales() const { return int8_ ? scales_ : nullptr; }
+  // INT8 of the W8A8 scheme: int8 activations outside exact mode.
+  bool int8_activations() const { return int8_ && scheme_ == QuantScheme::kW8A8; }
   // True when Forward would quantize FP32 input itself (so a fused RMSNorm should do it).
   bool WantsInt8Acts() const;
   // Bytes of weights (and scales) read by one pass over the matrix.
