@@ -85,18 +85,30 @@ StatusOr<DeviceMatrix> Device::Describe(const TensorView& w, const float* int8_s
 }
 
 StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView*>& experts,
-                                              std::vector<void*>* allocs) {
+                                              std::vector<void*>* allocs,
+                                              const std::vector<const float*>& int8_scales,
+                                              bool int8_activations) {
   if (experts.empty()) return InvalidArgument("no experts to upload");
+  if (!int8_scales.empty() && int8_scales.size() != experts.size())
+    return InvalidArgument("INT8 experts: one scale array per expert");
   DeviceExperts out;
+  out.int8_activations = int8_activations;
   std::vector<const uint8_t*> ptrs;
-  for (const TensorView* t : experts) {
+  std::vector<const float*> scales;  // (INT8)
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const TensorView* t = experts[i];
     if (!t) {  // another rank's expert
       ptrs.push_back(nullptr);
+      scales.push_back(nullptr);
       out.experts.emplace_back();
       continue;
     }
-    PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Upload(*t, nullptr));
+    const float* s = int8_scales.empty() ? nullptr : int8_scales[i];
+    PENG_ASSIGN_OR_RETURN(DeviceMatrix m, Upload(*t, s));
+    m.int8_activations = int8_activations;
     if (m.data != t->data) allocs->push_back(const_cast<void*>(m.data));
+    if (m.scales != s) allocs->push_back(const_cast<float*>(m.scales));
+    scales.push_back(m.scales);
     if (out.rows > 0 && (m.dtype != out.dtype || m.rows != out.rows || m.cols != out.cols))
       return InvalidArgument(t->name + ": experts of one layer differ in type or shape");
     out.dtype = m.dtype;
@@ -112,6 +124,12 @@ StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView
   allocs->push_back(table);
   PENG_RETURN_IF_ERROR(CopyToDevice(table, ptrs.data(), bytes));
   out.data = static_cast<const uint8_t* const*>(table);
+  if (out.dtype == DType::kI8) {
+    PENG_ASSIGN_OR_RETURN(void* st, Alloc(bytes));
+    allocs->push_back(st);
+    PENG_RETURN_IF_ERROR(CopyToDevice(st, scales.data(), bytes));
+    out.scales = static_cast<const float* const*>(st);
+  }
   return out;
 }
 

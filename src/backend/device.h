@@ -59,6 +59,10 @@ struct DeviceExperts {
   // Device array of the experts' device pointers; null for an expert this rank does not hold
   // (expert parallelism): its products are zeros.
   const uint8_t* const* data = nullptr;
+  // INT8: device array of the experts' row-scale device pointers (as data), and the scheme
+  // (DeviceMatrix::int8_activations).
+  const float* const* scales = nullptr;
+  bool int8_activations = false;
   std::vector<DeviceMatrix> experts;     // each one (the host device runs on their views)
 };
 
@@ -157,9 +161,12 @@ class Device {
   // Uploads n FP32 values (norm weights, biases, RoPE frequencies).
   StatusOr<float*> UploadFloats(const float* host, int64_t n);
   // Uploads one matrix per expert (same type and shape; null: an expert not held here) and the
-  // table of their pointers; the allocations are appended to *allocs.
+  // table of their pointers; the allocations are appended to *allocs. INT8 experts need
+  // int8_scales (host, one array per expert, as `experts`) and their scheme.
   StatusOr<DeviceExperts> UploadExperts(const std::vector<const TensorView*>& experts,
-                                        std::vector<void*>* allocs);
+                                        std::vector<void*>* allocs,
+                                        const std::vector<const float*>& int8_scales = {},
+                                        bool int8_activations = false);
 
   // --- operators
   // y[t * rows + r] = sum_c W[r, c] x[t * cols + c], FP32 accumulation.

@@ -192,7 +192,7 @@ class HostDevice final : public Device {
         std::fill_n(y + i * w.rows, w.rows, 0.f);
         continue;
       }
-      kernels::MatMul(e.host, x + (x_per_slot ? i : i / k) * w.cols, 1, y + i * w.rows, pool_);
+      MatMul(e, x + (x_per_slot ? i : i / k) * w.cols, 1, y + i * w.rows);
     }
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {

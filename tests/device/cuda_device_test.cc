@@ -455,6 +455,69 @@ TEST_F(CudaTest, MoeOps) {
   }
 }
 
+// INT8 experts (peng quantize folders of DeepSeek models) in both schemes: W8A16 (exact mode:
+// FP32 activations, per pair and grouped by expert past 32 tokens) and W8A8 (the per-pair
+// integer GEMV over activations quantized in groups of 32, the gated kernel quantizing the
+// routed hidden for the down projection); each expert's row scales applied in the store; the
+// odd experts held by another rank (zeros).
+TEST_F(CudaTest, Int8ExpertsInBothSchemes) {
+  const int64_t E = 8, rows = 96, cols = 256;
+  const int k = 3;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> scales(E);
+  std::vector<TensorView> views;
+  for (int64_t e = 0; e < E; ++e) {
+    bytes.push_back(RandomMatrix(DType::kI8, rows, cols, &rng_, &scales[e]));
+    TensorView v;
+    v.name = "expert.int8";
+    v.dtype = DType::kI8;
+    v.shape = {rows, cols};
+    v.data = bytes.back().data();
+    v.size_bytes = bytes.back().size();
+    views.push_back(v);
+  }
+  std::vector<const TensorView*> ep;
+  std::vector<const float*> sp;
+  for (int64_t e = 0; e < E; ++e) {
+    ep.push_back(e % 2 ? nullptr : &views[e]);
+    sp.push_back(e % 2 ? nullptr : scales[e].data());
+  }
+  std::vector<void*> allocs_c, allocs_h;
+  ASSERT_FALSE(cuda_->UploadExperts(ep, &allocs_c).ok());  // (no scales: a clear error)
+  for (bool w8a8 : {false, true}) {
+    kernels::SetExactActivations(!w8a8);
+    auto ec = cuda_->UploadExperts(ep, &allocs_c, sp, w8a8);
+    auto eh = host_->UploadExperts(ep, &allocs_h, sp, w8a8);
+    ASSERT_TRUE(ec.ok() && eh.ok()) << ec.status().ToString() << eh.status().ToString();
+    for (int64_t T : w8a8 ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{5, 37}) {
+      const std::string tag = std::string(w8a8 ? " W8A8" : " W8A16") + " T=" + std::to_string(T);
+      std::vector<int32_t> ids(T * k);
+      for (int64_t i = 0; i < T * k; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / k) % E);
+      auto ids_c = cuda_->Alloc(T * k * 4);
+      ASSERT_TRUE(ids_c.ok());
+      ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
+      const int32_t* idc = static_cast<int32_t*>(*ids_c);
+      for (bool per_slot : {false, true}) {
+        const Pair x = Upload(Random((per_slot ? T * k : T) * cols, -2.f, 2.f));
+        const Pair y = Upload(std::vector<float>(T * k * rows, 7.f));
+        cuda_->ExpertsMatMul(*ec, x.cuda, T, idc, k, per_slot, y.cuda);
+        host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
+        Expect(y, T * k * rows, w8a8 ? 1e-5 : 1e-4,
+               std::string("INT8 experts") + (per_slot ? " per slot" : " per token") + tag);
+      }
+      // The gated down projection (hidden [T * k, cols]).
+      const Pair g = Upload(Random(T * k * cols, -3.f, 3.f)), u = Upload(Random(T * k * cols));
+      const Pair h = Zeros(T * k * cols), y = Zeros(T * k * rows);
+      cuda_->GatedExpertsMatMul(backend::GatedActivation::kSilu, g.cuda, u.cuda, h.cuda, T, k,
+                                cols, *ec, idc, y.cuda);
+      host_->GatedExpertsMatMul(backend::GatedActivation::kSilu, g.host, u.host, h.host, T, k,
+                                cols, *eh, ids.data(), y.host);
+      Expect(y, T * k * rows, w8a8 ? 3e-3 : 1e-4, "INT8 experts, gated" + tag);
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
 // The fused ops of a DeepSeek layer against their parts on the host device: the routed
 // experts' gated down projection (GatedExpertsMatMul; quantized mode: the gated kernel
 // quantizes the hidden as it computes it) and MLA's latent norm inside RopeKvWrite.

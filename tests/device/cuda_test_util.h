@@ -93,11 +93,13 @@ inline std::string QuantizedDeepseekPath() {
 }
 
 // The models of the quantized-graph tests: GraphModelPaths with SmolLM2, the W8A8 folders of
-// the tiny Llama and Qwen2 (device_test::Int8Folder), the DeepSeek fixtures and the small Q4_0
-// DeepSeek file where it could be written.
+// the tiny Llama, Qwen2 and DeepSeek-V2 Lite (device_test::Int8Folder), the DeepSeek fixtures
+// and the small Q4_0 DeepSeek file where it could be written.
 inline std::vector<std::string> QuantizedGraphPaths() {
   std::vector<std::string> paths = GraphModelPaths(/*smollm2=*/true);
-  for (const char* m : {"llama", "qwen2"}) paths.push_back(device_test::Int8Folder(m, "w8a8"));
+  const std::string data = test_util::SourceDir() + "/tests/data/";
+  for (const char* m : {"hf_tiny/llama", "hf_tiny/qwen2", "deepseek_tiny/lite"})
+    paths.push_back(device_test::Int8Folder(data + m, "w8a8"));
   for (const std::string& p : device_test::DeepseekPaths()) paths.push_back(p);
   if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
   return paths;

@@ -68,16 +68,26 @@ TEST(DeviceGraph, ExactModeToo) {
 // INT8 folders (`peng quantize`): W8A16 and W8A8 weights on the host device run the CPU
 // engine's kernels on the same activations -- for W8A8 quantized per token in groups of 32 --
 // so the logits are bit-identical too (Qwen2: the biases of q / k / v after INT8 products).
+// DeepSeek-V2 Lite (INT8 attention projections, shared and routed experts): its graph differs
+// from the CPU path by rounding (above): within 1e-5 in both schemes (measured 1.7e-6 and
+// 5.2e-7; a W8A8 graph that ran its routed experts as W8A16 lands 9.2e-2 away).
 TEST(DeviceGraph, Int8FoldersOnTheHostDeviceEqualTheCpuPath) {
   kernels::SetExactActivations(false);
-  for (const char* model : {"llama", "qwen2"}) {
+  const std::string data = test_util::SourceDir() + "/tests/data/";
+  for (const char* model : {"hf_tiny/llama", "hf_tiny/qwen2", "deepseek_tiny/lite"}) {
     for (const char* scheme : {"w8a16", "w8a8"}) {
-      const std::string path = device_test::Int8Folder(model, scheme);
+      const std::string path = device_test::Int8Folder(data + model, scheme);
       SCOPED_TRACE(path);
       const device_test::Run cpu = RunSteps(path, "cpu", DType::kF32);
       const device_test::Run dev = RunSteps(path, "host", DType::kF32);
       ASSERT_FALSE(cpu.logits.empty());
-      ASSERT_EQ(cpu.logits, dev.logits);
+      if (std::string(model).find("deepseek") == std::string::npos) {
+        ASSERT_EQ(cpu.logits, dev.logits);
+        continue;
+      }
+      const double d = device_test::RelativeDistance(cpu.logits, dev.logits);
+      std::printf("[device] %s: max |dlogit| / max |logit| = %.2e\n", path.c_str(), d);
+      EXPECT_LE(d, 1e-5);
     }
   }
 }

@@ -43,19 +43,20 @@ inline std::vector<std::string> ModelPaths(bool with_tiny = true) {
   return out;
 }
 
-// `peng quantize` of the tiny HF fixture `model` ("llama", "qwen2", ...) with `scheme`
-// ("w8a16", "w8a8"), written once per process under the test's temporary directory.
-inline std::string Int8Folder(const std::string& model, const std::string& scheme) {
+// `peng quantize` of the model folder `dir` (a tiny fixture: tests/data/hf_tiny/llama, ...)
+// with `scheme` ("w8a16", "w8a8"), written once per process under the test's temporary
+// directory as device_int8_<pid>_<folder name>_<scheme>.
+inline std::string Int8Folder(const std::string& dir, const std::string& scheme) {
   const std::string out = ::testing::TempDir() + "/device_int8_" + std::to_string(::getpid()) +
-                          "_" + model + "_" + scheme;
+                          "_" + std::filesystem::path(dir).filename().string() + "_" + scheme;
   if (std::filesystem::exists(out + "/quant_config.json")) return out;
   QuantizeOptions o;
-  o.input = test_util::SourceDir() + "/tests/data/hf_tiny/" + model;
+  o.input = dir;
   o.output = out;
   o.scheme = scheme;
   o.threads = 2;
   const auto r = QuantizeModel(o);
-  EXPECT_TRUE(r.ok()) << model << " " << scheme << ": " << r.status().ToString();
+  EXPECT_TRUE(r.ok()) << dir << " " << scheme << ": " << r.status().ToString();
   return out;
 }
 

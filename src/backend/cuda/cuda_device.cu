@@ -345,7 +345,7 @@ class CudaDevice final : public Device {
     }
     for (size_t i = 0; i < n; ++i) {
       if (done >> i & 1) continue;
-      const int ab = QuantizedBlock(*o[i].w, T, T);
+      const int ab = QuantizedBlock(*o[i].w, T);
       if (!ab) {
         FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
         continue;
@@ -376,7 +376,7 @@ class CudaDevice final : public Device {
                      QActOut* q256) {
     bool any = false;
     for (const MatMulOut& o : outs) {
-      const int ab = QuantizedBlock(*o.w, T, T);
+      const int ab = QuantizedBlock(*o.w, T);
       if (!ab) continue;
       const bool w8a8 = o.w->dtype == DType::kI8;
       if (ab == 32 && q32->qs && q32->w8a8 != w8a8)
@@ -582,8 +582,8 @@ class CudaDevice final : public Device {
       auto kernel = ExpertsGemvKernel<D>;
       for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
-        Launch(kernel, grid, kRowsPerBlock * kWarp, launch_, w.data, w.row_bytes, w.rows, w.cols, x,
-               ids, k, x_per_slot, p0, y);
+        Launch(kernel, grid, kRowsPerBlock * kWarp, launch_, w.data, w.scales, w.row_bytes, w.rows,
+               w.cols, x, ids, k, x_per_slot, p0, y);
       }
     });
     Note(cudaGetLastError());
@@ -598,7 +598,7 @@ class CudaDevice final : public Device {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
     }
-    const QActOut q = ActOut(ab, w.cols);
+    const QActOut q = ActOut(ab, w.cols, w.dtype == DType::kI8);
     Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_,
            act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n,
            ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
@@ -640,18 +640,20 @@ class CudaDevice final : public Device {
     for (const ExpertsOut& o : outs) {
       if (o.w->dtype != w.dtype || o.w->rows != w.rows || o.w->cols != w.cols) return false;
       m.experts[i] = o.w->data;
+      m.scales[i] = o.w->scales;
       m.y[i++] = o.y;
     }
-    const QActOut q = ActOut(ab, w.cols);
+    const bool w8a8 = w.dtype == DType::kI8;
+    const QActOut q = ActOut(ab, w.cols, w8a8);
     if (quantize)
       Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
              ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
     WithType(w.dtype, [&]<DType D>() {
-      if constexpr (layout::kQuantized<D>) {
+      if constexpr (layout::kIntDot<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
           Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, m, w.row_bytes,
-                 w.rows, Act(ab, w.cols), ids, k, x_per_slot, p0);
+                 w.rows, Act(ab, w.cols, w8a8), ids, k, x_per_slot, p0);
         }
       }
     });
@@ -683,7 +685,8 @@ class CudaDevice final : public Device {
       for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
         Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
-               w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list, g0, y);
+               w.scales, w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start,
+               list, g0, y);
       }
     });
     Note(cudaGetLastError());
@@ -703,30 +706,27 @@ class CudaDevice final : public Device {
   // `cols` columns; 0 for the FP32 path: exact mode (the tests' FP32 reference,
   // kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison), float weights and INT8
   // of W8A16, prefill (the GEMM), or more than the scratch holds.
-  int QuantizedBlock(DType t, int64_t cols, int64_t T, int64_t rows) const {
-    int ab = 0;
+  // INT8 of the W8A8 scheme (w8a8) takes blocks of 32 too, kernels::QuantizeActivations'
+  // arithmetic (ActOut's w8a8 region).
+  int QuantizedBlock(DType t, bool w8a8, int64_t cols, int64_t T, int64_t rows) const {
+    int ab = t == DType::kI8 && w8a8 ? 32 : 0;
     WithType(t, [&]<DType D>() {
       if constexpr (layout::kQuantized<D>) ab = layout::kActBlock<D>;
     });
-    return Gemv(ab, cols, T, rows);
-  }
-  // A matrix's: INT8 of the W8A8 scheme takes blocks of 32 too (kernels::QuantizeActivations'
-  // arithmetic: ActOut's w8a8 region).
-  int QuantizedBlock(const DeviceMatrix& w, int64_t T, int64_t rows) const {
-    if (w.dtype == DType::kI8) return w.int8_activations ? Gemv(32, w.cols, T, rows) : 0;
-    return QuantizedBlock(w.dtype, w.cols, T, rows);
-  }
-  // ab where the step takes the quantized GEMV, else 0.
-  int Gemv(int ab, int64_t cols, int64_t T, int64_t rows) const {
     if (!ab || !quantized_gemv_ || kernels::ExactActivations() || T > kGemvMaxTokens ||
         rows > kMaxActRows || cols % ab != 0 || cols > act_cols_)
       return 0;
     return ab;
   }
+  int QuantizedBlock(const DeviceMatrix& w, int64_t T) const {
+    return QuantizedBlock(w.dtype, w.int8_activations, w.cols, T, T);
+  }
   // QuantizedBlock of the experts' per-pair GEMVs (up to kExpertsGemvMaxTokens tokens; past
   // them the pairs are grouped by expert, in FP32).
   int ExpertsBlock(const DeviceExperts& w, int64_t T, int64_t rows) const {
-    return T <= kExpertsGemvMaxTokens ? QuantizedBlock(w.dtype, w.cols, T, rows) : 0;
+    return T <= kExpertsGemvMaxTokens
+               ? QuantizedBlock(w.dtype, w.int8_activations, w.cols, T, rows)
+               : 0;
   }
   // The scratch region of block size ab, laid out for rows of `cols`: where the quantizer
   // writes (ActOut) and what the GEMVs read (Act).

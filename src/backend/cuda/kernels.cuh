@@ -315,11 +315,20 @@ __global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
 }
 
 // Up to two stacked expert matrices of one type and shape multiplied with the same
-// activations (the gate and up projections): blockIdx.z picks one.
+// activations (the gate and up projections): blockIdx.z picks one. scales: INT8's per-expert
+// row scales (DeviceExperts::scales), else null.
 struct ExpertMats {
   const uint8_t* const* experts[2] = {nullptr, nullptr};
+  const float* const* scales[2] = {nullptr, nullptr};
   float* y[2] = {nullptr, nullptr};
 };
+
+// An expert's dot product s of row r, scaled by the row's INT8 scale where there is one (not
+// for another rank's expert, whose s is 0).
+__device__ __forceinline__ float ExpertRowScaled(const float* const* scales, int e, int64_t r,
+                                                 float s) {
+  return scales && scales[e] ? scales[e][r] * s : s;
+}
 
 // ExpertsGemvKernel over quantized activations (one activation row a token, or a (token, slot)
 // pair when x_per_slot).
@@ -333,12 +342,17 @@ __global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows,
   const uint8_t* const* experts = blockIdx.z ? m.experts[1] : m.experts[0];
   float* y = blockIdx.z ? m.y[1] : m.y[0];
   const int64_t pair = pair0 + blockIdx.y;
+  const int e = ids[pair];
+  if (!experts[e]) {  // another rank's expert: zeros
+    if (lane == 0) y[pair * rows + r] = 0.f;
+    return;
+  }
   float acc = 0.f;
-  if (experts[ids[pair]])  // (else another rank's expert: zeros)
-    WarpRowQDot<T, 1>(experts[ids[pair]] + r * row_bytes, a, x_per_slot ? pair : pair / k, 1,
-                      lane, kWarp, &acc);
+  WarpRowQDot<T, 1>(experts[e] + r * row_bytes, a, x_per_slot ? pair : pair / k, 1, lane, kWarp,
+                    &acc);
   acc = WarpSum(acc);
-  if (lane == 0) y[pair * rows + r] = acc;
+  if (lane == 0) y[pair * rows + r] = ExpertRowScaled(blockIdx.z ? m.scales[1] : m.scales[0], e,
+                                                      r, acc);
 }
 
 // Decodes rows x units into an FP16 [rows, cols] copy (INT8 rows scaled).
@@ -878,9 +892,10 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
 // GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the
 // pair. Only the selected experts' rows are read.
 template <DType T>
-__global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes, int64_t rows,
-                                  int64_t cols, const float* x, const int32_t* ids, int k,
-                                  bool x_per_slot, int64_t pair0, float* y) {
+__global__ void ExpertsGemvKernel(const uint8_t* const* experts, const float* const* scales,
+                                  size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                                  const int32_t* ids, int k, bool x_per_slot, int64_t pair0,
+                                  float* y) {
   KernelStart();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
@@ -895,7 +910,7 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, size_t row_byte
   float acc = 0.f;
   WarpRowDot<T, 1>(row, cols, &xp, 1, lane, &acc);
   acc = WarpSum(acc);
-  if (lane == 0) y[pair * rows + r] = acc;
+  if (lane == 0) y[pair * rows + r] = ExpertRowScaled(scales, ids[pair], r, acc);
 }
 
 // Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
@@ -934,7 +949,8 @@ __global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const in
 }
 
 template <DType T>
-__global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t row_bytes,
+__global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
+                                         const float* const* scales, size_t row_bytes,
                                          int64_t rows, int64_t cols, const float* x, int k,
                                          bool x_per_slot, int E, const int32_t* offsets,
                                          const int32_t* tile_start, const int32_t* list,
@@ -971,7 +987,7 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts, size_t r
 #pragma unroll
   for (int t = 0; t < kTokenTile; ++t) {
     const float s = WarpSum(acc[t]);
-    if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = s;
+    if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = ExpertRowScaled(scales, e, r, s);
   }
 }
 

@@ -58,12 +58,18 @@ class DeviceDeepseekModel : public DeviceModel {
   }
   StatusOr<DeviceExperts> Experts(const std::vector<Linear>& ls) {
     std::vector<const TensorView*> views;  // null: another rank's expert (expert parallel)
+    std::vector<const float*> scales;      // INT8 (peng quantize folders)
+    bool int8 = false, w8a8 = false;
     int64_t held = 0;
     for (const Linear& l : ls) {
       views.push_back(l.bound() ? &l.tensor() : nullptr);
+      scales.push_back(l.bound() ? l.int8_scales() : nullptr);
+      int8 |= l.bound() && l.is_int8();
+      w8a8 |= l.bound() && l.int8_activations();
       held += l.bound();
     }
-    PENG_ASSIGN_OR_RETURN(DeviceExperts e, dev_->UploadExperts(views, &allocs_));
+    if (!int8) scales.clear();
+    PENG_ASSIGN_OR_RETURN(DeviceExperts e, dev_->UploadExperts(views, &allocs_, scales, w8a8));
     weight_bytes_ += static_cast<int64_t>(RowBytes(e.dtype, e.cols)) * e.rows * held;
     return e;
   }
