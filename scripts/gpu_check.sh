@@ -25,8 +25,9 @@
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
 #        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
-#        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch; each
-#        line with the kernels a decode step launches
+#        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch, and its
+#        INT8 W8A8 form (peng quantize); each line with the kernels a decode step launches and
+#        what they cost at the kernel floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
@@ -175,7 +176,11 @@ for f in sys.argv[1:]:
             f" = {100 * tg / bound:.0f}% of {bound:.0f} ({j['mem_bandwidth_gbs']:.0f} GB/s,"
             f" {j['weight_bytes_per_token'] / 1e6:.0f} MB a token)")
     if "kernels_per_step" in j["tg"]:
-        line += f", {j['tg']['kernels_per_step']:.0f} kernels a decode step"
+        k = j["tg"]["kernels_per_step"]
+        line += f", {k:.0f} kernels a decode step"
+        if "kernel_floor_us" in j:
+            f = j["kernel_floor_us"]
+            line += f" x {f:.2f} us (an empty kernel) = {k * f:.0f} of its {1e6 / tg:.0f} us"
     if "batch" in j:
         b = j["batch"]
         line += (f"; batch {b['n']}: {statistics.median(b['tokens_per_s']):.0f} tok/s vs"
@@ -278,6 +283,11 @@ run() {
     PENG_CUDA_PDL=0 step bench-no-pdl bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-pdl-qwen.json" --tg 128
     summarize_bench "$RES/no-pdl-qwen.json"
+    # INT8 W8A8 (peng quantize of the same random file: the integer GEMV over INT8 rows).
+    step quantize-w8a8 "$BUNDLE/bin/peng" quantize "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+      "$mdir/qwen2.5-w8a8" --scheme w8a8
+    step bench-w8a8 bench_json "$mdir/qwen2.5-w8a8" "$RES/w8a8-qwen.json" --tg 128 --batch 32
+    summarize_bench "$RES/w8a8-qwen.json"
   fi
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300

@@ -151,7 +151,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   }
   // The widest loads of the active ISA on every thread, 1 GiB, best of 3 (kernels/probe.h); on
   // a device its own memory's, by its own probe.
-  double bw = 0;
+  double bw = 0, kernel_floor = 0;
   std::string device_name = "cpu";
   if (a.device == "cpu") {
     bw = kernels::MeasureReadBandwidth(&m.pool(), int64_t{1} << 30, 3) / 1e9;
@@ -159,6 +159,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
     auto dev = backend::CreateDevice(a.device, &m.pool());
     if (!dev.ok()) return dev.status();
     bw = (*dev)->MeasureReadBandwidth(int64_t{1} << 30) / 1e9;
+    kernel_floor = (*dev)->MeasureKernelFloor();
     device_name = (*dev)->Name();
   }
   const WeightTraffic traffic = m.model().WeightsPerToken();
@@ -172,6 +173,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
   if (tg_kernels > 0)  // (a run is tg + 1 one-token steps: the first from the 1-token prompt)
     j["tg"]["kernels_per_step"] = static_cast<double>(tg_kernels) / ((a.tg + 1) * a.reps);
+  if (kernel_floor > 0) j["kernel_floor_us"] = kernel_floor * 1e6;
   j["weight_bytes_per_token"] = bytes;
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
@@ -236,6 +238,12 @@ int RunBench(const BenchArgs& a) {
   }
   std::printf("weights read per token: %.1f MB; read bandwidth: %.1f GB/s; bound: %.1f tok/s\n",
               bytes / 1e6, bw, bw * 1e9 / bytes);
+  if (j["tg"].contains("kernels_per_step") && j.contains("kernel_floor_us") && !tg_tps.empty()) {
+    // What the kernels of a decode step cost before they read anything.
+    const double k = j["tg"]["kernels_per_step"], floor = j["kernel_floor_us"];
+    std::printf("decode step: %.0f kernels x %.2f us (an empty kernel) = %.0f us of its %.0f us\n",
+                k, floor, k * floor, 1e6 / Summarize(tg_tps).median);
+  }
   if (j.contains("batch")) {
     const Stats b = Summarize(j["batch"]["tokens_per_s"].get<std::vector<double>>());
     const Stats one = Summarize(j["batch"]["batch1_tokens_per_s"].get<std::vector<double>>());

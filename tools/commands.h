@@ -24,7 +24,8 @@ CLI::App* RegisterBenchSuite(CLI::App& bench, int* exit_code);
 // `peng bench suite`: after one warm-up, `reps` times one prefill of `pp` random tokens and
 // `tg` decode steps, then the machine's read bandwidth. Returns the `peng bench --json`
 // document: model, threads, isa, pp / tg {n, tokens_per_s: [one per rep]},
-// weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s; with batch > 0
+// weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s; on a device also
+// tg.kernels_per_step and kernel_floor_us (Device::MeasureKernelFloor); with batch > 0
 // also batch {n, tg, tokens_per_s, batch1_tokens_per_s}: decoding through the engine (the
 // serving path) with `batch` sequences at once and, for the scaling, with one.
 struct OfflineBenchOptions {

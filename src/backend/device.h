@@ -146,6 +146,11 @@ class Device {
   // Read bandwidth of the device memory in bytes/s, measured the way the fastest kernel reaches
   // it (the widest loads, every core or multiprocessor), best of 3 passes over `bytes`.
   virtual double MeasureReadBandwidth(int64_t bytes) = 0;
+  // Seconds a kernel that does nothing takes when kernels run one after another as a decode
+  // step runs them (CUDA: recorded in a graph where graphs are on, with programmatic dependent
+  // launch where that is on, a block a multiprocessor): the floor under each of a step's
+  // KernelLaunches(). 0 where the device launches no kernels (the host).
+  virtual double MeasureKernelFloor() { return 0; }
 
   // --- weights
   virtual bool SupportsWeights(DType t) const = 0;

@@ -144,6 +144,20 @@ TEST_F(CudaTest, MatMulEveryWeightType) {
   }
 }
 
+// The kernel floor (peng bench's kernel_floor_us): a positive time, from launches that the
+// work counter does not count (they are no step's).
+TEST_F(CudaTest, KernelFloorIsMeasuredOffTheCount) {
+  const int64_t k0 = cuda_->KernelLaunches();
+  const double floor = cuda_->MeasureKernelFloor();
+  std::printf("[cuda] an empty kernel in a step: %.2f us\n", floor * 1e6);
+  EXPECT_GT(floor, 0);
+  if (!Emulated()) {  // (the emulator: a millisecond or more)
+    EXPECT_LT(floor, 1e-4);
+  }
+  EXPECT_EQ(cuda_->KernelLaunches(), k0);
+  EXPECT_EQ(host_->MeasureKernelFloor(), 0);
+}
+
 TEST_F(CudaTest, NormsActivationsAndElementwise) {
   const int64_t rows = 7, n = 640;
   const Pair x = Upload(Random(rows * n, -3.f, 3.f));
