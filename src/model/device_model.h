@@ -15,10 +15,10 @@
 // device graph sums the row-parallel outputs and the vocabulary-parallel embedding with the
 // device's collectives (Device::CreateCommunicator over the host group: NCCL on CUDA) and
 // gathers the logit columns on the host of rank 0. Data parallelism needs nothing here (each
-// replica's executor is a device executor). Not yet on a device: expert parallelism across
-// replicas, INT8 W8A8
-// activations (INT8 weights run as W8A16) and DeepSeek's expanded prefill form (the absorbed
-// form serves every step, with the FP32 kv_b).
+// replica's executor is a device executor). INT8 folders run in their scheme (W8A16, or W8A8:
+// DeviceMatrix::int8_activations). Not yet on a device: expert parallelism across replicas
+// and DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32
+// kv_b).
 #pragma once
 
 #include <cstdint>
