@@ -111,7 +111,12 @@ one = float(re.search(r"1 sequence: ([0-9.]+) tokens/s", out).group(1))
 m = re.search(r"\): ([0-9.]+) tokens/s = ([0-9.]+)x the 1-sequence rate, "
               r"([0-9.]+)x the bandwidth bound of one sequence", out)
 bound, over_one, over_bw = (float(g) for g in m.groups())
-ok = abs(over_one - bound / one) <= 0.01 and abs(over_bw - bound / bw) <= 0.01
+# Each printed number is rounded to 0.05 (one decimal) and each ratio to 0.005: the quotient
+# of two printed numbers is off by up to that much of its own size (14.0 tok/s on a busy
+# machine: 0.4% of 123).
+def near(printed, num, den):
+    return abs(printed - num / den) <= num / den * (0.05 / num + 0.05 / den) + 0.006
+ok = near(over_one, bound, one) and near(over_bw, bound, bw)
 if not ok:
     print(f"bound {bound} / 1-sequence {one} = {bound / one:.3f} (printed {over_one}), "
           f"/ bandwidth bound {bw} = {bound / bw:.3f} (printed {over_bw})")
