@@ -20,7 +20,7 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
 
 void Device::NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                          float* y, int64_t n_tokens, int64_t n,
-                         std::initializer_list<MatMulOut> outs) {
+                         std::initializer_list<MatMulOut> outs, const DeviceExperts*) {
   RmsNorm(x, norm_w, w_offset, y, n_tokens, n, eps);
   MatMuls(y, n_tokens, outs);
 }

@@ -192,10 +192,14 @@ class Device {
   };
   virtual void MatMuls(const float* x, int64_t n_tokens,
                        std::initializer_list<MatMulOut> outs) = 0;
-  // RmsNorm(x -> y) over n_tokens rows of n values, then MatMuls(y, outs).
+  // RmsNorm(x -> y) over n_tokens rows of n values, then MatMuls(y, outs). `experts`: routed
+  // experts that an ExpertsMatMuls over y (one row a token) will multiply next, after ops that
+  // only read y: a backend may prepare y for them as well (the CUDA backend quantizes it for
+  // them in the norm's kernel and skips that step in ExpertsMatMuls); null: none.
   virtual void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                            float* y, int64_t n_tokens, int64_t n,
-                           std::initializer_list<MatMulOut> outs);
+                           std::initializer_list<MatMulOut> outs,
+                           const DeviceExperts* experts = nullptr);
   // Gated(act, gate, up -> h) over n_tokens rows of n values, then MatMuls(h, outs).
   virtual void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h,
                             int64_t n_tokens, int64_t n, std::initializer_list<MatMulOut> outs);

@@ -532,6 +532,56 @@ TEST_F(CudaTest, Int8ExpertsInBothSchemes) {
   kernels::SetExactActivations(true);
 }
 
+// NormMatMuls told of the routed experts next (a DeepSeek MoE layer: the norm before the
+// router) quantizes their input in the norm's kernel, so ExpertsMatMuls launches no quantize
+// kernel -- unless a kernel wrote the scratch in between, and then it quantizes again. Q4_0
+// experts (blocks of 32) next to a Q4_K product (blocks of 256): both in the norm's kernel.
+TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
+  kernels::SetExactActivations(false);
+  const int64_t T = 3, D = 256, I = 64, E = 8;
+  const int k = 2;
+  std::vector<int32_t> ids(T * k);
+  for (int64_t i = 0; i < T * k; ++i) ids[i] = static_cast<int32_t>((i * 3 + 1) % E);
+  auto ids_c = cuda_->Alloc(T * k * 4);
+  ASSERT_TRUE(ids_c.ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
+  const int32_t* idc = static_cast<int32_t*>(*ids_c);
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<TensorView> views;
+  RandomExperts(DType::kQ4_0, E, I, D, &rng_, &bytes, &views);
+  std::vector<const TensorView*> ep;
+  for (const TensorView& v : views) ep.push_back(&v);
+  std::vector<void*> allocs_c, allocs_h;
+  auto ec = cuda_->UploadExperts(ep, &allocs_c);
+  auto eh = host_->UploadExperts(ep, &allocs_h);
+  ASSERT_TRUE(ec.ok() && eh.ok());
+  const Uploaded wk = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_K, 40, D, &rng_, &bytes);
+  const Uploaded w0 = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_0, 40, D, &rng_, &bytes);
+  const Pair nw = Upload(Random(D, 0.5f, 1.5f));
+  for (bool overwrite : {false, true}) {
+    const std::string tag = overwrite ? " (scratch written in between)" : "";
+    const Pair x = Upload(Random(T * D, -2.f, 2.f)), other = Upload(Random(T * D, -2.f, 2.f));
+    const Pair h = Zeros(T * D), a = Zeros(T * 40), b = Zeros(T * 40), g = Zeros(T * k * I);
+    const int64_t k0 = cuda_->KernelLaunches();
+    cuda_->NormMatMuls(x.cuda, nw.cuda, 0.f, 1e-6f, h.cuda, T, D, {{&wk.cuda, a.cuda}}, &*ec);
+    host_->NormMatMuls(x.host, nw.host, 0.f, 1e-6f, h.host, T, D, {{&wk.host, a.host}}, &*eh);
+    if (overwrite) {  // a Q4_0 product of another x: the 32-block region rewritten
+      cuda_->MatMuls(other.cuda, T, {{&w0.cuda, b.cuda}});
+      host_->MatMuls(other.host, T, {{&w0.host, b.host}});
+    }
+    const int64_t k1 = cuda_->KernelLaunches();
+    cuda_->ExpertsMatMuls(h.cuda, T, idc, k, false, {{&*ec, g.cuda}});
+    host_->ExpertsMatMuls(h.host, T, ids.data(), k, false, {{&*eh, g.host}});
+    // norm + Q4_K product (+ quantize + Q4_0 product), then the experts (+ quantize)
+    EXPECT_EQ(k1 - k0, overwrite ? 4 : 2) << tag;
+    EXPECT_EQ(cuda_->KernelLaunches() - k1, overwrite ? 2 : 1) << tag;
+    Expect(a, T * 40, 3e-3, "NormMatMuls Q4_K" + tag);
+    Expect(g, T * k * I, 3e-3, "ExpertsMatMuls Q4_0 after the norm" + tag);
+    if (overwrite) Expect(b, T * 40, 1e-5, "MatMuls Q4_0 in between");
+  }
+  kernels::SetExactActivations(true);
+}
+
 // The fused ops of a DeepSeek layer against their parts on the host device: the routed
 // experts' gated down projection (GatedExpertsMatMul; quantized mode: the gated kernel
 // quantizes the hidden as it computes it) and MLA's latent norm inside RopeKvWrite.

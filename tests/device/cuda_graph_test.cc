@@ -25,12 +25,12 @@ namespace {
 //     a layer is RMSNorm + quantize, q|k|v (one launch), RoPE + KV write, attention + quantize,
 //     o (+ residual), RMSNorm + quantize, gate|up, SiLU + quantize, down (+ residual); the
 //     logits: gather the rows, RMSNorm + quantize, the LM head.
-//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 32 =
-//     1 + 11 + 16 + 4 for the logits (the layers' MLA part 7: RMSNorm + quantize, q|kv_a, latent
+//   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0) 31 =
+//     1 + 11 + 15 + 4 for the logits (the layers' MLA part 7: RMSNorm + quantize, q|kv_a, latent
 //     norm + RoPE + KV write, absorb, attention, project + quantize, o; then the dense FFN 4, or
-//     the MoE 9: RMSNorm + quantize, router|shared gate|shared up, route, quantize, routed
-//     gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down (+ the routed
-//     experts' weighted sum)).
+//     the MoE 8: RMSNorm + quantize (for the routed experts too), router|shared gate|shared up,
+//     route, routed gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down
+//     (+ the routed experts' weighted sum)).
 //   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 24 =
 //     1 + 2 x 10 + 3: a layer as SmolLM2's, but its heads of 16 values are no whole group of
 //     32, so the attention's output is quantized apart. The tiny DeepSeek-V2 Lite's W8A8
@@ -43,7 +43,7 @@ struct StepKernels {
 };
 constexpr StepKernels kDecodeStepKernels[] = {
     {"smollm2-135m-instruct-q4_1.gguf", 274},
-    {"peng_device_ds_q4_0_", 32},  // (QuantizedDeepseekPath)
+    {"peng_device_ds_q4_0_", 31},  // (QuantizedDeepseekPath)
     {"_llama_w8a8", 24},  // (device_test::Int8Folder)
     {"_qwen2_w8a8", 24},
     {"_lite_w8a8", 49},

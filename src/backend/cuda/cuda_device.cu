@@ -323,14 +323,23 @@ class CudaDevice final : public Device {
     }
     Products(x, T, outs);
   }
-  // The norm writes the quantized activations the products need as it goes.
+  // The norm writes the quantized activations the products need as it goes -- and the routed
+  // experts' (`experts`), where their region is free or already holds the same blocks: the
+  // next ExpertsMatMuls over y then finds them ready (prepared_).
   void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps, float* y,
-                   int64_t T, int64_t n, std::initializer_list<MatMulOut> outs) override {
+                   int64_t T, int64_t n, std::initializer_list<MatMulOut> outs,
+                   const DeviceExperts* experts) override {
     if (T <= 0) return;
     QActOut q32, q256;
     Quantizations(T, outs, &q32, &q256);
+    const int eab = experts && experts->cols == n ? ExpertsBlock(*experts, T, T) : 0;
+    const bool ew8a8 = experts && experts->dtype == DType::kI8;
+    QActOut& eq = eab == 256 ? q256 : q32;
+    const bool prepare = eab && (!eq.qs || eq.w8a8 == ew8a8);
+    if (prepare) eq = WriteOut(eab, n, ew8a8);
     Launch(RmsNormKernel, T, 256, launch_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
     Note(cudaGetLastError());
+    prepared_ = prepare ? Prepared{y, T, act_writes_, eab, ew8a8} : Prepared{};
     Products(y, T, outs);
   }
   void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
@@ -422,7 +431,7 @@ class CudaDevice final : public Device {
       const bool w8a8 = o.w->dtype == DType::kI8;
       if (ab == 32 && q32->qs && q32->w8a8 != w8a8)
         Keep(Unimplemented(name_ + ": INT8 W8A8 and 32-value block weights over one input"));
-      *(ab == 256 ? q256 : q32) = ActOut(ab, o.w->cols, w8a8);
+      *(ab == 256 ? q256 : q32) = WriteOut(ab, o.w->cols, w8a8);
       any = true;
     }
     return any;
@@ -639,7 +648,7 @@ class CudaDevice final : public Device {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
     }
-    const QActOut q = ActOut(ab, w.cols, w.dtype == DType::kI8);
+    const QActOut q = WriteOut(ab, w.cols, w.dtype == DType::kI8);
     Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_,
            act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n,
            ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
@@ -649,7 +658,13 @@ class CudaDevice final : public Device {
   void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
                       std::initializer_list<ExpertsOut> outs) override {
     if (T == 0) return;
-    if (QuantizedExperts(x, T, ids, k, x_per_slot, outs)) return;
+    // Quantized by NormMatMuls already, for these experts' blocks, and nothing has written the
+    // scratch since.
+    const DeviceExperts& w = *outs.begin()->w;
+    const bool ready = !x_per_slot && prepared_.x == x && prepared_.T == T &&
+                       prepared_.writes == act_writes_ && prepared_.ab == ExpertsBlock(w, T, T) &&
+                       prepared_.w8a8 == (w.dtype == DType::kI8);
+    if (QuantizedExperts(x, T, ids, k, x_per_slot, outs, /*quantize=*/!ready)) return;
     for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
   }
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
@@ -685,10 +700,11 @@ class CudaDevice final : public Device {
       m.y[i++] = o.y;
     }
     const bool w8a8 = w.dtype == DType::kI8;
-    const QActOut q = ActOut(ab, w.cols, w8a8);
-    if (quantize)
+    if (quantize) {
+      const QActOut q = WriteOut(ab, w.cols, w8a8);
       Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
              ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+    }
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
@@ -782,6 +798,11 @@ class CudaDevice final : public Device {
     o.s = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(o.d) +
                                      ActPart(kMaxActRows * (cols / 32) * 4));
     return o;
+  }
+  // ActOut for a kernel that writes the region (counted: act_writes_).
+  QActOut WriteOut(int ab, int64_t cols, bool w8a8 = false) {
+    ++act_writes_;
+    return ActOut(ab, cols, w8a8);
   }
   QAct Act(int ab, int64_t cols, bool w8a8 = false) const {
     const QActOut o = ActOut(ab, cols, w8a8);
@@ -907,6 +928,16 @@ class CudaDevice final : public Device {
       std::max(kGemvMaxTokens, kExpertsGemvMaxTokens * kMaxTopK);
   void* act_ = nullptr;
   int64_t act_cols_ = 0;
+  int64_t act_writes_ = 0;  // kernels enqueued that write the scratch (WriteOut)
+  // The activations NormMatMuls quantized for the routed experts: x's T rows, valid while
+  // act_writes_ is unchanged.
+  struct Prepared {
+    const float* x = nullptr;
+    int64_t T = 0, writes = -1;
+    int ab = 0;
+    bool w8a8 = false;
+  };
+  Prepared prepared_;
 };
 
 }  // namespace
