@@ -817,113 +817,85 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
 }
 
 // The fused forms (NormMatMuls, GatedMatMuls) and the products' epilogues (bias, accumulate),
-// quantized (3 tokens, default mode) and in FP32 (exact mode: 3 tokens, the GEMV; 72, the FP16
-// GEMM). One x for a K-quant, a 32-block type and a float type. The norm and the activation
-// function sum or round in another order than the host's, so a quantized value can land one
-// step apart: the quantized products within 3e-3 of the largest output (a wrong row, pointer
-// or epilogue is off by the output itself).
+// quantized (1, 3, 40 tokens, default mode) and in FP32 (exact mode: the GEMV; 72 tokens, the
+// FP16 GEMM), over two sets of matrices sharing one x: a K-quant, a 32-block type and a float
+// type; INT8 twice (W8A8: the norm and the gated activation quantize into W8A8's groups,
+// QActOut::w8a8, and the GEMV scales each row by its weight scale before the bias and the
+// residual add; W8A16 in exact mode) and a float type. The norm and the activation function sum
+// or round in another order than the host's, so a quantized value can land one step apart: the
+// quantized products within 3e-3 of the largest output (a wrong row, pointer or epilogue is off
+// by the output itself).
 TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
   const int64_t rows = 96, cols = 512;
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<backend::DeviceMatrix> wc, wh;
-  for (DType t : {DType::kQ4_K, DType::kQ8_0, DType::kF32}) {
-    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
-    wc.push_back(w.cuda);
-    wh.push_back(w.host);
-  }
-  const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
-  const Pair bias = Upload(Random(rows));
-  for (bool exact : {false, true}) {
-    kernels::SetExactActivations(exact);
-    for (int64_t T : {3, 72}) {
-      if (!exact && T > 64) continue;  // (prefill is FP32 either way)
-      const std::string tag = std::string(exact ? " exact" : " quantized") + " T=" +
-                              std::to_string(T);
-      const double tol = T > 64 ? 1e-2 : exact ? 1e-4 : 3e-3;
-      const Pair x = Upload(Random(T * cols, -2.f, 2.f));
-      const Pair h = Zeros(T * cols);
-      const Pair a = Zeros(T * rows), b = Upload(Random(T * rows)), c = Zeros(T * rows);
-      for (auto [dev, X, H, A, B, C, W, NW, BI] :
-           {std::tuple{cuda_.get(), x.cuda, h.cuda, a.cuda, b.cuda, c.cuda, &wc, norm_w.cuda,
-                       bias.cuda},
-            std::tuple{host_.get(), x.host, h.host, a.host, b.host, c.host, &wh, norm_w.host,
-                       bias.host}})
-        dev->NormMatMuls(X, NW, 0.f, 1e-6f, H, T, cols,
-                         {{&(*W)[0], A, BI}, {&(*W)[1], B, nullptr, true}, {&(*W)[2], C, BI, true}});
-      Expect(h, T * cols, 1e-5, "NormMatMuls: the norm" + tag);
-      Expect(a, T * rows, tol, "NormMatMuls Q4_K + bias" + tag);
-      Expect(b, T * rows, tol, "NormMatMuls Q8_0 accumulated" + tag);
-      Expect(c, T * rows, exact || T > 64 ? tol : 1e-4, "NormMatMuls F32 + bias, accumulated" + tag);
-      // act(gate) * up into gate, then the Q8_0 product with bias, added to c.
-      const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
-      cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
-                          {{&wc[1], c.cuda, bias.cuda, true}});
-      host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
-                          {{&wh[1], c.host, bias.host, true}});
-      Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
-      Expect(c, T * rows, tol, "GatedMatMuls Q8_0 + bias, accumulated" + tag);
-      // The plain MatMuls epilogue.
-      const Pair y = Upload(Random(T * rows));
-      cuda_->MatMuls(x.cuda, T, {{&wc[0], y.cuda, bias.cuda, true}});
-      host_->MatMuls(x.host, T, {{&wh[0], y.host, bias.host, true}});
-      Expect(y, T * rows, exact ? tol : 1e-5, "MatMuls Q4_K + bias, accumulated" + tag);
+  const std::vector<std::vector<DType>> sets = {{DType::kQ4_K, DType::kQ8_0, DType::kF32},
+                                                {DType::kI8, DType::kI8, DType::kF32}};
+  for (const std::vector<DType>& types : sets) {
+    std::vector<backend::DeviceMatrix> wc, wh;
+    for (DType t : types) {
+      const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
+      wc.push_back(w.cuda);
+      wh.push_back(w.host);
+    }
+    const std::string n0 = DTypeName(types[0]), n1 = DTypeName(types[1]);
+    const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
+    const Pair bias = Upload(Random(rows));
+    for (bool exact : {false, true}) {
+      kernels::SetExactActivations(exact);
+      for (int64_t T : {1, 3, 40, 72}) {
+        if (!exact && T > 64) continue;  // (prefill is FP32 either way)
+        const std::string tag = std::string(exact ? " exact" : " quantized") + " T=" +
+                                std::to_string(T);
+        const double tol = T > 64 ? 1e-2 : exact ? 1e-4 : 3e-3;
+        const Pair x = Upload(Random(T * cols, -2.f, 2.f));
+        const Pair h = Zeros(T * cols);
+        const Pair a = Zeros(T * rows), b = Upload(Random(T * rows)), c = Zeros(T * rows);
+        for (auto [dev, X, H, A, B, C, W, NW, BI] :
+             {std::tuple{cuda_.get(), x.cuda, h.cuda, a.cuda, b.cuda, c.cuda, &wc, norm_w.cuda,
+                         bias.cuda},
+              std::tuple{host_.get(), x.host, h.host, a.host, b.host, c.host, &wh, norm_w.host,
+                         bias.host}})
+          dev->NormMatMuls(
+              X, NW, 0.f, 1e-6f, H, T, cols,
+              {{&(*W)[0], A, BI}, {&(*W)[1], B, nullptr, true}, {&(*W)[2], C, BI, true}});
+        Expect(h, T * cols, 1e-5, "NormMatMuls: the norm" + tag);
+        Expect(a, T * rows, tol, "NormMatMuls " + n0 + " + bias" + tag);
+        Expect(b, T * rows, tol, "NormMatMuls " + n1 + " accumulated" + tag);
+        Expect(c, T * rows, exact || T > 64 ? tol : 1e-4,
+               "NormMatMuls F32 + bias, accumulated" + tag);
+        // act(gate) * up into gate, then the second type's product with bias, added to c.
+        const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
+        cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
+                            {{&wc[1], c.cuda, bias.cuda, true}});
+        host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
+                            {{&wh[1], c.host, bias.host, true}});
+        Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
+        Expect(c, T * rows, tol, "GatedMatMuls " + n1 + " + bias, accumulated" + tag);
+        // The plain MatMuls epilogue.
+        const Pair y = Upload(Random(T * rows));
+        cuda_->MatMuls(x.cuda, T, {{&wc[0], y.cuda, bias.cuda, true}});
+        host_->MatMuls(x.host, T, {{&wh[0], y.host, bias.host, true}});
+        Expect(y, T * rows, exact ? tol : 1e-5, "MatMuls " + n0 + " + bias, accumulated" + tag);
+      }
     }
   }
   kernels::SetExactActivations(true);
 }
 
-// INT8 W8A8 through the fused forms: the norm, the gated activation and the attention's
-// output projection quantize into W8A8's groups (QActOut::w8a8) as they store, the GEMV scales
-// each row by its weight scale before the bias and the residual add. Tolerances as in
-// FusedNormGatedAndEpilogues (a value near a rounding step may land one step apart).
-TEST_F(CudaTest, Int8W8A8FusedAndEpilogues) {
+// A W8A8 matrix over the same x as a 32-block GGUF matrix: a clear error (peng quantize
+// folders never hold both).
+TEST_F(CudaTest, Int8W8A8AndGgufBlocksOverOneInputAreRefused) {
   kernels::SetExactActivations(false);
   const int64_t rows = 96, cols = 512;
   std::vector<std::vector<uint8_t>> bytes;
-  std::vector<backend::DeviceMatrix> wc, wh;
-  for (DType t : {DType::kI8, DType::kI8, DType::kF32}) {
-    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &bytes);
-    wc.push_back(w.cuda);
-    wh.push_back(w.host);
-  }
-  const Pair norm_w = Upload(Random(cols, 0.5f, 1.5f));
-  const Pair bias = Upload(Random(rows));
-  for (int64_t T : {1, 3, 40}) {
-    const std::string tag = " T=" + std::to_string(T);
-    const Pair x = Upload(Random(T * cols, -2.f, 2.f));
-    const Pair h = Zeros(T * cols);
-    const Pair a = Zeros(T * rows), b = Upload(Random(T * rows)), c = Zeros(T * rows);
-    for (auto [dev, X, H, A, B, C, W, NW, BI] :
-         {std::tuple{cuda_.get(), x.cuda, h.cuda, a.cuda, b.cuda, c.cuda, &wc, norm_w.cuda,
-                     bias.cuda},
-          std::tuple{host_.get(), x.host, h.host, a.host, b.host, c.host, &wh, norm_w.host,
-                     bias.host}})
-      dev->NormMatMuls(X, NW, 0.f, 1e-6f, H, T, cols,
-                       {{&(*W)[0], A, BI}, {&(*W)[1], B, nullptr, true}, {&(*W)[2], C, BI, true}});
-    Expect(h, T * cols, 1e-5, "NormMatMuls: the norm" + tag);
-    Expect(a, T * rows, 3e-3, "NormMatMuls INT8 + bias" + tag);
-    Expect(b, T * rows, 3e-3, "NormMatMuls INT8 accumulated" + tag);
-    Expect(c, T * rows, 1e-4, "NormMatMuls F32 + bias, accumulated" + tag);
-    const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
-    cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
-                        {{&wc[0], c.cuda, bias.cuda, true}});
-    host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
-                        {{&wh[0], c.host, bias.host, true}});
-    Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
-    Expect(c, T * rows, 3e-3, "GatedMatMuls INT8 + bias, accumulated" + tag);
-    const Pair y = Upload(Random(T * rows));
-    cuda_->MatMuls(x.cuda, T, {{&wc[1], y.cuda, bias.cuda, true}});
-    host_->MatMuls(x.host, T, {{&wh[1], y.host, bias.host, true}});
-    Expect(y, T * rows, 1e-5, "MatMuls INT8 + bias, accumulated" + tag);
-  }
-  // A W8A8 matrix over the same x as a 32-block GGUF matrix: a clear error (peng quantize
-  // folders never hold both).
+  const Uploaded i8 = UploadRandom(cuda_.get(), host_.get(), DType::kI8, rows, cols, &rng_,
+                                   &bytes);
   const Uploaded q8 = UploadRandom(cuda_.get(), host_.get(), DType::kQ8_0, rows, cols, &rng_,
                                    &bytes);
   const Pair x = Upload(Random(cols));
   const Pair y1 = Zeros(rows), y2 = Zeros(rows);
   ASSERT_TRUE(cuda_->Synchronize().ok());
-  cuda_->MatMuls(x.cuda, 1, {{&wc[0], y1.cuda}, {&q8.cuda, y2.cuda}});
+  cuda_->MatMuls(x.cuda, 1, {{&i8.cuda, y1.cuda}, {&q8.cuda, y2.cuda}});
   const Status st = cuda_->Synchronize();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("W8A8"), std::string::npos) << st.ToString();

@@ -122,16 +122,24 @@ TEST(WeightLayoutTest, EveryUnitsDotProductMatchesTheCpuReference) {
   CheckDots<DType::kQ6_K>();
 }
 
-// The device quantizer's arithmetic (ActBlockScale, QuantizeActValue) against the CPU's, bit
-// for bit: values of every magnitude, a zero block, values on the rounding boundaries.
-template <int AB>
-void CheckQuantizer() {
-  std::mt19937_64 rng(5 + AB);
+// kCols activation values for the quantizer checks: magnitudes from 2^-8 to 2^11 (64 values
+// each), zeros at 256-511 (whole blocks of them: scale 0), half-integers +-0.5 ... +-16 at
+// 512-543 (values on rounding steps).
+std::vector<float> QuantizerInputs(uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> x(kCols);
   for (int64_t c = 0; c < kCols; ++c) x[c] = u(rng) * std::ldexp(1.f, static_cast<int>(c / 64) - 8);
   for (int c = 256; c < 512; ++c) x[c] = 0.f;
   for (int c = 512; c < 544; ++c) x[c] = (c % 2 ? -0.5f : 0.5f) * static_cast<float>(c - 511);
+  return x;
+}
+
+// The device quantizer's arithmetic (ActBlockScale, QuantizeActValue) against the CPU's, bit
+// for bit (QuantizerInputs).
+template <int AB>
+void CheckQuantizer() {
+  const std::vector<float> x = QuantizerInputs(5 + AB);
   std::vector<int8_t> qs(kCols);
   std::vector<float> d(kCols / AB);
   std::vector<int16_t> sums(kCols / 16);
@@ -168,16 +176,12 @@ TEST(WeightLayoutTest, TheDeviceQuantizerMatchesTheCpuReference) {
 }
 
 // INT8 W8A8: the device quantizer against kernels::QuantizeActivations bit for bit (scales and
-// values; magnitudes over 2^-8 .. 2^7, a zero group, values on rounding steps), and a row's
-// units (DecodeUnit<kI8>, UnitDot) against the CPU kernel's sum of group dot products
-// (kernels::Int8MatMul: scale[r] * sum_g x_scale[g] * float(int dot), done by the GEMV's store).
+// values of QuantizerInputs), and a row's units (DecodeUnit<kI8>, UnitDot) against the CPU
+// kernel's sum of group dot products (kernels::Int8MatMul: scale[r] * sum_g x_scale[g] *
+// float(int dot), done by the GEMV's store).
 TEST(WeightLayoutTest, Int8W8A8QuantizerAndUnitsMatchTheCpu) {
-  std::mt19937_64 rng(17);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> x(kCols);
-  for (int64_t c = 0; c < kCols; ++c) x[c] = u(rng) * std::ldexp(1.f, static_cast<int>(c / 64) - 8);
-  for (int c = 256; c < 288; ++c) x[c] = 0.f;
-  for (int c = 512; c < 544; ++c) x[c] = (c % 2 ? -0.5f : 0.5f) * static_cast<float>(c - 511);
+  const std::vector<float> x = QuantizerInputs(17);
+  std::mt19937_64 rng(18);
   std::vector<int8_t> qs(kCols);
   std::vector<float> scales(kCols / 32);
   kernels::QuantizeActivations(x.data(), 1, kCols, qs.data(), scales.data());

@@ -199,26 +199,12 @@ class CudaDevice final : public Device {
     StatusOr<void*> buf = Alloc(bytes + 256);
     if (!buf.ok()) return 0;
     Fill(*buf, 0, bytes + 256);
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, index_);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    double best = 0;
-    for (int pass = 0; pass < 4; ++pass) {  // the first is a warm-up
-      cudaEventRecord(a, stream_);
-      Launch(ReadKernel, prop.multiProcessorCount * 8, 512, launch_,
-             static_cast<const float4*>(*buf), bytes / 16, static_cast<float*>(*buf) + bytes / 4);
-      cudaEventRecord(b, stream_);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      if (pass > 0 && ms > 0) best = std::max(best, bytes / (ms * 1e-3));
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    const double s = FastestOf3([&] {
+      Launch(ReadKernel, sm_count_ * 8, 512, launch_, static_cast<const float4*>(*buf),
+             bytes / 16, static_cast<float*>(*buf) + bytes / 4);
+    });
     Free(*buf);
-    return Synchronize().ok() ? best : 0;
+    return Synchronize().ok() && s > 0 ? bytes / s : 0;
   }
 
   // 100 empty kernels of sm_count_ blocks of 256 threads (the shape of a GEMV over many rows)
@@ -242,24 +228,30 @@ class CudaDevice final : public Device {
         cudaGraphDestroy(g);
       }
     }
+    const double s = FastestOf3([&] { exec ? Note(cudaGraphLaunch(exec, stream_)) : kernels(); });
+    if (exec) cudaGraphExecDestroy(exec);
+    return Synchronize().ok() ? s / kKernels : 0;
+  }
+  // The shortest of 3 timings (CUDA events around the work `enqueue` puts on the stream), after
+  // one warm-up; 0 when none could be timed.
+  template <typename F>
+  double FastestOf3(F&& enqueue) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     double best = 0;
-    for (int pass = 0; pass < 4; ++pass) {  // the first is a warm-up
+    for (int pass = 0; pass < 4; ++pass) {
       cudaEventRecord(a, stream_);
-      exec ? Note(cudaGraphLaunch(exec, stream_)) : kernels();
+      enqueue();
       cudaEventRecord(b, stream_);
       cudaEventSynchronize(b);
       float ms = 0;
       cudaEventElapsedTime(&ms, a, b);
-      const double s = ms * 1e-3 / kKernels;
-      if (pass > 0 && ms > 0) best = best > 0 ? std::min(best, s) : s;
+      if (pass > 0 && ms > 0) best = best > 0 ? std::min(best, ms * 1e-3) : ms * 1e-3;
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    if (exec) cudaGraphExecDestroy(exec);
-    return Synchronize().ok() ? best : 0;
+    return best;
   }
 
   StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(Communicator* group) override {
