@@ -1,7 +1,8 @@
 // INT8 models end to end (issue 5): `peng quantize` output (QuantizeModel) loads and runs.
 //  * tiny HF llama (tests/data/hf_tiny, F32): quant_config.json shape, W8A16/W8A8 logits close to
 //    the transformers float64 golden, greedy continuation unchanged; broken folders (unknown
-//    scheme, missing scale, wrong scale shape) fail to load with errors naming the problem.
+//    scheme, missing scale, wrong scale shape, a W8A8 weight of -128) fail to load with errors
+//    naming the problem.
 //  * tiny DeepSeek-V2 fixtures (MLA + MoE, tests/data/deepseek_tiny): the quantized lite model
 //    stays close to the float64 golden; the servable model's perplexity on the committed text
 //    stays within 1% of its BF16 original (W8A16 0.9956, W8A8 0.9979).
@@ -80,6 +81,20 @@ void CorruptScale(const std::string& dir, const std::string& name, int row, floa
   v *= factor;
   f.seekp(off);
   f.write(reinterpret_cast<const char*>(&v), 4);
+  ASSERT_TRUE(f.good());
+}
+
+// Sets byte `index` of tensor `name` in DIR/model.safetensors to `value`.
+void SetByte(const std::string& dir, const std::string& name, int64_t index, uint8_t value) {
+  const std::string path = dir + "/model.safetensors";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, '\0');
+  f.read(header.data(), n);
+  const nlohmann::json h = nlohmann::json::parse(header);
+  f.seekp(8 + n + h[name]["data_offsets"][0].get<uint64_t>() + index);
+  f.write(reinterpret_cast<const char*>(&value), 1);
   ASSERT_TRUE(f.good());
 }
 
@@ -198,7 +213,20 @@ TEST(Int8TinyModel, BrokenFoldersAreErrors) {
   expect_error(no_scale, "has no scale tensor 'model.layers.0.self_attn.k_proj.weight_scale'");
   rewrite(bad_shape, false);
   expect_error(bad_shape, "expected F32 [32]");
-  for (const std::string& d : {dir, bad_scheme, no_config, no_scale, bad_shape}) fs::remove_all(d);
+  // A W8A8 weight of -128 (peng quantize writes [-127, 127]; the W8A8 kernels need it): refused,
+  // with the tensor and row named. The same byte in a W8A16 folder multiplies correctly.
+  const std::string w8a8 = TmpDir("w8a8_sym"), minus128 = TmpDir("w8a8_m128");
+  Quantize(SourceDir() + kTinyLlama, w8a8, "w8a8");
+  fs::copy(w8a8, minus128);
+  SetByte(minus128, "model.layers.1.mlp.up_proj.weight", 3 * 64 + 5, 0x80);
+  expect_error(minus128, "'blk.1.ffn_up.weight' holds -128 (row 3)");
+  const std::string w8a16_128 = TmpDir("w8a16_m128");
+  fs::copy(dir, w8a16_128);
+  SetByte(w8a16_128, "model.layers.1.mlp.up_proj.weight", 3 * 64 + 5, 0x80);
+  EXPECT_TRUE(Load(w8a16_128).ok());
+  for (const std::string& d :
+       {dir, bad_scheme, no_config, no_scale, bad_shape, w8a8, minus128, w8a16_128})
+    fs::remove_all(d);
 }
 
 // The first n tokens of the committed text under llm's tokenizer.

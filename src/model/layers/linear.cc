@@ -206,6 +206,17 @@ Status Linear::AttachInt8Scales(const ModelFiles& files, const float* scales) {
     return Unimplemented(files.path() + ": INT8 tensor '" + name_ + "' has " +
                          std::to_string(cols_) + " columns; INT8 kernels need a multiple of " +
                          std::to_string(kernels::kInt8ColAlign));
+  // W8A8 takes symmetric weights only: its kernels multiply |x| by w with x's sign
+  // (int8_gemm.h), and -128 has no positive twin. peng quantize writes [-127, 127]; a folder
+  // written otherwise is refused here rather than multiplied wrongly.
+  const auto* q = static_cast<const uint8_t*>(w_->data);
+  const void* bad = files.quant_scheme() == QuantScheme::kW8A8
+                        ? std::memchr(q, 0x80, static_cast<size_t>(rows_ * cols_))
+                        : nullptr;
+  if (bad)
+    return InvalidArgument(files.path() + ": INT8 tensor '" + name_ + "' holds -128 (row " +
+                           std::to_string((static_cast<const uint8_t*>(bad) - q) / cols_) +
+                           "); W8A8 weights must be in [-127, 127], as peng quantize writes them");
   int8_ = true;
   scheme_ = files.quant_scheme();
   if (reinterpret_cast<uintptr_t>(scales) % alignof(float) == 0) {
