@@ -67,6 +67,14 @@ bool EnvOn(const char* name) {
 }
 constexpr int64_t kMaxGridY = 65535;  // the largest gridDim.y
 
+// The activations a product takes: FP32, or quantized -- in blocks of 32 or 256 (the GGUF
+// formats' activation blocks) or in INT8 W8A8's groups of 32 -- each form in a scratch region
+// of its own (CudaDevice::ActOut: region format - 1).
+enum ActFormat : int { kFp32Act = 0, kBlocks32, kBlocks256, kW8A8Groups };
+// The kernels' two quantizer slots (q32, q256) for a format: its QActOut in the one it fills.
+QActOut Q32Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? QActOut{} : q; }
+QActOut Q256Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? q : QActOut{}; }
+
 class CudaDevice final : public Device {
  public:
   ~CudaDevice() override {
@@ -324,14 +332,13 @@ class CudaDevice final : public Device {
     if (T <= 0) return;
     QActOut q32, q256;
     Quantizations(T, outs, &q32, &q256);
-    const int eab = experts && experts->cols == n ? ExpertsBlock(*experts, T, T) : 0;
-    const bool ew8a8 = experts && experts->dtype == DType::kI8;
-    QActOut& eq = eab == 256 ? q256 : q32;
-    const bool prepare = eab && (!eq.qs || eq.w8a8 == ew8a8);
-    if (prepare) eq = WriteOut(eab, n, ew8a8);
+    const ActFormat ef = experts && experts->cols == n ? ExpertsFormat(*experts, T, T) : kFp32Act;
+    QActOut& eq = ef == kBlocks256 ? q256 : q32;
+    const bool prepare = ef != kFp32Act && (!eq.qs || eq.w8a8 == (ef == kW8A8Groups));
+    if (prepare) eq = WriteOut(ef, n);
     Launch(RmsNormKernel, T, 256, launch_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
     Note(cudaGetLastError());
-    prepared_ = prepare ? Prepared{y, T, act_writes_, eab, ew8a8} : Prepared{};
+    prepared_ = prepare ? Prepared{y, T, act_writes_, ef} : Prepared{};
     Products(y, T, outs);
   }
   void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
@@ -387,8 +394,8 @@ class CudaDevice final : public Device {
     }
     for (size_t i = 0; i < n; ++i) {
       if (done >> i & 1) continue;
-      const int ab = QuantizedBlock(*o[i].w, T);
-      if (!ab) {
+      const ActFormat f = Format(*o[i].w, T);
+      if (f == kFp32Act) {
         FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
         continue;
       }
@@ -403,8 +410,7 @@ class CudaDevice final : public Device {
                               int8 ? o[j].w->scales : nullptr}};
         done |= uint32_t{1} << j;
       }
-      const DType t = o[i].w->dtype;
-      LaunchQGemv(ms, m, t, o[i].w->cols, Act(ab, o[i].w->cols, t == DType::kI8), T);
+      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T);
     }
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
@@ -418,12 +424,12 @@ class CudaDevice final : public Device {
                      QActOut* q256) {
     bool any = false;
     for (const MatMulOut& o : outs) {
-      const int ab = QuantizedBlock(*o.w, T);
-      if (!ab) continue;
-      const bool w8a8 = o.w->dtype == DType::kI8;
-      if (ab == 32 && q32->qs && q32->w8a8 != w8a8)
+      const ActFormat f = Format(*o.w, T);
+      if (f == kFp32Act) continue;
+      QActOut* slot = f == kBlocks256 ? q256 : q32;
+      if (slot->qs && slot->w8a8 != (f == kW8A8Groups))
         Keep(Unimplemented(name_ + ": INT8 W8A8 and 32-value block weights over one input"));
-      *(ab == 256 ? q256 : q32) = WriteOut(ab, o.w->cols, w8a8);
+      *slot = WriteOut(f, o.w->cols);
       any = true;
     }
     return any;
@@ -635,15 +641,15 @@ class CudaDevice final : public Device {
                           int64_t T, int k, int64_t n, const DeviceExperts& w, const int32_t* ids,
                           float* y) override {
     if (T == 0) return;
-    const int ab = n == w.cols ? ExpertsBlock(w, T, T * k) : 0;
-    if (!ab) {
+    const ActFormat f = n == w.cols ? ExpertsFormat(w, T, T * k) : kFp32Act;
+    if (f == kFp32Act) {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
     }
-    const QActOut q = WriteOut(ab, w.cols, w.dtype == DType::kI8);
+    const QActOut q = WriteOut(f, w.cols);
     Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_,
-           act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n,
-           ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+           act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n, Q32Slot(f, q),
+           Q256Slot(f, q));
     Note(cudaGetLastError());
     QuantizedExperts(h, T, ids, k, /*x_per_slot=*/true, {{&w, y}}, /*quantize=*/false);
   }
@@ -654,8 +660,8 @@ class CudaDevice final : public Device {
     // scratch since.
     const DeviceExperts& w = *outs.begin()->w;
     const bool ready = !x_per_slot && prepared_.x == x && prepared_.T == T &&
-                       prepared_.writes == act_writes_ && prepared_.ab == ExpertsBlock(w, T, T) &&
-                       prepared_.w8a8 == (w.dtype == DType::kI8);
+                       prepared_.writes == act_writes_ &&
+                       prepared_.format == ExpertsFormat(w, T, T);
     if (QuantizedExperts(x, T, ids, k, x_per_slot, outs, /*quantize=*/!ready)) return;
     for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
   }
@@ -681,8 +687,8 @@ class CudaDevice final : public Device {
                         std::initializer_list<ExpertsOut> outs, bool quantize = true) {
     const DeviceExperts& w = *outs.begin()->w;
     const int64_t x_rows = x_per_slot ? T * k : T;
-    const int ab = ExpertsBlock(w, T, x_rows);
-    if (!ab || outs.size() > 2) return false;
+    const ActFormat f = ExpertsFormat(w, T, x_rows);
+    if (f == kFp32Act || outs.size() > 2) return false;
     ExpertMats m;
     int i = 0;
     for (const ExpertsOut& o : outs) {
@@ -691,18 +697,17 @@ class CudaDevice final : public Device {
       m.scales[i] = o.w->scales;
       m.y[i++] = o.y;
     }
-    const bool w8a8 = w.dtype == DType::kI8;
     if (quantize) {
-      const QActOut q = WriteOut(ab, w.cols, w8a8);
+      const QActOut q = WriteOut(f, w.cols);
       Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
-             ab == 32 ? q : QActOut{}, ab == 256 ? q : QActOut{});
+             Q32Slot(f, q), Q256Slot(f, q));
     }
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
           const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
           Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, m, w.row_bytes,
-                 w.rows, Act(ab, w.cols, w8a8), ids, k, x_per_slot, p0);
+                 w.rows, Act(f, w.cols), ids, k, x_per_slot, p0);
         }
       }
     });
@@ -750,41 +755,39 @@ class CudaDevice final : public Device {
     return ActPart(kMaxActRows * cols) + ActPart(kMaxActRows * (cols / 32) * 4) +
            ActPart(kMaxActRows * (cols / 16) * 4);
   }
-  // The activation block (32 or 256) of the quantized GEMV of a step of T tokens over `rows`
-  // activation rows (T, or the (token, slot) pairs of the experts) and a matrix of type t with
-  // `cols` columns; 0 for the FP32 path: exact mode (the tests' FP32 reference,
-  // kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison), float weights and INT8
-  // of W8A16, prefill (the GEMM), or more than the scratch holds.
-  // INT8 of the W8A8 scheme (w8a8) takes blocks of 32 too, kernels::QuantizeActivations'
-  // arithmetic (ActOut's w8a8 region).
-  int QuantizedBlock(DType t, bool w8a8, int64_t cols, int64_t T, int64_t rows) const {
-    int ab = t == DType::kI8 && w8a8 ? 32 : 0;
+  // The activations of the GEMV of a step of T tokens over `rows` activation rows (T, or the
+  // (token, slot) pairs of the experts) and a matrix of type t with `cols` columns: the block
+  // formats' blocks of 32 or 256, INT8 of the W8A8 scheme (int8_activations) its groups of 32
+  // (kernels::QuantizeActivations' arithmetic); kFp32Act for the FP32 path: exact mode (the
+  // tests' FP32 reference, kernels::SetExactActivations), PENG_CUDA_QGEMV=0 (a comparison),
+  // float weights and INT8 of W8A16, prefill (the GEMM), or more than the scratch holds.
+  ActFormat Format(DType t, bool int8_activations, int64_t cols, int64_t T, int64_t rows) const {
+    ActFormat f = t == DType::kI8 && int8_activations ? kW8A8Groups : kFp32Act;
     WithType(t, [&]<DType D>() {
-      if constexpr (layout::kQuantized<D>) ab = layout::kActBlock<D>;
+      if constexpr (layout::kQuantized<D>)
+        f = layout::kActBlock<D> == 256 ? kBlocks256 : kBlocks32;
     });
-    if (!ab || !quantized_gemv_ || kernels::ExactActivations() || T > kGemvMaxTokens ||
-        rows > kMaxActRows || cols % ab != 0 || cols > act_cols_)
-      return 0;
-    return ab;
+    if (f == kFp32Act || !quantized_gemv_ || kernels::ExactActivations() ||
+        T > kGemvMaxTokens || rows > kMaxActRows || cols % (f == kBlocks256 ? 256 : 32) != 0 ||
+        cols > act_cols_)
+      return kFp32Act;
+    return f;
   }
-  int QuantizedBlock(const DeviceMatrix& w, int64_t T) const {
-    return QuantizedBlock(w.dtype, w.int8_activations, w.cols, T, T);
+  ActFormat Format(const DeviceMatrix& w, int64_t T) const {
+    return Format(w.dtype, w.int8_activations, w.cols, T, T);
   }
-  // QuantizedBlock of the experts' per-pair GEMVs (up to kExpertsGemvMaxTokens tokens; past
-  // them the pairs are grouped by expert, in FP32).
-  int ExpertsBlock(const DeviceExperts& w, int64_t T, int64_t rows) const {
-    return T <= kExpertsGemvMaxTokens
-               ? QuantizedBlock(w.dtype, w.int8_activations, w.cols, T, rows)
-               : 0;
+  // Format of the experts' per-pair GEMVs (up to kExpertsGemvMaxTokens tokens; past them the
+  // pairs are grouped by expert, in FP32).
+  ActFormat ExpertsFormat(const DeviceExperts& w, int64_t T, int64_t rows) const {
+    return T <= kExpertsGemvMaxTokens ? Format(w.dtype, w.int8_activations, w.cols, T, rows)
+                                      : kFp32Act;
   }
-  // The scratch region of block size ab, laid out for rows of `cols`: where the quantizer
-  // writes (ActOut) and what the GEMVs read (Act).
-  // (Three regions: blocks of 32, of 256, INT8 W8A8's blocks of 32.)
-  QActOut ActOut(int ab, int64_t cols, bool w8a8 = false) const {
-    const int region = w8a8 ? 2 : ab == 256 ? 1 : 0;
-    uint8_t* base = static_cast<uint8_t*>(act_) + region * ActRegionBytes(act_cols_);
+  // The scratch region of format f, laid out for rows of `cols`: where the quantizer writes
+  // (ActOut) and what the GEMVs read (Act).
+  QActOut ActOut(ActFormat f, int64_t cols) const {
+    uint8_t* base = static_cast<uint8_t*>(act_) + (f - 1) * ActRegionBytes(act_cols_);
     QActOut o;
-    o.w8a8 = w8a8;
+    o.w8a8 = f == kW8A8Groups;
     o.qs = reinterpret_cast<int8_t*>(base);
     o.d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
     o.s = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(o.d) +
@@ -792,12 +795,12 @@ class CudaDevice final : public Device {
     return o;
   }
   // ActOut for a kernel that writes the region (counted: act_writes_).
-  QActOut WriteOut(int ab, int64_t cols, bool w8a8 = false) {
+  QActOut WriteOut(ActFormat f, int64_t cols) {
     ++act_writes_;
-    return ActOut(ab, cols, w8a8);
+    return ActOut(f, cols);
   }
-  QAct Act(int ab, int64_t cols, bool w8a8 = false) const {
-    const QActOut o = ActOut(ab, cols, w8a8);
+  QAct Act(ActFormat f, int64_t cols) const {
+    const QActOut o = ActOut(f, cols);
     return {o.qs, o.d, o.s, cols};
   }
 
@@ -926,8 +929,7 @@ class CudaDevice final : public Device {
   struct Prepared {
     const float* x = nullptr;
     int64_t T = 0, writes = -1;
-    int ab = 0;
-    bool w8a8 = false;
+    ActFormat format = kFp32Act;
   };
   Prepared prepared_;
 };
