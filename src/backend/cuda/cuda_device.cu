@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/moe_kernels.cuh"
 #include "backend/cuda/runtime.h"
 #include "kernels/ops.h"
 #ifdef PENG_HAVE_NCCL
@@ -715,7 +716,7 @@ class CudaDevice final : public Device {
     return true;
   }
 
-  // Prefill: the pairs grouped by expert (kernels.cuh, ExpertTilesKernel), each expert's rows
+  // Prefill: the pairs grouped by expert (moe_kernels.cuh, ExpertTilesKernel), each expert's rows
   // read once per tile of up to kTokenTile of its pairs.
   void GroupedExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
                             const int32_t* ids, int k, bool x_per_slot, float* y) {

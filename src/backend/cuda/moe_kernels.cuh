@@ -1,0 +1,277 @@
+// The CUDA backend's mixture-of-experts kernels (included by cuda_device.cu after
+// kernels.cuh, whose GEMV pieces they use): top-k routing (kernels::MoeRoute's arithmetic), the
+// experts' GEMVs per (token, slot) pair -- over quantized activations (ExpertsQGemvKernel) or
+// FP32 ones (ExpertsGemvKernel) --, the pairs grouped by expert for prefill, and the routed
+// experts' weighted sum (SlotSumKernel). INT8 experts' row scales are applied in the store.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.cuh"
+#include "kernels/moe.h"
+
+namespace peng::backend::cuda {
+namespace {
+
+// Up to two stacked expert matrices of one type and shape multiplied with the same
+// activations (the gate and up projections): blockIdx.z picks one. scales: INT8's per-expert
+// row scales (DeviceExperts::scales), else null.
+struct ExpertMats {
+  const uint8_t* const* experts[2] = {nullptr, nullptr};
+  const float* const* scales[2] = {nullptr, nullptr};
+  float* y[2] = {nullptr, nullptr};
+};
+
+// An expert's dot product s of row r, scaled by the row's INT8 scale where there is one (not
+// for another rank's expert, whose s is 0).
+__device__ __forceinline__ float ExpertRowScaled(const float* const* scales, int e, int64_t r,
+                                                 float s) {
+  return scales && scales[e] ? scales[e][r] * s : s;
+}
+
+// ExpertsGemvKernel over quantized activations (one activation row a token, or a (token, slot)
+// pair when x_per_slot).
+template <DType T>
+__global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows, QAct a,
+                                   const int32_t* ids, int k, bool x_per_slot, int64_t pair0) {
+  KernelStart();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const uint8_t* const* experts = blockIdx.z ? m.experts[1] : m.experts[0];
+  float* y = blockIdx.z ? m.y[1] : m.y[0];
+  const int64_t pair = pair0 + blockIdx.y;
+  const int e = ids[pair];
+  if (!experts[e]) {  // another rank's expert: zeros
+    if (lane == 0) y[pair * rows + r] = 0.f;
+    return;
+  }
+  float acc = 0.f;
+  WarpRowQDot<T, 1>(experts[e] + r * row_bytes, a, x_per_slot ? pair : pair / k, 1, lane, kWarp,
+                    &acc);
+  acc = WarpSum(acc);
+  if (lane == 0) y[pair * rows + r] = ExpertRowScaled(blockIdx.z ? m.scales[1] : m.scales[0], e,
+                                                      r, acc);
+}
+
+constexpr int kMaxTopK = 16;
+constexpr int kMaxGroups = 16;
+
+// Index of the largest of v[0..n) not yet taken (ties: lower index), by a warp: each lane scans
+// i = lane, lane + 32, ..., then the lanes' candidates are merged (larger value, ties to the
+// lower index); every lane gets the index.
+__device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane) {
+  int best = -1;
+  for (int i = lane; i < n; i += kWarp)
+    if (!taken[i] && (best < 0 || v[i] > v[best])) best = i;
+  float bv = best >= 0 ? v[best] : 0.f;
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) {
+      best = ob;
+      bv = ov;
+    }
+  }
+  return best;
+}
+
+// One warp per token: kernels::MoeRoute's arithmetic (softmax in double precision, summed in
+// expert order; ties to the lower index). The lanes share the per-expert and per-group work and
+// the arg-max searches; the sums and the bookkeeping of the selection are lane 0's.
+__global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
+                               kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
+  KernelStart();
+  __shared__ float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
+  __shared__ double ex[kernels::kMaxRoutedExperts];
+  __shared__ bool taken[kernels::kMaxRoutedExperts];
+  __shared__ float gs[kMaxGroups];
+  __shared__ bool gtaken[kMaxGroups], keep[kMaxGroups];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x;
+  const int E = p.n_experts, k = p.k;
+  const float* lg = logits + t * E;
+  if (p.sigmoid) {
+    for (int e = lane; e < E; e += kWarp)
+      s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
+  } else {
+    double m = -INFINITY;
+    for (int e = lane; e < E; e += kWarp) m = fmax(m, double{lg[e]});
+    for (int o = kWarp / 2; o > 0; o /= 2) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int e = lane; e < E; e += kWarp) ex[e] = exp(lg[e] - m);
+    __syncwarp();
+    double sum = 0;
+    if (lane == 0)
+      for (int e = 0; e < E; ++e) sum += ex[e];
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    for (int e = lane; e < E; e += kWarp) s[e] = static_cast<float>(ex[e] / sum);
+  }
+  for (int e = lane; e < E; e += kWarp) {
+    choice[e] = s[e] + (bias ? bias[e] : 0.f);
+    taken[e] = false;
+  }
+  __syncwarp();
+  const int G = p.n_group > 1 ? p.n_group : 1;
+  if (p.method != kernels::MoeRouting::Method::kGreedy && G > 1) {
+    const int per = E / G;
+    if (lane < G) {
+      const int g = lane;
+      const float* v = choice + g * per;
+      float a = -INFINITY, b = -INFINITY;
+      for (int e = 0; e < per; ++e) {
+        if (v[e] > a) {
+          b = a;
+          a = v[e];
+        } else if (v[e] > b) {
+          b = v[e];
+        }
+      }
+      gs[g] = p.method == kernels::MoeRouting::Method::kNoauxTc && per >= 2 ? a + b : a;
+      gtaken[g] = keep[g] = false;
+    }
+    __syncwarp();
+    for (int j = 0; j < p.topk_group; ++j) {
+      const int g = WarpArgMaxFree(gs, G, gtaken, lane);
+      if (lane == 0) gtaken[g] = keep[g] = true;
+      __syncwarp();
+    }
+    for (int e = lane; e < E; e += kWarp)
+      if (!keep[e / per]) choice[e] = 0.f;
+    __syncwarp();
+  }
+  int32_t* ids = ids_out + t * k;
+  float* w = w_out + t * k;
+  double sum = 0;
+  for (int j = 0; j < k; ++j) {
+    const int e = WarpArgMaxFree(choice, E, taken, lane);
+    if (lane == 0) {
+      taken[e] = true;
+      ids[j] = e;
+      sum += w[j] = s[e];
+    }
+    __syncwarp();
+  }
+  if (lane == 0) {
+    const bool norm = p.method == kernels::MoeRouting::Method::kNoauxTc && p.norm_topk_prob;
+    for (int j = 0; j < k; ++j) {
+      const double v = norm ? w[j] / (sum + 1e-20) : w[j];
+      w[j] = static_cast<float>(v * p.routed_scaling_factor);
+    }
+  }
+}
+
+// GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the
+// pair. Only the selected experts' rows are read.
+template <DType T>
+__global__ void ExpertsGemvKernel(const uint8_t* const* experts, const float* const* scales,
+                                  size_t row_bytes, int64_t rows, int64_t cols, const float* x,
+                                  const int32_t* ids, int k, bool x_per_slot, int64_t pair0,
+                                  float* y) {
+  KernelStart();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  if (r >= rows) return;
+  const int64_t pair = pair0 + blockIdx.y;
+  if (!experts[ids[pair]]) {  // another rank's expert
+    if (lane == 0) y[pair * rows + r] = 0.f;
+    return;
+  }
+  const uint8_t* row = experts[ids[pair]] + r * row_bytes;
+  const float* xp = x + (x_per_slot ? pair : pair / k) * cols;
+  float acc = 0.f;
+  WarpRowDot<T, 1>(row, cols, &xp, 1, lane, &acc);
+  acc = WarpSum(acc);
+  if (lane == 0) y[pair * rows + r] = ExpertRowScaled(scales, ids[pair], r, acc);
+}
+
+// Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
+// that an expert's matrix is read once per tile of up to kTokenTile of its pairs:
+//   ExpertTiles (one block: the pairs counted per expert, then offsets[e]: the expert's first
+//   place in the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the
+//   list of pairs, expert by expert; their order within an expert does not matter: each pair's
+//   products are its own) -> GroupedExpertsGemv (block y = one tile). (No memset: the counts
+//   live in the block's shared memory.)
+__global__ void ExpertTilesKernel(const int32_t* ids, int64_t n_pairs, int E, int32_t* offsets,
+                                  int32_t* tile_start, int32_t* cursor) {
+  KernelStart();
+  __shared__ int32_t counts[kernels::kMaxRoutedExperts];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n_pairs; i += blockDim.x) atomicAdd(&counts[ids[i]], 1);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int32_t o = 0, g = 0;
+  for (int e = 0; e < E; ++e) {
+    offsets[e] = o;
+    tile_start[e] = g;
+    cursor[e] = 0;
+    o += counts[e];
+    g += (counts[e] + kTokenTile - 1) / kTokenTile;
+  }
+  offsets[E] = o;
+  tile_start[E] = g;
+}
+
+__global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const int32_t* offsets,
+                                   int32_t* cursor, int32_t* list) {
+  KernelStart();
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n_pairs) list[offsets[ids[i]] + atomicAdd(&cursor[ids[i]], 1)] = static_cast<int32_t>(i);
+}
+
+template <DType T>
+__global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
+                                         const float* const* scales, size_t row_bytes,
+                                         int64_t rows, int64_t cols, const float* x, int k,
+                                         bool x_per_slot, int E, const int32_t* offsets,
+                                         const int32_t* tile_start, const int32_t* list,
+                                         int64_t tile0, float* y) {
+  KernelStart();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  const int64_t g = tile0 + blockIdx.y;
+  if (r >= rows || g >= tile_start[E]) return;
+  int lo = 0, hi = E - 1;  // the last expert whose tiles start at or before g (it has tile g)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= g) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int e = lo;
+  const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
+  const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
+                                                     : kTokenTile;
+  int32_t pairs[kTokenTile];
+  const float* xs[kTokenTile];
+  float acc[kTokenTile];
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    pairs[t] = t < nt ? list[first + t] : 0;
+    xs[t] = x + (x_per_slot ? pairs[t] : pairs[t] / k) * cols;
+    acc[t] = 0.f;
+  }
+  if (experts[e])  // (else another rank's expert: zeros)
+    WarpRowDot<T, kTokenTile>(experts[e] + r * row_bytes, cols, xs, nt, lane, acc);
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    const float s = WarpSum(acc[t]);
+    if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = ExpertRowScaled(scales, e, r, s);
+  }
+}
+
+__global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
+                              float* out) {
+  KernelStart();
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= T * n) return;
+  const int64_t t = i / n, c = i % n;
+  float s = 0.f;
+  for (int j = 0; j < k; ++j) s += w[t * k + j] * y[(t * k + j) * n + c];
+  out[i] += s;
+}
+
+}  // namespace
+}  // namespace peng::backend::cuda
