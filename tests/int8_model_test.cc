@@ -65,16 +65,20 @@ void Quantize(const std::string& in, const std::string& out, const std::string& 
   ASSERT_TRUE(r.ok()) << r.status().ToString();
 }
 
-// Multiplies row `row` of the scale tensor `name` in OUT/model.safetensors by `factor`.
-void CorruptScale(const std::string& dir, const std::string& name, int row, float factor) {
-  const std::string path = dir + "/model.safetensors";
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+// Where the data of tensor `name` starts in the safetensors file `f` (header parsed).
+uint64_t TensorOffset(std::fstream& f, const std::string& name) {
   uint64_t n = 0;
+  f.seekg(0);
   f.read(reinterpret_cast<char*>(&n), 8);
   std::string header(n, '\0');
   f.read(header.data(), n);
-  const nlohmann::json h = nlohmann::json::parse(header);
-  const uint64_t off = 8 + n + h[name]["data_offsets"][0].get<uint64_t>() + 4 * row;
+  return 8 + n + nlohmann::json::parse(header)[name]["data_offsets"][0].get<uint64_t>();
+}
+
+// Multiplies row `row` of the scale tensor `name` in OUT/model.safetensors by `factor`.
+void CorruptScale(const std::string& dir, const std::string& name, int row, float factor) {
+  std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  const uint64_t off = TensorOffset(f, name) + 4 * row;
   float v = 0;
   f.seekg(off);
   f.read(reinterpret_cast<char*>(&v), 4);
@@ -86,14 +90,8 @@ void CorruptScale(const std::string& dir, const std::string& name, int row, floa
 
 // Sets byte `index` of tensor `name` in DIR/model.safetensors to `value`.
 void SetByte(const std::string& dir, const std::string& name, int64_t index, uint8_t value) {
-  const std::string path = dir + "/model.safetensors";
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  std::string header(n, '\0');
-  f.read(header.data(), n);
-  const nlohmann::json h = nlohmann::json::parse(header);
-  f.seekp(8 + n + h[name]["data_offsets"][0].get<uint64_t>() + index);
+  std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(TensorOffset(f, name) + index);
   f.write(reinterpret_cast<const char*>(&value), 1);
   ASSERT_TRUE(f.good());
 }

@@ -80,6 +80,7 @@ StatusOr<Linear> Linear::BindView(const ModelFiles& files, const std::string& na
   if (!s || s->numel() != rows || s->dtype != DType::kF32)
     return DataLoss(files.path() + ": INT8 tensor '" + name + "' has no valid scale tensor");
   PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, static_cast<const float*>(s->data)));
+  PENG_RETURN_IF_ERROR(l.CheckW8A8Range(files));
   return l;
 }
 
@@ -119,6 +120,7 @@ StatusOr<Linear> Linear::BindSlice(const ModelFiles& files, const std::string& n
       return DataLoss(files.path() + ": INT8 tensor '" + name + "' has no valid scale tensor");
     PENG_RETURN_IF_ERROR(l.AttachInt8Scales(files, static_cast<const float*>(s->data) +
                                                        index * total_rows + row0));
+    PENG_RETURN_IF_ERROR(l.CheckW8A8Range(files));
   }
   l.AttachPanels();
   return l;
@@ -206,17 +208,6 @@ Status Linear::AttachInt8Scales(const ModelFiles& files, const float* scales) {
     return Unimplemented(files.path() + ": INT8 tensor '" + name_ + "' has " +
                          std::to_string(cols_) + " columns; INT8 kernels need a multiple of " +
                          std::to_string(kernels::kInt8ColAlign));
-  // W8A8 takes symmetric weights only: its kernels multiply |x| by w with x's sign
-  // (int8_gemm.h), and -128 has no positive twin. peng quantize writes [-127, 127]; a folder
-  // written otherwise is refused here rather than multiplied wrongly.
-  const auto* q = static_cast<const uint8_t*>(w_->data);
-  const void* bad = files.quant_scheme() == QuantScheme::kW8A8
-                        ? std::memchr(q, 0x80, static_cast<size_t>(rows_ * cols_))
-                        : nullptr;
-  if (bad)
-    return InvalidArgument(files.path() + ": INT8 tensor '" + name_ + "' holds -128 (row " +
-                           std::to_string((static_cast<const uint8_t*>(bad) - q) / cols_) +
-                           "); W8A8 weights must be in [-127, 127], as peng quantize writes them");
   int8_ = true;
   scheme_ = files.quant_scheme();
   if (reinterpret_cast<uintptr_t>(scales) % alignof(float) == 0) {
@@ -227,6 +218,19 @@ Status Linear::AttachInt8Scales(const ModelFiles& files, const float* scales) {
     scales_ = owned_scales_->data();
   }
   return OkStatus();
+}
+
+Status Linear::CheckW8A8Range(const ModelFiles& files) const {
+  // W8A8 takes symmetric weights only: its kernels multiply |x| by w with x's sign
+  // (int8_gemm.h), and -128 has no positive twin. peng quantize writes [-127, 127]; a folder
+  // written otherwise is refused here rather than multiplied wrongly.
+  if (!int8_activations()) return OkStatus();
+  const auto* q = static_cast<const uint8_t*>(w_->data);
+  const void* bad = std::memchr(q, 0x80, static_cast<size_t>(rows_ * cols_));
+  if (!bad) return OkStatus();
+  return InvalidArgument(files.path() + ": INT8 tensor '" + name_ + "' holds -128 (row " +
+                         std::to_string((static_cast<const uint8_t*>(bad) - q) / cols_) +
+                         "); W8A8 weights must be in [-127, 127], as peng quantize writes them");
 }
 
 bool Linear::WantsInt8Acts() const {

@@ -120,6 +120,9 @@ class Linear {
   // where the active ISA has one for its type.
   void AttachPanels();
   kernels::Int8Weights Int8View() const;
+  // W8A8: an error naming the tensor and row where a weight is -128 (the file's tensors, once,
+  // when bound: the shards and column copies made from them are not scanned again).
+  Status CheckW8A8Range(const ModelFiles& files) const;
   // Makes this an INT8 matrix with `scales` (one per row), after checking the column count.
   Status AttachInt8Scales(const ModelFiles& files, const float* scales);
 
