@@ -1,7 +1,7 @@
 // What the CUDA backend's sources (cuda_device.cu, kernels.cuh, moe_kernels.cuh) see of CUDA:
-// the toolkit's runtime, FP16 and cuBLAS headers, or -- when compiled as C++ with PENG_CUDA_EMULATOR
-// (cuda_device_emulated.cc) -- the emulator's stand-ins for the same names (emulator.h), which
-// run the kernels on the CPU for the tests. Kernels are launched with Launch(kernel, grid,
+// the toolkit's runtime, FP16 and cuBLAS headers, or -- when compiled as C++ with
+// PENG_CUDA_EMULATOR (cuda_device_emulated.cc) -- the emulator's stand-ins for the same names
+// (emulator.h), which run the kernels on the CPU for the tests. Kernels are launched with Launch(kernel, grid,
 // block, stream, args...) rather than with CUDA's launch syntax, so that one source serves
 // both.
 //
