@@ -1,9 +1,9 @@
 // What the CUDA backend's sources (cuda_device.cu, kernels.cuh, moe_kernels.cuh) see of CUDA:
 // the toolkit's runtime, FP16 and cuBLAS headers, or -- when compiled as C++ with
 // PENG_CUDA_EMULATOR (cuda_device_emulated.cc) -- the emulator's stand-ins for the same names
-// (emulator.h), which run the kernels on the CPU for the tests. Kernels are launched with Launch(kernel, grid,
-// block, stream, args...) rather than with CUDA's launch syntax, so that one source serves
-// both.
+// (emulator.h), which run the kernels on the CPU for the tests. Kernels are launched with
+// Launch(kernel, grid, block, stream, args...) rather than with CUDA's launch syntax, so that
+// one source serves both.
 //
 // Programmatic dependent launch (sm_90 and later; LaunchStream::pdl): a kernel may be launched
 // while the kernel before it on the stream still runs. Every kernel of the backend calls
