@@ -137,9 +137,9 @@ int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
     return last;  // u rounded up to total
   }
 
-  // Candidate set after top-k, and the softmax denominator over it.
+  // Top-k: the k best, sorted -- the order the draw walks them in, the same on every platform
+  // and the order a device's TopLogits returns them in (SampleTop).
   cand_.clear();
-  double denom = 0.0;
   if (k > 0) {
     cand_.resize(vocab);
     for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
@@ -148,30 +148,62 @@ int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
     };
     std::nth_element(cand_.begin(), cand_.begin() + (k - 1), cand_.end(), better);
     cand_.resize(k);
-    for (const Candidate& c : cand_) denom += std::exp(scaled(c.logit));
-  } else {
-    // No top-k: min-p can be applied while filling (its survivors are a prefix of the
-    // sorted order, so it commutes with top-p), but the denominator spans the full vocab.
-    for (int64_t i = 0; i < vocab; ++i) {
-      const float s = scaled(logits[i]);
-      denom += std::exp(s);
-      if (s >= log_min_p) cand_.push_back({logits[i], static_cast<int32_t>(i)});
-    }
+    std::sort(cand_.begin(), cand_.end(), better);
+    return DrawTopK(m);
   }
-
+  // No top-k: min-p can be applied while filling (its survivors are a prefix of the sorted
+  // order, so it commutes with top-p), but the denominator spans the full vocab.
+  double denom = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float s = scaled(logits[i]);
+    denom += std::exp(s);
+    if (s >= log_min_p) cand_.push_back({logits[i], static_cast<int32_t>(i)});
+  }
   ApplyTopP(m, inv_t, denom);
-  if (k > 0 && params_.min_p > 0.0f) {
-    std::erase_if(cand_, [&](const Candidate& c) { return scaled(c.logit) < log_min_p; });
-  }
   // The max token survives every filter (its scaled logit is 0, the largest): never empty.
   if (cand_.empty()) return Argmax(logits, vocab);
+  return Draw(m);
+}
 
+int Sampler::TopNeeded(const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+    return 0;
+  if (p.greedy() || p.top_k == 1) return 1;
+  return std::max(p.top_k, 0);
+}
+
+int32_t Sampler::SampleTop(const float* val, const int32_t* id, int n) {
+  const int k = TopNeeded(params_);
+  PENG_CHECK_MSG(k > 0 && k <= n, "SampleTop: the params need more of the row");
+  const float m = val[0];
+  // Greedy; or everything masked, or a +inf logit: Sample()'s Argmax, the first of the list.
+  if (k == 1 || !(m > kNegInf) || std::isinf(m)) return id[0];
+  cand_.clear();
+  for (int i = 0; i < k; ++i) cand_.push_back({val[i], id[i]});
+  return DrawTopK(m);
+}
+
+// cand_: the top-k set, best first; m: the row's largest logit.
+int32_t Sampler::DrawTopK(float m) {
+  const float inv_t = 1.0f / params_.temperature;
+  double denom = 0.0;
+  for (const Candidate& c : cand_) denom += std::exp((c.logit - m) * inv_t);
+  ApplyTopP(m, inv_t, denom);
+  if (params_.min_p > 0.0f) {
+    const float log_min_p = std::log(params_.min_p);
+    std::erase_if(cand_, [&](const Candidate& c) { return (c.logit - m) * inv_t < log_min_p; });
+  }
+  return Draw(m);  // (the first candidate survives both filters)
+}
+
+int32_t Sampler::Draw(float m) {
+  const float inv_t = 1.0f / params_.temperature;
   double total = 0.0;
-  for (const Candidate& c : cand_) total += std::exp(scaled(c.logit));
+  for (const Candidate& c : cand_) total += std::exp((c.logit - m) * inv_t);
   const double u = NextUniform() * total;
   double acc = 0.0;
   for (const Candidate& c : cand_) {
-    acc += std::exp(scaled(c.logit));
+    acc += std::exp((c.logit - m) * inv_t);
     if (u < acc) return c.id;
   }
   return cand_.back().id;
@@ -232,17 +264,12 @@ float Sampler::LogProb(const float* logits, int64_t vocab, int32_t id) {
 void Sampler::TopLogprobs(const float* logits, int64_t vocab, int n,
                           std::vector<std::pair<int32_t, float>>* out) {
   out->clear();
-  const size_t want = static_cast<size_t>(std::clamp<int64_t>(n, 0, vocab));
+  const int want = static_cast<int>(std::clamp<int64_t>(n, 0, vocab));
   if (want == 0) return;
-  // `out` holds (id, logit) sorted best first while scanning; ids arrive in increasing order,
-  // so an equal logit never displaces an earlier id.
-  for (int64_t i = 0; i < vocab; ++i) {
-    const float l = logits[i];
-    if (out->size() == want && !(l > out->back().second)) continue;
-    auto pos = std::find_if(out->begin(), out->end(), [&](const auto& e) { return l > e.second; });
-    out->insert(pos, {static_cast<int32_t>(i), l});
-    if (out->size() > want) out->pop_back();
-  }
+  std::vector<float> val(want);
+  std::vector<int32_t> idx(want);
+  kernels::TopK(logits, vocab, want, val.data(), idx.data());
+  for (int i = 0; i < want; ++i) out->push_back({idx[i], val[i]});
   const double lse = LogSumExp(logits, vocab);
   for (auto& e : *out) e.second = static_cast<float>(e.second - lse);
 }

@@ -7,7 +7,7 @@
 //      repetition penalty over prompt + output, then presence/frequency over the output.
 //   2. temperature == 0 or top_k == 1: one argmax pass, ties -> lowest id. No randomness used.
 //   3. Otherwise, with m = max logit and s_i = (l_i - m) / temperature:
-//      top-k   keep the k largest (nth_element over (logit, id) pairs, ties -> lower id);
+//      top-k   keep the k largest, sorted (logit desc, ties -> lower id);
 //      softmax p_i = exp(s_i) / sum over the kept set (sums in double);
 //      top-p   keep the smallest prefix, in (logit desc, id asc) order, whose cumulative p is
 //              >= top_p (the prefix is sorted lazily in growing chunks, so a peaked
@@ -82,6 +82,15 @@ class Sampler {
   int32_t Sample(float* logits, int64_t vocab, const TokenHistory& history,
                  float* raw_logprob = nullptr);
 
+  // How many of a row's best logits Sample() reads under `p`: 1 (greedy), top_k, or 0 -- the
+  // whole row (penalties, or random sampling without top-k).
+  static int TopNeeded(const SamplingParams& p);
+  // Sample() of a row of which only its n best logits are at hand (val / id best first, as
+  // kernels::TopK and Device::TopLogits give them; TopNeeded(params()) in [1, n], the row's
+  // vocabulary larger than top_k): the same id, and the same draws of the generator, as Sample()
+  // on the whole row would give (a row without NaN).
+  int32_t SampleTop(const float* val, const int32_t* id, int n);
+
   // Applies the repetition, presence and frequency penalties in place (step 1 above).
   void ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& history) const;
 
@@ -105,6 +114,10 @@ class Sampler {
   };
 
   int32_t SampleRandom(const float* logits, int64_t vocab);
+  // Top-p and min-p over cand_ (the top-k set, best first), then Draw(); m: the row's max.
+  int32_t DrawTopK(float m);
+  // Draws from cand_ (not empty) with weights exp((logit - m) / temperature), in its order.
+  int32_t Draw(float m);
   // Truncates cand_ to the top-p nucleus; `denom` is sum(exp(s_i)) over cand_.
   void ApplyTopP(float max_logit, float inv_t, double denom);
   double NextUniform();  // [0, 1)

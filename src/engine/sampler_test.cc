@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <random>
 
 #include <cmath>
 #include <set>
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "kernels/ops.h"
 
 namespace peng {
 namespace {
@@ -176,6 +178,59 @@ TEST(SamplerTest, TokenHistoryCounts) {
   EXPECT_EQ(h.OutputCount(9), 1);
   EXPECT_EQ(h.OutputCount(5), 0);
   EXPECT_EQ(h.OutputCount(1234), 0);
+}
+
+// SampleTop on a row's best logits (what a device returns instead of the row) draws the same
+// tokens as Sample on the whole row, seed for seed, under every parameter set that needs no
+// more than the list: greedy, top-k with and without top-p, min-p and temperature.
+TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
+  const int64_t vocab = 5000;
+  const int kList = 64;
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  int compared = 0;
+  for (int row_i = 0; row_i < 4; ++row_i) {
+    std::vector<float> row(vocab);
+    for (float& v : row) v = std::round(nd(gen) * 4.f) / 4.f;  // ties among the best
+    std::vector<float> val(kList);
+    std::vector<int32_t> id(kList);
+    kernels::TopK(row.data(), vocab, kList, val.data(), id.data());
+    for (float temp : {0.f, 0.7f, 1.f, 1.5f})
+      for (int top_k : {0, 1, 2, 20, 64})
+        for (float top_p : {1.f, 0.9f, 0.3f})
+          for (float min_p : {0.f, 0.05f}) {
+            SamplingParams p;
+            p.temperature = temp;
+            p.top_k = top_k;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.seed = 100 + row_i;
+            const int need = Sampler::TopNeeded(p);
+            if (temp == 0.f || top_k == 1) {
+              EXPECT_EQ(need, 1);
+            } else {
+              EXPECT_EQ(need, top_k);  // 0: random sampling over the whole row
+            }
+            if (need == 0) continue;
+            Sampler whole(p), top(p);
+            for (int i = 0; i < 30; ++i) {
+              std::vector<float> r = row;
+              ASSERT_EQ(top.SampleTop(val.data(), id.data(), kList),
+                        whole.Sample(r.data(), vocab, TokenHistory()))
+                  << "temp " << temp << " top_k " << top_k << " top_p " << top_p << " min_p "
+                  << min_p << " draw " << i;
+              ++compared;
+            }
+          }
+  }
+  EXPECT_EQ(compared, 4 * (3 * 4 * 3 * 2 + 1 * 5 * 3 * 2) * 30);
+  SamplingParams pen;
+  pen.repetition_penalty = 1.1f;
+  EXPECT_EQ(Sampler::TopNeeded(pen), 0);  // penalties read the history's logits
+  pen = SamplingParams();
+  pen.temperature = 1.f;
+  pen.frequency_penalty = 0.5f;
+  EXPECT_EQ(Sampler::TopNeeded(pen), 0);
 }
 
 TEST(SamplerTest, SameSeedSameDrawsDifferentSeedDifferent) {

@@ -1,5 +1,8 @@
 // Dispatch of the element-wise ops to the active ISA (kernels/cpu/ops_<isa>.cc) or the scalar
-// reference (kernels/ref/ops_ref.cc).
+// reference (kernels/ref/ops_ref.cc); TopK, one scalar form for every ISA.
+#include <cmath>
+
+#include "core/check.h"
 #include "kernels/cpu/ops_simd.h"
 #include "kernels/isa.h"
 #include "kernels/ops.h"
@@ -52,6 +55,24 @@ int64_t FindNanOrPosInf(const float* x, int64_t n) { PENG_DISPATCH_(FindNanOrPos
 
 #undef PENG_DISPATCH_
 #undef PENG_SIMD_CASES_
+
+void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
+  PENG_CHECK(k >= 1 && k <= n);
+  // (v, i) ranks above (w, j), j < i (the scan's order): a number above NaN, a larger number.
+  const auto above = [](float v, float w) { return !std::isnan(v) && (std::isnan(w) || v > w); };
+  int m = 0;  // entries held
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (m == k && !above(v, val[k - 1])) continue;
+    int at = m < k ? m++ : k - 1;  // the slot it takes, before moving up
+    for (; at > 0 && above(v, val[at - 1]); --at) {
+      val[at] = val[at - 1];
+      idx[at] = idx[at - 1];
+    }
+    val[at] = v;
+    idx[at] = static_cast<int32_t>(i);
+  }
+}
 
 void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) {
   if (!b) return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <random>
@@ -143,6 +144,39 @@ TEST(ElementwiseIsa, LogitScansGiveExactIndices) {
       std::vector<float> low(n, -inf);  // NaN first, -inf after: the first -inf
       low[0] = nan;
       EXPECT_EQ(ArgMax(low.data(), n), n == 1 ? 0 : 1);
+    }
+  }
+}
+
+// TopK against a full sort of (value, index) pairs by the order it documents: value
+// descending, -0.0 equal to +0.0, ties to the lower index, NaN last; rows with many ties.
+TEST(Elementwise, TopKIsTheHeadOfTheSortedRow) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 2, 7, 64, 65, 1000}) {
+    std::vector<float> x = Random(n, -4.f, 4.f, 31 + n);
+    for (float& v : x) v = std::round(v * 2.f) / 2.f;  // 17 distinct values: ties everywhere
+    if (n > 3) {
+      x[1] = nan;
+      x[2] = -0.f;
+      x[3] = -inf;
+    }
+    std::vector<int32_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      if (std::isnan(x[a]) || std::isnan(x[b])) return !std::isnan(x[a]) && std::isnan(x[b]);
+      return x[a] > x[b];
+    });
+    for (int k : {1, 2, 5, 40, 64, static_cast<int>(n)}) {
+      if (k > n) continue;
+      SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
+      std::vector<float> val(k);
+      std::vector<int32_t> idx(k);
+      TopK(x.data(), n, k, val.data(), idx.data());
+      for (int j = 0; j < k; ++j) {
+        ASSERT_EQ(idx[j], order[j]) << j;
+        ASSERT_EQ(std::memcmp(&val[j], &x[order[j]], 4), 0) << j;
+      }
     }
   }
 }
