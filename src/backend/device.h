@@ -302,6 +302,17 @@ class Device {
   // dst[i] = src[rows[i]] for n rows of n_cols floats; rows: device int32.
   virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                           float* dst) = 0;
+  // --- logit rows
+  static constexpr int kTopLogitsMax = 64;
+  // The k best of each of n_rows rows of n values (1 <= k <= kTopLogitsMax, k <= n), best first
+  // in kernels::TopK's order, into val / idx [n_rows, k], and each row's first NaN or +inf
+  // index (kernels::FindNanOrPosInf; -1: none) into first_bad [n_rows]: all that sampling a
+  // greedy or top-k row reads (Sampler::SampleTop), so that a step brings back k pairs a row
+  // instead of the row. scratch: TopLogitsScratchBytes(n_rows, n, k) bytes of device memory.
+  virtual void TopLogits(const float* x, int64_t n_rows, int64_t n, int k, float* val,
+                         int32_t* idx, int32_t* first_bad, void* scratch) = 0;
+  virtual int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const { return 0; }
+
   // Copies block src to block dst in a KV layer (copy-on-write).
   void CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst);
 

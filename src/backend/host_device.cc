@@ -203,6 +203,13 @@ class HostDevice final : public Device {
         for (int64_t i = 0; i < n; ++i) out[t * n + i] += wj * yj[i];
       }
   }
+  void TopLogits(const float* x, int64_t n_rows, int64_t n, int k, float* val, int32_t* idx,
+                 int32_t* first_bad, void*) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      kernels::TopK(x + r * n, n, k, val + r * k, idx + r * k);
+      first_bad[r] = static_cast<int32_t>(kernels::FindNanOrPosInf(x + r * n, n));
+    }
+  }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     for (int64_t i = 0; i < n; ++i)

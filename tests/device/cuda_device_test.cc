@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -190,6 +191,57 @@ TEST_F(CudaTest, NormsActivationsAndElementwise) {
   cuda_->GatherRows(x.cuda, static_cast<const int32_t*>(*pc), 3, n, g.cuda);
   host_->GatherRows(x.host, pick.data(), 3, n, g.host);
   Expect(g, 3 * n, 0, "GatherRows");
+}
+
+// TopLogits: the k best of each row, best first, and the first NaN / +inf, exactly as the host
+// device's (kernels::TopK, FindNanOrPosInf) -- ties within and across the backend's chunks of
+// 8192, -0.0 next to +0.0, NaN and +inf, a last chunk shorter than k, rows of equal values.
+TEST_F(CudaTest, TopLogitsEqualTheHost) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {int64_t{1000}, int64_t{8192 + 3}, int64_t{40000}, int64_t{151936}}) {
+    const int64_t rows = n > 100000 ? 2 : 5;
+    std::vector<float> x = Random(rows * n, -6.f, 6.f);
+    for (float& v : x) v = std::round(v * 8.f) / 8.f;  // ~100 distinct values: ties everywhere
+    float* r1 = x.data() + n;
+    r1[n / 2] = nan;
+    r1[n - 1] = inf;
+    r1[7] = 9.f;
+    r1[n - 2] = 9.f;  // a tie for the best, far apart
+    if (rows > 2) {
+      std::fill(x.begin() + 2 * n, x.begin() + 3 * n, -inf);  // everything masked
+      float* r3 = x.data() + 3 * n;
+      for (int64_t i = 0; i < n; ++i) r3[i] = i % 3 == 0 ? -0.f : (i % 3 == 1 ? 0.f : -1.f);
+      x[5 * n - 1] = 7.f;  // the best is the last value
+    }
+    const Pair d = Upload(x);
+    for (int k : {1, 5, 40, 64}) {
+      SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
+      std::vector<float> hv(rows * k), cv(rows * k);
+      std::vector<int32_t> hi(rows * k), ci(rows * k), hb(rows), cb(rows);
+      host_->TopLogits(d.host, rows, n, k, hv.data(), hi.data(), hb.data(), nullptr);
+      auto out = cuda_->Alloc(rows * (2 * k + 1) * 4);
+      auto scratch = cuda_->Alloc(std::max<int64_t>(cuda_->TopLogitsScratchBytes(rows, n, k), 1));
+      ASSERT_TRUE(out.ok() && scratch.ok());
+      float* v = static_cast<float*>(*out);
+      int32_t* i = reinterpret_cast<int32_t*>(v + rows * k);
+      cuda_->TopLogits(d.cuda, rows, n, k, v, i, i + rows * k, *scratch);
+      ASSERT_TRUE(cuda_->Synchronize().ok());
+      ASSERT_TRUE(cuda_->CopyToHost(cv.data(), v, rows * k * 4).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(ci.data(), i, rows * k * 4).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(cb.data(), i + rows * k, rows * 4).ok());
+      EXPECT_EQ(cb, hb);
+      EXPECT_EQ(ci, hi);
+      EXPECT_EQ(std::memcmp(cv.data(), hv.data(), rows * k * 4), 0);
+      EXPECT_EQ(hb[1], n / 2);  // (the host's answers, as built)
+      if (rows > 2) {
+        EXPECT_EQ(hi[4 * k], n - 1);
+        EXPECT_EQ(hi[2 * k], 0);
+      }
+      cuda_->Free(*out);
+      cuda_->Free(*scratch);
+    }
+  }
 }
 
 // A batch of three sequences (a 21-token prefill from 0, a decode at 40, a 5-token chunk from

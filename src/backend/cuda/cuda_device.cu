@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/logits_kernels.cuh"
 #include "backend/cuda/moe_kernels.cuh"
 #include "backend/cuda/runtime.h"
 #include "kernels/ops.h"
@@ -75,6 +76,8 @@ enum ActFormat : int { kFp32Act = 0, kBlocks32, kBlocks256, kW8A8Groups };
 // The kernels' two quantizer slots (q32, q256) for a format: its QActOut in the one it fills.
 QActOut Q32Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? QActOut{} : q; }
 QActOut Q256Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? q : QActOut{}; }
+
+static_assert(kTopMax == Device::kTopLogitsMax);
 
 class CudaDevice final : public Device {
  public:
@@ -675,6 +678,20 @@ class CudaDevice final : public Device {
                   float* dst) override {
     if (n == 0) return;
     Launch(GatherRowsKernel, n, 256, launch_, src, rows, n_cols, dst);
+    Note(cudaGetLastError());
+  }
+  int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const override {
+    return n_rows * Blocks(n, kTopChunk) * (k * 8 + 4);
+  }
+  void TopLogits(const float* x, int64_t R, int64_t n, int k, float* val, int32_t* idx,
+                 int32_t* first_bad, void* scratch) override {
+    if (R == 0) return;
+    const int64_t chunks = Blocks(n, kTopChunk);
+    auto* keys = static_cast<uint64_t*>(scratch);
+    auto* bad = reinterpret_cast<int32_t*>(keys + R * chunks * k);
+    Launch(TopChunksKernel, dim3(chunks, R), kTopThreads, launch_, x, n, k, keys, bad);
+    Launch(TopMergeKernel, R, kTopThreads, launch_, x, n, static_cast<int>(chunks), k, keys, bad,
+           val, idx, first_bad);
     Note(cudaGetLastError());
   }
 

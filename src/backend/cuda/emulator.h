@@ -219,5 +219,12 @@ T atomicAdd(T* p, T v) {
   return old;
 }
 
+template <typename T>
+T atomicMin(T* p, T v) {
+  const T old = *p;
+  if (v < old) *p = v;
+  return old;
+}
+
 // The emulated device (registered as "cuda-emu" by cuda_device_emulated.cc).
 }  // namespace peng::backend::cuda

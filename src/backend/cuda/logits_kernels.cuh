@@ -1,0 +1,162 @@
+// The CUDA backend's kernels over a step's logit rows (included by cuda_device.cu after
+// kernels.cuh): the k best logits of each row and its first NaN / +inf (Device::TopLogits), in
+// two stages -- the best k of each chunk of kTopChunk values (a block a chunk, the chunk in
+// shared memory; TopChunksKernel), then the best k of the chunks' (a block a row, sorted;
+// TopMergeKernel) -- each by radix select over 64-bit keys that order the values as
+// kernels::TopK does: the float's order key above the complement of its index, so that equal
+// values rank by the lower index and no two keys are equal.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace peng::backend::cuda {
+namespace {
+
+constexpr int kTopThreads = 512;    // threads of both stages' blocks
+constexpr int kTopChunk = 8192;     // values a first-stage block
+constexpr int kTopMax = 64;         // k at most (Device::kTopLogitsMax)
+constexpr int kNoBad = 0x7fffffff;  // (no NaN / +inf seen)
+
+// A float's bits as a key that orders as the value: -0.0 as +0.0, NaN below -inf.
+__device__ __forceinline__ uint32_t LogitOrderKey(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0;  // NaN
+  if (u == 0x80000000u) u = 0;                     // -0.0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ bool NanOrPosInf(uint32_t u) {
+  return u != 0xff800000u && (u & 0x7fffffffu) >= 0x7f800000u;
+}
+// Value i of a row, as a selection key: larger is better; 0 is below every value (padding).
+__device__ __forceinline__ uint64_t TopKey(uint32_t bits, int64_t i) {
+  return uint64_t{LogitOrderKey(bits)} << 32 | (0xffffffffu - static_cast<uint32_t>(i));
+}
+__device__ __forceinline__ int32_t TopKeyIndex(uint64_t key) {
+  return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+// A block's shared state during a selection.
+struct TopSelect {
+  uint32_t hist[256];
+  uint64_t prefix;  // the top bits the selection's last keys share, found so far
+  uint32_t need;    // keys with that prefix still to select
+  bool done;        // every key with the prefix is selected
+  int taken;
+};
+
+// The k largest of the n distinct keys key(i) (k <= n) into out[0, k), unordered, by radix
+// select from the top byte down: each pass counts the keys that share the prefix found so far
+// by their next byte; it ends where a byte's keys are exactly the ones still needed. Every
+// thread of the block calls it (blockDim.x >= 32); out is complete when it returns.
+template <typename KeyOf>
+__device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) {
+  const int tid = threadIdx.x;
+  uint64_t prefix = 0, mask = 0;
+  uint32_t need = static_cast<uint32_t>(k);
+  for (int shift = 56;; shift -= 8) {
+    for (int b = tid; b < 256; b += blockDim.x) s.hist[b] = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += blockDim.x) {
+      const uint64_t c = key(i);
+      if ((c & mask) == prefix) atomicAdd(&s.hist[(c >> shift) & 255], 1u);
+    }
+    __syncthreads();
+    if (tid < kWarp) {  // the byte where the count from the top reaches `need`: 8 bins a lane
+      const int lane = tid;
+      uint32_t c[8], sum = 0;
+      for (int j = 0; j < 8; ++j) sum += c[j] = s.hist[255 - 8 * lane - j];
+      uint32_t incl = sum;
+      for (int d = 1; d < kWarp; d *= 2) {
+        const uint32_t o = __shfl_sync(0xffffffffu, incl, lane >= d ? lane - d : lane);
+        if (lane >= d) incl += o;
+      }
+      const uint32_t excl = incl - sum;
+      if (excl < need && need <= incl) {
+        uint32_t above = excl;
+        int j = 0;
+        while (above + c[j] < need) above += c[j++];
+        s.prefix = prefix | uint64_t{255u - 8u * lane - j} << shift;
+        s.need = need - above;
+        s.done = c[j] == need - above;
+        s.taken = 0;
+      }
+    }
+    __syncthreads();
+    prefix = s.prefix;
+    need = s.need;
+    mask |= uint64_t{255} << shift;
+    if (s.done || shift == 0) break;  // (the keys are distinct: done at the last byte)
+  }
+  // The keys above the prefix and those that share it: k in all.
+  for (int i = tid; i < n; i += blockDim.x) {
+    const uint64_t c = key(i);
+    if ((c & mask) >= prefix) out[atomicAdd(&s.taken, 1)] = c;
+  }
+  __syncthreads();
+}
+
+// Grid (chunks, rows): the best k of the chunk's values, as keys, into keys[(row chunks +
+// chunk) k ...] (padded with 0 past a chunk of fewer than k values), and the chunk's first NaN /
+// +inf index in the row into bad[row chunks + chunk] (-1: none).
+__global__ void TopChunksKernel(const float* x, int64_t n, int k, uint64_t* keys, int32_t* bad) {
+  KernelStart();
+  __shared__ uint32_t vals[kTopChunk];
+  __shared__ TopSelect s;
+  __shared__ int s_bad;
+  const int64_t row = blockIdx.y, chunk = row * gridDim.x + blockIdx.x;
+  const int64_t c0 = int64_t{blockIdx.x} * kTopChunk;
+  const int m = static_cast<int>(n - c0 < kTopChunk ? n - c0 : kTopChunk);
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x + row * n) + c0;
+  if (threadIdx.x == 0) s_bad = kNoBad;
+  __syncthreads();
+  int my_bad = kNoBad;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) {
+    const uint32_t u = bits[i];
+    vals[i] = u;
+    if (my_bad == kNoBad && NanOrPosInf(u)) my_bad = i;  // (a thread's first is its lowest)
+  }
+  if (my_bad != kNoBad) atomicMin(&s_bad, my_bad);
+  __syncthreads();
+  if (threadIdx.x == 0) bad[chunk] = s_bad == kNoBad ? -1 : static_cast<int32_t>(c0 + s_bad);
+  uint64_t* out = keys + chunk * k;
+  if (m <= k) {
+    for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < m ? TopKey(vals[i], c0 + i) : 0;
+    return;
+  }
+  SelectTop([&](int i) { return TopKey(vals[i], c0 + i); }, m, k, out, s);
+}
+
+// A block a row: the best k of its chunks' keys, sorted best first, into val / idx [row k ...]
+// (the values read back from x), and the row's first NaN / +inf into first_bad[row].
+__global__ void TopMergeKernel(const float* x, int64_t n, int chunks, int k,
+                               const uint64_t* keys, const int32_t* bad, float* val,
+                               int32_t* idx, int32_t* first_bad) {
+  KernelStart();
+  __shared__ TopSelect s;
+  __shared__ uint64_t top[kTopMax];
+  const int64_t row = blockIdx.x;
+  const uint64_t* rk = keys + row * chunks * k;
+  if (threadIdx.x == 0) {
+    int32_t b = -1;
+    for (int c = 0; c < chunks && b < 0; ++c) b = bad[row * chunks + c];
+    first_bad[row] = b;
+  }
+  if (chunks == 1) {
+    for (int i = threadIdx.x; i < k; i += blockDim.x) top[i] = rk[i];
+    __syncthreads();
+  } else {
+    SelectTop([&](int i) { return rk[i]; }, chunks * k, k, top, s);
+  }
+  if (static_cast<int>(threadIdx.x) < k) {  // its rank: the keys above it
+    const uint64_t c = top[threadIdx.x];
+    int rank = 0;
+    for (int j = 0; j < k; ++j) rank += top[j] > c;
+    const int32_t i = TopKeyIndex(c);
+    idx[row * k + rank] = i;
+    val[row * k + rank] = x[row * n + i];
+  }
+}
+
+}  // namespace
+}  // namespace peng::backend::cuda
