@@ -34,6 +34,7 @@ class DeviceExecutor : public Executor {
     });
   }
   int64_t DeviceKernelLaunches() const override { return device_->KernelLaunches(); }
+  int top_logits_max() const override { return dm_->top_logits_max(); }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }
 

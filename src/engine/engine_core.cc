@@ -109,6 +109,7 @@ struct EngineCore::Replica {
   const SchedulerOutput* out = nullptr;  // this step's schedule
   ForwardBatch batch;
   std::vector<float> logits, hidden;
+  TopLogits top;  // the rows sampled from their best logits alone (SeqBatchEntry::top_logits)
 };
 
 EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
@@ -117,7 +118,8 @@ EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executo
       executor_(std::move(executor)),
       tokenizer_(std::move(tokenizer)),
       max_model_len_(EffectiveMaxModelLen(o, executor_->config())),
-      vocab_(executor_->config().vocab_size) {
+      vocab_(executor_->config().vocab_size),
+      top_logits_max_(executor_->top_logits_max()) {
   for (int d = 0; d < executor_->data_parallel_size(); ++d)
     replicas_.push_back(std::make_unique<Replica>(o, *executor_));
 }
@@ -277,6 +279,7 @@ void EngineCore::RunStep() {
     batch.tokens.clear();
     batch.seqs.clear();
     batch.capture_hidden = nullptr;
+    batch.top = top_logits_max_ > 0 ? &R.top : nullptr;
     for (const ScheduledSeq& sc : out.scheduled) {
       const auto* c = static_cast<const Completion*>(sc.seq);
       Request* r = c->req;
@@ -296,6 +299,7 @@ void EngineCore::RunStep() {
       e.want_logits = c->num_computed_tokens + sc.num_new_tokens == c->num_tokens();
       if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
         e.all_logits = e.want_logits = true;
+      if (e.want_logits && !e.all_logits) e.top_logits = TopLogitsFor(*c);
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
@@ -342,16 +346,20 @@ void EngineCore::FinishStep(Replica* rp) {
   // sampled row is scanned first, over the threads (a batch's logits are megabytes).
   const Clock::time_point check_begin = Clock::now();
   last_rows_.clear();
+  last_top_.clear();
   for (int64_t i = 0, row = 0; i < static_cast<int64_t>(out.scheduled.size()); ++i) {
     const SeqBatchEntry& e = R.batch.seqs[i];
     if (!e.want_logits) continue;
     row += e.all_logits ? e.n_tokens : 1;
     last_rows_.push_back(row - 1);
+    last_top_.push_back(e.top_logits > 0);
   }
   bad_logit_.resize(last_rows_.size());
   const auto scan = [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j)
-      bad_logit_[j] = kernels::FindNanOrPosInf(R.logits.data() + last_rows_[j] * vocab_, vocab_);
+    for (int64_t j = a; j < b; ++j)  // (the device scanned the rows it kept)
+      bad_logit_[j] =
+          last_top_[j] ? R.top.first_bad[last_rows_[j]]
+                       : kernels::FindNanOrPosInf(R.logits.data() + last_rows_[j] * vocab_, vocab_);
   };
   ForRows(&executor_->pool(), static_cast<int64_t>(last_rows_.size()), vocab_, scan);
   step_.sample_seconds += Seconds(Clock::now() - check_begin);
@@ -382,6 +390,11 @@ void EngineCore::FinishStep(Replica* rp) {
       if (bad >= 0)
         throw std::runtime_error("the model produced a non-finite logit (token " +
                                  std::to_string(bad) + ")");
+      if (e.top_logits > 0) {  // (never a request that forks: TopLogitsFor)
+        const int64_t at = (row - 1) * R.top.k;
+        SampleTopAndEmit(c, R.top.val.data() + at, R.top.idx.data() + at, R.top.k);
+        continue;
+      }
       if (r->in.n > 1 && !r->forked) Fork(r, logits);
       SampleAndEmit(c, logits);
     } catch (const std::exception& e) {
@@ -419,7 +432,6 @@ void EngineCore::Fork(Request* r, const float* row) {
 void EngineCore::SampleAndEmit(Completion* c, float* row) {
   const Clock::time_point sample_begin = Clock::now();
   const SamplingParams& p = c->req->in.params;
-  RequestOutput ev;
   TokenLogprob lp;
   if (p.want_logprobs) {
     raw_row_.assign(row, row + vocab_);
@@ -450,15 +462,45 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
     throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
                              " was drawn); min_tokens too large for the format?");
   step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
+  if (p.want_logprobs) lp.logprob = Sampler::LogProb(raw_row_.data(), vocab_, id);
+  EmitToken(c, id, p.want_logprobs ? &lp : nullptr);
+}
+
+// How many of the completion's next row's best logits its sampling reads, where that is all it
+// reads and the executor can return them (Executor::top_logits_max); else 0, the whole row:
+// logprobs, logit_bias, a grammar's mask, the min_tokens ban on EOS, penalties, random sampling
+// without top-k, and the prompt's last row of a request that forks (its copies' draws).
+int EngineCore::TopLogitsFor(const Completion& c) const {
+  const Request& r = *c.req;
+  const SamplingParams& p = r.in.params;
+  if (top_logits_max_ == 0 || r.in.return_prompt_logits || r.in.return_hidden_states ||
+      p.want_logprobs || !p.logit_bias.empty() || c.matcher || c.num_output < p.min_tokens ||
+      (r.in.n > 1 && !r.forked))
+    return 0;
+  const int k = Sampler::TopNeeded(p);
+  return k <= top_logits_max_ && k < vocab_ ? k : 0;
+}
+
+void EngineCore::SampleTopAndEmit(Completion* c, const float* val, const int32_t* idx, int n) {
+  const Clock::time_point sample_begin = Clock::now();
+  const int32_t id = c->sampler.SampleTop(val, idx, n);
+  step_.sample_seconds += Seconds(Clock::now() - sample_begin);
+  EmitToken(c, id, nullptr);
+}
+
+// The drawn token to the completion: its history, its text (stop strings held back), its
+// logprob (lp: the chosen token's logprob and the top-N, where asked for), its end.
+void EngineCore::EmitToken(Completion* c, int32_t id, TokenLogprob* lp) {
+  const SamplingParams& p = c->req->in.params;
+  RequestOutput ev;
   c->tokens.push_back(id);
   c->history.Append(id);
   ++c->num_output;
   ++generation_tokens_total_;
   ev.token_ids.push_back(id);
-  if (p.want_logprobs) {
-    lp.id = id;
-    lp.logprob = Sampler::LogProb(raw_row_.data(), vocab_, id);
-    ev.logprobs.push_back(std::move(lp));
+  if (lp) {
+    lp->id = id;
+    ev.logprobs.push_back(std::move(*lp));
   }
 
   const char* reason = nullptr;
@@ -470,7 +512,7 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
     reason = "stop";  // the stop token's text is not part of the output
   } else if (c->decoder) {
     const std::string piece = c->decoder->Push(id);
-    if (p.want_logprobs) ev.logprobs.back().text = piece;
+    if (lp) ev.logprobs.back().text = piece;
     c->pending += piece;
   }
   bool stop_string = false;
@@ -486,7 +528,7 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
     reason = "length";
   if (reason && !stop_string && c->decoder) {
     const std::string tail = c->decoder->Flush();
-    if (p.want_logprobs) ev.logprobs.back().text += tail;
+    if (lp) ev.logprobs.back().text += tail;
     c->pending += tail;
   }
   const size_t hold = reason ? 0 : StopHoldback(c->pending, p.stop);

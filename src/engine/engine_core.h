@@ -99,6 +99,9 @@ class EngineCore {
   double KvFragmentation(int64_t* unfilled) const;
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
+  int TopLogitsFor(const Completion& c) const;
+  void SampleTopAndEmit(Completion* c, const float* val, const int32_t* idx, int n);
+  void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
   void Emit(Request* r, RequestOutput ev);
   void FinishCompletion(Completion* c, RequestOutput ev, const char* reason);
   void EndRequest(Request* r, const char* reason, const std::string& error);
@@ -112,12 +115,14 @@ class EngineCore {
   std::vector<Executor::ReplicaWork> work_;
   const int64_t max_model_len_;
   const int64_t vocab_;
+  const int top_logits_max_;  // Executor::top_logits_max
 
   std::unordered_map<std::string, std::unique_ptr<Request>> active_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
   std::vector<EngineCoreOutput> outputs_;
   std::vector<float> fork_row_, raw_row_;
   std::vector<int64_t> last_rows_, bad_logit_;  // FinishStep's sampled rows and their scans
+  std::vector<bool> last_top_;                   // (a row the device returned its best of)
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

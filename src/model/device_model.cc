@@ -115,6 +115,11 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
   }
   if (logit_rows_ > logit_capacity_) {  // rows of logits: often far fewer than tokens
     PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * output_.rows, &logits_));
+    if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
+      const int K = top_logits_max();
+      const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows, K);
+      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * K + 1) + (bytes + 7) / 4, &top_));
+    }
     logit_capacity_ = logit_rows_;
   }
   if (T <= scratch_tokens_) return OkStatus();
@@ -206,10 +211,21 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   const std::vector<float>* replace = batch.replace_hidden;
   if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
     return InvalidArgument("replace_hidden: fewer than (layers + 1) x tokens x hidden values");
+  // The step's TopLogits k: the most any of its rows asks for (0: whole rows only).
+  int top_k = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    if (!batch.top || !s.want_logits || s.top_logits <= 0) continue;
+    if (s.all_logits || s.top_logits > top_logits_max())
+      return InvalidArgument("top_logits " + std::to_string(s.top_logits) +
+                             " for a row (this device model: up to " +
+                             std::to_string(top_logits_max()) + ", no prompt logits)");
+    top_k = std::max(top_k, s.top_logits);
+  }
   const bool graph =
       dev_->SupportsGraphs() && !comm_ && !cap && !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
-                       static_cast<uint64_t>(logit_rows_) << 32;
+                       static_cast<uint64_t>(logit_rows_) << 32 |
+                       static_cast<uint64_t>(top_k) << 48;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
     dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
@@ -235,38 +251,76 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                         {{&output_, logits_}});  // [rows, this rank's vocabulary]
       if (c.final_logit_softcap > 0)
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
+      if (top_k > 0) {  // (every row's; the whole rows' are not read)
+        const int64_t R = logit_rows_;
+        dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
+                        top_ + R * top_k, top_ + 2 * R * top_k,
+                        top_ + logit_capacity_ * (2 * top_logits_max() + 1));
+      }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));
   }
-  if (logit_rows_ > 0) {
-    const int64_t n = logit_rows_ * output_.rows;
-    // Through the device's own host memory where it has some (page-locked: a batch's logits are
-    // tens of megabytes), then on over the threads; else straight into the caller's array.
-    if (n > host_logits_n_) {  // (a device without host memory is asked once per size)
-      dev_->FreeHost(host_logits_);
-      host_logits_ = static_cast<float*>(dev_->AllocHost(n * 4));
-      host_logits_n_ = n;
+  if (logit_rows_ > 0) PENG_RETURN_IF_ERROR(CopyLogits(batch, top_k, logits));
+  return dev_->Synchronize();
+}
+
+Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, float* logits) {
+  const int64_t R = logit_rows_, V = output_.rows;
+  if (top_k > 0) {  // [val | idx | first_bad] in one copy
+    top_host_.resize(R * (2 * top_k + 1));
+    PENG_RETURN_IF_ERROR(dev_->CopyToHost(top_host_.data(), top_, top_host_.size() * 4));
+    TopLogits& t = *batch.top;
+    t.k = top_k;
+    t.val.resize(R * top_k);
+    std::memcpy(t.val.data(), top_host_.data(), R * top_k * 4);
+    t.idx.assign(top_host_.begin() + R * top_k, top_host_.begin() + 2 * R * top_k);
+    t.first_bad.assign(top_host_.begin() + 2 * R * top_k, top_host_.end());
+  }
+  // The whole rows, in runs of consecutive ones: through the device's own host memory where it
+  // has some (page-locked: a batch's logits are tens of megabytes), then on over the threads;
+  // else straight into the caller's array.
+  const bool any_whole = std::any_of(batch.seqs.begin(), batch.seqs.end(), [&](const auto& s) {
+    return s.want_logits && (top_k == 0 || s.top_logits == 0);
+  });
+  if (!any_whole) return OkStatus();
+  if (R * V > host_logits_n_) {  // (a device without host memory is asked once per size)
+    dev_->FreeHost(host_logits_);
+    host_logits_ = static_cast<float*>(dev_->AllocHost(R * V * 4));
+    host_logits_n_ = R * V;
+  }
+  float* staged = host_logits_;
+  if (host_tp_) {  // the ranks' columns meet on rank 0's host (every row whole)
+    if (!staged) {
+      local_logits_.resize(R * V);
+      staged = local_logits_.data();
     }
-    float* staged = host_logits_;
-    if (!staged && !host_tp_) {
-      PENG_RETURN_IF_ERROR(dev_->CopyToHost(logits, logits_, n * 4));
+    PENG_RETURN_IF_ERROR(dev_->CopyToHost(staged, logits_, R * V * 4));
+    vocab_.GatherLogits(staged, R, logits);
+    return OkStatus();
+  }
+  int64_t row = 0, run = 0;  // [run, row): whole rows not yet copied
+  auto flush = [&]() -> Status {
+    const int64_t b0 = run * V, n = (row - run) * V;
+    run = row;
+    if (n == 0) return OkStatus();
+    if (!staged) return dev_->CopyToHost(logits + b0, logits_ + b0, n * 4);
+    PENG_RETURN_IF_ERROR(dev_->CopyToHost(staged + b0, logits_ + b0, n * 4));
+    auto copy = [&](int64_t b, int64_t e) {
+      std::memcpy(logits + b0 + b, staged + b0 + b, (e - b) * sizeof(float));
+    };
+    host_pool_ ? host_pool_->ParallelFor(n, copy) : copy(0, n);
+    return OkStatus();
+  };
+  for (const SeqBatchEntry& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    if (top_k > 0 && s.top_logits > 0) {
+      PENG_RETURN_IF_ERROR(flush());
+      run = ++row;
     } else {
-      if (!staged) {
-        local_logits_.resize(n);
-        staged = local_logits_.data();
-      }
-      PENG_RETURN_IF_ERROR(dev_->CopyToHost(staged, logits_, n * 4));
-      if (host_tp_) {  // the ranks' columns meet on rank 0's host
-        vocab_.GatherLogits(staged, logit_rows_, logits);
-      } else {
-        auto copy = [&](int64_t b, int64_t e) {
-          std::memcpy(logits + b, staged + b, (e - b) * sizeof(float));
-        };
-        host_pool_ ? host_pool_->ParallelFor(n, copy) : copy(0, n);
-      }
+      row += s.all_logits ? s.n_tokens : 1;
     }
   }
-  return dev_->Synchronize();
+  return flush();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 // model, op for op, with the weights uploaded once in their stored types, the paged KV cache in
 // device memory (the same block ids and layout as on the CPU) and one host round trip per
 // step: the batch's tokens, positions, KV slots, block tables and logit rows go up in one copy,
-// the logit rows come back. It is built from the loaded host model, which keeps the host side
-// (the mapped file, the config, the tensor checks) and is the CPU reference it is tested
-// against (tests/device).
+// the logit rows come back -- or, for rows sampled from their best logits alone (greedy,
+// top-k: SeqBatchEntry::top_logits), those best logits (Device::TopLogits). It is built from
+// the loaded host model, which keeps the host side (the mapped file, the config, the tensor
+// checks) and is the CPU reference it is tested against (tests/device).
 //
 // This class holds what every graph shares (memory, the KV cache, the step's metadata, the
 // embedding lookup and the LM head); a subclass per family runs the layers:
@@ -52,6 +53,14 @@ class DeviceModel {
   Status Forward(const ForwardBatch& batch, float* logits);
   // Threads that copy the logits on from the device's host memory (null: one).
   void set_host_pool(ThreadPool* pool) { host_pool_ = pool; }
+  // The most best logits a row may ask for instead of the row (SeqBatchEntry::top_logits, into
+  // ForwardBatch::top; Device::TopLogits on the device): 0 under tensor parallelism (the
+  // vocabulary is split over the ranks).
+  int top_logits_max() const {
+    return host_tp_ || output_.rows < backend::Device::kTopLogitsMax
+               ? 0
+               : backend::Device::kTopLogitsMax;
+  }
 
  protected:
   DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}
@@ -111,6 +120,9 @@ class DeviceModel {
 
  private:
   Status PrepareStep(const ForwardBatch& batch);
+  // The step's results to the host: batch.top (its rows' best logits) when top_k > 0, the
+  // other rows whole into `logits`.
+  Status CopyLogits(const ForwardBatch& batch, int top_k, float* logits);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
   backend::DeviceMatrix tok_embd_, output_;
@@ -127,6 +139,10 @@ class DeviceModel {
   int block_size_ = 0;
   int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
   float* logits_ = nullptr;
+  // TopLogits' [val | idx | first_bad] of logit_capacity_ rows at k = top_logits_max(), then its
+  // scratch; and the host copy of a step's part of it.
+  int32_t* top_ = nullptr;
+  std::vector<int32_t> top_host_;
   int32_t* meta_ = nullptr;
   // This step: tokens, pos, slot, seq_of_token, table offsets, logit rows, tables -- uploaded
   // in one copy (the host side of step_ points into it).

@@ -27,6 +27,21 @@ struct SeqBatchEntry {
   int64_t n_blocks = 0;               // entries in block_table (must cover pos0 + n_tokens)
   bool all_logits = false;            // logits for every token, else only for the last one
   bool want_logits = true;            // false: no logits at all (a prefill chunk mid-prompt)
+  // > 0 (a row sampled from its best logits alone, Sampler::TopNeeded; only where the executor
+  // offers it, Executor::top_logits_max): its row's top_logits best logits may come back in
+  // ForwardBatch::top instead of the row (a device model does; the row in `logits` is then
+  // not written).
+  int32_t top_logits = 0;
+};
+
+// The best logits of a step's rows (ForwardBatch::top), by logit row: k a row, best first in
+// kernels::TopK's order, and the row's first NaN / +inf index (-1: none). Filled for the rows of
+// sequences with top_logits > 0; k is the largest of theirs.
+struct TopLogits {
+  int k = 0;
+  std::vector<float> val;          // [rows, k]
+  std::vector<int32_t> idx;        // [rows, k]
+  std::vector<int32_t> first_bad;  // [rows]
 };
 
 struct ForwardBatch {
@@ -40,6 +55,9 @@ struct ForwardBatch {
   // capture_hidden wrote on another run of the same batch -- so that each layer is compared on
   // equal inputs. The CPU models ignore it.
   const std::vector<float>* replace_hidden = nullptr;
+  // Where the rows of sequences with top_logits > 0 go instead of `logits` (device models; the
+  // CPU models write every row and ignore it).
+  TopLogits* top = nullptr;
 
   // Number of logit rows Forward() writes, in sequence order.
   int64_t NumLogitRows() const;

@@ -72,9 +72,26 @@ void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c)
   }
 }
 
+// Steps whose rows ask for their best logits (SeqBatchEntry::top_logits) on the device under
+// test: exactly kernels::TopK of the rows the same steps give whole on the same device, two
+// kernels more a decode step (Device::TopLogits), the prompt-logit rows whole.
+TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
+  const std::string data = test_util::SourceDir() + "/tests/data/";
+  for (const std::string path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+    SCOPED_TRACE(path);
+    const device_test::Run whole = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
+    const device_test::Run top =
+        device_test::RunSteps(path, DeviceUnderTest(), DType::kF32, nullptr, false, 64);
+    ASSERT_GT(whole.logits.size(), 3u);
+    device_test::ExpectTopOfWholeRows(whole, top, whole.logits[1].size() / 2);
+    if (whole.kernels[2] > 0) EXPECT_EQ(top.kernels[2], whole.kernels[2] + 2);  // (not "host")
+  }
+}
+
 // `peng bench --json`'s tg.kernels_per_step: Llm counts the kernels of its device, and a
 // BenchDecode of n tokens is n + 1 one-token steps (the first from its one-token prompt), each
-// the decode step counted above.
+// the decode step counted above and the two of TopLogits (its greedy rows come back as their
+// best logit, not whole).
 TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
   LlmOptions o;
   o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
@@ -87,7 +104,7 @@ TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
   ASSERT_TRUE((*llm)->BenchDecode(2).ok());  // (records the graph)
   const int64_t k0 = (*llm)->DeviceKernelLaunches();
   ASSERT_TRUE((*llm)->BenchDecode(5).ok());
-  EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * 28);
+  EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * (28 + 2));
 }
 
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal

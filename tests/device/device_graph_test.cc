@@ -9,6 +9,7 @@
 
 #include "backend/device.h"
 #include "device_test_util.h"
+#include "engine/engine_test_util.h"
 #include "kernels/ops.h"
 
 namespace peng {
@@ -54,6 +55,67 @@ TEST(DeviceGraph, DeepseekOnTheHostDeviceMatchesTheCpuPath) {
     EXPECT_GT(cpu.logits.size(), 0u);
   }
   kernels::SetExactActivations(false);
+}
+
+// Rows asking for their best logits (SeqBatchEntry::top_logits) get, on the host device, exactly
+// kernels::TopK of the rows the same steps give whole; the prompt-logit rows stay whole.
+TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
+  const std::string data = test_util::SourceDir() + "/tests/data/";
+  for (const std::string path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+    SCOPED_TRACE(path);
+    const device_test::Run whole = RunSteps(path, "host", DType::kF32);
+    const device_test::Run top = RunSteps(path, "host", DType::kF32, nullptr, false, 5);
+    ASSERT_GT(whole.logits.size(), 1u);
+    device_test::ExpectTopOfWholeRows(whole, top, whole.logits[1].size() / 2);
+  }
+}
+
+// The engine on the host device samples greedy and top-k rows from the best logits the device
+// returns (Executor::top_logits_max), the others from whole rows; its logits are the CPU
+// engine's bit for bit, so every request -- greedy, top-k with top-p / min-p and a seed, n = 2,
+// logprobs, penalties, min_tokens, plain temperature -- gets the CPU engine's tokens.
+TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 9; ++i) {
+    GenerateRequest r;
+    r.id = "r" + std::to_string(i);
+    for (int t = 0; t < 3 + 2 * i; ++t) r.prompt.push_back((i * 131 + t * 17) % 200 + 1);
+    SamplingParams& p = r.params;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    p.seed = 40 + i;
+    p.temperature = 0.8f;
+    switch (i) {
+      case 0: p.temperature = 0; break;
+      case 1: p.top_k = 20; break;
+      case 2: p.top_k = 40, p.top_p = 0.8f, p.min_p = 0.05f; break;
+      case 3: p.top_k = 64, p.temperature = 1.3f; break;
+      case 4: p.top_k = 10, r.n = 2; break;  // the prompt's row whole: the copies draw from it
+      case 5: p.temperature = 0, p.want_logprobs = true, p.logprobs = 3; break;
+      case 6: p.top_k = 20, p.repetition_penalty = 1.2f; break;
+      case 7: p.top_k = 5, p.min_tokens = 4; break;  // whole rows until min_tokens
+      case 8: break;  // no top-k: whole rows
+    }
+    reqs.push_back(r);
+  }
+  std::vector<std::vector<test_util::Result>> got;
+  for (const char* device : {"cpu", "host"}) {
+    EngineOptions o;
+    o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+    o.device = device;
+    o.threads = 2;
+    auto e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << device << ": " << e.status().ToString();
+    got.push_back(test_util::RunBatch(e->get(), reqs));
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(reqs[i].id);
+    ASSERT_EQ(got[0][i].tokens.size(), static_cast<size_t>(reqs[i].n));
+    EXPECT_EQ(got[0][i].tokens, got[1][i].tokens);
+    EXPECT_EQ(got[0][i].tokens[0].size(), 12u);
+    EXPECT_EQ(got[1][i].error, "");
+  }
+  EXPECT_EQ(got[1][5].logprobs[0].size(), 12u);
 }
 
 TEST(DeviceGraph, ExactModeToo) {

@@ -19,6 +19,7 @@
 #include "core/test_paths.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "kernels/ops.h"
 #include "model/registry.h"
 #include "quant/quantize.h"
 
@@ -144,15 +145,19 @@ struct Run {
   std::vector<float> hidden;               // the first step's residual stream (capture)
   int64_t hidden_size = 0;                 // (hidden holds layers + 1 blocks of [T, this])
   std::vector<int64_t> kernels;            // per step: kernels the device launched
+  std::vector<TopLogits> top;              // per step, with top_logits (RunSteps)
 };
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
 // LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
 // its KV cache in device memory) -- fed MakeSteps' batches and block copies.
 // replace: the first step's residual stream entering each layer is replaced with these values
-// (ForwardBatch::replace_hidden; the device graph only).
+// (ForwardBatch::replace_hidden; the device graph only). top_logits > 0: every row of a
+// sequence without all_logits asks for its best top_logits instead (SeqBatchEntry::top_logits;
+// the device graph only), into Run::top.
 inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype,
-                    const std::vector<float>* replace = nullptr, bool with_chunk = false) {
+                    const std::vector<float>* replace = nullptr, bool with_chunk = false,
+                    int top_logits = 0) {
   Run r;
   StatusOr<std::unique_ptr<Model>> model = LoadModel(path);
   EXPECT_TRUE(model.ok()) << path << ": " << model.status().ToString();
@@ -169,6 +174,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
   EXPECT_TRUE(ex.ok()) << device << ": " << ex.status().ToString();
   if (!ex.ok()) return r;
   Steps s = MakeSteps(vocab, with_chunk);
+  r.top.resize(s.batches.size());
   for (size_t i = 0; i < s.batches.size(); ++i) {
     std::vector<BlockCopy> copies;
     if (s.copies_before[i].first >= 0)
@@ -178,6 +184,10 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
       b.capture_hidden = &r.hidden;
       b.replace_hidden = replace;
     }
+    if (top_logits > 0) {
+      b.top = &r.top[i];
+      for (SeqBatchEntry& e : b.seqs) e.top_logits = e.all_logits ? 0 : top_logits;
+    }
     std::vector<float> logits(b.NumLogitRows() * vocab);
     const int64_t k0 = (*ex)->DeviceKernelLaunches();
     const Status st = (*ex)->Execute(b, copies, logits.data());
@@ -186,6 +196,37 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
     r.kernels.push_back((*ex)->DeviceKernelLaunches() - k0);
   }
   return r;
+}
+
+// A RunSteps with top_logits (top) against one without (whole) on the same device: each asked
+// row's best equal kernels::TopK of the whole row, the first NaN / +inf none, and the rows of
+// prompt logits (all_logits) equal whole.
+inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab) {
+  const Steps s = MakeSteps(vocab, whole.logits.size() > 5);
+  ASSERT_EQ(top.logits.size(), whole.logits.size());
+  for (size_t i = 0; i < whole.logits.size(); ++i) {
+    const TopLogits& t = top.top[i];
+    int64_t row = 0;
+    for (const SeqBatchEntry& e : s.batches[i].seqs) {
+      const int64_t rows = e.all_logits ? e.n_tokens : 1;
+      const float* w = whole.logits[i].data() + row * vocab;
+      if (e.all_logits) {
+        EXPECT_TRUE(std::equal(w, w + rows * vocab, top.logits[i].data() + row * vocab))
+            << "step " << i << ": the prompt logits";
+      } else {
+        ASSERT_GT(t.k, 0);
+        std::vector<float> val(t.k);
+        std::vector<int32_t> idx(t.k);
+        kernels::TopK(w, vocab, t.k, val.data(), idx.data());
+        EXPECT_EQ(std::vector<int32_t>(t.idx.begin() + row * t.k, t.idx.begin() + (row + 1) * t.k),
+                  idx)
+            << "step " << i << " row " << row;
+        EXPECT_TRUE(std::equal(val.begin(), val.end(), t.val.begin() + row * t.k));
+        EXPECT_EQ(t.first_bad[row], -1);
+      }
+      row += rows;
+    }
+  }
 }
 
 inline std::unique_ptr<Model> Load(const std::string& path) {
