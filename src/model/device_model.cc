@@ -198,9 +198,10 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   const ModelConfig& c = host_.config();
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = c.hidden_size;
-  if (T == 0) return OkStatus();
   if (kv_.empty()) return Internal("the device KV cache is not allocated");
+  if (T == 0) return IdleStep();
   PENG_RETURN_IF_ERROR(PrepareStep(batch));
+  PENG_RETURN_IF_ERROR(BeginLayers(T));
   std::vector<float>* cap = batch.capture_hidden;
   // A small step (decode) without collectives or captures is recorded once per shape and then
   // replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
@@ -221,8 +222,8 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                              std::to_string(top_logits_max()) + ", no prompt logits)");
     top_k = std::max(top_k, s.top_logits);
   }
-  const bool graph =
-      dev_->SupportsGraphs() && !comm_ && !cap && !replace && T <= kGraphMaxTokens;
+  const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
+                     !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
                        static_cast<uint64_t>(top_k) << 48;

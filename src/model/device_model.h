@@ -16,10 +16,10 @@
 // device graph sums the row-parallel outputs and the vocabulary-parallel embedding with the
 // device's collectives (Device::CreateCommunicator over the host group: NCCL on CUDA) and
 // gathers the logit columns on the host of rank 0. Data parallelism needs nothing here (each
-// replica's executor is a device executor). INT8 folders run in their scheme (W8A16, or W8A8:
-// DeviceMatrix::int8_activations). Not yet on a device: expert parallelism across replicas
-// and DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32
-// kv_b).
+// replica's executor is a device executor; DeepSeek's expert parallelism across them
+// exchanges the MoE layers' tokens with the device's collectives too). INT8 folders run in
+// their scheme (W8A16, or W8A8: DeviceMatrix::int8_activations). Not yet on a device:
+// DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32 kv_b).
 #pragma once
 
 #include <cstdint>
@@ -70,6 +70,12 @@ class DeviceModel {
   virtual Status EnsureLayerScratch(int64_t T) = 0;
   // One layer over step_: x_ in, x_ out.
   virtual void RunLayer(int il) = 0;
+  // Before the layers of a step of T > 0 tokens: what may fail (the subclass; e.g. the step's
+  // exchange of token counts and its scratch for expert parallelism across replicas).
+  virtual Status BeginLayers(int64_t T) { return OkStatus(); }
+  // A step without tokens (a data-parallel replica with nothing scheduled whose host model
+  // steps with all replicas, Model::StepsWithAllReplicas): the layers' collectives alone.
+  virtual Status IdleStep() { return OkStatus(); }
 
   // The shared weights, then the layers'. `tp`: the host model's tensor-parallel group (null
   // alone): the device collectives are set up over it and the vocabulary split as the host's.
@@ -110,6 +116,7 @@ class DeviceModel {
   // host group itself when that works on the device's memory (the host device).
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> own_comm_;
+  bool layer_collectives_ = false;  // the layers call collectives of their own: no recording
   std::vector<void*> allocs_;  // everything this model allocated on the device
   int64_t weight_bytes_ = 0;
 

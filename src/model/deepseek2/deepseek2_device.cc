@@ -6,7 +6,10 @@
 // slices, each expert's intermediate slice or -- expert parallel -- its whole experts, the
 // latent cache replicated) and the graph sums o, the dense FFN and each MoE layer's routed +
 // shared output with the device's collectives, as the CPU model does; another rank's expert
-// contributes zeros here. Expert parallelism across data-parallel replicas is not on devices.
+// contributes zeros here. Expert parallelism across data-parallel replicas: each MoE layer
+// gathers every replica's tokens with the device's collectives, runs this rank's experts on
+// them and reduce-scatters the sums back (the CPU model's all-gather exchange); such steps are
+// not recorded as graphs, and a replica without tokens runs the exchanges alone (IdleStep).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -24,13 +27,16 @@ class DeviceDeepseekModel : public DeviceModel {
   DeviceDeepseekModel(const DeepseekV2Model& m, backend::Device* d) : DeviceModel(m, d), m_(m) {}
 
   Status Init() {
-    if (m_.ep_)
-      return Unimplemented("expert parallelism across data-parallel replicas on " +
-                           dev_->Name() + " is not implemented");
     if (m_.cfg_.n_routed_experts > kernels::kMaxRoutedExperts)
       return Unimplemented(std::to_string(m_.cfg_.n_routed_experts) + " routed experts on " +
                            dev_->Name() + " (at most 512)");
-    return Upload(m_.tok_embd_, m_.output_, m_.output_norm_, m_.tp_);
+    PENG_RETURN_IF_ERROR(Upload(m_.tok_embd_, m_.output_, m_.output_norm_, m_.tp_));
+    if (m_.ep_) {  // (after the tensor-parallel group's: every rank sets them up in this order)
+      PENG_ASSIGN_OR_RETURN(ep_own_, dev_->CreateCommunicator(m_.ep_));
+      ep_comm_ = ep_own_ ? ep_own_.get() : m_.ep_;
+      layer_collectives_ = true;
+    }
+    return OkStatus();
   }
 
  private:
@@ -137,6 +143,59 @@ class DeviceDeepseekModel : public DeviceModel {
     return Scratch(T * k, &ids_);
   }
 
+  // Expert parallelism across the data-parallel replicas (the CPU model's exchange by
+  // all-gather, DeepseekV2Model::ExchangeAllGather): every replica's token count, once a step
+  // over the host group, and the scratch of the exchange for n_rep x the largest count.
+  Status BeginLayers(int64_t T) override {
+    if (!m_.ep_) return OkStatus();
+    const DeepseekV2Config& c = m_.cfg_;
+    const int n_rep = m_.ep_->size();
+    std::vector<int64_t> counts(n_rep);
+    m_.ep_->AllGather(&T, sizeof T, counts.data());
+    ep_max_t_ = *std::max_element(counts.begin(), counts.end());
+    const int64_t N = n_rep * ep_max_t_;
+    if (N <= ep_capacity_) return OkStatus();
+    const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
+    for (auto [n, p] : {std::pair{D, &ep_send_}, {D, &ep_in_}, {D, &ep_out_},
+                        {int64_t{c.n_routed_experts}, &ep_logits_}, {k, &ep_w_},
+                        {k * c.moe_intermediate_size, &ep_gate_},
+                        {k * c.moe_intermediate_size, &ep_up_}, {k * D, &ep_ys_}})
+      PENG_RETURN_IF_ERROR(Scratch(N * n, p));
+    PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_ids_));
+    ep_capacity_ = N;
+    return OkStatus();
+  }
+  Status IdleStep() override {
+    if (!m_.ep_) return OkStatus();
+    PENG_RETURN_IF_ERROR(BeginLayers(0));
+    for (const Layer& L : layers_)
+      if (L.moe) RoutedAcrossReplicas(L, 0);
+    return dev_->Synchronize();
+  }
+  // The routed experts of this rank for every replica's tokens: this replica's T normalized
+  // rows (h_) padded to the largest count and gathered from every replica, routed and run here,
+  // the weighted sums reduce-scattered back: this replica's rows into ep_send_[T, D] (the sums
+  // over the replicas' ranks at this tensor-parallel index). No replica has tokens: nothing.
+  void RoutedAcrossReplicas(const Layer& L, int64_t T) {
+    if (ep_max_t_ == 0) return;  // (every replica idle: nobody calls a collective)
+    const DeepseekV2Config& c = m_.cfg_;
+    const int64_t D = c.base.hidden_size, N = m_.ep_->size() * ep_max_t_;
+    const int k = static_cast<int>(c.num_experts_per_tok);
+    backend::Device& d = *dev_;
+    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
+    d.Fill(ep_send_, 0, ep_max_t_ * row_bytes);  // (the padding rows route, to no effect)
+    if (T > 0) d.CopyOnDevice(ep_send_, h_, T * row_bytes);
+    ep_comm_->AllGather(ep_send_, ep_max_t_ * row_bytes, ep_in_);
+    d.MatMuls(ep_in_, N, {{&L.router, ep_logits_}});
+    d.MoeRoute(ep_logits_, L.router_bias, N, c.Routing(), ep_ids_, ep_w_);
+    d.ExpertsMatMuls(ep_in_, N, ep_ids_, k, false, {{&L.exp_gate, ep_gate_}, {&L.exp_up, ep_up_}});
+    d.GatedExpertsMatMul(backend::GatedActivation::kSilu, ep_gate_, ep_up_, ep_gate_, N, k,
+                         c.moe_intermediate_size, L.exp_down, ep_ids_, ep_ys_);
+    d.Fill(ep_out_, 0, N * row_bytes);
+    d.SlotSum(ep_ys_, ep_w_, N, k, D, ep_out_);
+    ep_comm_->ReduceScatterSum(ep_out_, ep_send_, ep_max_t_ * D);
+  }
+
   // The dense FFN: h_ = RmsNorm(x_), gate / up / SiLU over its T rows, then the down
   // projection with its output and epilogue.
   void Mlp(const DeviceMatrix& gate, const DeviceMatrix& up, const backend::Device::MatMulOut& down,
@@ -188,6 +247,21 @@ class DeviceDeepseekModel : public DeviceModel {
       });
       return;
     }
+    if (m_.ep_) {  // routed across the replicas; plus the shared experts, over tensor ranks
+      if (L.shared) {
+        d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D,
+                      {{&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}});
+      } else {
+        d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
+      }
+      RoutedAcrossReplicas(L, T);
+      if (L.shared)
+        d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
+                       L.sh_gate.rows, {{&L.sh_down, ep_send_, nullptr, true}});
+      if (comm_) comm_->AllReduceSum(ep_send_, T * D);
+      d.Add(x_, ep_send_, T * D);
+      return;
+    }
     const int k = static_cast<int>(c.num_experts_per_tok);
     const int64_t I = c.moe_intermediate_size;
     // The normalized input into the router and the shared experts' gate and up (one
@@ -234,6 +308,14 @@ class DeviceDeepseekModel : public DeviceModel {
   float *sh_gate_ = nullptr, *sh_up_ = nullptr;  // the shared experts' gate / up
   float *router_logits_ = nullptr, *w_ = nullptr;
   int32_t* ids_ = nullptr;
+  // Expert parallelism across replicas: the exchange's communicator on the device and its
+  // scratch, for ep_capacity_ rows (n_rep x the step's largest token count, ep_max_t_).
+  Communicator* ep_comm_ = nullptr;
+  std::unique_ptr<Communicator> ep_own_;
+  int64_t ep_max_t_ = 0, ep_capacity_ = 0;
+  float *ep_send_ = nullptr, *ep_in_ = nullptr, *ep_out_ = nullptr, *ep_logits_ = nullptr;
+  float *ep_w_ = nullptr, *ep_gate_ = nullptr, *ep_up_ = nullptr, *ep_ys_ = nullptr;
+  int32_t* ep_ids_ = nullptr;
 };
 
 StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDeepseek(const DeepseekV2Model& model,
