@@ -112,12 +112,18 @@ int32_t Sampler::Sample(float* logits, int64_t vocab, const TokenHistory& histor
 }
 
 int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
+  const int64_t k = (params_.top_k > 0 && params_.top_k < vocab) ? params_.top_k : 0;
+  if (k > 0 && k <= kScanTopK) {  // one pass for the sorted top-k (the same list as below)
+    top_val_.resize(k);
+    top_idx_.resize(k);
+    kernels::TopK(logits, vocab, static_cast<int>(k), top_val_.data(), top_idx_.data());
+    return DrawFromTop(top_val_.data(), top_idx_.data(), static_cast<int>(k));
+  }
   const float m = MaxLogit(logits, vocab);
   if (!(m > kNegInf)) return Argmax(logits, vocab);  // everything masked (or NaN)
   if (std::isinf(m)) return Argmax(logits, vocab);   // +inf: that token is certain
   const float inv_t = 1.0f / params_.temperature;
   const float log_min_p = params_.min_p > 0.0f ? std::log(params_.min_p) : kNegInf;
-  const int64_t k = (params_.top_k > 0 && params_.top_k < vocab) ? params_.top_k : 0;
   auto scaled = [&](float l) { return (l - m) * inv_t; };
 
   // Fast path: plain temperature sampling over the whole vocabulary, in id order.
@@ -175,9 +181,14 @@ int Sampler::TopNeeded(const SamplingParams& p) {
 int32_t Sampler::SampleTop(const float* val, const int32_t* id, int n) {
   const int k = TopNeeded(params_);
   PENG_CHECK_MSG(k > 0 && k <= n, "SampleTop: the params need more of the row");
+  return k == 1 ? id[0] : DrawFromTop(val, id, k);
+}
+
+// A row's k best (val / id, best first; no NaN): the top-k draw, or Argmax's answer.
+int32_t Sampler::DrawFromTop(const float* val, const int32_t* id, int k) {
   const float m = val[0];
-  // Greedy; or everything masked, or a +inf logit: Sample()'s Argmax, the first of the list.
-  if (k == 1 || !(m > kNegInf) || std::isinf(m)) return id[0];
+  // Everything masked, or a +inf logit: Sample()'s Argmax, the first of the list.
+  if (!(m > kNegInf) || std::isinf(m)) return id[0];
   cand_.clear();
   for (int i = 0; i < k; ++i) cand_.push_back({val[i], id[i]});
   return DrawTopK(m);

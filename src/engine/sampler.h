@@ -114,6 +114,7 @@ class Sampler {
   };
 
   int32_t SampleRandom(const float* logits, int64_t vocab);
+  int32_t DrawFromTop(const float* val, const int32_t* id, int k);
   // Top-p and min-p over cand_ (the top-k set, best first), then Draw(); m: the row's max.
   int32_t DrawTopK(float m);
   // Draws from cand_ (not empty) with weights exp((logit - m) / temperature), in its order.
@@ -122,11 +123,17 @@ class Sampler {
   void ApplyTopP(float max_logit, float inv_t, double denom);
   double NextUniform();  // [0, 1)
 
+  // Top-k up to here takes kernels::TopK's one pass over the row (a value that enters the list
+  // moves up to k entries); a larger k, nth_element over the row and a sort of the k.
+  static constexpr int64_t kScanTopK = 64;
+
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::vector<Candidate> cand_;  // scratch, reused across calls
   std::vector<float> saved_;     // scratch: raw logits of history tokens, for raw_logprob
+  std::vector<float> top_val_;   // scratch: kernels::TopK's list
+  std::vector<int32_t> top_idx_;
 };
 
 }  // namespace peng

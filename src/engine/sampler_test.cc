@@ -185,7 +185,7 @@ TEST(SamplerTest, TokenHistoryCounts) {
 // more than the list: greedy, top-k with and without top-p, min-p and temperature.
 TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
   const int64_t vocab = 5000;
-  const int kList = 64;
+  const int kList = 128;
   std::mt19937 gen(7);
   std::normal_distribution<float> nd(0.f, 2.f);
   int compared = 0;
@@ -196,7 +196,7 @@ TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
     std::vector<int32_t> id(kList);
     kernels::TopK(row.data(), vocab, kList, val.data(), id.data());
     for (float temp : {0.f, 0.7f, 1.f, 1.5f})
-      for (int top_k : {0, 1, 2, 20, 64})
+      for (int top_k : {0, 1, 2, 20, 64, 100})  // (past 64 the sampler takes nth_element)
         for (float top_p : {1.f, 0.9f, 0.3f})
           for (float min_p : {0.f, 0.05f}) {
             SamplingParams p;
@@ -223,7 +223,7 @@ TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
             }
           }
   }
-  EXPECT_EQ(compared, 4 * (3 * 4 * 3 * 2 + 1 * 5 * 3 * 2) * 30);
+  EXPECT_EQ(compared, 4 * (3 * 5 * 3 * 2 + 1 * 6 * 3 * 2) * 30);
   SamplingParams pen;
   pen.repetition_penalty = 1.1f;
   EXPECT_EQ(Sampler::TopNeeded(pen), 0);  // penalties read the history's logits

@@ -53,6 +53,8 @@ int64_t ArgMax(const float* x, int64_t n) { PENG_DISPATCH_(ArgMax, x, n); }
 
 int64_t FindNanOrPosInf(const float* x, int64_t n) { PENG_DISPATCH_(FindNanOrPosInf, x, n); }
 
+int64_t FindAbove(const float* x, int64_t n, float w) { PENG_DISPATCH_(FindAbove, x, n, w); }
+
 #undef PENG_DISPATCH_
 #undef PENG_SIMD_CASES_
 
@@ -62,6 +64,10 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
   const auto above = [](float v, float w) { return !std::isnan(v) && (std::isnan(w) || v > w); };
   int m = 0;  // entries held
   for (int64_t i = 0; i < n; ++i) {
+    if (m == k && !std::isnan(val[k - 1])) {  // only a larger value enters: skip to the next
+      i += FindAbove(x + i, n - i, val[k - 1]);
+      if (i == n) break;
+    }
     const float v = x[i];
     if (m == k && !above(v, val[k - 1])) continue;
     int at = m < k ? m++ : k - 1;  // the slot it takes, before moving up

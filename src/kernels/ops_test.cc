@@ -126,14 +126,18 @@ TEST(ElementwiseIsa, LogitScansGiveExactIndices) {
       SCOPED_TRACE(n);
       std::vector<float> x = Random(n, -10.f, 10.f, 5 + n);
       EXPECT_EQ(FindNanOrPosInf(x.data(), n), -1);
+      EXPECT_EQ(FindAbove(x.data(), n, 10.f), n);
       const int64_t at = n / 2, tie = n - 1;
       x[at] = 11.f;
       x[tie] = 11.f;
       EXPECT_EQ(ArgMax(x.data(), n), std::min(at, tie));
+      EXPECT_EQ(FindAbove(x.data(), n, 10.f), std::min(at, tie));
+      EXPECT_EQ(FindAbove(x.data(), n, 11.f), n);  // (strictly above)
       x[tie] = -inf;  // -inf is an ordinary (small) value
       EXPECT_EQ(FindNanOrPosInf(x.data(), n), -1);
       x[0] = nan;  // skipped by ArgMax, found by the scan
       EXPECT_EQ(ArgMax(x.data(), n), n == 1 ? 0 : at);
+      EXPECT_EQ(FindAbove(x.data(), n, 10.f), n == 1 ? 1 : at);  // (NaN is above nothing)
       EXPECT_EQ(FindNanOrPosInf(x.data(), n), 0);
       x[0] = 1.f;
       x[tie] = inf;

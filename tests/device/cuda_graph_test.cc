@@ -77,14 +77,16 @@ void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c)
 // kernels more a decode step (Device::TopLogits), the prompt-logit rows whole.
 TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
   const std::string data = test_util::SourceDir() + "/tests/data/";
-  for (const std::string path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+  for (const std::string& path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
     SCOPED_TRACE(path);
     const device_test::Run whole = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
     const device_test::Run top =
         device_test::RunSteps(path, DeviceUnderTest(), DType::kF32, nullptr, false, 64);
     ASSERT_GT(whole.logits.size(), 3u);
     device_test::ExpectTopOfWholeRows(whole, top, whole.logits[1].size() / 2);
-    if (whole.kernels[2] > 0) EXPECT_EQ(top.kernels[2], whole.kernels[2] + 2);  // (not "host")
+    if (whole.kernels[2] > 0) {  // (not on "host")
+      EXPECT_EQ(top.kernels[2], whole.kernels[2] + 2);
+    }
   }
 }
 

@@ -61,7 +61,7 @@ TEST(DeviceGraph, DeepseekOnTheHostDeviceMatchesTheCpuPath) {
 // kernels::TopK of the rows the same steps give whole; the prompt-logit rows stay whole.
 TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
   const std::string data = test_util::SourceDir() + "/tests/data/";
-  for (const std::string path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+  for (const std::string& path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
     SCOPED_TRACE(path);
     const device_test::Run whole = RunSteps(path, "host", DType::kF32);
     const device_test::Run top = RunSteps(path, "host", DType::kF32, nullptr, false, 5);

@@ -348,6 +348,18 @@ int64_t FindNanOrPosInf(const float* x, int64_t n) {
   return -1;
 }
 
+int64_t FindAbove(const float* x, int64_t n, float w) {
+  const __m256 b = _mm256_set1_ps(w);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    const int gt = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_GT_OQ));
+    if (gt) return i + __builtin_ctz(gt);
+  }
+  for (; i < n; ++i)
+    if (x[i] > w) return i;
+  return n;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) {

@@ -302,6 +302,16 @@ int64_t FindNanOrPosInf(const float* x, int64_t n) {
   return -1;
 }
 
+int64_t FindAbove(const float* x, int64_t n, float w) {
+  const __m512 b = _mm512_set1_ps(w);
+  for (int64_t i = 0; i < n; i += kW) {
+    const __mmask16 m = TailMask(n - i);
+    const __mmask16 gt = _mm512_mask_cmp_ps_mask(m, _mm512_maskz_loadu_ps(m, x + i), b, _CMP_GT_OQ);
+    if (gt) return i + __builtin_ctz(gt);
+  }
+  return n;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) {
     const __mmask16 m = TailMask(n - i);

@@ -330,6 +330,17 @@ int64_t FindNanOrPosInf(const float* x, int64_t n) {
   return -1;
 }
 
+int64_t FindAbove(const float* x, int64_t n, float w) {
+  const float32x4_t b = vdupq_n_f32(w);
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {  // (no lane above: skip the four)
+    if (vmaxvq_u32(vcgtq_f32(vld1q_f32(x + i), b)) != 0) break;
+  }
+  for (; i < n; ++i)
+    if (x[i] > w) return i;
+  return n;
+}
+
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));

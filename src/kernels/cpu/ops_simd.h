@@ -36,7 +36,8 @@ namespace peng::kernels {
   void AccumTile16(const float* p, const float* v, int64_t v_stride, int64_t n, int64_t dim,    \
                    const float* corr, float* acc);                                              \
   int64_t ArgMax(const float* x, int64_t n);                                                    \
-  int64_t FindNanOrPosInf(const float* x, int64_t n);
+  int64_t FindNanOrPosInf(const float* x, int64_t n);                                           \
+  int64_t FindAbove(const float* x, int64_t n, float w);
 
 #if defined(__x86_64__)
 namespace avx2 {

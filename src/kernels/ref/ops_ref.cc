@@ -76,6 +76,12 @@ int64_t FindNanOrPosInf(const float* x, int64_t n) {
   return -1;
 }
 
+int64_t FindAbove(const float* x, int64_t n, float w) {
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > w) return i;
+  return n;
+}
+
 // Angles follow HF: theta_i = float32(float32(pos) * inv_freq[i]); cos and sin of that float32
 // angle are evaluated in double and rounded to float32 (a correctly rounded float32 cos/sin),
 // then multiplied by attention_factor in float32. The rotation itself is in float32.

@@ -24,6 +24,7 @@ void AddInPlace(float* y, const float* x, int64_t n);
 void ScaleInPlace(float* y, float s, int64_t n);
 int64_t ArgMax(const float* x, int64_t n);
 int64_t FindNanOrPosInf(const float* x, int64_t n);
+int64_t FindAbove(const float* x, int64_t n, float w);
 void ApplyRope(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeConfig& cfg,
                const float* inv_freq);
 void RopeCosSin(int64_t pos, const RopeConfig& cfg, const float* inv_freq, float* cs);
