@@ -25,10 +25,12 @@
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
 #        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
-#        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch, and its
+#        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch, and with
+#        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
 #        INT8 W8A8 form (peng quantize); each line with the kernels a decode step launches and
 #        what they cost at the kernel floor (an empty kernel's time in a recorded step)
-#     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients
+#     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
+#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
 #        Qwen2.5 and V2-Lite, summed by kernel and grid (PROFILE="qwen deepseek",
@@ -117,13 +119,13 @@ bench_json() {  # model out.json args...: peng bench's JSON document into out.js
   "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
 }
 
-serve_bench() {  # model port
+serve_bench() {  # model port name
   "$BUNDLE/bin/peng" serve "$1" --device cuda --host 127.0.0.1 --port "$2" --max-num-seqs 64 \
-    > "$RES/serve-server.log" 2>&1 &
+    > "$RES/$3-server.log" 2>&1 &
   local pid=$!
   wait_health "http://127.0.0.1:$2" || { kill $pid; return 1; }
   "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$2" -n 256 --max-concurrency 64 \
-    --input-len 128 --output-len 128 --out "$RES/serve-64.json"
+    --input-len 128 --output-len 128 --out "$RES/$3.json"
   local rc=$?
   kill -TERM $pid
   wait $pid
@@ -283,6 +285,12 @@ run() {
     PENG_CUDA_PDL=0 step bench-no-pdl bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-pdl-qwen.json" --tg 128
     summarize_bench "$RES/no-pdl-qwen.json"
+    # What taking the greedy rows' best logit on the device is worth (Device::TopLogits): the
+    # same decode with the rows brought back whole.
+    PENG_DEVICE_TOP_LOGITS=0 step bench-whole-rows bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/whole-rows-qwen.json" --tg 128 \
+      --batch 32
+    summarize_bench "$RES/whole-rows-qwen.json"
     # INT8 W8A8 (peng quantize of the same random file: the integer GEMV over INT8 rows).
     step quantize-w8a8 "$BUNDLE/bin/peng" quantize "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
       "$mdir/qwen2.5-w8a8" --scheme w8a8
@@ -290,8 +298,13 @@ run() {
     summarize_bench "$RES/w8a8-qwen.json"
   fi
   if want serve; then
-    step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300
+    step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300 serve-64
     head -n 25 "$RES/serve-64.log"
+    # The same with every logit row brought back whole (the greedy rows' best logit not taken
+    # on the device): what Device::TopLogits is worth to serving.
+    PENG_DEVICE_TOP_LOGITS=0 step serve-64-whole-rows serve_bench \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18301 serve-64-whole-rows
+    head -n 25 "$RES/serve-64-whole-rows.log"
   fi
   if want e2e; then
     if [[ -d $BUNDLE/whl ]]; then

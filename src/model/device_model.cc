@@ -1,6 +1,7 @@
 #include "model/device_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -78,6 +79,16 @@ Status DeviceModel::Upload(const Linear& tok_embd, const Linear& output,
   PENG_ASSIGN_OR_RETURN(output_norm_, Floats(output_norm, host_.config().hidden_size));
   PENG_RETURN_IF_ERROR(UploadLayers());
   return dev_->Synchronize();
+}
+
+int DeviceModel::top_logits_max() const {
+  static const bool on = [] {
+    const char* e = std::getenv("PENG_DEVICE_TOP_LOGITS");
+    return !(e && std::string(e) == "0");
+  }();
+  return !on || host_tp_ || output_.rows < backend::Device::kTopLogitsMax
+             ? 0
+             : backend::Device::kTopLogitsMax;
 }
 
 Status DeviceModel::AllocateKvCache(int64_t num_blocks, int block_size, DType dtype) {

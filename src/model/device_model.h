@@ -55,12 +55,9 @@ class DeviceModel {
   void set_host_pool(ThreadPool* pool) { host_pool_ = pool; }
   // The most best logits a row may ask for instead of the row (SeqBatchEntry::top_logits, into
   // ForwardBatch::top; Device::TopLogits on the device): 0 under tensor parallelism (the
-  // vocabulary is split over the ranks).
-  int top_logits_max() const {
-    return host_tp_ || output_.rows < backend::Device::kTopLogitsMax
-               ? 0
-               : backend::Device::kTopLogitsMax;
-  }
+  // vocabulary is split over the ranks) and with PENG_DEVICE_TOP_LOGITS=0 (whole rows, the
+  // comparison of docs/devices.md).
+  int top_logits_max() const;
 
  protected:
   DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}
