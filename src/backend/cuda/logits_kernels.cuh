@@ -39,6 +39,7 @@ __device__ __forceinline__ int32_t TopKeyIndex(uint64_t key) {
 // A block's shared state during a selection.
 struct TopSelect {
   uint32_t hist[256];
+  uint64_t warp_best[kTopThreads / kWarp];  // (k = 1)
   uint64_t prefix;  // the top bits the selection's last keys share, found so far
   uint32_t need;    // keys with that prefix still to select
   bool done;        // every key with the prefix is selected
@@ -47,11 +48,29 @@ struct TopSelect {
 
 // The k largest of the n distinct keys key(i) (k <= n) into out[0, k), unordered, by radix
 // select from the top byte down: each pass counts the keys that share the prefix found so far
-// by their next byte; it ends where a byte's keys are exactly the ones still needed. Every
-// thread of the block calls it (blockDim.x >= 32); out is complete when it returns.
+// by their next byte; it ends where a byte's keys are exactly the ones still needed (k = 1:
+// the maximum). Every thread of the block calls it (blockDim.x a multiple of 32, at most
+// kTopThreads); out is complete when it returns.
 template <typename KeyOf>
 __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) {
   const int tid = threadIdx.x;
+  if (k == 1) {  // (greedy) the largest key: a block-wide maximum, one pass
+    uint64_t best = 0;
+    for (int i = tid; i < n; i += blockDim.x) best = best > key(i) ? best : key(i);
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+      best = best > other ? best : other;
+    }
+    if (tid % kWarp == 0) s.warp_best[tid / kWarp] = best;
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x) / kWarp; ++w)
+        best = best > s.warp_best[w] ? best : s.warp_best[w];
+      out[0] = best;
+    }
+    __syncthreads();
+    return;
+  }
   uint64_t prefix = 0, mask = 0;
   uint32_t need = static_cast<uint32_t>(k);
   for (int shift = 56;; shift -= 8) {
