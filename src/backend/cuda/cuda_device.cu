@@ -689,7 +689,11 @@ class CudaDevice final : public Device {
     const int64_t chunks = Blocks(n, kTopChunk);
     auto* keys = static_cast<uint64_t*>(scratch);
     auto* bad = reinterpret_cast<int32_t*>(keys + R * chunks * k);
-    Launch(TopChunksKernel, dim3(chunks, R), kTopThreads, launch_, x, n, k, keys, bad);
+    for (int64_t r0 = 0; r0 < R; r0 += kMaxGridY) {  // (rows as gridDim.y)
+      const int64_t r = std::min(R - r0, kMaxGridY);
+      Launch(TopChunksKernel, dim3(chunks, r), kTopThreads, launch_, x + r0 * n, n, k,
+             keys + r0 * chunks * k, bad + r0 * chunks);
+    }
     Launch(TopMergeKernel, R, kTopThreads, launch_, x, n, static_cast<int>(chunks), k, keys, bad,
            val, idx, first_bad);
     Note(cudaGetLastError());
