@@ -54,11 +54,11 @@ class Executor {
     if (work.size() != 1) return Internal("one replica expected");
     return Execute(*work[0].batch, work[0].copies, work[0].logits);
   }
-  // This process's part: its model (shard), its thread pool (probes, diagnostics).
   // The most best logits a row may ask for instead of the whole row (SeqBatchEntry::top_logits:
   // a device returns them from its logits, DeviceModel::top_logits_max); 0: whole rows only
   // (the CPU, where the row is at hand anyway, and the multi-process executors).
   virtual int top_logits_max() const { return 0; }
+  // This process's part: its model (shard), its thread pool (probes, diagnostics).
   // Kernels the executor's device has launched (backend::Device::KernelLaunches); 0 on the
   // CPU.
   virtual int64_t DeviceKernelLaunches() const { return 0; }
