@@ -2,8 +2,9 @@
 // default): what the engine thread does after a device step when the rows come back whole --
 // copy them on from the staging memory, scan each for NaN / +inf, sample (greedy; top-k 40 at
 // temperature 0.8) -- against what it does when the device returns each row's best logits
-// (Device::TopLogits): Sampler::SampleTop on k entries. Medians of the repetitions, in us a
-// step (one thread).
+// (Device::TopLogits): Sampler::SampleTop on k entries; and plain temperature sampling, which
+// reads the whole row. Medians of the repetitions, in us a step (one thread; the engine
+// spreads a step's whole rows over its threads).
 //
 //   sampling_bench [rows] [vocab] [reps]   (defaults 64 151936 9)
 #include <algorithm>
@@ -44,11 +45,13 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.f, 3.f);
   std::vector<float> staged(R * V), rows(R * V);
   for (float& x : staged) x = nd(gen);
-  SamplingParams greedy, topk;
+  SamplingParams greedy, topk, temp;
   greedy.temperature = 0;
   topk.temperature = 0.8f;
   topk.top_k = 40;
   topk.seed = 7;
+  temp.temperature = 0.8f;  // the whole row: no device list serves it
+  temp.seed = 7;
   const int K = 40;
   std::vector<float> val(R * K);
   std::vector<int32_t> idx(R * K);
@@ -57,8 +60,10 @@ int main(int argc, char** argv) {
   int64_t sink = 0;
   std::printf("%lld rows of %lld logits, median of %d, one thread (us a step)\n",
               static_cast<long long>(R), static_cast<long long>(V), reps);
-  for (const SamplingParams* p : {&greedy, &topk}) {
-    const char* name = p == &greedy ? "greedy" : "top-k 40, temperature 0.8";
+  for (const SamplingParams* p : {&greedy, &topk, &temp}) {
+    const char* name = p == &greedy ? "greedy"
+                       : p == &topk ? "top-k 40, temperature 0.8"
+                                    : "temperature 0.8 (no top-k)";
     std::vector<Sampler> samplers(R, Sampler(*p));  // (a request's lives as long as it does)
     const double whole = MedianUs(reps, [&] {
       std::memcpy(rows.data(), staged.data(), rows.size() * sizeof(float));  // copy on
@@ -68,6 +73,10 @@ int main(int argc, char** argv) {
         sink += samplers[r].Sample(row, V, TokenHistory());
       }
     });
+    if (Sampler::TopNeeded(*p) == 0) {
+      std::printf("  %-26s whole rows %9.1f\n", name, whole);
+      continue;
+    }
     const double best = MedianUs(reps, [&] {
       for (int64_t r = 0; r < R; ++r)
         sink += samplers[r].SampleTop(val.data() + r * K, idx.data() + r * K, K);

@@ -363,6 +363,11 @@ void EngineCore::FinishStep(Replica* rp) {
   };
   ForRows(&executor_->pool(), static_cast<int64_t>(last_rows_.size()), vocab_, scan);
   step_.sample_seconds += Seconds(Clock::now() - check_begin);
+  // The rows to sample, in order: a completion without a grammar (whose masks share the
+  // grammar's cache) that does not fork chooses its token on the pool's threads (the tokens of
+  // a step's sequences depend only on their own rows and samplers); the rest, and every
+  // emission, follow in order on this thread.
+  choices_.clear();
   int64_t row = 0, sampled = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const SeqBatchEntry& e = R.batch.seqs[i];
@@ -385,18 +390,59 @@ void EngineCore::FinishStep(Replica* rp) {
       FinishCompletion(c, RequestOutput(), "length");
       continue;
     }
-    float* logits = first_row + (rows - 1) * vocab_;
-    try {
-      if (bad >= 0)
-        throw std::runtime_error("the model produced a non-finite logit (token " +
-                                 std::to_string(bad) + ")");
-      if (e.top_logits > 0) {  // (never a request that forks: TopLogitsFor)
-        const int64_t at = (row - 1) * R.top.k;
-        SampleTopAndEmit(c, R.top.val.data() + at, R.top.idx.data() + at, R.top.k);
-        continue;
+    if (bad >= 0) {
+      FailRequest(r, "the model produced a non-finite logit (token " + std::to_string(bad) + ")");
+      continue;
+    }
+    RowChoice ch;
+    ch.c = c;
+    ch.row = first_row + (rows - 1) * vocab_;
+    if (e.top_logits > 0) {  // (never a request that forks: TopLogitsFor)
+      const int64_t at = (row - 1) * R.top.k;
+      ch.top_val = R.top.val.data() + at;
+      ch.top_idx = R.top.idx.data() + at;
+      ch.top_k = R.top.k;
+    }
+    ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
+    choices_.push_back(std::move(ch));
+  }
+  const Clock::time_point choose_begin = Clock::now();
+  const auto choose = [&](int64_t a, int64_t b) {
+    std::vector<float> raw;
+    for (int64_t j = a; j < b; ++j) {
+      RowChoice& ch = choices_[j];
+      if (!ch.parallel) continue;
+      try {
+        ch.id = ch.top_k > 0 ? ch.c->sampler.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
+                             : Choose(ch.c, ch.row, &ch.lp, &raw);
+      } catch (const std::exception& e) {
+        ch.error = e.what();
       }
-      if (r->in.n > 1 && !r->forked) Fork(r, logits);
-      SampleAndEmit(c, logits);
+    }
+  };
+  const int64_t n_choices = static_cast<int64_t>(choices_.size());
+  // (rows of a device's best logits alone are not worth waking the threads for)
+  const bool spread = std::any_of(choices_.begin(), choices_.end(), [](const RowChoice& ch) {
+    return ch.parallel && ch.top_k == 0;
+  });
+  spread && n_choices > 1 ? executor_->pool().ParallelFor(n_choices, choose)
+                          : choose(0, n_choices);
+  step_.sample_seconds += Seconds(Clock::now() - choose_begin);
+  for (RowChoice& ch : choices_) {
+    Completion* c = ch.c;
+    Request* r = c->req;
+    if (c->done) continue;  // a sibling completion failed the request in this step
+    if (ch.parallel) {
+      if (!ch.error.empty()) {
+        FailRequest(r, ch.error);
+      } else {
+        EmitToken(c, ch.id, r->in.params.want_logprobs ? &ch.lp : nullptr);
+      }
+      continue;
+    }
+    try {
+      if (r->in.n > 1 && !r->forked) Fork(r, ch.row);
+      SampleAndEmit(c, ch.row);
     } catch (const std::exception& e) {
       FailRequest(r, e.what());
     }
@@ -433,9 +479,21 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
   const Clock::time_point sample_begin = Clock::now();
   const SamplingParams& p = c->req->in.params;
   TokenLogprob lp;
+  const int32_t id = Choose(c, row, &lp, &raw_row_);
+  step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
+  EmitToken(c, id, p.want_logprobs ? &lp : nullptr);
+}
+
+// The completion's next token from its whole logit row (modified: bias, mask, bans,
+// penalties), with its logprobs in *lp where asked for (raw: scratch). Touches only the
+// completion's own state (its sampler, its matcher), so completions without a grammar choose
+// side by side (FinishStep); throws what ends the request.
+int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
+                           std::vector<float>* raw) const {
+  const SamplingParams& p = c->req->in.params;
   if (p.want_logprobs) {
-    raw_row_.assign(row, row + vocab_);
-    if (p.logprobs > 0) Sampler::TopLogprobs(row, vocab_, p.logprobs, &lp.top);
+    raw->assign(row, row + vocab_);
+    if (p.logprobs > 0) Sampler::TopLogprobs(row, vocab_, p.logprobs, &lp->top);
   }
   for (const auto& [id, bias] : p.logit_bias) row[id] += bias;
   if (c->matcher) {
@@ -461,9 +519,8 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
   if (c->matcher && !c->matcher->Accept(id))
     throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
                              " was drawn); min_tokens too large for the format?");
-  step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
-  if (p.want_logprobs) lp.logprob = Sampler::LogProb(raw_row_.data(), vocab_, id);
-  EmitToken(c, id, p.want_logprobs ? &lp : nullptr);
+  if (p.want_logprobs) lp->logprob = Sampler::LogProb(raw->data(), vocab_, id);
+  return id;
 }
 
 // How many of the completion's next row's best logits its sampling reads, where that is all it
@@ -479,13 +536,6 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
     return 0;
   const int k = Sampler::TopNeeded(p);
   return k <= top_logits_max_ && k < vocab_ ? k : 0;
-}
-
-void EngineCore::SampleTopAndEmit(Completion* c, const float* val, const int32_t* idx, int n) {
-  const Clock::time_point sample_begin = Clock::now();
-  const int32_t id = c->sampler.SampleTop(val, idx, n);
-  step_.sample_seconds += Seconds(Clock::now() - sample_begin);
-  EmitToken(c, id, nullptr);
 }
 
 // The drawn token to the completion: its history, its text (stop strings held back), its

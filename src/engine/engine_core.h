@@ -99,8 +99,8 @@ class EngineCore {
   double KvFragmentation(int64_t* unfilled) const;
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
+  int32_t Choose(Completion* c, float* row, TokenLogprob* lp, std::vector<float>* raw) const;
   int TopLogitsFor(const Completion& c) const;
-  void SampleTopAndEmit(Completion* c, const float* val, const int32_t* idx, int n);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
   void Emit(Request* r, RequestOutput ev);
   void FinishCompletion(Completion* c, RequestOutput ev, const char* reason);
@@ -123,6 +123,19 @@ class EngineCore {
   std::vector<float> fork_row_, raw_row_;
   std::vector<int64_t> last_rows_, bad_logit_;  // FinishStep's sampled rows and their scans
   std::vector<bool> last_top_;                   // (a row the device returned its best of)
+  // FinishStep's rows to sample: the whole row or the device's best logits, and what was drawn.
+  struct RowChoice {
+    Completion* c = nullptr;
+    float* row = nullptr;
+    const float* top_val = nullptr;
+    const int32_t* top_idx = nullptr;
+    int top_k = 0;
+    bool parallel = false;  // chosen on the pool's threads
+    int32_t id = -1;
+    TokenLogprob lp;
+    std::string error;
+  };
+  std::vector<RowChoice> choices_;
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

@@ -105,6 +105,53 @@ TEST_P(TinyEngineTest, GreedyOutputDoesNotDependOnTheBatch) {
   ExpectAllFreed(chunked.get());
 }
 
+// Seeded random sampling (temperature, top-p, min-p, top-k past the one-pass limit, logprobs,
+// penalties, logit_bias, a request that forks) alone vs in a batch of 32: the same tokens and
+// logprobs -- a step's rows are chosen on the pool's threads, each from its own row and sampler.
+TEST(EngineTest, SeededSamplingDoesNotDependOnTheBatch) {
+  auto reqs = MixedRequests(32, 30, 256, 11);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SamplingParams& p = reqs[i].params;
+    p.temperature = 0.6f + 0.05f * static_cast<float>(i % 8);
+    p.seed = 1000 + static_cast<int64_t>(i);
+    p.top_p = i % 3 == 0 ? 0.9f : 1.f;
+    p.min_p = i % 5 == 0 ? 0.02f : 0.f;
+    p.top_k = i % 4 == 1 ? 100 : 0;
+    p.want_logprobs = i % 6 == 2;
+    p.logprobs = p.want_logprobs ? 2 : 0;
+    if (i % 7 == 3) p.presence_penalty = 0.5f;
+    if (i % 9 == 4) p.logit_bias = {{5, 2.f}};
+  }
+  reqs[5].n = 2;
+  auto alone_engine = MakeEngine({.model_path = TinyModel("llama"), .max_model_len = 256});
+  ASSERT_TRUE(alone_engine);
+  std::vector<Result> alone;
+  for (const GenerateRequest& r : reqs) alone.push_back(RunOne(alone_engine.get(), r));
+  auto batched = MakeEngine({.model_path = TinyModel("llama"), .max_model_len = 256});
+  const std::vector<Result> got = RunBatch(batched.get(), reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i].error, "");
+    ASSERT_EQ(got[i].tokens.size(), alone[i].tokens.size());
+    for (size_t j = 0; j < got[i].tokens.size(); ++j) {
+      EXPECT_EQ(got[i].tokens[j], alone[i].tokens[j]);
+      ASSERT_EQ(got[i].logprobs[j].size(), alone[i].logprobs[j].size());
+      for (size_t t = 0; t < got[i].logprobs[j].size(); ++t) {
+        // (a batch's matrix products may round the logits otherwise than one row's)
+        EXPECT_NEAR(got[i].logprobs[j][t].logprob, alone[i].logprobs[j][t].logprob, 1e-4);
+        ASSERT_EQ(got[i].logprobs[j][t].top.size(), alone[i].logprobs[j][t].top.size());
+        for (size_t u = 0; u < got[i].logprobs[j][t].top.size(); ++u) {
+          EXPECT_EQ(got[i].logprobs[j][t].top[u].first, alone[i].logprobs[j][t].top[u].first);
+          EXPECT_NEAR(got[i].logprobs[j][t].top[u].second, alone[i].logprobs[j][t].top[u].second,
+                      1e-4);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(got[2].logprobs[0].size(), got[2].tokens[0].size());
+  ExpectAllFreed(batched.get());
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, TinyEngineTest, ::testing::Values("llama", "qwen2", "gemma3"));
 
 Ids Prompt(int n, int32_t first) {
