@@ -308,7 +308,8 @@ class Device {
   // in kernels::TopK's order, into val / idx [n_rows, k], and each row's first NaN or +inf
   // index (kernels::FindNanOrPosInf; -1: none) into first_bad [n_rows]: all that sampling a
   // greedy or top-k row reads (Sampler::SampleTop), so that a step brings back k pairs a row
-  // instead of the row. scratch: TopLogitsScratchBytes(n_rows, n, k) bytes of device memory.
+  // instead of the row. scratch: TopLogitsScratchBytes(n_rows, n, k) bytes of device memory,
+  // 8-byte aligned.
   virtual void TopLogits(const float* x, int64_t n_rows, int64_t n, int k, float* val,
                          int32_t* idx, int32_t* first_bad, void* scratch) = 0;
   virtual int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const { return 0; }

@@ -127,9 +127,9 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
   if (logit_rows_ > logit_capacity_) {  // rows of logits: often far fewer than tokens
     PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * output_.rows, &logits_));
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
-      const int K = top_logits_max();
-      const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows, K);
-      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * K + 1) + (bytes + 7) / 4, &top_));
+      const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
+                                                        top_logits_max());
+      PENG_RETURN_IF_ERROR(Scratch(TopScratchOffset(logit_rows_) + (bytes + 3) / 4, &top_));
     }
     logit_capacity_ = logit_rows_;
   }
@@ -266,8 +266,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
-                        top_ + R * top_k, top_ + 2 * R * top_k,
-                        top_ + logit_capacity_ * (2 * top_logits_max() + 1));
+                        top_ + R * top_k, top_ + 2 * R * top_k, top_ + TopScratchOffset(logit_capacity_));
       }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));

@@ -686,6 +686,10 @@ class CudaDevice final : public Device {
   void TopLogits(const float* x, int64_t R, int64_t n, int k, float* val, int32_t* idx,
                  int32_t* first_bad, void* scratch) override {
     if (R == 0) return;
+    if (reinterpret_cast<uintptr_t>(scratch) % 8 != 0) {  // (the keys are 8-byte values)
+      Keep(InvalidArgument(name_ + ": TopLogits' scratch is not 8-byte aligned"));
+      return;
+    }
     const int64_t chunks = Blocks(n, kTopChunk);
     auto* keys = static_cast<uint64_t*>(scratch);
     auto* bad = reinterpret_cast<int32_t*>(keys + R * chunks * k);
