@@ -342,33 +342,16 @@ void EngineCore::FinishStep(Replica* rp) {
     ev.hidden_states = std::move(R.hidden);
     Emit(static_cast<Completion*>(out.scheduled[0].seq)->req, std::move(ev));
   }
-  // A NaN anywhere (or +inf, which the softmax cannot weigh) means a row is garbage: every
-  // sampled row is scanned first, over the threads (a batch's logits are megabytes).
-  const Clock::time_point check_begin = Clock::now();
-  last_rows_.clear();
-  last_top_.clear();
-  for (int64_t i = 0, row = 0; i < static_cast<int64_t>(out.scheduled.size()); ++i) {
-    const SeqBatchEntry& e = R.batch.seqs[i];
-    if (!e.want_logits) continue;
-    row += e.all_logits ? e.n_tokens : 1;
-    last_rows_.push_back(row - 1);
-    last_top_.push_back(e.top_logits > 0);
-  }
-  bad_logit_.resize(last_rows_.size());
-  const auto scan = [&](int64_t a, int64_t b) {
-    for (int64_t j = a; j < b; ++j)  // (the device scanned the rows it kept)
-      bad_logit_[j] =
-          last_top_[j] ? R.top.first_bad[last_rows_[j]]
-                       : kernels::FindNanOrPosInf(R.logits.data() + last_rows_[j] * vocab_, vocab_);
-  };
-  ForRows(&executor_->pool(), static_cast<int64_t>(last_rows_.size()), vocab_, scan);
-  step_.sample_seconds += Seconds(Clock::now() - check_begin);
-  // The rows to sample, in order: a completion without a grammar (whose masks share the
-  // grammar's cache) that does not fork chooses its token on the pool's threads (the tokens of
-  // a step's sequences depend only on their own rows and samplers); the rest, and every
-  // emission, follow in order on this thread.
+  // The rows to sample, in order. Each is first checked for NaN (or +inf, which the softmax
+  // cannot weigh): such a row is garbage and fails its request (the device checked the rows it
+  // returned the best of). A completion without a grammar (whose masks share the grammar's
+  // cache) that does not fork then chooses its token there too; both over the pool's threads
+  // (a batch's logits are megabytes, and the tokens of a step's sequences depend only on their
+  // own rows and samplers). The other completions sample, and every token is emitted, after,
+  // in order, on this thread.
   choices_.clear();
-  int64_t row = 0, sampled = 0;
+  bool any_whole = false;
+  int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const SeqBatchEntry& e = R.batch.seqs[i];
     if (!e.want_logits) continue;
@@ -376,7 +359,6 @@ void EngineCore::FinishStep(Replica* rp) {
     const int64_t rows = e.all_logits ? e.n_tokens : 1;
     float* first_row = R.logits.data() + row * vocab_;
     row += rows;
-    const int64_t bad = bad_logit_[sampled++];
     if (c->done) continue;  // failed earlier in this step
     Request* r = c->req;
     if (e.all_logits) {  // scoring: the prompt positions' logits, before any sampling
@@ -390,10 +372,6 @@ void EngineCore::FinishStep(Replica* rp) {
       FinishCompletion(c, RequestOutput(), "length");
       continue;
     }
-    if (bad >= 0) {
-      FailRequest(r, "the model produced a non-finite logit (token " + std::to_string(bad) + ")");
-      continue;
-    }
     RowChoice ch;
     ch.c = c;
     ch.row = first_row + (rows - 1) * vocab_;
@@ -402,16 +380,19 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.top_val = R.top.val.data() + at;
       ch.top_idx = R.top.idx.data() + at;
       ch.top_k = R.top.k;
+      ch.bad = R.top.first_bad[row - 1];
     }
+    any_whole = any_whole || ch.top_k == 0;
     ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
     choices_.push_back(std::move(ch));
   }
-  const Clock::time_point choose_begin = Clock::now();
-  const auto choose = [&](int64_t a, int64_t b) {
+  const Clock::time_point sample_begin = Clock::now();
+  const auto check_and_choose = [&](int64_t a, int64_t b) {
     std::vector<float> raw;
     for (int64_t j = a; j < b; ++j) {
       RowChoice& ch = choices_[j];
-      if (!ch.parallel) continue;
+      if (ch.top_k == 0) ch.bad = kernels::FindNanOrPosInf(ch.row, vocab_);
+      if (ch.bad >= 0 || !ch.parallel) continue;
       try {
         ch.id = ch.top_k > 0 ? ch.c->sampler.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
                              : Choose(ch.c, ch.row, &ch.lp, &raw);
@@ -420,18 +401,19 @@ void EngineCore::FinishStep(Replica* rp) {
       }
     }
   };
-  const int64_t n_choices = static_cast<int64_t>(choices_.size());
   // (rows of a device's best logits alone are not worth waking the threads for)
-  const bool spread = std::any_of(choices_.begin(), choices_.end(), [](const RowChoice& ch) {
-    return ch.parallel && ch.top_k == 0;
-  });
-  spread && n_choices > 1 ? executor_->pool().ParallelFor(n_choices, choose)
-                          : choose(0, n_choices);
-  step_.sample_seconds += Seconds(Clock::now() - choose_begin);
+  ForRows(&executor_->pool(), static_cast<int64_t>(choices_.size()), any_whole ? vocab_ : 1,
+          check_and_choose);
+  step_.sample_seconds += Seconds(Clock::now() - sample_begin);
   for (RowChoice& ch : choices_) {
     Completion* c = ch.c;
     Request* r = c->req;
     if (c->done) continue;  // a sibling completion failed the request in this step
+    if (ch.bad >= 0) {
+      FailRequest(r, "the model produced a non-finite logit (token " + std::to_string(ch.bad) +
+                         ")");
+      continue;
+    }
     if (ch.parallel) {
       if (!ch.error.empty()) {
         FailRequest(r, ch.error);

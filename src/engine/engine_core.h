@@ -121,8 +121,6 @@ class EngineCore {
   std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
   std::vector<EngineCoreOutput> outputs_;
   std::vector<float> fork_row_, raw_row_;
-  std::vector<int64_t> last_rows_, bad_logit_;  // FinishStep's sampled rows and their scans
-  std::vector<bool> last_top_;                   // (a row the device returned its best of)
   // FinishStep's rows to sample: the whole row or the device's best logits, and what was drawn.
   struct RowChoice {
     Completion* c = nullptr;
@@ -130,6 +128,7 @@ class EngineCore {
     const float* top_val = nullptr;
     const int32_t* top_idx = nullptr;
     int top_k = 0;
+    int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads
     int32_t id = -1;
     TokenLogprob lp;
