@@ -129,7 +129,8 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
       const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
                                                         top_logits_max());
-      PENG_RETURN_IF_ERROR(Scratch(TopScratchOffset(logit_rows_) + (bytes + 3) / 4, &top_));
+      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 1), &top_));
+      PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
     }
     logit_capacity_ = logit_rows_;
   }
@@ -266,7 +267,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
-                        top_ + R * top_k, top_ + 2 * R * top_k, top_ + TopScratchOffset(logit_capacity_));
+                        top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
       }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));

@@ -143,13 +143,11 @@ class DeviceModel {
   int block_size_ = 0;
   int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
   float* logits_ = nullptr;
-  // TopLogits' [val | idx | first_bad] of logit_capacity_ rows at k = top_logits_max(), then its
-  // scratch from TopScratchOffset(logit_capacity_) (256-byte aligned: the CUDA kernels' 8-byte
-  // keys); and the host copy of a step's part of it.
+  // TopLogits' [val | idx | first_bad] of logit_capacity_ rows at k = top_logits_max(), its
+  // scratch (an allocation of its own: the CUDA kernels' 8-byte keys need the alignment), and
+  // the host copy of a step's results.
   int32_t* top_ = nullptr;
-  int64_t TopScratchOffset(int64_t rows) const {
-    return (rows * (2 * top_logits_max() + 1) + 63) / 64 * 64;
-  }
+  int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
   int32_t* meta_ = nullptr;
   // This step: tokens, pos, slot, seq_of_token, table offsets, logit rows, tables -- uploaded
