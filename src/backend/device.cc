@@ -43,11 +43,11 @@ void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, co
   MatMuls(out, b.n_tokens, outs);
 }
 
-void Device::MlaProjectMatMuls(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+void Device::MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                                const kernels::MlaParams& p, float* out,
                                std::initializer_list<MatMulOut> outs) {
-  MlaProjectOutput(o_lat, n_tokens, w_kvb, p, out);
-  MatMuls(out, n_tokens, outs);
+  MlaProjectOutput(o_lat, b, w, p, out);
+  MatMuls(out, b.n_tokens, outs);
 }
 
 void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,

@@ -66,6 +66,17 @@ struct DeviceExperts {
   std::vector<DeviceMatrix> experts;     // each one (the host device runs on their views)
 };
 
+// MLA's up-projection kv_b (kernels/mla.h): `kvb`, the FP32 [H][d_nope + d_v][r] copy, which
+// every token may use; and, where the file stores kv_b per head (attn_k_b / attn_v_b, not
+// INT8), those matrices in their stored type: k_b, H matrices W_UK[h]^T [r, d_nope], and v_b,
+// H matrices W_UV[h] [d_v, r] (rows == 0: none). A sequence with one token in the step (a
+// decode) multiplies the stored ones, as the CPU model's decode does
+// (kernels::MlaAbsorbQueryHeads); every other token the FP32 copy.
+struct MlaWeights {
+  const float* kvb = nullptr;  // device pointer
+  DeviceExperts k_b, v_b;
+};
+
 // One forward step's sequences as the device ops see them. The host arrays are always valid;
 // the d_* arrays are the same data in device memory (uploaded once per step by the graph).
 struct StepBatch {
@@ -254,19 +265,19 @@ class Device {
   virtual void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv,
                                 const StepBatch& b, const kernels::AttentionParams& p, float* out,
                                 std::initializer_list<MatMulOut> outs);
-  // --- multi-head latent attention (kernels/mla.h), w_kvb the FP32 [H][d_nope + d_v][r] kv_b
+  // --- multi-head latent attention (kernels/mla.h; kv_b: MlaWeights)
   // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
-  virtual void MlaAbsorbQuery(const float* q, int64_t n_tokens, const float* w_kvb,
+  virtual void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                               const kernels::MlaParams& p, float* out) = 0;
   // Absorbed causal attention over the latent cache: q [T, H, r + d_rope] -> out [T, H, r].
   virtual void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                             const kernels::MlaParams& p, float* out) = 0;
   // o_lat [T, H, r] -> out [T, H * d_v] (W_UV o_lat per head).
-  virtual void MlaProjectOutput(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+  virtual void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                                 const kernels::MlaParams& p, float* out) = 0;
   // MlaProjectOutput, then MatMuls(out, outs) (the output projection o). A backend may prepare
   // out for the products as it writes it; by default, the two calls.
-  virtual void MlaProjectMatMuls(const float* o_lat, int64_t n_tokens, const float* w_kvb,
+  virtual void MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                                  const kernels::MlaParams& p, float* out,
                                  std::initializer_list<MatMulOut> outs);
 

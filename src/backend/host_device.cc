@@ -163,9 +163,17 @@ class HostDevice final : public Device {
     }
     kernels::PagedAttentionBatch(seqs_.data(), b.n_seqs, kv, p, pool_);
   }
-  void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
-                      float* out) override {
-    kernels::MlaAbsorbQuery(q, T, w_kvb, p, out, pool_);
+  void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
+                      const kernels::MlaParams& p, float* out) override {
+    const int64_t qd = int64_t{p.n_heads} * (p.d_nope + p.d_rope);
+    const int64_t od = int64_t{p.n_heads} * (p.kv_lora_rank + p.d_rope);
+    ForMlaRuns(b, w.k_b, [&](int64_t t0, int64_t n, const TensorView* const* heads) {
+      if (heads) {
+        kernels::MlaAbsorbQueryHeads(q + t0 * qd, heads, p, out + t0 * od, pool_);
+      } else {
+        kernels::MlaAbsorbQuery(q + t0 * qd, n, w.kvb, p, out + t0 * od, pool_);
+      }
+    });
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                     const kernels::MlaParams& p, float* out) override {
@@ -176,9 +184,40 @@ class HostDevice final : public Device {
                                  p, out + t0 * od, pool_);
     }
   }
-  void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
+  void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                         const kernels::MlaParams& p, float* out) override {
-    kernels::MlaProjectOutput(o_lat, T, w_kvb, p, out, pool_);
+    const int64_t ld = int64_t{p.n_heads} * p.kv_lora_rank, od = int64_t{p.n_heads} * p.d_v;
+    ForMlaRuns(b, w.v_b, [&](int64_t t0, int64_t n, const TensorView* const* heads) {
+      if (heads) {
+        kernels::MlaProjectOutputHeads(o_lat + t0 * ld, heads, p, out + t0 * od, pool_);
+      } else {
+        kernels::MlaProjectOutput(o_lat + t0 * ld, n, w.kvb, p, out + t0 * od, pool_);
+      }
+    });
+  }
+  // MlaWeights' rule: fn(t0, 1, heads) for each token of a one-token sequence when `stored`
+  // holds the per-head matrices, fn(t0, n, nullptr) for each run of n other tokens.
+  template <typename Fn>
+  void ForMlaRuns(const StepBatch& b, const DeviceExperts& stored, Fn&& fn) {
+    if (stored.rows == 0) {
+      fn(0, b.n_tokens, nullptr);
+      return;
+    }
+    std::vector<const TensorView*> heads;
+    for (const DeviceMatrix& m : stored.experts) heads.push_back(&m.host);
+    int64_t run = 0, run_n = 0;  // the run of FP32 tokens being gathered
+    for (int64_t s = 0; s < b.n_seqs; ++s) {
+      const int64_t t0 = b.seq_first_token[s], n = b.seq_n_tokens[s];
+      if (n != 1) {
+        if (run_n == 0) run = t0;
+        run_n += n;
+        continue;
+      }
+      if (run_n > 0) fn(run, run_n, nullptr);
+      run_n = 0;
+      fn(t0, 1, heads.data());
+    }
+    if (run_n > 0) fn(run, run_n, nullptr);
   }
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
                 int32_t* ids, float* w) override {

@@ -151,6 +151,27 @@ void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const
   });
 }
 
+void MlaAbsorbQueryHeads(const float* q, const TensorView* const* k_b, const MlaParams& p,
+                         float* out, ThreadPool* pool) {
+  const int64_t H = p.n_heads, dn = p.d_nope, dr = p.d_rope, row = p.kv_lora_rank + dr;
+  PENG_CHECK(H <= kMaxMatMulGroup);
+  MatMulOut heads[kMaxMatMulGroup];
+  for (int64_t h = 0; h < H; ++h) {
+    heads[h] = {k_b[h], out + h * row, q + h * (dn + dr)};
+    std::copy_n(q + h * (dn + dr) + dn, dr, out + h * row + p.kv_lora_rank);
+  }
+  MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
+}
+
+void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, const MlaParams& p,
+                           float* out, ThreadPool* pool) {
+  const int64_t H = p.n_heads;
+  PENG_CHECK(H <= kMaxMatMulGroup);
+  MatMulOut heads[kMaxMatMulGroup];
+  for (int64_t h = 0; h < H; ++h) heads[h] = {v_b[h], out + h * p.d_v, o_lat + h * p.kv_lora_rank};
+  MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
+}
+
 void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                        const int32_t* block_table, const MlaParams& p, float* out,
                        ThreadPool* pool) {

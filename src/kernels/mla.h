@@ -49,6 +49,18 @@ void MlaAbsorbQuery(const float* q, int64_t n_q, const float* w_kvb, const MlaPa
 void MlaProjectOutput(const float* o_lat, int64_t n_q, const float* w_kvb, const MlaParams& p,
                       float* out, ThreadPool* pool);
 
+// The same two products for one token with kv_b stored per head in the file (attn_k_b,
+// attn_v_b; any MatMul type): k_b[h] = W_UK[h]^T [r, d_nope] and v_b[h] = W_UV[h] [d_v, r],
+// multiplied in their stored type as MatMul multiplies them (block formats: quantized
+// activations; exact mode: the FP32 copy). All heads in one parallel region (MatMulGroup).
+// The decode form of DeepseekV2Model and the devices: 8x fewer bytes than the FP32 kv_b at Q4_0.
+// q: [n_heads, d_nope + d_rope] -> out: [n_heads, r + d_rope] (as MlaAbsorbQuery's);
+// o_lat: [n_heads, r] -> out: [n_heads * d_v] (as MlaProjectOutput's).
+void MlaAbsorbQueryHeads(const float* q, const TensorView* const* k_b, const MlaParams& p,
+                         float* out, ThreadPool* pool);
+void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, const MlaParams& p,
+                           float* out, ThreadPool* pool);
+
 // Causal absorbed attention for one sequence: n_q query tokens at positions pos0 .. pos0+n_q-1
 // whose cache rows (and all earlier positions') are already written. q: [n_q, n_heads,
 // kv.head_dim] (MlaAbsorbQuery's output), out: [n_q, n_heads, kv_lora_rank]. Work is split

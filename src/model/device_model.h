@@ -19,7 +19,8 @@
 // replica's executor is a device executor; DeepSeek's expert parallelism across them
 // exchanges the MoE layers' tokens with the device's collectives too). INT8 folders run in
 // their scheme (W8A16, or W8A8: DeviceMatrix::int8_activations). Not yet on a device:
-// DeepSeek's expanded prefill form (the absorbed form serves every step, with the FP32 kv_b).
+// DeepSeek's expanded prefill form (the absorbed form serves every step: prefill tokens multiply
+// the FP32 kv_b, decodes the per-head k_b / v_b where the file stores them, backend::MlaWeights).
 #pragma once
 
 #include <cstdint>

@@ -391,10 +391,13 @@ TEST_F(CudaTest, MlaOps) {
   p.scale = 0.1f;
   const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope, dqk = p.d_nope + p.d_rope;
   const Pair w_kvb = Upload(Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f));
+  backend::MlaWeights wc, wh;  // the FP32 copy only
+  wc.kvb = w_kvb.cuda;
+  wh.kvb = w_kvb.host;
   const Pair q = Upload(Random(T * H * dqk));
   const Pair qa = Zeros(T * H * row);
-  cuda_->MlaAbsorbQuery(q.cuda, T, w_kvb.cuda, p, qa.cuda);
-  host_->MlaAbsorbQuery(q.host, T, w_kvb.host, p, qa.host);
+  cuda_->MlaAbsorbQuery(q.cuda, a.cuda, wc, p, qa.cuda);
+  host_->MlaAbsorbQuery(q.host, a.host, wh, p, qa.host);
   Expect(qa, T * H * row, 1e-4, "MlaAbsorbQuery");
   // Strided RMSNorm of the latent part of each row and RoPE of its k_pe (as the graph does).
   const Pair ckv = Upload(Random(T * row));
@@ -423,8 +426,8 @@ TEST_F(CudaTest, MlaOps) {
     host_->MlaAttention(qa.host, kh, a.host, p, ol.host);
     Expect(ol, T * H * r, 1e-4, std::string("MlaAttention ") + DTypeName(kv_type));
     const Pair out = Zeros(T * H * p.d_v);
-    cuda_->MlaProjectOutput(ol.cuda, T, w_kvb.cuda, p, out.cuda);
-    host_->MlaProjectOutput(ol.host, T, w_kvb.host, p, out.host);
+    cuda_->MlaProjectOutput(ol.cuda, a.cuda, wc, p, out.cuda);
+    host_->MlaProjectOutput(ol.host, a.host, wh, p, out.host);
     Expect(out, T * H * p.d_v, 1e-4, std::string("MlaProjectOutput ") + DTypeName(kv_type));
   }
   // The projection with the output projection o after it (MlaProjectMatMuls; quantized mode:
@@ -437,12 +440,86 @@ TEST_F(CudaTest, MlaOps) {
     kernels::SetExactActivations(exact);
     const std::string tag = exact ? " exact" : " quantized";
     const Pair out = Zeros(T * H * p.d_v), y = Upload(Random(T * 64));
-    cuda_->MlaProjectMatMuls(ol.cuda, T, w_kvb.cuda, p, out.cuda,
+    cuda_->MlaProjectMatMuls(ol.cuda, a.cuda, wc, p, out.cuda,
                              {{&wo.cuda, y.cuda, nullptr, true}});
-    host_->MlaProjectMatMuls(ol.host, T, w_kvb.host, p, out.host,
+    host_->MlaProjectMatMuls(ol.host, a.host, wh, p, out.host,
                              {{&wo.host, y.host, nullptr, true}});
     Expect(out, T * H * p.d_v, 1e-4, "MlaProjectMatMuls: the projection" + tag);
     Expect(y, T * 64, exact ? 1e-4 : 3e-3, "MlaProjectMatMuls: o" + tag);
+  }
+  kernels::SetExactActivations(true);
+}
+
+// kv_b stored per head (attn_k_b / attn_v_b): the batch's decode token (its sequence's only
+// one) multiplies k_b / v_b in their stored type, the other 26 tokens the FP32 copy (random
+// and unrelated to k_b / v_b here, so a token on the wrong path cannot pass), in exact mode
+// (FP32 activations) and quantized mode (the block formats' input rows quantized as the CPU
+// quantizes them).
+TEST_F(CudaTest, MlaStoredHeads) {
+  AttnBatch a;
+  BuildBatch(cuda_.get(), &a);
+  const int64_t T = a.host.n_tokens;
+  kernels::MlaParams p;
+  p.n_heads = 16;
+  p.kv_lora_rank = 512;
+  p.d_nope = 128;
+  p.d_rope = 64;
+  p.d_v = 128;
+  const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
+  const Pair w_kvb = Upload(Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f));
+  const Pair q = Upload(Random(T * H * (p.d_nope + p.d_rope)));
+  const Pair ol = Upload(Random(T * H * r));
+  std::vector<std::vector<uint8_t>> bytes;
+  const Uploaded wo = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_0, 64, H * p.d_v, &rng_,
+                                   &bytes);
+  // (k_b's type, v_b's): v_b's rows of r = 512 values also take the K-quants.
+  for (auto [kt, vt] : {std::pair{DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ4_K},
+                        {DType::kQ5_1, DType::kQ6_K}, {DType::kF16, DType::kBF16}}) {
+    std::vector<TensorView> views;
+    views.reserve(2 * H);
+    RandomExperts(kt, static_cast<int>(H), r, p.d_nope, &rng_, &bytes, &views);
+    RandomExperts(vt, static_cast<int>(H), p.d_v, r, &rng_, &bytes, &views);
+    std::vector<const TensorView*> k_b, v_b;
+    for (int64_t h = 0; h < H; ++h) {
+      k_b.push_back(&views[h]);
+      v_b.push_back(&views[H + h]);
+    }
+    std::vector<void*> allocs_c, allocs_h;
+    backend::MlaWeights wc, wh;
+    wc.kvb = w_kvb.cuda;
+    wh.kvb = w_kvb.host;
+    auto kc = cuda_->UploadExperts(k_b, &allocs_c), kh = host_->UploadExperts(k_b, &allocs_h);
+    auto vc = cuda_->UploadExperts(v_b, &allocs_c), vh = host_->UploadExperts(v_b, &allocs_h);
+    ASSERT_TRUE(kc.ok() && kh.ok() && vc.ok() && vh.ok());
+    wc.k_b = *kc;
+    wh.k_b = *kh;
+    wc.v_b = *vc;
+    wh.v_b = *vh;
+    for (bool exact : {true, false}) {
+      kernels::SetExactActivations(exact);
+      const std::string tag = std::string(" k_b ") + DTypeName(kt) + ", v_b " + DTypeName(vt) +
+                              (exact ? ", exact" : ", quantized");
+      const Pair qa = Zeros(T * H * row), out = Zeros(T * H * p.d_v);
+      cuda_->MlaAbsorbQuery(q.cuda, a.cuda, wc, p, qa.cuda);
+      host_->MlaAbsorbQuery(q.host, a.host, wh, p, qa.host);
+      Expect(qa, T * H * row, 1e-5, "MlaAbsorbQuery" + tag);
+      cuda_->MlaProjectOutput(ol.cuda, a.cuda, wc, p, out.cuda);
+      host_->MlaProjectOutput(ol.host, a.host, wh, p, out.host);
+      Expect(out, T * H * p.d_v, 1e-5, "MlaProjectOutput" + tag);
+      // The decode token's row (t = 21) is the stored heads' product: kernels::MlaAbsorbQueryHeads.
+      std::vector<float> want(H * row);
+      const int64_t t = a.host.seq_first_token[1], dqk = p.d_nope + p.d_rope;
+      kernels::MlaAbsorbQueryHeads(q.host + t * H * dqk, k_b.data(), p, want.data(), nullptr);
+      for (int64_t i = 0; i < H * row; ++i)
+        ASSERT_EQ(qa.host[t * H * row + i], want[i]) << "the host's decode token, at " << i;
+      const Pair po = Zeros(T * H * p.d_v), y = Upload(Random(T * 64));
+      cuda_->MlaProjectMatMuls(ol.cuda, a.cuda, wc, p, po.cuda,
+                               {{&wo.cuda, y.cuda, nullptr, true}});
+      host_->MlaProjectMatMuls(ol.host, a.host, wh, p, po.host,
+                               {{&wo.host, y.host, nullptr, true}});
+      Expect(po, T * H * p.d_v, 1e-5, "MlaProjectMatMuls: the projection" + tag);
+      Expect(y, T * 64, exact ? 1e-4 : 3e-3, "MlaProjectMatMuls: o" + tag);
+    }
   }
   kernels::SetExactActivations(true);
 }

@@ -61,36 +61,7 @@ inline std::vector<std::string> GraphModelPaths(bool smollm2) {
   return out;
 }
 
-// A small DeepSeek-V2 GGUF in Q4_0 (make_deepseek_gguf: 2 layers, one dense, 8 experts of which
-// 2 routed and 2 shared), written once a run: the DeepSeek graph through the quantized GEMVs
-// and experts. The tool is the build's, or $PENG_MAKE_DEEPSEEK_GGUF (the GPU machine's
-// bundle); empty (those checks skipped) without either.
-inline std::string QuantizedDeepseekPath() {
-  static const std::string* path = [] {
-    auto* p = new std::string();
-    const char* e = std::getenv("PENG_MAKE_DEEPSEEK_GGUF");
-#ifdef PENG_MAKE_DEEPSEEK_GGUF
-    const std::string tool = e && *e ? e : PENG_MAKE_DEEPSEEK_GGUF;
-#else
-    const std::string tool = e && *e ? e : "";
-#endif
-    if (tool.empty()) return p;
-    *p = ::testing::TempDir() + "peng_device_ds_q4_0_" + std::to_string(::getpid()) + ".gguf";
-    const std::string cmd = tool + " -o " + *p +
-                            " --layers 2 --dense 1 --experts 8 --shared 2 --topk 2 --vocab 1024"
-                            " --hidden 256 --ffn 512 --moe-ffn 128 --heads 4 --threads 1 "
-                            "> /dev/null";
-    if (std::system(cmd.c_str()) != 0) {
-      std::printf("[cuda] %s failed: no quantized DeepSeek file\n", cmd.c_str());
-      p->clear();
-    }
-    return p;
-  }();
-  static const bool removed_at_exit =
-      std::atexit([] { if (!path->empty()) std::remove(path->c_str()); }) == 0;
-  (void)removed_at_exit;
-  return *path;
-}
+using device_test::QuantizedDeepseekPath;
 
 // The models of the quantized-graph tests: GraphModelPaths with SmolLM2, the W8A8 folders of
 // the tiny Llama, Qwen2 and DeepSeek-V2 Lite (device_test::Int8Folder), the DeepSeek fixtures

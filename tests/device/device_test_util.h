@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +71,38 @@ inline std::vector<std::string> DeepseekPaths() {
   for (const char* m : {"lite", "lite_fused", "v2", "mscale"})
     out.push_back(test_util::SourceDir() + "/tests/data/deepseek_tiny/" + m);
   return out;
+}
+
+// A small DeepSeek-V2 GGUF in Q4_0 (make_deepseek_gguf: 2 layers, one dense, 8 experts of which
+// 2 routed and 2 shared), written once a run: the DeepSeek graph through the quantized GEMVs,
+// experts and per-head kv_b (attn_k_b / attn_v_b). The tool is the build's, or
+// $PENG_MAKE_DEEPSEEK_GGUF (the GPU machine's bundle); empty (those checks skipped) without
+// either.
+inline std::string QuantizedDeepseekPath() {
+  static const std::string* path = [] {
+    auto* p = new std::string();
+    const char* e = std::getenv("PENG_MAKE_DEEPSEEK_GGUF");
+#ifdef PENG_MAKE_DEEPSEEK_GGUF
+    const std::string tool = e && *e ? e : PENG_MAKE_DEEPSEEK_GGUF;
+#else
+    const std::string tool = e && *e ? e : "";
+#endif
+    if (tool.empty()) return p;
+    *p = ::testing::TempDir() + "peng_device_ds_q4_0_" + std::to_string(::getpid()) + ".gguf";
+    const std::string cmd = tool + " -o " + *p +
+                            " --layers 2 --dense 1 --experts 8 --shared 2 --topk 2 --vocab 1024"
+                            " --hidden 256 --ffn 512 --moe-ffn 128 --heads 4 --threads 1 "
+                            "> /dev/null";
+    if (std::system(cmd.c_str()) != 0) {
+      std::printf("[cuda] %s failed: no quantized DeepSeek file\n", cmd.c_str());
+      p->clear();
+    }
+    return p;
+  }();
+  static const bool removed_at_exit =
+      std::atexit([] { if (!path->empty()) std::remove(path->c_str()); }) == 0;
+  (void)removed_at_exit;
+  return *path;
 }
 
 // max |a - b| / max |a| over every step's logits (0 when identical).
@@ -154,14 +189,15 @@ struct Run {
 // replace: the first step's residual stream entering each layer is replaced with these values
 // (ForwardBatch::replace_hidden; the device graph only). top_logits > 0: every row of a
 // sequence without all_logits asks for its best top_logits instead (SeqBatchEntry::top_logits;
-// the device graph only), into Run::top.
+// the device graph only), into Run::top. setup: called on the model once it is loaded.
 inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype,
                     const std::vector<float>* replace = nullptr, bool with_chunk = false,
-                    int top_logits = 0) {
+                    int top_logits = 0, const std::function<void(Model*)>& setup = {}) {
   Run r;
   StatusOr<std::unique_ptr<Model>> model = LoadModel(path);
   EXPECT_TRUE(model.ok()) << path << ": " << model.status().ToString();
   if (!model.ok()) return r;
+  if (setup) setup(model->get());
   const int64_t vocab = (*model)->config().vocab_size;
   r.hidden_size = (*model)->config().hidden_size;
   EngineOptions o;

@@ -582,35 +582,25 @@ class CudaDevice final : public Device {
     a.scale = p.scale;
     LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
   }
-  void MlaAbsorbQuery(const float* q, int64_t T, const float* w_kvb, const kernels::MlaParams& p,
-                      float* out) override {
-    if (T == 0) return;
-    Launch(MlaAbsorbKernel, dim3(T * p.n_heads, Blocks(p.kv_lora_rank, kWarp)),
-           kRowsPerBlock * kWarp, launch_, q, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_rope,
-           p.d_v, out);
-    Note(cudaGetLastError());
+  void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
+                      const kernels::MlaParams& p, float* out) override {
+    LaunchMla(true, q, b, w, p, out, {});
   }
-  void MlaProjectOutput(const float* o_lat, int64_t T, const float* w_kvb,
+  void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                         const kernels::MlaParams& p, float* out) override {
-    if (T == 0) return;
-    Launch(MlaProjectKernel, dim3(T * p.n_heads, Blocks(p.d_v, kRowsPerBlock)),
-           kRowsPerBlock * kWarp, launch_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v,
-           out);
-    Note(cudaGetLastError());
+    LaunchMla(false, o_lat, b, w, p, out, {});
   }
   // The projected output quantized as it is stored (Quantized32; kWarp = 32 outputs a block).
-  void MlaProjectMatMuls(const float* o_lat, int64_t T, const float* w_kvb,
+  void MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                          const kernels::MlaParams& p, float* out,
                          std::initializer_list<MatMulOut> outs) override {
     QActOut q32;
-    if (T == 0 || !Quantized32(T, p.d_v, outs, &q32)) {
-      Device::MlaProjectMatMuls(o_lat, T, w_kvb, p, out, outs);
+    if (b.n_tokens == 0 || !Quantized32(b.n_tokens, p.d_v, outs, &q32)) {
+      Device::MlaProjectMatMuls(o_lat, b, w, p, out, outs);
       return;
     }
-    Launch(MlaProjectQuantKernel, dim3(T * p.n_heads, p.d_v / kWarp), kRowsPerBlock * kWarp,
-           launch_, o_lat, w_kvb, p.n_heads, p.kv_lora_rank, p.d_nope, p.d_v, out, q32);
-    Note(cudaGetLastError());
-    Products(out, T, outs);
+    LaunchMla(false, o_lat, b, w, p, out, q32);
+    Products(out, b.n_tokens, outs);
   }
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
                 int32_t* ids, float* w) override {
@@ -769,6 +759,57 @@ class CudaDevice final : public Device {
                list, g0, y);
       }
     });
+    Note(cudaGetLastError());
+  }
+
+  // MLA's product with kv_b (kernels.cuh, MlaAbsorbKernel / MlaProjectKernel): the absorbed
+  // query (absorb) or the output projection, out quantized into q where q.qs is set. The
+  // kernel is instantiated for the stored per-head matrices' type (k_b or v_b) and whether
+  // their input row is quantized (the block formats, unless exact mode or PENG_CUDA_QGEMV=0;
+  // in shared memory, so at any T). Without per-head matrices, or with rows past kMaxMlaIn,
+  // every token takes the FP32 copy.
+  void LaunchMla(bool absorb, const float* x, const StepBatch& b, const MlaWeights& w,
+                 const kernels::MlaParams& p, float* out, const QActOut& q) {
+    const int64_t T = b.n_tokens;
+    if (T == 0) return;
+    const DeviceExperts& heads = absorb ? w.k_b : w.v_b;
+    const int64_t n = absorb ? p.d_nope : p.kv_lora_rank;  // the input row of a head
+    MlaArgs a;
+    a.kvb = w.kvb;
+    a.seq_of_token = b.d_seq_of_token;
+    a.n_tokens = T;
+    a.H = p.n_heads;
+    a.r = p.kv_lora_rank;
+    a.dn = p.d_nope;
+    a.dr = p.d_rope;
+    a.dv = p.d_v;
+    const bool stored = heads.rows > 0 && n <= kMaxMlaIn && p.kv_lora_rank <= kMaxMlaIn &&
+                        heads.dtype != DType::kI8;
+    if (stored) {
+      a.heads = heads.data;
+      a.row_bytes = heads.row_bytes;
+    }
+    const dim3 grid(T * p.n_heads, Blocks(absorb ? p.kv_lora_rank : p.d_v, kWarp));
+    auto launch = [&]<DType D, bool Q>() {
+      if (absorb) {
+        Launch(MlaAbsorbKernel<D, Q>, grid, kRowsPerBlock * kWarp, launch_, x, a, out);
+      } else {
+        Launch(MlaProjectKernel<D, Q>, grid, kRowsPerBlock * kWarp, launch_, x, a, out, q);
+      }
+    };
+    if (!stored) {
+      launch.template operator()<DType::kF32, false>();
+    } else {
+      WithType(heads.dtype, [&]<DType D>() {
+        if constexpr (layout::kQuantized<D>) {
+          if (quantized_gemv_ && !kernels::ExactActivations()) {
+            launch.template operator()<D, true>();
+            return;
+          }
+        }
+        if constexpr (D != DType::kI8) launch.template operator()<D, false>();
+      });
+    }
     Note(cudaGetLastError());
   }
 

@@ -749,24 +749,23 @@ void DeepseekV2Model::Attend(const Layer& L, const kernels::KvLayerView& kvl,
     float* ql = qlat_.data() + t0 * H * row;
     float* ol = olat_.data() + t0 * H * r;
     // Decode with per-head k_b / v_b in the file (kv_b_parts: k_b[h] = W_UK[h]^T [r, d_n],
-    // v_b[h] = W_UV[h] [d_v, r]): both products use the stored (quantized) weights, all heads
-    // in one parallel region, instead of the FP32 copy (8x the bytes of Q4_0).
+    // v_b[h] = W_UV[h] [d_v, r]): both products use the stored (quantized) weights instead of
+    // the FP32 copy (8x the bytes of Q4_0).
     if (n_q != 1 || !DecodesWithStoredKvb(L)) {
       kernels::MlaAbsorbQuery(q, n_q, L.w_kvb, mp, ql, pool);
       kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
       kernels::MlaProjectOutput(ol, n_q, L.w_kvb, mp, out, pool);
       return;
     }
-    const int64_t dr = c.qk_rope_head_dim;
-    kernels::MatMulOut heads[kernels::kMaxMatMulGroup];
+    const TensorView* k_b[kernels::kMaxMatMulGroup];
+    const TensorView* v_b[kernels::kMaxMatMulGroup];
     for (int64_t h = 0; h < H; ++h) {
-      heads[h] = {&L.kv_b_parts[2 * h].tensor(), ql + h * row, q + h * dqk};
-      std::copy_n(q + h * dqk + dn, dr, ql + h * row + r);
+      k_b[h] = &L.kv_b_parts[2 * h].tensor();
+      v_b[h] = &L.kv_b_parts[2 * h + 1].tensor();
     }
-    kernels::MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
+    kernels::MlaAbsorbQueryHeads(q, k_b, mp, ql, pool);
     kernels::MlaPagedAttention(ql, n_q, s.pos0, kvl, s.block_table, mp, ol, pool);
-    for (int64_t h = 0; h < H; ++h) heads[h] = {&L.kv_b_parts[2 * h + 1].tensor(), out + h * dv, ol + h * r};
-    kernels::MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
+    kernels::MlaProjectOutputHeads(ol, v_b, mp, out, pool);
     return;
   }
   // Expanded: k_nope / v of every context position from its cached latent (one matrix

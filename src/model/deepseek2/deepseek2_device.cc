@@ -1,6 +1,7 @@
 // DeepSeek-V2's graph on a backend::Device (model/device_model.h): MLA in its absorbed form over
-// the latent cache for every step (the FP32 kv_b, W_UK folded into the query, W_UV applied to
-// the attended latents) and DeepSeekMoE with routing on the device (kernels::MoeRoute's
+// the latent cache for every step (W_UK folded into the query, W_UV applied to the attended
+// latents; kv_b per head in its stored type for decodes where the file has it so, else the FP32
+// copy: backend::MlaWeights) and DeepSeekMoE with routing on the device (kernels::MoeRoute's
 // arithmetic) and the selected experts' rows read per (token, slot) -- no host round trip
 // inside a layer. Tensor parallel: the host model is the rank's shard (its heads, the FFNs'
 // slices, each expert's intermediate slice or -- expert parallel -- its whole experts, the
@@ -45,7 +46,7 @@ class DeviceDeepseekModel : public DeviceModel {
     DeviceMatrix wq, wq_a, wq_b, wkv_a, wo;
     const float *bq = nullptr, *bq_a = nullptr, *q_a_norm = nullptr, *bq_b = nullptr;
     const float *bkv_a = nullptr, *kv_a_norm = nullptr, *bo = nullptr;
-    const float* w_kvb = nullptr;  // FP32 [H][d_nope + d_v][r]
+    backend::MlaWeights kv_b;  // the FP32 copy, and per head where the file stores it so
     const float* ffn_norm = nullptr;
     bool moe = false;
     DeviceMatrix w_gate, w_up, w_down;  // dense
@@ -99,7 +100,17 @@ class DeviceDeepseekModel : public DeviceModel {
       PENG_ASSIGN_OR_RETURN(L.wkv_a, Matrix(S.wkv_a));
       PENG_ASSIGN_OR_RETURN(L.bkv_a, Floats(S.bkv_a, row));
       PENG_ASSIGN_OR_RETURN(L.kv_a_norm, Floats(S.kv_a_norm, r));
-      PENG_ASSIGN_OR_RETURN(L.w_kvb, Floats(S.w_kvb, H * (c.qk_nope_head_dim + c.v_head_dim) * r));
+      PENG_ASSIGN_OR_RETURN(L.kv_b.kvb,
+                            Floats(S.w_kvb, H * (c.qk_nope_head_dim + c.v_head_dim) * r));
+      if (m_.DecodesWithStoredKvb(S)) {  // (as the CPU model decodes)
+        std::vector<Linear> k_b, v_b;
+        for (int64_t h = 0; h < H; ++h) {
+          k_b.push_back(S.kv_b_parts[2 * h]);
+          v_b.push_back(S.kv_b_parts[2 * h + 1]);
+        }
+        PENG_ASSIGN_OR_RETURN(L.kv_b.k_b, Experts(k_b));
+        PENG_ASSIGN_OR_RETURN(L.kv_b.v_b, Experts(v_b));
+      }
       PENG_ASSIGN_OR_RETURN(L.wo, Matrix(S.wo));
       PENG_ASSIGN_OR_RETURN(L.bo, Floats(S.bo, D));
       PENG_ASSIGN_OR_RETURN(L.ffn_norm, Floats(S.ffn_norm, D));
@@ -234,10 +245,10 @@ class DeviceDeepseekModel : public DeviceModel {
     mp.d_rope = static_cast<int>(c.qk_rope_head_dim);
     mp.d_v = static_cast<int>(c.v_head_dim);
     mp.scale = c.softmax_scale;
-    d.MlaAbsorbQuery(q_, T, L.w_kvb, mp, qlat_);
+    d.MlaAbsorbQuery(q_, b, L.kv_b, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     Residual(L.wo, L.bo, {}, o_, [&](const backend::Device::MatMulOut& o) {
-      d.MlaProjectMatMuls(olat_, T, L.w_kvb, mp, attn_, {o});
+      d.MlaProjectMatMuls(olat_, b, L.kv_b, mp, attn_, {o});
     });
 
     // --- FFN: dense, or routed + shared experts
