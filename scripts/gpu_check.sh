@@ -26,6 +26,7 @@
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
 #        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
 #        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch, and with
+#        the RMSNorms in kernels of their own (PENG_CUDA_FUSED_NORM=0), and with
 #        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
 #        INT8 W8A8 form (peng quantize); each line with the kernels a decode step launches and
 #        what they cost at the kernel floor (an empty kernel's time in a recorded step)
@@ -59,7 +60,7 @@ prepare() {
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE"/bin "$BUNDLE"/lib "$BUNDLE"/skel "$BUNDLE"/whl
   for b in "${BINARIES[@]}"; do cp "build-gpu/$b" "$BUNDLE/bin/"; done
-  strip "$BUNDLE"/bin/*  # (the 64 MiB the GPU machine takes)
+  strip "$BUNDLE"/bin/*  # (the 64 MiB the GPU machine takes, with the working tree)
   # Shared libraries from this machine's Debian packages (the GPU image has glibc, libstdc++,
   # libgcc and the CUDA libraries of its own toolkit).
   for b in "$BUNDLE"/bin/*; do
@@ -82,6 +83,8 @@ prepare() {
     echo "gpu_check: could not download the e2e client's wheels; step e2e will be skipped" >&2
     rm -rf "$BUNDLE/whl"
   fi
+  # Compressed (the binaries' kernels, the skeletons' vocabularies); run() unpacks them.
+  gzip -9 "$BUNDLE"/bin/* "$BUNDLE"/skel/*
   grep -qx "/$BUNDLE/" .git/info/exclude 2>/dev/null || echo "/$BUNDLE/" >> .git/info/exclude
   du -sh "$BUNDLE"
   echo "gpu_check: ready; on the GPU machine run: scripts/gpu_check.sh run (carry $BUNDLE)"
@@ -193,6 +196,11 @@ PY
 
 run() {
   [[ -d $BUNDLE/bin ]] || { echo "gpu_check: $BUNDLE/ missing: run 'prepare' first and carry it" >&2; exit 1; }
+  local gz
+  for gz in "$BUNDLE"/bin/*.gz "$BUNDLE"/skel/*.gz; do  # (prepare compressed them)
+    [[ -f $gz ]] && gunzip -f "$gz"
+  done
+  chmod +x "$BUNDLE"/bin/*
   # Under the device tool $OUT takes at most 8 files: the logs go to a folder of their own and
   # come back as one archive.
   RES=${OUT:+/tmp/gpu-results}
@@ -285,6 +293,11 @@ run() {
     PENG_CUDA_PDL=0 step bench-no-pdl bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-pdl-qwen.json" --tg 128
     summarize_bench "$RES/no-pdl-qwen.json"
+    # What running the RMSNorm inside the GEMV after it is worth (NormQGemvKernel): the same
+    # decode with the norm's own kernel.
+    PENG_CUDA_FUSED_NORM=0 step bench-norm-kernel bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/norm-kernel-qwen.json" --tg 128
+    summarize_bench "$RES/norm-kernel-qwen.json"
     # What taking the greedy rows' best logit on the device is worth (Device::TopLogits): the
     # same decode with the rows brought back whole.
     PENG_DEVICE_TOP_LOGITS=0 step bench-whole-rows bench_json \

@@ -258,10 +258,18 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
       PENG_RETURN_IF_ERROR(capture());
     }
     if (logit_rows_ > 0) {
-      // The rows that need logits (into h_), normalised, projected.
-      dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
-      dev_->NormMatMuls(h_, output_norm_, c.norm_weight_offset, c.rms_eps, h_, logit_rows_, D,
-                        {{&output_, logits_}});  // [rows, this rank's vocabulary]
+      // The rows that need logits, normalised, projected: every row of the step in order (a
+      // decode step) straight from x_ into h_, else gathered into h_ and normalised into x_
+      // (free now) -- never in place, so that the norm may run inside the head's GEMV.
+      const float* rows = x_;
+      float* normed = h_;
+      if (logit_rows_ < T) {
+        dev_->GatherRows(x_, d_logit_rows_, logit_rows_, D, h_);
+        rows = h_;
+        normed = x_;
+      }
+      dev_->NormMatMuls(rows, output_norm_, c.norm_weight_offset, c.rms_eps, normed, logit_rows_,
+                        D, {{&output_, logits_}});  // [rows, this rank's vocabulary]
       if (c.final_logit_softcap > 0)
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
       if (top_k > 0) {  // (every row's; the whole rows' are not read)

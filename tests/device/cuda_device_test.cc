@@ -662,7 +662,8 @@ TEST_F(CudaTest, Int8ExpertsInBothSchemes) {
 }
 
 // NormMatMuls told of the routed experts next (a DeepSeek MoE layer: the norm before the
-// router) quantizes their input in the norm's kernel, so ExpertsMatMuls launches no quantize
+// router) quantizes their input in the norm's kernel (here the Q4_K product's GEMV, which runs
+// the norm: NormQGemvKernel), so ExpertsMatMuls launches no quantize
 // kernel -- unless a kernel wrote the scratch in between, and then it quantizes again. Q4_0
 // experts (blocks of 32) next to a Q4_K product (blocks of 256): both in the norm's kernel.
 TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
@@ -701,8 +702,9 @@ TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
     const int64_t k1 = cuda_->KernelLaunches();
     cuda_->ExpertsMatMuls(h.cuda, T, idc, k, false, {{&*ec, g.cuda}});
     host_->ExpertsMatMuls(h.host, T, ids.data(), k, false, {{&*eh, g.host}});
-    // norm + Q4_K product (+ quantize + Q4_0 product), then the experts (+ quantize)
-    EXPECT_EQ(k1 - k0, overwrite ? 4 : 2) << tag;
+    // the norm inside the Q4_K product's GEMV (+ quantize + Q4_0 product), then the experts
+    // (+ quantize)
+    EXPECT_EQ(k1 - k0, overwrite ? 3 : 1) << tag;
     EXPECT_EQ(cuda_->KernelLaunches() - k1, overwrite ? 2 : 1) << tag;
     Expect(a, T * 40, 3e-3, "NormMatMuls Q4_K" + tag);
     Expect(g, T * k * I, 3e-3, "ExpertsMatMuls Q4_0 after the norm" + tag);
@@ -1006,6 +1008,85 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
         host_->MatMuls(x.host, T, {{&wh[0], y.host, bias.host, true}});
         Expect(y, T * rows, exact ? tol : 1e-5, "MatMuls " + n0 + " + bias, accumulated" + tag);
       }
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
+// NormMatMuls runs its RMSNorm inside the first product's GEMV (NormQGemvKernel) where the
+// block's tile of tokens fits its shared memory: one launch less, and the same bits as the
+// norm kernel before the GEMV (PENG_CUDA_FUSED_NORM=0) -- the norm's output, its quantized
+// rows read by the next launch (another type) and the FP32 product over it included. Shapes:
+// a row a warp and a token tile (T = 3, 9), two and four warps a row (T = 5 x 2048, T = 1 x
+// 4096); T = 2 x 4096 exceeds the tile budget, and 4096 rows more blocks than 3 a
+// multiprocessor: those keep the norm kernel.
+TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
+  ASSERT_EQ(setenv("PENG_CUDA_FUSED_NORM", "0", 1), 0);
+  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
+  unsetenv("PENG_CUDA_FUSED_NORM");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Device* plain = made->get();
+  kernels::SetExactActivations(false);
+  std::mt19937_64 rng(7);
+  struct Case {
+    int64_t T, cols, rows;
+    bool fused;
+  };
+  for (const Case& cs : {Case{3, 512, 96, true}, Case{9, 1024, 96, true},
+                         Case{5, 2048, 96, true}, Case{1, 4096, 96, true},
+                         Case{2, 4096, 96, false}, Case{3, 512, 4096, false}}) {
+    const int64_t T = cs.T, cols = cs.cols, rows = cs.rows;
+    for (auto [t0, t1] : {std::pair{DType::kQ4_K, DType::kQ8_0}, {DType::kQ4_0, DType::kQ6_K},
+                          {DType::kI8, DType::kF32}}) {
+      const std::string tag = std::string(DTypeName(t0)) + " then " + DTypeName(t1) + ", T=" +
+                              std::to_string(T) + " x " + std::to_string(cols) + ", " +
+                              std::to_string(rows) + " rows";
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<float> scales0, scales1;
+      bytes.push_back(RandomMatrix(t0, rows, cols, &rng, &scales0));
+      bytes.push_back(RandomMatrix(t1, rows, cols, &rng, &scales1));
+      const std::vector<float> x = Random(T * cols, -2.f, 2.f), nw = Random(cols, 0.5f, 1.5f);
+      const std::vector<float> bias = Random(rows), acc = Random(T * rows);
+      std::vector<float> out[2][4];  // [fused, plain][h, a, b, c]
+      int64_t launches[2];
+      for (int which = 0; which < 2; ++which) {
+        Device* d = which == 0 ? cuda_.get() : plain;
+        std::vector<backend::DeviceMatrix> w;
+        for (int i = 0; i < 2; ++i) {
+          TensorView v;
+          v.name = "w";
+          v.dtype = i == 0 ? t0 : t1;
+          v.shape = {rows, cols};
+          v.data = bytes[i].data();
+          v.size_bytes = bytes[i].size();
+          const std::vector<float>& sc = i == 0 ? scales0 : scales1;
+          auto m = d->Upload(v, sc.empty() ? nullptr : sc.data());
+          ASSERT_TRUE(m.ok()) << m.status().ToString();
+          m->int8_activations = v.dtype == DType::kI8;
+          w.push_back(*m);
+        }
+        auto up = [&](const std::vector<float>& v) { return *d->UploadFloats(v.data(), v.size()); };
+        float* X = up(x);
+        float* NW = up(nw);
+        float* BI = up(bias);
+        float* H = up(std::vector<float>(T * cols));
+        float* A = up(std::vector<float>(T * rows));
+        float* B = up(acc);
+        float* C = up(acc);
+        const int64_t k0 = d->KernelLaunches();
+        d->NormMatMuls(X, NW, 1.f, 1e-6f, H, T, cols,
+                       {{&w[0], A, BI}, {&w[1], B, nullptr, true}, {&w[0], C, BI, true}});
+        launches[which] = d->KernelLaunches() - k0;
+        ASSERT_TRUE(d->Synchronize().ok()) << tag;
+        int i = 0;
+        for (auto [p, n] : {std::pair{H, T * cols}, {A, T * rows}, {B, T * rows}, {C, T * rows}}) {
+          out[which][i].resize(n);
+          ASSERT_TRUE(d->CopyToHost(out[which][i++].data(), p, n * 4).ok());
+        }
+      }
+      EXPECT_EQ(launches[0], launches[1] - (cs.fused ? 1 : 0)) << tag;
+      for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(out[0][i], out[1][i]) << tag << ": output " << "habc"[i];
     }
   }
   kernels::SetExactActivations(true);

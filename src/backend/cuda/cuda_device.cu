@@ -340,10 +340,22 @@ class CudaDevice final : public Device {
     QActOut& eq = ef == kBlocks256 ? q256 : q32;
     const bool prepare = ef != kFp32Act && (!eq.qs || eq.w8a8 == (ef == kW8A8Groups));
     if (prepare) eq = WriteOut(ef, n);
-    Launch(RmsNormKernel, T, 256, launch_, x, norm_w, w_offset, y, n, eps, n, q32, q256);
-    Note(cudaGetLastError());
+    // The norm inside the first product's GEMV where its tile of tokens fits the block's shared
+    // memory (NormQGemvKernel; LaunchQGemv may still launch it on its own), else a kernel of its
+    // own. (Not in place: the GEMV's blocks read x while its first block writes y.)
+    const int64_t tile = T == 1 ? 1 : kTokenTile;
+    bool quantized = false;
+    for (const MatMulOut& o : outs) quantized |= Format(*o.w, T) != kFp32Act;
+    const bool fuse = fused_norm_ && x != y && quantized && tile * n <= kFusedNormValues;
+    const FusedNorm f{x, norm_w, w_offset, eps, y, n, q32, q256};
+    if (!fuse) LaunchNorm(f, T);
     prepared_ = prepare ? Prepared{y, T, act_writes_, ef} : Prepared{};
-    Products(y, T, outs);
+    Products(y, T, outs, fuse ? &f : nullptr);
+  }
+  void LaunchNorm(const FusedNorm& f, int64_t T) {
+    Launch(RmsNormKernel, T, 256, launch_, f.x, f.w, f.w_offset, f.y, f.n, f.eps, f.n, f.q32,
+           f.q256);
+    Note(cudaGetLastError());
   }
   void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
                     int64_t n, std::initializer_list<MatMulOut> outs) override {
@@ -363,16 +375,33 @@ class CudaDevice final : public Device {
   // One QGemvKernel launch over up to kMaxQMats matrices of one type and cols (blockIdx.z the
   // matrix), with WPR warps a row where the rows alone would not fill the GPU (fewer than 16
   // warps a multiprocessor) and a row has the units for them.
-  void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T) {
+  // norm: the RMSNorm that produces the activations, run by the GEMV's blocks (FusedNorm)
+  // where they are at most kFusedNormBlocksPerSm a multiprocessor -- about what is resident at
+  // once at the GEMVs' 40-80 registers a thread: every block repeats the norm, so past one wave
+  // the norm's own kernel (launched here first) costs less.
+  static constexpr int kFusedNormBlocksPerSm = 3;
+  void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
+                   const FusedNorm* norm = nullptr) {
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     const int64_t units = cols / 32;
     const int wpr = rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
+    const int64_t blocks =
+        Blocks(rows, kRowsPerBlock / wpr) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
+    if (norm && blocks > int64_t{kFusedNormBlocksPerSm} * sm_count_) {
+      LaunchNorm(*norm, T);
+      norm = nullptr;
+    }
     WithType(type, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
-          Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
+          if (norm) {
+            Launch(NormQGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, *norm,
+                   T);
+          } else {
+            Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
+          }
         };
         auto tokens = [&]<int WPR>() {
           T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
@@ -387,8 +416,10 @@ class CudaDevice final : public Device {
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
   // the kernel before when Quantizations said so. The quantized ones of one type share a
-  // launch, up to kMaxQMats of them, in the order they come.
-  void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) {
+  // launch, up to kMaxQMats of them, in the order they come; the FP32 ones follow. norm: the
+  // RMSNorm producing x, run inside the first launch (NormMatMuls: some product is quantized).
+  void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs,
+                const FusedNorm* norm = nullptr) {
     const MatMulOut* o = outs.begin();
     const size_t n = outs.size();
     uint32_t done = 0;  // bit i: outs[i] launched (the graphs pass a handful)
@@ -396,13 +427,10 @@ class CudaDevice final : public Device {
       Keep(InvalidArgument(name_ + ": MatMuls over more than 32 matrices"));
       return;
     }
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n; ++i) {  // the quantized products first: norm's launch among them
       if (done >> i & 1) continue;
       const ActFormat f = Format(*o[i].w, T);
-      if (f == kFp32Act) {
-        FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
-        continue;
-      }
+      if (f == kFp32Act) continue;
       QMats ms;
       int m = 0;
       for (size_t j = i; j < n && m < kMaxQMats; ++j) {
@@ -414,8 +442,12 @@ class CudaDevice final : public Device {
                               int8 ? o[j].w->scales : nullptr}};
         done |= uint32_t{1} << j;
       }
-      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T);
+      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T, norm);
+      norm = nullptr;
     }
+    for (size_t i = 0; i < n; ++i)
+      if (!(done >> i & 1))
+        FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
   // has x's cols) read: q32 / q256 point into the scratch regions for the block sizes any of
@@ -969,6 +1001,7 @@ class CudaDevice final : public Device {
   std::string name_;
   bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
+  bool fused_norm_ = EnvOn("PENG_CUDA_FUSED_NORM");  // NormMatMuls' norm inside the GEMV
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

@@ -276,25 +276,21 @@ struct QMats {
 // y[t * rows + r] = row r . activation row t for the matrix blockIdx.z: WPR warps a row (their
 // lanes take every (32 WPR)-th unit; partial sums added in shared memory), blockIdx.y a tile
 // of NT tokens. Several warps a row keep a matrix of few, long rows from leaving most of the
-// GPU idle. Blocks past a smaller matrix's rows have nothing to do.
+// GPU idle. Blocks past a smaller matrix's rows have nothing to do. The tile's activations are
+// rows a_t0 .. of a (the tokens t0 .. : a_t0 = t0, or 0 where the block holds its tile's own).
 template <DType T, int NT, int WPR>
-__global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
+__device__ __forceinline__ void QGemvBlock(const QMat& m, const QAct& a, int64_t a_t0,
+                                           int64_t t0, int nt, int64_t r0,
+                                           float (*part)[NT]) {
   static_assert(kRowsPerBlock % WPR == 0);
-  __shared__ float part[kRowsPerBlock][NT];
-  const QMat m = blockIdx.z == 0 ? ms.m[0] : blockIdx.z == 1 ? ms.m[1] : ms.m[2];
-  constexpr int kRows = kRowsPerBlock / WPR;  // the block's rows
-  const int64_t r0 = int64_t{blockIdx.x} * kRows;
-  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kRows ? m.rows - r0 : kRows);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, slot = warp % WPR;
   const int64_t r = r0 + warp / WPR;
   if (WPR == 1 && r >= m.rows) return;  // (with WPR > 1 every warp reaches the barrier)
-  const int64_t t0 = int64_t{blockIdx.y} * NT;
-  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
   float acc[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t] = 0.f;
   if (r < m.rows)
-    WarpRowQDot<T, NT>(m.w + r * m.row_bytes, a, t0, nt, slot * kWarp + lane, WPR * kWarp, acc);
+    WarpRowQDot<T, NT>(m.w + r * m.row_bytes, a, a_t0, nt, slot * kWarp + lane, WPR * kWarp, acc);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = WarpSum(acc[t]);
@@ -312,6 +308,23 @@ __global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
       m.ep.Store(&m.y[(t0 + lane) * m.rows + r], t0 + lane, r, m.rows, s);
     }
   }
+}
+
+// The block's matrix: blockIdx.z's.
+__device__ __forceinline__ QMat BlockMat(const QMats& ms) {
+  return blockIdx.z == 0 ? ms.m[0] : blockIdx.z == 1 ? ms.m[1] : ms.m[2];
+}
+
+template <DType T, int NT, int WPR>
+__global__ void QGemvKernel(QMats ms, QAct a, int64_t n_tokens) {
+  __shared__ float part[kRowsPerBlock][NT];
+  const QMat m = BlockMat(ms);
+  constexpr int kRows = kRowsPerBlock / WPR;  // the block's rows
+  const int64_t r0 = int64_t{blockIdx.x} * kRows;
+  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kRows ? m.rows - r0 : kRows);
+  const int64_t t0 = int64_t{blockIdx.y} * NT;
+  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
+  QGemvBlock<T, NT, WPR>(m, a, t0, t0, nt, r0, part);
 }
 
 // Decodes rows x units into an FP16 [rows, cols] copy (INT8 rows scaled).
@@ -403,6 +416,55 @@ __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, fl
     if (valid) yr[i] = v = (xr[i] * s) * (w[i] + w_offset);
     if (quantize) QuantizeValues(v, valid, blockIdx.x, i, n, q32, q256, warp_max);
   }
+}
+
+// The RMSNorm before a GEMV, run by the GEMV's blocks (NormQGemvKernel; Device::NormMatMuls):
+// rows x [T, n] -> y = (x * RmsScale) * (w + w_offset), as RmsNormKernel computes them. Each
+// block normalizes its tile of tokens into shared memory, quantized for its matrices; the
+// first block of a tile also stores what RmsNormKernel would for those tokens -- y, and the
+// quantized rows in q32 / q256 where their qs are set -- for whatever reads them next.
+struct FusedNorm {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  float w_offset = 0.f, eps = 0.f;
+  float* y = nullptr;
+  int64_t n = 0;
+  QActOut q32, q256;
+};
+constexpr int kFusedNormValues = 16384;  // a block's tile of normalized values at most (NT n)
+
+template <DType T, int NT, int WPR>
+__global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens) {
+  __shared__ float part[kRowsPerBlock][NT];
+  __shared__ float shared[32];
+  __shared__ float warp_max[8];
+  alignas(16) __shared__ int8_t qs[kFusedNormValues];
+  __shared__ float d[kFusedNormValues / 32];
+  alignas(8) __shared__ int32_t sums[kFusedNormValues / 16];
+  const QMat m = BlockMat(ms);
+  constexpr int kRows = kRowsPerBlock / WPR;
+  const int64_t r0 = int64_t{blockIdx.x} * kRows;
+  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kRows ? m.rows - r0 : kRows);
+  const int64_t t0 = int64_t{blockIdx.y} * NT, n = f.n;
+  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
+  const bool first = blockIdx.x == 0 && blockIdx.z == 0;
+  const QActOut mine{qs, d, sums, T == DType::kI8};
+  for (int k = 0; k < nt; ++k) {
+    const int64_t t = t0 + k;
+    const float* xr = f.x + t * n;
+    const float s = RmsScale(xr, n, f.eps, shared);
+    for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
+      const int64_t i = c + threadIdx.x;
+      const bool valid = i < n;
+      const float v = valid ? (xr[i] * s) * (f.w[i] + f.w_offset) : 0.f;
+      QuantizeValue<layout::kActBlock<T>>(v, valid, k, i, n, mine, warp_max);
+      if (!first) continue;
+      if (valid) f.y[t * n + i] = v;
+      QuantizeValues(v, valid, t, i, n, f.q32, f.q256, warp_max);
+    }
+  }
+  __syncthreads();
+  QGemvBlock<T, NT, WPR>(m, QAct{qs, d, sums, n}, 0, t0, nt, r0, part);
 }
 
 enum class Ew { kAdd, kScale, kSoftcap, kSilu, kGelu };
