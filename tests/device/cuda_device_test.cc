@@ -1018,8 +1018,9 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // norm kernel before the GEMV (PENG_CUDA_FUSED_NORM=0) -- the norm's output, its quantized
 // rows read by the next launch (another type) and the FP32 product over it included. Shapes:
 // a row a warp and a token tile (T = 3, 9), two and four warps a row (T = 5 x 2048, T = 1 x
-// 4096); T = 2 x 4096 exceeds the tile budget, and 4096 rows more blocks than 3 a
-// multiprocessor: those keep the norm kernel.
+// 4096), four rows a warp (4096 rows: a block takes 4 times its rows to stay within 3 blocks a
+// multiprocessor); T = 2 x 4096 exceeds the tile budget, and 16384 rows stay past 3 blocks a
+// multiprocessor even so: those keep the norm kernel.
 TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
   ASSERT_EQ(setenv("PENG_CUDA_FUSED_NORM", "0", 1), 0);
   auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
@@ -1034,7 +1035,8 @@ TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
   };
   for (const Case& cs : {Case{3, 512, 96, true}, Case{9, 1024, 96, true},
                          Case{5, 2048, 96, true}, Case{1, 4096, 96, true},
-                         Case{2, 4096, 96, false}, Case{3, 512, 4096, false}}) {
+                         Case{2, 4096, 96, false}, Case{3, 512, 4096, true},
+                         Case{1, 256, 16384, false}}) {
     const int64_t T = cs.T, cols = cs.cols, rows = cs.rows;
     for (auto [t0, t1] : {std::pair{DType::kQ4_K, DType::kQ8_0}, {DType::kQ4_0, DType::kQ6_K},
                           {DType::kI8, DType::kF32}}) {

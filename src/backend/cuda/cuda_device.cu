@@ -377,7 +377,8 @@ class CudaDevice final : public Device {
   // warps a multiprocessor) and a row has the units for them.
   // norm: the RMSNorm that produces the activations, run by the GEMV's blocks (FusedNorm)
   // where they are at most kFusedNormBlocksPerSm a multiprocessor -- about what is resident at
-  // once at the GEMVs' 40-80 registers a thread: every block repeats the norm, so past one wave
+  // once at the GEMVs' 40-80 registers a thread -- with a block taking 1, 2 or 4 times its
+  // rows (the fewest passes that get there): every block repeats the norm, so past one wave
   // the norm's own kernel (launched here first) costs less.
   static constexpr int kFusedNormBlocksPerSm = 3;
   void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
@@ -386,9 +387,12 @@ class CudaDevice final : public Device {
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     const int64_t units = cols / 32;
     const int wpr = rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
-    const int64_t blocks =
-        Blocks(rows, kRowsPerBlock / wpr) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
-    if (norm && blocks > int64_t{kFusedNormBlocksPerSm} * sm_count_) {
+    int passes = 1;
+    auto blocks = [&](int p) {
+      return Blocks(rows, kRowsPerBlock / wpr * p) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
+    };
+    while (passes < 4 && blocks(passes) > int64_t{kFusedNormBlocksPerSm} * sm_count_) passes *= 2;
+    if (norm && blocks(passes) > int64_t{kFusedNormBlocksPerSm} * sm_count_) {
       LaunchNorm(*norm, T);
       norm = nullptr;
     }
@@ -397,8 +401,9 @@ class CudaDevice final : public Device {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
           if (norm) {
-            Launch(NormQGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, *norm,
-                   T);
+            const dim3 fewer(Blocks(rows, kRowsPerBlock / WPR * passes), Blocks(T, NT), n);
+            Launch(NormQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms, *norm,
+                   T, passes);
           } else {
             Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
           }

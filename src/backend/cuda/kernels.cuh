@@ -433,8 +433,10 @@ struct FusedNorm {
 };
 constexpr int kFusedNormValues = 16384;  // a block's tile of normalized values at most (NT n)
 
+// A block takes `passes` times its rows of QGemvKernel, one set after the other (fewer blocks
+// repeating the norm).
 template <DType T, int NT, int WPR>
-__global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens) {
+__global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens, int passes) {
   __shared__ float part[kRowsPerBlock][NT];
   __shared__ float shared[32];
   __shared__ float warp_max[8];
@@ -442,9 +444,9 @@ __global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens) {
   __shared__ float d[kFusedNormValues / 32];
   alignas(8) __shared__ int32_t sums[kFusedNormValues / 16];
   const QMat m = BlockMat(ms);
-  constexpr int kRows = kRowsPerBlock / WPR;
-  const int64_t r0 = int64_t{blockIdx.x} * kRows;
-  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kRows ? m.rows - r0 : kRows);
+  const int64_t rows = int64_t{kRowsPerBlock / WPR} * passes;  // the block's
+  const int64_t r0 = int64_t{blockIdx.x} * rows;
+  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < rows ? m.rows - r0 : rows);
   const int64_t t0 = int64_t{blockIdx.y} * NT, n = f.n;
   const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
   const bool first = blockIdx.x == 0 && blockIdx.z == 0;
@@ -464,7 +466,9 @@ __global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens) {
     }
   }
   __syncthreads();
-  QGemvBlock<T, NT, WPR>(m, QAct{qs, d, sums, n}, 0, t0, nt, r0, part);
+  for (int p = 0; p < passes; ++p)
+    QGemvBlock<T, NT, WPR>(m, QAct{qs, d, sums, n}, 0, t0, nt, r0 + p * (kRowsPerBlock / WPR),
+                           part);
 }
 
 enum class Ew { kAdd, kScale, kSoftcap, kSilu, kGelu };
