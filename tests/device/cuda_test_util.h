@@ -76,6 +76,114 @@ inline std::vector<std::string> QuantizedGraphPaths() {
   return paths;
 }
 
+// Random weights of type t [rows, cols] (quant/random_weights.h); INT8 with positive row
+// scales.
+inline std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols, std::mt19937_64* rng,
+                                  std::vector<float>* int8_scales) {
+  std::vector<uint8_t> w(RowBytes(t, cols) * rows);
+  const Status s = FillRandomWeights(t, rows * cols, w.data(), rng);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (t == DType::kI8) {
+    std::uniform_real_distribution<float> pos(0.001f, 0.02f);
+    int8_scales->resize(rows);
+    for (float& x : *int8_scales) x = pos(*rng);
+  }
+  return w;
+}
+
+// n random [rows, cols] matrices of type t (a stack of experts): their bytes appended to
+// *bytes, their views to *views.
+inline void RandomExperts(DType t, int n, int64_t rows, int64_t cols, std::mt19937_64* rng,
+                   std::vector<std::vector<uint8_t>>* bytes, std::vector<TensorView>* views) {
+  for (int e = 0; e < n; ++e) {
+    std::vector<float> unused;
+    bytes->push_back(RandomMatrix(t, rows, cols, rng, &unused));
+    TensorView v;
+    v.name = "expert";
+    v.dtype = t;
+    v.shape = {rows, cols};
+    v.data = bytes->back().data();
+    v.size_bytes = bytes->back().size();
+    views->push_back(v);
+  }
+}
+
+// A random [rows, cols] matrix of a block-quantized, float or INT8 type t uploaded to both
+// devices (cuda, host); its bytes (and INT8's row scales) appended to *keep (the host device
+// runs on them). INT8 as W8A8 (int8_activations).
+struct Uploaded {
+  backend::DeviceMatrix cuda, host;
+};
+inline Uploaded UploadRandom(Device* cuda, Device* host, DType t, int64_t rows, int64_t cols,
+                      std::mt19937_64* rng, std::vector<std::vector<uint8_t>>* keep) {
+  std::vector<float> scales;
+  keep->push_back(RandomMatrix(t, rows, cols, rng, &scales));
+  TensorView v;
+  v.name = std::string("w.") + DTypeName(t);
+  v.dtype = t;
+  v.shape = {rows, cols};
+  v.data = keep->back().data();
+  v.size_bytes = keep->back().size();
+  const float* s = nullptr;
+  if (!scales.empty()) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(scales.data());
+    keep->emplace_back(b, b + scales.size() * sizeof(float));
+    s = reinterpret_cast<const float*>(keep->back().data());
+  }
+  auto c = cuda->Upload(v, s);
+  auto h = host->Upload(v, s);
+  EXPECT_TRUE(c.ok() && h.ok());
+  Uploaded u{c.ok() ? *c : backend::DeviceMatrix{}, h.ok() ? *h : backend::DeviceMatrix{}};
+  u.cuda.int8_activations = u.host.int8_activations = t == DType::kI8;
+  return u;
+}
+
+// A batch of three sequences (a 21-token prefill from 0, a decode at 40, a 5-token chunk from
+// 30) over 6 blocks of 16 each, with its StepBatch on both devices.
+struct AttnBatch {
+  std::vector<int32_t> pos, seq_of_token, first, count, slot, offsets, tables_flat;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<const int32_t*> table_ptrs;
+  backend::StepBatch host, cuda;
+};
+
+inline void BuildBatch(Device* cuda, AttnBatch* a) {
+  a->tables = {{4, 1, 0}, {2, 5, 3}, {7, 6, 8}};
+  const int64_t pos0[] = {0, 40, 30}, n[] = {21, 1, 5};
+  for (int s = 0; s < 3; ++s) {
+    a->first.push_back(static_cast<int32_t>(a->pos.size()));
+    a->count.push_back(static_cast<int32_t>(n[s]));
+    a->offsets.push_back(static_cast<int32_t>(a->tables_flat.size()));
+    a->tables_flat.insert(a->tables_flat.end(), a->tables[s].begin(), a->tables[s].end());
+    a->table_ptrs.push_back(a->tables[s].data());
+    for (int64_t i = 0; i < n[s]; ++i) {
+      const int64_t p = pos0[s] + i;
+      a->pos.push_back(static_cast<int32_t>(p));
+      a->seq_of_token.push_back(s);
+      a->slot.push_back(a->tables[s][p / 16] * 16 + static_cast<int32_t>(p % 16));
+    }
+  }
+  backend::StepBatch& h = a->host;
+  h.n_tokens = static_cast<int64_t>(a->pos.size());
+  h.n_seqs = 3;
+  h.pos = a->pos.data();
+  h.seq_of_token = a->seq_of_token.data();
+  h.seq_first_token = a->first.data();
+  h.seq_n_tokens = a->count.data();
+  h.block_tables = a->table_ptrs.data();
+  a->cuda = h;
+  auto up = [&](const std::vector<int32_t>& v) {
+    auto p = cuda->Alloc(static_cast<int64_t>(v.size() * 4));
+    EXPECT_TRUE(p.ok() && cuda->CopyToDevice(*p, v.data(), v.size() * 4).ok());
+    return static_cast<const int32_t*>(*p);
+  };
+  a->cuda.d_pos = up(a->pos);
+  a->cuda.d_slot = up(a->slot);
+  a->cuda.d_seq_of_token = up(a->seq_of_token);
+  a->cuda.d_table_offset = up(a->offsets);
+  a->cuda.d_tables = up(a->tables_flat);
+}
+
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
