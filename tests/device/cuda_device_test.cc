@@ -1,6 +1,7 @@
 // Conformance of the CUDA backend, its ops (the quantized and fused ops: cuda_fused_test.cc; the
-// graphs: cuda_graph_test.cc, the same binary; the harness: cuda_test_util.h) (ctest label `cuda`; every test skips itself -- reported as
-// skipped by ctest -- where no GPU is present; scripts/gpu_check.sh runs them on a GPU machine).
+// graphs: cuda_graph_test.cc, the same binary; the harness: cuda_test_util.h) (ctest label `cuda`;
+// every test skips itself -- reported as skipped by ctest -- where no GPU is present;
+// scripts/gpu_check.sh runs them on a GPU machine).
 // The same source is also built as cuda_emulator_test (label unit, every CI run), whose device
 // is the CUDA emulator ("cuda-emu": the backend's own sources run on the CPU,
 // src/backend/cuda/emulator.h).
