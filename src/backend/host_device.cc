@@ -203,7 +203,8 @@ class HostDevice final : public Device {
       fn(0, b.n_tokens, nullptr);
       return;
     }
-    std::vector<const TensorView*> heads;
+    std::vector<const TensorView*>& heads = mla_heads_;  // (a member: no allocation a step)
+    heads.clear();
     for (const DeviceMatrix& m : stored.experts) heads.push_back(&m.host);
     int64_t run = 0, run_n = 0;  // the run of FP32 tokens being gathered
     for (int64_t s = 0; s < b.n_seqs; ++s) {
@@ -263,6 +264,7 @@ class HostDevice final : public Device {
   ThreadPool* pool_;
   std::set<void*> blocks_;
   std::vector<kernels::AttentionSeq> seqs_;
+  std::vector<const TensorView*> mla_heads_;  // ForMlaRuns' stored per-head matrices
   std::vector<float> product_;  // MatMuls' product before its residual add
   std::vector<int8_t> act_q_;   // W8A8 activations and their scales
   std::vector<float> act_scales_;

@@ -24,7 +24,9 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/dispatch.h"
 #include "backend/cuda/logits_kernels.cuh"
+#include "backend/cuda/mla_kernels.cuh"
 #include "backend/cuda/moe_kernels.cuh"
 #include "backend/cuda/runtime.h"
 #include "kernels/ops.h"
@@ -34,40 +36,6 @@
 
 namespace peng::backend::cuda {
 namespace {
-
-// Calls f.template operator()<T>() for the weight type t; false when unsupported.
-template <typename F>
-bool WithType(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32: f.template operator()<DType::kF32>(); return true;
-    case DType::kF16: f.template operator()<DType::kF16>(); return true;
-    case DType::kBF16: f.template operator()<DType::kBF16>(); return true;
-    case DType::kI8: f.template operator()<DType::kI8>(); return true;
-    case DType::kQ4_0: f.template operator()<DType::kQ4_0>(); return true;
-    case DType::kQ4_1: f.template operator()<DType::kQ4_1>(); return true;
-    case DType::kQ5_0: f.template operator()<DType::kQ5_0>(); return true;
-    case DType::kQ5_1: f.template operator()<DType::kQ5_1>(); return true;
-    case DType::kQ8_0: f.template operator()<DType::kQ8_0>(); return true;
-    case DType::kQ4_K: f.template operator()<DType::kQ4_K>(); return true;
-    case DType::kQ5_K: f.template operator()<DType::kQ5_K>(); return true;
-    case DType::kQ6_K: f.template operator()<DType::kQ6_K>(); return true;
-    default: return false;
-  }
-}
-
-struct Nothing {
-  template <DType>
-  void operator()() const {}
-};
-
-int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
-
-// False when the environment variable is "0" (the switches of docs/devices.md).
-bool EnvOn(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
-constexpr int64_t kMaxGridY = 65535;  // the largest gridDim.y
 
 // The activations a product takes: FP32, or quantized -- in blocks of 32 or 256 (the GGUF
 // formats' activation blocks) or in INT8 W8A8's groups of 32 -- each form in a scratch region
@@ -621,11 +589,13 @@ class CudaDevice final : public Device {
   }
   void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                       const kernels::MlaParams& p, float* out) override {
-    LaunchMla(true, q, b, w, p, out, {});
+    LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {});
+    Note(cudaGetLastError());
   }
   void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                         const kernels::MlaParams& p, float* out) override {
-    LaunchMla(false, o_lat, b, w, p, out, {});
+    LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, {});
+    Note(cudaGetLastError());
   }
   // The projected output quantized as it is stored (Quantized32; kWarp = 32 outputs a block).
   void MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
@@ -636,9 +606,12 @@ class CudaDevice final : public Device {
       Device::MlaProjectMatMuls(o_lat, b, w, p, out, outs);
       return;
     }
-    LaunchMla(false, o_lat, b, w, p, out, q32);
+    LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, q32);
+    Note(cudaGetLastError());
     Products(out, b.n_tokens, outs);
   }
+  // Whether MLA's stored per-head products quantize their input rows (mla_kernels.cuh).
+  bool MlaInputsQuantized() const { return quantized_gemv_ && !kernels::ExactActivations(); }
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
                 int32_t* ids, float* w) override {
     if (T == 0) return;
@@ -796,57 +769,6 @@ class CudaDevice final : public Device {
                list, g0, y);
       }
     });
-    Note(cudaGetLastError());
-  }
-
-  // MLA's product with kv_b (kernels.cuh, MlaAbsorbKernel / MlaProjectKernel): the absorbed
-  // query (absorb) or the output projection, out quantized into q where q.qs is set. The
-  // kernel is instantiated for the stored per-head matrices' type (k_b or v_b) and whether
-  // their input row is quantized (the block formats, unless exact mode or PENG_CUDA_QGEMV=0;
-  // in shared memory, so at any T). Without per-head matrices, or with rows past kMaxMlaIn,
-  // every token takes the FP32 copy.
-  void LaunchMla(bool absorb, const float* x, const StepBatch& b, const MlaWeights& w,
-                 const kernels::MlaParams& p, float* out, const QActOut& q) {
-    const int64_t T = b.n_tokens;
-    if (T == 0) return;
-    const DeviceExperts& heads = absorb ? w.k_b : w.v_b;
-    const int64_t n = absorb ? p.d_nope : p.kv_lora_rank;  // the input row of a head
-    MlaArgs a;
-    a.kvb = w.kvb;
-    a.seq_of_token = b.d_seq_of_token;
-    a.n_tokens = T;
-    a.H = p.n_heads;
-    a.r = p.kv_lora_rank;
-    a.dn = p.d_nope;
-    a.dr = p.d_rope;
-    a.dv = p.d_v;
-    const bool stored = heads.rows > 0 && n <= kMaxMlaIn && p.kv_lora_rank <= kMaxMlaIn &&
-                        heads.dtype != DType::kI8;
-    if (stored) {
-      a.heads = heads.data;
-      a.row_bytes = heads.row_bytes;
-    }
-    const dim3 grid(T * p.n_heads, Blocks(absorb ? p.kv_lora_rank : p.d_v, kWarp));
-    auto launch = [&]<DType D, bool Q>() {
-      if (absorb) {
-        Launch(MlaAbsorbKernel<D, Q>, grid, kRowsPerBlock * kWarp, launch_, x, a, out);
-      } else {
-        Launch(MlaProjectKernel<D, Q>, grid, kRowsPerBlock * kWarp, launch_, x, a, out, q);
-      }
-    };
-    if (!stored) {
-      launch.template operator()<DType::kF32, false>();
-    } else {
-      WithType(heads.dtype, [&]<DType D>() {
-        if constexpr (layout::kQuantized<D>) {
-          if (quantized_gemv_ && !kernels::ExactActivations()) {
-            launch.template operator()<D, true>();
-            return;
-          }
-        }
-        if constexpr (D != DType::kI8) launch.template operator()<D, false>();
-      });
-    }
     Note(cudaGetLastError());
   }
 
