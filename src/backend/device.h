@@ -211,7 +211,9 @@ class Device {
                            float* y, int64_t n_tokens, int64_t n,
                            std::initializer_list<MatMulOut> outs,
                            const DeviceExperts* experts = nullptr);
-  // Gated(act, gate, up -> h) over n_tokens rows of n values, then MatMuls(h, outs).
+  // Gated(act, gate, up -> h) over n_tokens rows of n values, then MatMuls(h, outs). h may be
+  // gate or up (in place); then, where every product takes quantized activations, a backend may
+  // leave h unwritten (the CUDA backend: the activation computed inside the products' GEMV).
   virtual void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h,
                             int64_t n_tokens, int64_t n, std::initializer_list<MatMulOut> outs);
   // out[t] = W[tokens[t] - row0, :] * scale, dequantized (embedding lookup); zeros for a token

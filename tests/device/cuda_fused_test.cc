@@ -1,15 +1,16 @@
 // Conformance of the CUDA backend's quantized and fused ops against the host device (the
 // harness: cuda_test_util.h; the single ops: cuda_device_test.cc, the same binaries): the
 // quantized GEMVs against the CPU's quantized path, the combinations a decode step runs back to
-// back (norm + products with the norm inside the GEMV, gated + products, attention + output
-// projection, the experts' gated down projection, MLA's latent norm), their launch counts, and
-// what is refused.
+// back (norm + products, gated + products, plain products -- each input kernel also inside the
+// GEMV --, attention + output projection, the experts' gated down projection, MLA's latent
+// norm), their launch counts, and what is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <tuple>
@@ -24,7 +25,7 @@ namespace {
 
 // NormMatMuls told of the routed experts next (a DeepSeek MoE layer: the norm before the
 // router) quantizes their input in the norm's kernel (here the Q4_K product's GEMV, which runs
-// the norm: NormQGemvKernel), so ExpertsMatMuls launches no quantize
+// the norm: FusedQGemvKernel), so ExpertsMatMuls launches no quantize
 // kernel -- unless a kernel wrote the scratch in between, and then it quantizes again. Q4_0
 // experts (blocks of 32) next to a Q4_K product (blocks of 256): both in the norm's kernel.
 TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
@@ -63,9 +64,9 @@ TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
     const int64_t k1 = cuda_->KernelLaunches();
     cuda_->ExpertsMatMuls(h.cuda, T, idc, k, false, {{&*ec, g.cuda}});
     host_->ExpertsMatMuls(h.host, T, ids.data(), k, false, {{&*eh, g.host}});
-    // the norm inside the Q4_K product's GEMV (+ quantize + Q4_0 product), then the experts
-    // (+ quantize)
-    EXPECT_EQ(k1 - k0, overwrite ? 3 : 1) << tag;
+    // the norm inside the Q4_K product's GEMV (+ the Q4_0 product, its quantization inside),
+    // then the experts (+ quantize)
+    EXPECT_EQ(k1 - k0, overwrite ? 2 : 1) << tag;
     EXPECT_EQ(cuda_->KernelLaunches() - k1, overwrite ? 2 : 1) << tag;
     Expect(a, T * 40, 3e-3, "NormMatMuls Q4_K" + tag);
     Expect(g, T * k * I, 3e-3, "ExpertsMatMuls Q4_0 after the norm" + tag);
@@ -75,8 +76,9 @@ TEST_F(CudaTest, NormPreparesTheRoutedExpertsInput) {
 }
 
 // The fused ops of a DeepSeek layer against their parts on the host device: the routed
-// experts' gated down projection (GatedExpertsMatMul; quantized mode: the gated kernel
-// quantizes the hidden as it computes it) and MLA's latent norm inside RopeKvWrite.
+// experts' gated down projection (GatedExpertsMatMul; quantized mode: the GEMV's blocks compute
+// and quantize the activation, GatedExpertsQGemvKernel) and MLA's latent norm inside
+// RopeKvWrite.
 TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
   const int64_t T = 5, D = 192, n = 256, E = 16;
   const int k = 3;
@@ -103,7 +105,8 @@ TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
                               *dc, static_cast<int32_t*>(*ids_c), y.cuda);
     host_->GatedExpertsMatMul(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, k, n,
                               *dh, ids.data(), y.host);
-    Expect(g, T * k * n, 1e-5, "GatedExpertsMatMul: SiLU * up" + tag);
+    if (exact)  // (quantized: computed inside the GEMV, gate left unwritten)
+      Expect(g, T * k * n, 1e-5, "GatedExpertsMatMul: SiLU * up" + tag);
     Expect(y, T * k * D, exact ? 1e-4 : 3e-3, "GatedExpertsMatMul Q8_0" + tag);
   }
   kernels::SetExactActivations(true);
@@ -355,14 +358,22 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
         Expect(b, T * rows, tol, "NormMatMuls " + n1 + " accumulated" + tag);
         Expect(c, T * rows, exact || T > 64 ? tol : 1e-4,
                "NormMatMuls F32 + bias, accumulated" + tag);
-        // act(gate) * up into gate, then the second type's product with bias, added to c.
+        // act(gate) * up into h, then the second type's product with bias, added to c; again
+        // in place (into gate), where the CUDA backend leaves gate unwritten when it computes
+        // the activation inside the product's GEMV (quantized mode).
         const Pair g = Upload(Random(T * cols, -4.f, 4.f)), u = Upload(Random(T * cols));
-        cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, g.cuda, T, cols,
-                            {{&wc[1], c.cuda, bias.cuda, true}});
-        host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, g.host, T, cols,
-                            {{&wh[1], c.host, bias.host, true}});
-        Expect(g, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + tag);
-        Expect(c, T * rows, tol, "GatedMatMuls " + n1 + " + bias, accumulated" + tag);
+        for (bool in_place : {false, true}) {
+          const std::string how = in_place ? " in place" : "";
+          const Pair hg = Zeros(T * cols);
+          const Pair& out = in_place ? g : hg;
+          cuda_->GatedMatMuls(backend::GatedActivation::kSilu, g.cuda, u.cuda, out.cuda, T, cols,
+                              {{&wc[1], c.cuda, bias.cuda, true}});
+          host_->GatedMatMuls(backend::GatedActivation::kSilu, g.host, u.host, out.host, T, cols,
+                              {{&wh[1], c.host, bias.host, true}});
+          if (!in_place || exact)
+            Expect(out, T * cols, 1e-5, "GatedMatMuls: SiLU * up" + how + tag);
+          Expect(c, T * rows, tol, "GatedMatMuls " + n1 + " + bias, accumulated" + how + tag);
+        }
         // The plain MatMuls epilogue.
         const Pair y = Upload(Random(T * rows));
         cuda_->MatMuls(x.cuda, T, {{&wc[0], y.cuda, bias.cuda, true}});
@@ -374,18 +385,20 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
   kernels::SetExactActivations(true);
 }
 
-// NormMatMuls runs its RMSNorm inside the first product's GEMV (NormQGemvKernel) where the
-// block's tile of tokens fits its shared memory: one launch less, and the same bits as the
-// norm kernel before the GEMV (PENG_CUDA_FUSED_NORM=0) -- the norm's output, its quantized
-// rows read by the next launch (another type) and the FP32 product over it included. Shapes:
-// a row a warp and a token tile (T = 3, 9), two and four warps a row (T = 5 x 2048, T = 1 x
-// 4096), four rows a warp (4096 rows: a block takes 4 times its rows to stay within 3 blocks a
-// multiprocessor); T = 2 x 4096 exceeds the tile budget, and 16384 rows stay past 3 blocks a
-// multiprocessor even so: those keep the norm kernel.
-TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
-  ASSERT_EQ(setenv("PENG_CUDA_FUSED_NORM", "0", 1), 0);
+// The kernel that produces a GEMV's activations runs inside the first product's GEMV
+// (FusedQGemvKernel) where the block's tile of tokens fits its shared memory: NormMatMuls' norm,
+// GatedMatMuls' activation (into h, and in place into gate where every product is quantized),
+// MatMuls' quantization. One launch less, and the same bits as the kernel of its own before
+// the GEMV (PENG_CUDA_FUSED_INPUT=0) -- its output (h), its quantized rows read by the next
+// launch (another type) and the FP32 product over it included. Shapes: a row a warp and a token
+// tile (T = 3, 9), two and four warps a row (T = 5 x 2048, T = 1 x 4096), four rows a warp
+// (4096 rows: a block takes 4 times its rows to stay within 3 blocks a multiprocessor); T = 2 x
+// 4096 exceeds the tile budget, and 16384 rows stay past 3 blocks a multiprocessor even so:
+// those keep the kernel of their own.
+TEST_F(CudaTest, InputInsideTheGemvEqualsItsKernel) {
+  ASSERT_EQ(setenv("PENG_CUDA_FUSED_INPUT", "0", 1), 0);
   auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
-  unsetenv("PENG_CUDA_FUSED_NORM");
+  unsetenv("PENG_CUDA_FUSED_INPUT");
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   Device* plain = made->get();
   kernels::SetExactActivations(false);
@@ -394,6 +407,8 @@ TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
     int64_t T, cols, rows;
     bool fused;
   };
+  enum Input { kNorm, kGated, kGatedInPlace, kPlain };
+  const char* const kInputNames[] = {"norm", "gated", "gated in place", "plain"};
   for (const Case& cs : {Case{3, 512, 96, true}, Case{9, 1024, 96, true},
                          Case{5, 2048, 96, true}, Case{1, 4096, 96, true},
                          Case{2, 4096, 96, false}, Case{3, 512, 4096, true},
@@ -401,55 +416,161 @@ TEST_F(CudaTest, NormInsideTheGemvEqualsTheNormKernel) {
     const int64_t T = cs.T, cols = cs.cols, rows = cs.rows;
     for (auto [t0, t1] : {std::pair{DType::kQ4_K, DType::kQ8_0}, {DType::kQ4_0, DType::kQ6_K},
                           {DType::kI8, DType::kF32}}) {
-      const std::string tag = std::string(DTypeName(t0)) + " then " + DTypeName(t1) + ", T=" +
-                              std::to_string(T) + " x " + std::to_string(cols) + ", " +
-                              std::to_string(rows) + " rows";
       std::vector<std::vector<uint8_t>> bytes;
       std::vector<float> scales0, scales1;
       bytes.push_back(RandomMatrix(t0, rows, cols, &rng, &scales0));
       bytes.push_back(RandomMatrix(t1, rows, cols, &rng, &scales1));
       const std::vector<float> x = Random(T * cols, -2.f, 2.f), nw = Random(cols, 0.5f, 1.5f);
-      const std::vector<float> bias = Random(rows), acc = Random(T * rows);
-      std::vector<float> out[2][4];  // [fused, plain][h, a, b, c]
-      int64_t launches[2];
-      for (int which = 0; which < 2; ++which) {
-        Device* d = which == 0 ? cuda_.get() : plain;
-        std::vector<backend::DeviceMatrix> w;
-        for (int i = 0; i < 2; ++i) {
-          TensorView v;
-          v.name = "w";
-          v.dtype = i == 0 ? t0 : t1;
-          v.shape = {rows, cols};
-          v.data = bytes[i].data();
-          v.size_bytes = bytes[i].size();
-          const std::vector<float>& sc = i == 0 ? scales0 : scales1;
-          auto m = d->Upload(v, sc.empty() ? nullptr : sc.data());
-          ASSERT_TRUE(m.ok()) << m.status().ToString();
-          m->int8_activations = v.dtype == DType::kI8;
-          w.push_back(*m);
+      const std::vector<float> u = Random(T * cols), bias = Random(rows), acc = Random(T * rows);
+      for (Input input : {kNorm, kGated, kGatedInPlace, kPlain}) {
+        // In place: only where every product is quantized (the first type twice).
+        const bool in_place = input == kGatedInPlace;
+        const std::string tag = std::string(kInputNames[input]) + ", " + DTypeName(t0) +
+                                " then " + DTypeName(in_place ? t0 : t1) + ", T=" +
+                                std::to_string(T) + " x " + std::to_string(cols) + ", " +
+                                std::to_string(rows) + " rows";
+        std::vector<float> out[2][4];  // [fused, plain][h, a, b, c]
+        int64_t launches[2];
+        for (int which = 0; which < 2; ++which) {
+          Device* d = which == 0 ? cuda_.get() : plain;
+          std::vector<backend::DeviceMatrix> w;
+          for (int i = 0; i < 2; ++i) {
+            TensorView v;
+            v.name = "w";
+            v.dtype = i == 0 ? t0 : t1;
+            v.shape = {rows, cols};
+            v.data = bytes[i].data();
+            v.size_bytes = bytes[i].size();
+            const std::vector<float>& sc = i == 0 ? scales0 : scales1;
+            auto m = d->Upload(v, sc.empty() ? nullptr : sc.data());
+            ASSERT_TRUE(m.ok()) << m.status().ToString();
+            m->int8_activations = v.dtype == DType::kI8;
+            w.push_back(*m);
+          }
+          auto up = [&](const std::vector<float>& v) {
+            return *d->UploadFloats(v.data(), v.size());
+          };
+          float* X = up(x);
+          float* U = up(u);
+          float* NW = up(nw);
+          float* BI = up(bias);
+          float* H = in_place ? X : up(std::vector<float>(T * cols));
+          float* A = up(std::vector<float>(T * rows));
+          float* B = up(acc);
+          float* C = up(acc);
+          const backend::DeviceMatrix& w1 = w[in_place ? 0 : 1];
+          const int64_t k0 = d->KernelLaunches();
+          const std::initializer_list<Device::MatMulOut> outs = {
+              {&w[0], A, BI}, {&w1, B, nullptr, true}, {&w[0], C, BI, true}};
+          switch (input) {
+            case kNorm: d->NormMatMuls(X, NW, 1.f, 1e-6f, H, T, cols, outs); break;
+            case kGated:
+            case kGatedInPlace:
+              d->GatedMatMuls(backend::GatedActivation::kSilu, X, U, H, T, cols, outs);
+              break;
+            case kPlain: d->MatMuls(X, T, outs); break;
+          }
+          launches[which] = d->KernelLaunches() - k0;
+          ASSERT_TRUE(d->Synchronize().ok()) << tag;
+          int i = 0;
+          for (auto [p, n] :
+               {std::pair{H, T * cols}, {A, T * rows}, {B, T * rows}, {C, T * rows}}) {
+            out[which][i].resize(n);
+            ASSERT_TRUE(d->CopyToHost(out[which][i++].data(), p, n * 4).ok());
+          }
         }
-        auto up = [&](const std::vector<float>& v) { return *d->UploadFloats(v.data(), v.size()); };
-        float* X = up(x);
-        float* NW = up(nw);
-        float* BI = up(bias);
-        float* H = up(std::vector<float>(T * cols));
-        float* A = up(std::vector<float>(T * rows));
-        float* B = up(acc);
-        float* C = up(acc);
-        const int64_t k0 = d->KernelLaunches();
-        d->NormMatMuls(X, NW, 1.f, 1e-6f, H, T, cols,
-                       {{&w[0], A, BI}, {&w[1], B, nullptr, true}, {&w[0], C, BI, true}});
-        launches[which] = d->KernelLaunches() - k0;
-        ASSERT_TRUE(d->Synchronize().ok()) << tag;
-        int i = 0;
-        for (auto [p, n] : {std::pair{H, T * cols}, {A, T * rows}, {B, T * rows}, {C, T * rows}}) {
-          out[which][i].resize(n);
-          ASSERT_TRUE(d->CopyToHost(out[which][i++].data(), p, n * 4).ok());
-        }
+        EXPECT_EQ(launches[0], launches[1] - (cs.fused ? 1 : 0)) << tag;
+        for (int i = in_place && cs.fused ? 1 : 0; i < 4; ++i)  // (gate unwritten when fused)
+          EXPECT_EQ(out[0][i], out[1][i]) << tag << ": output " << "habc"[i];
       }
-      EXPECT_EQ(launches[0], launches[1] - (cs.fused ? 1 : 0)) << tag;
-      for (int i = 0; i < 4; ++i)
-        EXPECT_EQ(out[0][i], out[1][i]) << tag << ": output " << "habc"[i];
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
+// GatedExpertsMatMul computes the routed experts' activation inside their GEMV
+// (GatedExpertsQGemvKernel) under the rule of the dense products' (at most 3 blocks a
+// multiprocessor, a block taking up to 4 times its rows): one launch less, and the same bits
+// as the gated kernel before the GEMV (PENG_CUDA_FUSED_INPUT=0), h included where it is not in
+// place. Shapes: 6 pairs x 512 rows (64 blocks a pair, one pass), 6 x 2048 (4 passes), 12 x
+// 2048 (past 3 blocks a multiprocessor: the gated kernel); Q4_0, Q4_K (blocks of 256) and INT8
+// W8A8 experts; an expert missing (another rank's) gives zeros either way.
+TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
+  ASSERT_EQ(setenv("PENG_CUDA_FUSED_INPUT", "0", 1), 0);
+  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
+  unsetenv("PENG_CUDA_FUSED_INPUT");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Device* plain = made->get();
+  kernels::SetExactActivations(false);
+  const int64_t n = 256, E = 8;
+  const int k = 6;
+  struct Case {
+    int64_t T, rows;
+    bool fused;
+  };
+  for (const Case& cs : {Case{1, 512, true}, Case{1, 2048, true}, Case{2, 2048, false}}) {
+    for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
+      const int64_t T = cs.T, rows = cs.rows, pairs = T * k;
+      std::vector<int32_t> ids(pairs);
+      for (int64_t i = 0; i < pairs; ++i) ids[i] = static_cast<int32_t>((i * 5 + 1) % E);
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<std::vector<float>> scales(E);
+      std::vector<TensorView> views(E);
+      std::vector<const TensorView*> ep;
+      std::vector<const float*> sp;
+      for (int64_t e = 0; e < E; ++e) {
+        bytes.push_back(RandomMatrix(type, rows, n, &rng_, &scales[e]));
+        views[e].name = "expert";
+        views[e].dtype = type;
+        views[e].shape = {rows, n};
+        views[e].data = bytes.back().data();
+        views[e].size_bytes = bytes.back().size();
+        const bool here = e != 6;  // (expert 6: another rank's)
+        ep.push_back(here ? &views[e] : nullptr);
+        if (type == DType::kI8) sp.push_back(here ? scales[e].data() : nullptr);
+      }
+      const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
+      for (bool in_place : {false, true}) {
+        const std::string tag = std::string(DTypeName(type)) + ", " + std::to_string(pairs) +
+                                " pairs x " + std::to_string(rows) + " rows" +
+                                (in_place ? ", in place" : "");
+        std::vector<float> h_out[2], y_out[2];
+        int64_t launches[2];
+        for (int which = 0; which < 2; ++which) {
+          Device* d = which == 0 ? cuda_.get() : plain;
+          std::vector<void*> allocs;
+          auto w = d->UploadExperts(ep, &allocs, sp, type == DType::kI8);
+          ASSERT_TRUE(w.ok()) << w.status().ToString();
+          auto id = d->Alloc(pairs * 4);
+          ASSERT_TRUE(id.ok());
+          ASSERT_TRUE(d->CopyToDevice(*id, ids.data(), pairs * 4).ok());
+          float* G = *d->UploadFloats(g.data(), g.size());
+          float* U = *d->UploadFloats(u.data(), u.size());
+          auto zeros = [&](int64_t count) {
+            return *d->UploadFloats(std::vector<float>(count).data(), count);
+          };
+          float* H = in_place ? G : zeros(pairs * n);
+          float* Y = zeros(pairs * rows);
+          const int64_t k0 = d->KernelLaunches();
+          d->GatedExpertsMatMul(backend::GatedActivation::kSilu, G, U, H, T, k, n, *w,
+                                static_cast<int32_t*>(*id), Y);
+          launches[which] = d->KernelLaunches() - k0;
+          ASSERT_TRUE(d->Synchronize().ok()) << tag;
+          h_out[which].resize(pairs * n);
+          y_out[which].resize(pairs * rows);
+          ASSERT_TRUE(d->CopyToHost(h_out[which].data(), H, pairs * n * 4).ok());
+          ASSERT_TRUE(d->CopyToHost(y_out[which].data(), Y, pairs * rows * 4).ok());
+        }
+        EXPECT_EQ(launches[0], launches[1] - (cs.fused ? 1 : 0)) << tag;
+        if (!in_place || !cs.fused) {
+          EXPECT_EQ(h_out[0], h_out[1]) << tag << ": h";
+        }
+        EXPECT_EQ(y_out[0], y_out[1]) << tag << ": y";
+        bool zeros = true;  // (the pairs of expert 6)
+        for (int64_t p = 0; p < pairs; ++p)
+          for (int64_t r = 0; ids[p] == 6 && r < rows; ++r) zeros &= y_out[0][p * rows + r] == 0.f;
+        EXPECT_TRUE(zeros) << tag;
+      }
     }
   }
   kernels::SetExactActivations(true);

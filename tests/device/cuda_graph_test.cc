@@ -21,37 +21,39 @@ namespace {
 // of MakeSteps (two sequences, a token each, both wanting logits) launch the same kernels,
 // recorded once and then replayed; for the models below, exactly the numbers their layers come
 // to. A fusion that comes apart, or a kernel more a layer, changes them. Every logit row is a
-// token's own, so no gather; a norm before quantized products runs inside their first GEMV
-// (NormQGemvKernel) where that has at most 3 blocks a multiprocessor. The quantized files:
-//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 213 = 1 embedding + 30 x 7 + 2 for the logits:
+// token's own, so no gather; the kernel producing a quantized GEMV's input -- the RMSNorm, the
+// gated activation, the quantization -- runs inside that GEMV (FusedQGemvKernel,
+// GatedExpertsQGemvKernel) where the GEMV has at most 3 blocks a multiprocessor. The quantized
+// files:
+//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 183 = 1 embedding + 30 x 6 + 2 for the logits:
 //     a layer is RMSNorm + quantize + q|k|v (one launch), RoPE + KV write, attention +
-//     quantize, o (+ residual), RMSNorm + quantize + gate|up, SiLU + quantize, down (+
+//     quantize, o (+ residual), RMSNorm + quantize + gate|up, SiLU + quantize + down (+
 //     residual); the logits: RMSNorm + quantize (the LM head's 6144 blocks: on its own), the
 //     LM head.
 //   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0 but the F32
-//     router) 25 = 1 + 9 + 13 + 2 for the logits (the norm inside the head's GEMV: 1024 rows)
-//     (the layers' MLA part 6: RMSNorm + quantize + q|kv_a, latent norm + RoPE + KV write,
-//     absorb, attention, project + quantize, o; then the dense FFN 3, or the MoE 7: RMSNorm +
-//     quantize (for the routed experts too) + shared gate|up, the router (F32), route, routed
-//     gate|up, SiLU + quantize, routed down, shared SiLU + quantize, shared down (+ the routed
-//     experts' weighted sum)).
-//   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 19 =
-//     1 + 2 x 8 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
-//     32, so the attention's output is quantized apart. The tiny DeepSeek-V2 Lite's W8A8
-//     folder 40 (its F32 original's 54 less the launches the norms and activations that
-//     quantize for INT8 products save, the routed experts' input among them; its experts'
-//     down projections, 16 columns, stay F32).
+//     router) 22 = 1 + 8 + 12 + 1 for the logits (the norm inside the head's GEMV: 1024 rows).
+//     Each layer's MLA part is 6: RMSNorm + quantize + q|kv_a, latent norm + RoPE + KV write,
+//     absorb, attention, project + quantize, o. Then the dense FFN 2 (RMSNorm + quantize +
+//     gate|up, SiLU + quantize + down), or the MoE 6: RMSNorm + quantize (for the routed experts
+//     too) + shared gate|up, the router (F32), route, routed gate|up, SiLU + quantize + routed
+//     down, shared SiLU + quantize + shared down (+ the routed experts' weighted sum).
+//   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 15 =
+//     1 + 2 x 6 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
+//     32, so the attention's output is quantized inside the o GEMV. The tiny DeepSeek-V2 Lite's
+//     W8A8 folder 39 (its F32 original's 54 less the launches that the norms, activations and
+//     quantizations inside the INT8 products' GEMVs save, the routed experts' input quantized
+//     in the norm among them; its experts' down projections, 16 columns, stay F32).
 // The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own).
 struct StepKernels {
   const char* file;  // the model's file or folder name
   int64_t kernels;
 };
 constexpr StepKernels kDecodeStepKernels[] = {
-    {"smollm2-135m-instruct-q4_1.gguf", 213},
-    {"peng_device_ds_q4_0_", 25},  // (QuantizedDeepseekPath)
-    {"_llama_w8a8", 19},  // (device_test::Int8Folder)
-    {"_qwen2_w8a8", 19},
-    {"_lite_w8a8", 40},
+    {"smollm2-135m-instruct-q4_1.gguf", 183},
+    {"peng_device_ds_q4_0_", 22},  // (QuantizedDeepseekPath)
+    {"_llama_w8a8", 15},  // (device_test::Int8Folder)
+    {"_qwen2_w8a8", 15},
+    {"_lite_w8a8", 39},
     {"hf_tiny/llama", 27},
     {"hf_tiny/qwen2", 27},
     {"hf_tiny/gemma3", 57},

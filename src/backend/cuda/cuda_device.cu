@@ -288,12 +288,13 @@ class CudaDevice final : public Device {
   void MatMuls(const float* x, int64_t T, std::initializer_list<MatMulOut> outs) override {
     if (T <= 0) return;
     QActOut q32, q256;
-    if (Quantizations(T, outs, &q32, &q256)) {
-      Launch(QuantizeActKernel, dim3(Blocks(outs.begin()->w->cols, 256), T), 256, launch_, x,
-             outs.begin()->w->cols, q32, q256);
-      Note(cudaGetLastError());
+    if (!Quantizations(T, outs, &q32, &q256)) {
+      Products(x, T, outs);
+      return;
     }
-    Products(x, T, outs);
+    ProductsAfter({.kind = FusedInput::kPlain, .x = x, .n = outs.begin()->w->cols, .q32 = q32,
+                   .q256 = q256},
+                  T, outs);
   }
   // The norm writes the quantized activations the products need as it goes -- and the routed
   // experts' (`experts`), where their region is free or already holds the same blocks: the
@@ -308,49 +309,75 @@ class CudaDevice final : public Device {
     QActOut& eq = ef == kBlocks256 ? q256 : q32;
     const bool prepare = ef != kFp32Act && (!eq.qs || eq.w8a8 == (ef == kW8A8Groups));
     if (prepare) eq = WriteOut(ef, n);
-    // The norm inside the first product's GEMV where its tile of tokens fits the block's shared
-    // memory (NormQGemvKernel; LaunchQGemv may still launch it on its own), else a kernel of its
-    // own. (Not in place: the GEMV's blocks read x while its first block writes y.)
-    const int64_t tile = T == 1 ? 1 : kTokenTile;
-    bool quantized = false;
-    for (const MatMulOut& o : outs) quantized |= Format(*o.w, T) != kFp32Act;
-    const bool fuse = fused_norm_ && x != y && quantized && tile * n <= kFusedNormValues;
-    const FusedNorm f{x, norm_w, w_offset, eps, y, n, q32, q256};
-    if (!fuse) LaunchNorm(f, T);
     prepared_ = prepare ? Prepared{y, T, act_writes_, ef} : Prepared{};
-    Products(y, T, outs, fuse ? &f : nullptr);
-  }
-  void LaunchNorm(const FusedNorm& f, int64_t T) {
-    Launch(RmsNormKernel, T, 256, launch_, f.x, f.w, f.w_offset, f.y, f.n, f.eps, f.n, f.q32,
-           f.q256);
-    Note(cudaGetLastError());
+    ProductsAfter({.kind = FusedInput::kNorm, .x = x, .w = norm_w, .w_offset = w_offset,
+                   .eps = eps, .y = y, .n = n, .q32 = q32, .q256 = q256},
+                  T, outs);
   }
   void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
                     int64_t n, std::initializer_list<MatMulOut> outs) override {
     if (T <= 0) return;
     QActOut q32, q256;
     const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
-    if (Quantizations(T, outs, &q32, &q256)) {
-      Launch(GatedQuantKernel, dim3(Blocks(n, 256), T), 256, launch_, op, gate, up, h, n, q32,
-             q256);
-      Note(cudaGetLastError());
-    } else {
+    if (!Quantizations(T, outs, &q32, &q256)) {
       Elementwise(op, h, gate, up, 0, T * n);
+      Products(h, T, outs);
+      return;
     }
-    Products(h, T, outs);
+    ProductsAfter({.kind = FusedInput::kGated, .x = gate, .up = up, .op = op, .y = h, .n = n,
+                   .q32 = q32, .q256 = q256},
+                  T, outs);
+  }
+  // The products over the rows f produces: f inside the first quantized product's GEMV where
+  // its tile of tokens fits the block's shared memory (FusedQGemvKernel; LaunchQGemv may still
+  // launch it on its own), else f's kernel first. In place (y one of f's inputs, which the
+  // GEMV's blocks read while its first block would write y) only for the gated activation and
+  // where every product is quantized: the fused kernel then leaves h unwritten
+  // (Device::GatedMatMuls allows it).
+  void ProductsAfter(const FusedInput& f, int64_t T, std::initializer_list<MatMulOut> outs) {
+    const int64_t tile = T == 1 ? 1 : kTokenTile;
+    bool quantized = false, all = true;
+    for (const MatMulOut& o : outs) {
+      const bool q = Format(*o.w, T) != kFp32Act;
+      quantized |= q;
+      all &= q;
+    }
+    const bool in_place = f.y && (f.y == f.x || f.y == f.up);
+    const bool fuse = fused_input_ && quantized &&
+                      (!in_place || (all && f.kind == FusedInput::kGated)) &&
+                      tile * f.n <= kFusedInputValues;
+    if (!fuse) LaunchInput(f, T);
+    Products(f.y ? f.y : f.x, T, outs, fuse ? &f : nullptr);
+  }
+  // f's kernel of its own.
+  void LaunchInput(const FusedInput& f, int64_t T) {
+    const dim3 grid(Blocks(f.n, 256), T);
+    switch (f.kind) {
+      case FusedInput::kNorm:
+        Launch(RmsNormKernel, T, 256, launch_, f.x, f.w, f.w_offset, f.y, f.n, f.eps, f.n, f.q32,
+               f.q256);
+        break;
+      case FusedInput::kGated:
+        Launch(GatedQuantKernel, grid, 256, launch_, f.op, f.x, f.up, f.y, f.n, f.q32, f.q256);
+        break;
+      case FusedInput::kPlain:
+        Launch(QuantizeActKernel, grid, 256, launch_, f.x, f.n, f.q32, f.q256);
+        break;
+    }
+    Note(cudaGetLastError());
   }
 
   // One QGemvKernel launch over up to kMaxQMats matrices of one type and cols (blockIdx.z the
   // matrix), with WPR warps a row where the rows alone would not fill the GPU (fewer than 16
   // warps a multiprocessor) and a row has the units for them.
-  // norm: the RMSNorm that produces the activations, run by the GEMV's blocks (FusedNorm)
-  // where they are at most kFusedNormBlocksPerSm a multiprocessor -- about what is resident at
-  // once at the GEMVs' 40-80 registers a thread -- with a block taking 1, 2 or 4 times its
-  // rows (the fewest passes that get there): every block repeats the norm, so past one wave
-  // the norm's own kernel (launched here first) costs less.
-  static constexpr int kFusedNormBlocksPerSm = 3;
+  // input: the kernel that produces the activations, run by the GEMV's blocks (FusedInput)
+  // where they are at most kFusedInputBlocksPerSm a multiprocessor -- about what is resident
+  // at once at the GEMVs' 40-80 registers a thread -- with a block taking 1, 2 or 4 times its
+  // rows (the fewest passes that get there): every block repeats the input's work, so past
+  // one wave the input's own kernel (launched here first) costs less.
+  static constexpr int kFusedInputBlocksPerSm = 3;
   void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
-                   const FusedNorm* norm = nullptr) {
+                   const FusedInput* input = nullptr) {
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     const int64_t units = cols / 32;
@@ -359,19 +386,20 @@ class CudaDevice final : public Device {
     auto blocks = [&](int p) {
       return Blocks(rows, kRowsPerBlock / wpr * p) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
     };
-    while (passes < 4 && blocks(passes) > int64_t{kFusedNormBlocksPerSm} * sm_count_) passes *= 2;
-    if (norm && blocks(passes) > int64_t{kFusedNormBlocksPerSm} * sm_count_) {
-      LaunchNorm(*norm, T);
-      norm = nullptr;
+    const int64_t most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
+    while (passes < 4 && blocks(passes) > most) passes *= 2;
+    if (input && blocks(passes) > most) {
+      LaunchInput(*input, T);
+      input = nullptr;
     }
     WithType(type, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
-          if (norm) {
+          if (input) {
             const dim3 fewer(Blocks(rows, kRowsPerBlock / WPR * passes), Blocks(T, NT), n);
-            Launch(NormQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms, *norm,
-                   T, passes);
+            Launch(FusedQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms,
+                   *input, T, passes);
           } else {
             Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
           }
@@ -389,10 +417,10 @@ class CudaDevice final : public Device {
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
   // the kernel before when Quantizations said so. The quantized ones of one type share a
-  // launch, up to kMaxQMats of them, in the order they come; the FP32 ones follow. norm: the
-  // RMSNorm producing x, run inside the first launch (NormMatMuls: some product is quantized).
+  // launch, up to kMaxQMats of them, in the order they come; the FP32 ones follow. input: the
+  // kernel producing x, run inside the first launch (ProductsAfter: some product is quantized).
   void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs,
-                const FusedNorm* norm = nullptr) {
+                const FusedInput* input = nullptr) {
     const MatMulOut* o = outs.begin();
     const size_t n = outs.size();
     uint32_t done = 0;  // bit i: outs[i] launched (the graphs pass a handful)
@@ -400,7 +428,7 @@ class CudaDevice final : public Device {
       Keep(InvalidArgument(name_ + ": MatMuls over more than 32 matrices"));
       return;
     }
-    for (size_t i = 0; i < n; ++i) {  // the quantized products first: norm's launch among them
+    for (size_t i = 0; i < n; ++i) {  // the quantized products first: input's launch among them
       if (done >> i & 1) continue;
       const ActFormat f = Format(*o[i].w, T);
       if (f == kFp32Act) continue;
@@ -415,8 +443,8 @@ class CudaDevice final : public Device {
                               int8 ? o[j].w->scales : nullptr}};
         done |= uint32_t{1} << j;
       }
-      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T, norm);
-      norm = nullptr;
+      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T, input);
+      input = nullptr;
     }
     for (size_t i = 0; i < n; ++i)
       if (!(done >> i & 1))
@@ -650,10 +678,34 @@ class CudaDevice final : public Device {
       Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
       return;
     }
+    const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
+    // The activation inside the GEMV's blocks (GatedExpertsQGemvKernel), under the rule of
+    // LaunchQGemv's: at most kFusedInputBlocksPerSm blocks a multiprocessor, a block taking 1,
+    // 2 or 4 times its rows.
+    const int64_t pairs = T * k, most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
+    int passes = 1;
+    auto blocks = [&](int p) { return Blocks(w.rows, kRowsPerBlock * p) * pairs; };
+    while (passes < 4 && blocks(passes) > most) passes *= 2;
+    if (fused_input_ && n <= kFusedInputValues && blocks(passes) <= most) {
+      ExpertMats m;
+      m.experts[0] = w.data;
+      m.scales[0] = w.scales;
+      m.y[0] = y;
+      const FusedInput fi{.kind = FusedInput::kGated, .x = gate, .up = up, .op = op, .y = h,
+                          .n = n, .q32 = {}, .q256 = {}};
+      WithType(w.dtype, [&]<DType D>() {
+        if constexpr (layout::kIntDot<D>) {
+          Launch(GatedExpertsQGemvKernel<D>, dim3(Blocks(w.rows, kRowsPerBlock * passes), pairs),
+                 kRowsPerBlock * kWarp, launch_, m, w.row_bytes, w.rows, fi, ids, int64_t{0},
+                 passes);
+        }
+      });
+      Note(cudaGetLastError());
+      return;
+    }
     const QActOut q = WriteOut(f, w.cols);
-    Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_,
-           act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, gate, up, h, n, Q32Slot(f, q),
-           Q256Slot(f, q));
+    Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_, op, gate, up, h, n,
+           Q32Slot(f, q), Q256Slot(f, q));
     Note(cudaGetLastError());
     QuantizedExperts(h, T, ids, k, /*x_per_slot=*/true, {{&w, y}}, /*quantize=*/false);
   }
@@ -928,7 +980,7 @@ class CudaDevice final : public Device {
   std::string name_;
   bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
-  bool fused_norm_ = EnvOn("PENG_CUDA_FUSED_NORM");  // NormMatMuls' norm inside the GEMV
+  bool fused_input_ = EnvOn("PENG_CUDA_FUSED_INPUT");  // ProductsAfter's input inside the GEMV
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

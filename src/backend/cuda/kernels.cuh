@@ -419,59 +419,6 @@ __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, fl
   }
 }
 
-// The RMSNorm before a GEMV, run by the GEMV's blocks (NormQGemvKernel; Device::NormMatMuls):
-// rows x [T, n] -> y = (x * RmsScale) * (w + w_offset), as RmsNormKernel computes them. Each
-// block normalizes its tile of tokens into shared memory, quantized for its matrices; the
-// first block of a tile also stores what RmsNormKernel would for those tokens -- y, and the
-// quantized rows in q32 / q256 where their qs are set -- for whatever reads them next.
-struct FusedNorm {
-  const float* x = nullptr;
-  const float* w = nullptr;
-  float w_offset = 0.f, eps = 0.f;
-  float* y = nullptr;
-  int64_t n = 0;
-  QActOut q32, q256;
-};
-constexpr int kFusedNormValues = 16384;  // a block's tile of normalized values at most (NT n)
-
-// A block takes `passes` times its rows of QGemvKernel, one set after the other (fewer blocks
-// repeating the norm).
-template <DType T, int NT, int WPR>
-__global__ void NormQGemvKernel(QMats ms, FusedNorm f, int64_t n_tokens, int passes) {
-  __shared__ float part[kRowsPerBlock][NT];
-  __shared__ float shared[32];
-  __shared__ float warp_max[8];
-  alignas(16) __shared__ int8_t qs[kFusedNormValues];
-  __shared__ float d[kFusedNormValues / 32];
-  alignas(8) __shared__ int32_t sums[kFusedNormValues / 16];
-  const QMat m = BlockMat(ms);
-  const int64_t rows = int64_t{kRowsPerBlock / WPR} * passes;  // the block's
-  const int64_t r0 = int64_t{blockIdx.x} * rows;
-  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < rows ? m.rows - r0 : rows);
-  const int64_t t0 = int64_t{blockIdx.y} * NT, n = f.n;
-  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
-  const bool first = blockIdx.x == 0 && blockIdx.z == 0;
-  const QActOut mine{qs, d, sums, T == DType::kI8};
-  for (int k = 0; k < nt; ++k) {
-    const int64_t t = t0 + k;
-    const float* xr = f.x + t * n;
-    const float s = RmsScale(xr, n, f.eps, shared);
-    for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
-      const int64_t i = c + threadIdx.x;
-      const bool valid = i < n;
-      const float v = valid ? (xr[i] * s) * (f.w[i] + f.w_offset) : 0.f;
-      QuantizeValue<layout::kActBlock<T>>(v, valid, k, i, n, mine, warp_max);
-      if (!first) continue;
-      if (valid) f.y[t * n + i] = v;
-      QuantizeValues(v, valid, t, i, n, f.q32, f.q256, warp_max);
-    }
-  }
-  __syncthreads();
-  for (int p = 0; p < passes; ++p)
-    QGemvBlock<T, NT, WPR>(m, QAct{qs, d, sums, n}, 0, t0, nt, r0 + p * (kRowsPerBlock / WPR),
-                           part);
-}
-
 enum class Ew { kAdd, kScale, kSoftcap, kSilu, kGelu };
 
 // act(gate) * up for Ew::kSilu / kGelu (the tanh approximation).
@@ -479,6 +426,72 @@ __device__ __forceinline__ float GatedValue(Ew op, float z, float up) {
   if (op == Ew::kSilu) return z / (1.0f + expf(-z)) * up;
   const float u = 0.7978845608028654f * (z + 0.044715f * ((z * z) * z));
   return 0.5f * z * (1.0f + tanhf(u)) * up;
+}
+
+// The kernel that produces a GEMV's activations, run by the GEMV's blocks (FusedQGemvKernel;
+// Device::NormMatMuls, GatedMatMuls, MatMuls) -- rows [T, n] of
+//   kNorm:  y = (x * RmsScale) * (w + w_offset), as RmsNormKernel computes them;
+//   kGated: y = act(x) * up (x the gate; op Ew::kSilu / kGelu), as GatedQuantKernel;
+//   kPlain: x itself (y null), quantized as QuantizeActKernel does.
+// Each block computes its tile of tokens into shared memory, quantized for its matrices; the
+// first block of a tile also stores what the kernel of its own would for those tokens -- y,
+// and the quantized rows in q32 / q256 where their qs are set -- for whatever reads them next;
+// y in place (y = x or up, which the other blocks read) is not stored.
+struct FusedInput {
+  enum Kind { kNorm, kGated, kPlain } kind = kNorm;
+  const float* x = nullptr;
+  const float* up = nullptr;  // kGated
+  Ew op = Ew::kSilu;          // kGated
+  const float* w = nullptr;   // kNorm
+  float w_offset = 0.f, eps = 0.f;
+  float* y = nullptr;
+  int64_t n = 0;
+  QActOut q32, q256;
+};
+constexpr int kFusedInputValues = 16384;  // a block's tile of input values at most (NT n)
+
+// A block takes `passes` times its rows of QGemvKernel, one set after the other (fewer blocks
+// repeating the input's kernel).
+template <DType T, int NT, int WPR>
+__global__ void FusedQGemvKernel(QMats ms, FusedInput f, int64_t n_tokens, int passes) {
+  __shared__ float part[kRowsPerBlock][NT];
+  __shared__ float shared[32];
+  __shared__ float warp_max[8];
+  alignas(16) __shared__ int8_t qs[kFusedInputValues];
+  __shared__ float d[kFusedInputValues / 32];
+  alignas(8) __shared__ int32_t sums[kFusedInputValues / 16];
+  const QMat m = BlockMat(ms);
+  const int64_t rows = int64_t{kRowsPerBlock / WPR} * passes;  // the block's
+  const int64_t r0 = int64_t{blockIdx.x} * rows;
+  GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < rows ? m.rows - r0 : rows);
+  const int64_t t0 = int64_t{blockIdx.y} * NT, n = f.n;
+  const int nt = n_tokens - t0 < NT ? static_cast<int>(n_tokens - t0) : NT;
+  const bool first = blockIdx.x == 0 && blockIdx.z == 0;
+  float* const y = f.y == f.x || f.y == f.up ? nullptr : f.y;
+  const QActOut mine{qs, d, sums, T == DType::kI8};
+  for (int k = 0; k < nt; ++k) {
+    const int64_t t = t0 + k;
+    const float* xr = f.x + t * n;
+    const float s = f.kind == FusedInput::kNorm ? RmsScale(xr, n, f.eps, shared) : 0.f;
+    for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
+      const int64_t i = c + threadIdx.x;
+      const bool valid = i < n;
+      float v = 0.f;
+      if (valid) {
+        v = f.kind == FusedInput::kNorm    ? (xr[i] * s) * (f.w[i] + f.w_offset)
+            : f.kind == FusedInput::kGated ? GatedValue(f.op, xr[i], f.up[t * n + i])
+                                           : xr[i];
+      }
+      QuantizeValue<layout::kActBlock<T>>(v, valid, k, i, n, mine, warp_max);
+      if (!first) continue;
+      if (valid && y) y[t * n + i] = v;
+      QuantizeValues(v, valid, t, i, n, f.q32, f.q256, warp_max);
+    }
+  }
+  __syncthreads();
+  for (int p = 0; p < passes; ++p)
+    QGemvBlock<T, NT, WPR>(m, QAct{qs, d, sums, n}, 0, t0, nt, r0 + p * (kRowsPerBlock / WPR),
+                           part);
 }
 
 // h = act(gate) * up over rows of n, quantized into q32 / q256 (as QuantizeActKernel).

@@ -54,6 +54,47 @@ __global__ void ExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows,
                                                       r, acc);
 }
 
+// ExpertsQGemvKernel over the routed experts' gated activations (x_per_slot), which each block
+// computes for its pair (f: FusedInput::kGated over the pairs' rows of f.n) and quantizes into
+// its shared memory, as GatedQuantKernel would for all of them; a block takes `passes` times
+// kRowsPerBlock rows (fewer blocks repeating the activation). h (f.y) is stored by the first
+// block of each pair unless in place (f.y = f.x or f.up).
+template <DType T>
+__global__ void GatedExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t rows,
+                                        FusedInput f, const int32_t* ids, int64_t pair0,
+                                        int passes) {
+  __shared__ float warp_max[8];
+  alignas(16) __shared__ int8_t qs[kFusedInputValues];
+  __shared__ float d[kFusedInputValues / 32];
+  alignas(8) __shared__ int32_t sums[kFusedInputValues / 16];
+  KernelStart();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t pair = pair0 + blockIdx.y, n = f.n;
+  const float* gate = f.x + pair * n;
+  const float* up = f.up + pair * n;
+  float* const h = blockIdx.x == 0 && f.y != f.x && f.y != f.up ? f.y : nullptr;
+  const QActOut mine{qs, d, sums, T == DType::kI8};
+  for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
+    const int64_t i = c + threadIdx.x;
+    const bool valid = i < n;
+    const float v = valid ? GatedValue(f.op, gate[i], up[i]) : 0.f;
+    if (valid && h) h[pair * n + i] = v;
+    QuantizeValue<layout::kActBlock<T>>(v, valid, 0, i, n, mine, warp_max);
+  }
+  __syncthreads();
+  const int e = ids[pair];
+  for (int p = 0; p < passes; ++p) {
+    const int64_t r = (int64_t{blockIdx.x} * passes + p) * kRowsPerBlock + warp;
+    if (r >= rows) return;
+    float acc = 0.f;
+    if (m.experts[0][e])  // (else another rank's expert: zeros)
+      WarpRowQDot<T, 1>(m.experts[0][e] + r * row_bytes, QAct{qs, d, sums, n}, 0, 1, lane, kWarp,
+                        &acc);
+    acc = WarpSum(acc);
+    if (lane == 0) m.y[0][pair * rows + r] = ExpertRowScaled(m.scales[0], e, r, acc);
+  }
+}
+
 constexpr int kMaxTopK = 16;
 constexpr int kMaxGroups = 16;
 
