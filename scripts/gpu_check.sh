@@ -26,8 +26,9 @@
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
 #        each; Qwen2.5's decode again without CUDA graphs, and again with the FP32-activation
 #        GEMVs (PENG_CUDA_QGEMV=0), and again without programmatic dependent launch, and with
-#        the norms, activations and quantizations before quantized GEMVs in kernels of their
-#        own (PENG_CUDA_FUSED_INPUT=0), and with
+#        the norms, activations and quantizations before quantized GEMVs and RoPE + the KV
+#        write before the attention in kernels of their own (PENG_CUDA_FUSED_INPUT=0
+#        PENG_CUDA_FUSED_ROPE=0), and with
 #        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
 #        INT8 W8A8 form (peng quantize); each line with the kernels a decode step launches and
 #        what they cost at the kernel floor (an empty kernel's time in a recorded step)
@@ -295,10 +296,11 @@ run() {
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-pdl-qwen.json" --tg 128
     summarize_bench "$RES/no-pdl-qwen.json"
     # What running a GEMV's input kernel (the RMSNorm, the gated activation, the quantization)
-    # inside the GEMV is worth (FusedQGemvKernel): the same decode with their own kernels.
-    PENG_CUDA_FUSED_INPUT=0 step bench-input-kernels bench_json \
-      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/input-kernels-qwen.json" --tg 128
-    summarize_bench "$RES/input-kernels-qwen.json"
+    # inside the GEMV (FusedQGemvKernel) and RoPE + the KV write inside the attention
+    # (AttnRope) are worth: the same decode with their own kernels.
+    PENG_CUDA_FUSED_INPUT=0 PENG_CUDA_FUSED_ROPE=0 step bench-unfused bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/unfused-qwen.json" --tg 128
+    summarize_bench "$RES/unfused-qwen.json"
     # What taking the greedy rows' best logit on the device is worth (Device::TopLogits): the
     # same decode with the rows brought back whole.
     PENG_DEVICE_TOP_LOGITS=0 step bench-whole-rows bench_json \

@@ -38,7 +38,9 @@ void Device::ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids
 
 void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out,
-                              std::initializer_list<MatMulOut> outs) {
+                              std::initializer_list<MatMulOut> outs, const RopeKv* rope) {
+  if (rope)
+    RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows, rope->v_rows);
   PagedAttention(q, kv, b, p, out);
   MatMuls(out, b.n_tokens, outs);
 }

@@ -262,11 +262,22 @@ class Device {
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
   virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out) = 0;
-  // PagedAttention, then MatMuls(out, outs) (the output projection). A backend may prepare the
-  // attention's output for the products as it writes it; by default, the two calls.
+  // RopeKvWrite's arguments (no norm), for an attention to do first (AttentionMatMuls).
+  struct RopeKv {
+    RopeHeads q, k;
+    const kernels::RopeConfig* cfg = nullptr;
+    const float* inv_freq = nullptr;
+    const float* k_rows = nullptr;
+    const float* v_rows = nullptr;
+  };
+  // RopeKvWrite(*rope) where rope is given (q = rope->q.x), PagedAttention, then MatMuls(out,
+  // outs) (the output projection). A backend may rotate and store inside the attention -- q's
+  // and k's rows are then left as they were -- and prepare the attention's output for the
+  // products as it writes it; by default, the calls one by one.
   virtual void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv,
                                 const StepBatch& b, const kernels::AttentionParams& p, float* out,
-                                std::initializer_list<MatMulOut> outs);
+                                std::initializer_list<MatMulOut> outs,
+                                const RopeKv* rope = nullptr);
   // --- multi-head latent attention (kernels/mla.h; kv_b: MlaWeights)
   // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
   virtual void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,

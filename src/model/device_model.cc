@@ -427,15 +427,15 @@ class DeviceDecoderModel : public DeviceModel {
       d.RmsNorm(q_, L.q_norm, c.norm_weight_offset, q_, T * H, hd, c.rms_eps);
       d.RmsNorm(k_, L.k_norm, c.norm_weight_offset, k_, T * KV, hd, c.rms_eps);
     }
-    d.RopeKvWrite({q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, b, rope, inv_freq, kv_[il], k_,
-                  v_);
+    const backend::Device::RopeKv rope_kv{
+        {q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, &rope, inv_freq, k_, v_};
     kernels::AttentionParams ap;
     ap.n_heads = static_cast<int>(H);
     ap.scale = c.AttentionScale();
     ap.sliding_window = sliding ? c.sliding_window : 0;
     Residual(L.wo, nullptr, {L.post_attn_norm, c.norm_weight_offset, c.rms_eps}, o_,
              [&](const backend::Device::MatMulOut& o) {
-               d.AttentionMatMuls(q_, kv_[il], b, ap, attn_, {o});
+               d.AttentionMatMuls(q_, kv_[il], b, ap, attn_, {o}, &rope_kv);
              });
 
     // --- feed-forward block

@@ -144,7 +144,7 @@ TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
 }
 
 // The attention's output quantized by the attention kernel for the output projection
-// (AttentionMatMuls, Q4_1: blocks of 32 -- and Q4_K, 256, which takes the separate quantizer),
+// (AttentionMatMuls, Q4_1: blocks of 32 -- and Q4_K, 256, quantized inside its GEMV),
 // and SlotSum folded into a product's store (MatMulOut::slots), against the host device.
 TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
   AttnBatch a;
@@ -574,6 +574,113 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
     }
   }
   kernels::SetExactActivations(true);
+}
+
+// AttentionMatMuls given RopeKvWrite's arguments rotates q and k and stores the token's k and v
+// inside the attention kernel where every sequence has one token in the step (AttnRope): one
+// launch less, and the same bits as RopeKvKernel before the attention (PENG_CUDA_FUSED_ROPE=0)
+// -- the attention's output, the projection over it, every byte of the cache --, and within
+// 1e-4 of the host device. Decode steps (a sequence at position 0, whose only key is its own,
+// and two further on) over F32 and F16 caches, head sizes 64 and 128 (GQA, 8 heads over 2),
+// whole and half rotations in both pair styles, YaRN's attention factor, a sliding window; a
+// step with a prefill among its sequences takes the kernel of its own on both.
+TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
+  ASSERT_EQ(setenv("PENG_CUDA_FUSED_ROPE", "0", 1), 0);
+  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
+  unsetenv("PENG_CUDA_FUSED_ROPE");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Device* plain = made->get();
+  const int H = 8, KV = 2;
+  for (bool decode : {true, false}) {
+    AttnBatch a, b;  // (the same batch on the two CUDA devices)
+    const std::array<int64_t, 3> n = decode ? std::array<int64_t, 3>{1, 1, 1}
+                                            : std::array<int64_t, 3>{21, 1, 5};
+    BuildBatch(cuda_.get(), &a, {0, 40, 30}, n);
+    BuildBatch(plain, &b, {0, 40, 30}, n);
+    const int64_t T = a.host.n_tokens;
+    for (DType kv_type : {DType::kF32, DType::kF16}) {
+      for (int hd : {64, 128}) {
+        for (int variant = 0; variant < 2; ++variant) {
+          kernels::RopeConfig rope;
+          rope.rot_dim = variant == 0 ? hd : hd / 2;
+          rope.style = variant == 0 ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kInterleaved;
+          rope.theta = 10000.f;
+          rope.attention_factor = variant == 0 ? 1.f : 1.2f;
+          kernels::AttentionParams p;
+          p.n_heads = H;
+          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+          p.sliding_window = variant == 0 ? 0 : 8;
+          const std::string tag = std::string(decode ? "decode" : "mixed") + " " +
+                                  DTypeName(kv_type) + " hd=" + std::to_string(hd) +
+                                  (variant == 0 ? " neox" : " half interleaved, window 8");
+          std::vector<float> inv(rope.rot_dim / 2);
+          kernels::ComputeRopeInvFreq(rope, inv.data());
+          kernels::KvLayerView kc, kh;
+          RandomCache(kv_type, KV, hd, hd, &kc, &kh);
+          const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
+          kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
+          for (auto [part, from] : {std::pair{&kp.k, kh.k}, {&kp.v, kh.v}}) {
+            *part = *plain->Alloc(bytes);
+            ASSERT_TRUE(plain->CopyToDevice(*part, from, bytes).ok());
+          }
+          std::vector<float> scales;
+          std::vector<uint8_t> wo_bytes = RandomMatrix(DType::kQ8_0, 96, H * hd, &rng_, &scales);
+          const std::vector<float> q = Random(T * H * hd), k = Random(T * KV * hd),
+                                   v = Random(T * KV * hd), y0 = Random(T * 96);
+          std::vector<float> out[3][2];  // [fused, plain, host][o, y]
+          std::vector<uint8_t> cache[2][2];  // [fused, plain][k, v]
+          int64_t launches[2] = {0, 0};
+          for (int which = 0; which < 3; ++which) {
+            Device* d = which == 0 ? cuda_.get() : which == 1 ? plain : host_.get();
+            const kernels::KvLayerView& kv = which == 0 ? kc : which == 1 ? kp : kh;
+            const backend::StepBatch& sb = which == 0 ? a.cuda : which == 1 ? b.cuda : a.host;
+            TensorView w;
+            w.name = "wo";
+            w.dtype = DType::kQ8_0;
+            w.shape = {96, H * hd};
+            w.data = wo_bytes.data();
+            w.size_bytes = wo_bytes.size();
+            auto wo = d->Upload(w, nullptr);
+            ASSERT_TRUE(wo.ok()) << wo.status().ToString();
+            auto up = [&](const std::vector<float>& x) {
+              return *d->UploadFloats(x.data(), x.size());
+            };
+            float* Q = up(q);
+            float* K = up(k);
+            float* V = up(v);
+            float* F = up(inv);
+            float* O = up(std::vector<float>(T * H * hd));
+            float* Y = up(y0);
+            const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V};
+            const int64_t k0 = d->KernelLaunches();
+            d->AttentionMatMuls(Q, kv, sb, p, O, {{&*wo, Y, nullptr, true}}, &r);
+            if (which < 2) launches[which] = d->KernelLaunches() - k0;
+            ASSERT_TRUE(d->Synchronize().ok()) << tag;
+            int i = 0;
+            for (auto [ptr, count] : {std::pair{O, T * H * hd}, {Y, T * 96}}) {
+              out[which][i].resize(count);
+              ASSERT_TRUE(d->CopyToHost(out[which][i++].data(), ptr, count * 4).ok());
+            }
+            if (which == 2) continue;
+            for (int c = 0; c < 2; ++c) {
+              cache[which][c].resize(bytes);
+              ASSERT_TRUE(d->CopyToHost(cache[which][c].data(), c ? kv.v : kv.k, bytes).ok());
+            }
+          }
+          EXPECT_EQ(launches[0], launches[1] - (decode ? 1 : 0)) << tag;
+          EXPECT_EQ(out[0][0], out[1][0]) << tag << ": the attention's output";
+          EXPECT_EQ(out[0][1], out[1][1]) << tag << ": the projection";
+          EXPECT_TRUE(cache[0][0] == cache[1][0] && cache[0][1] == cache[1][1]) << tag;
+          double worst = 0, scale = 0;
+          for (size_t i = 0; i < out[2][0].size(); ++i) {
+            worst = std::max(worst, std::abs(double{out[0][0][i]} - out[2][0][i]));
+            scale = std::max(scale, std::abs(double{out[2][0][i]}));
+          }
+          EXPECT_LE(worst / scale, 1e-4) << tag << ": against the host device";
+        }
+      }
+    }
+  }
 }
 
 // A W8A8 matrix over the same x as a 32-block GGUF matrix: a clear error (peng quantize

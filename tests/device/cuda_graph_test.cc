@@ -23,10 +23,11 @@ namespace {
 // to. A fusion that comes apart, or a kernel more a layer, changes them. Every logit row is a
 // token's own, so no gather; the kernel producing a quantized GEMV's input -- the RMSNorm, the
 // gated activation, the quantization -- runs inside that GEMV (FusedQGemvKernel,
-// GatedExpertsQGemvKernel) where the GEMV has at most 3 blocks a multiprocessor. The quantized
-// files:
-//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 183 = 1 embedding + 30 x 6 + 2 for the logits:
-//     a layer is RMSNorm + quantize + q|k|v (one launch), RoPE + KV write, attention +
+// GatedExpertsQGemvKernel) where the GEMV has at most 3 blocks a multiprocessor, and each
+// sequence having one token, RoPE and the KV write run inside the attention (AttnRope). The
+// quantized files:
+//   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 153 = 1 embedding + 30 x 5 + 2 for the logits:
+//     a layer is RMSNorm + quantize + q|k|v (one launch), RoPE + KV write + attention +
 //     quantize, o (+ residual), RMSNorm + quantize + gate|up, SiLU + quantize + down (+
 //     residual); the logits: RMSNorm + quantize (the LM head's 6144 blocks: on its own), the
 //     LM head.
@@ -37,26 +38,27 @@ namespace {
 //     gate|up, SiLU + quantize + down), or the MoE 6: RMSNorm + quantize (for the routed experts
 //     too) + shared gate|up, the router (F32), route, routed gate|up, SiLU + quantize + routed
 //     down, shared SiLU + quantize + shared down (+ the routed experts' weighted sum).
-//   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 15 =
-//     1 + 2 x 6 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
+//   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 13 =
+//     1 + 2 x 5 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
 //     32, so the attention's output is quantized inside the o GEMV. The tiny DeepSeek-V2 Lite's
 //     W8A8 folder 39 (its F32 original's 54 less the launches that the norms, activations and
 //     quantizations inside the INT8 products' GEMVs save, the routed experts' input quantized
 //     in the norm among them; its experts' down projections, 16 columns, stay F32).
-// The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own).
+// The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own; RoPE
+// inside the attention but for DeepSeek's MLA).
 struct StepKernels {
   const char* file;  // the model's file or folder name
   int64_t kernels;
 };
 constexpr StepKernels kDecodeStepKernels[] = {
-    {"smollm2-135m-instruct-q4_1.gguf", 183},
+    {"smollm2-135m-instruct-q4_1.gguf", 153},
     {"peng_device_ds_q4_0_", 22},  // (QuantizedDeepseekPath)
-    {"_llama_w8a8", 15},  // (device_test::Int8Folder)
-    {"_qwen2_w8a8", 15},
+    {"_llama_w8a8", 13},  // (device_test::Int8Folder)
+    {"_qwen2_w8a8", 13},
     {"_lite_w8a8", 39},
-    {"hf_tiny/llama", 27},
-    {"hf_tiny/qwen2", 27},
-    {"hf_tiny/gemma3", 57},
+    {"hf_tiny/llama", 25},
+    {"hf_tiny/qwen2", 25},
+    {"hf_tiny/gemma3", 54},
     {"deepseek_tiny/lite", 54},
     {"deepseek_tiny/lite_fused", 54},
     {"deepseek_tiny/v2", 60},
@@ -112,7 +114,7 @@ TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
   ASSERT_TRUE((*llm)->BenchDecode(2).ok());  // (records the graph)
   const int64_t k0 = (*llm)->DeviceKernelLaunches();
   ASSERT_TRUE((*llm)->BenchDecode(5).ok());
-  EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * (27 + 2));
+  EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * (25 + 2));
 }
 
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal

@@ -4,6 +4,7 @@
 // fixture (the device under test next to the host device, in exact mode).
 #pragma once
 
+#include <array>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -147,9 +148,11 @@ struct AttnBatch {
   backend::StepBatch host, cuda;
 };
 
-inline void BuildBatch(Device* cuda, AttnBatch* a) {
+// Three sequences over blocks of 16 (tables {4, 1, 0}, {2, 5, 3}, {7, 6, 8}): n[s] tokens of
+// sequence s from position pos0[s] (by default a 21-token prefill, a decode and a 5-token chunk).
+inline void BuildBatch(Device* cuda, AttnBatch* a, std::array<int64_t, 3> pos0 = {0, 40, 30},
+                       std::array<int64_t, 3> n = {21, 1, 5}) {
   a->tables = {{4, 1, 0}, {2, 5, 3}, {7, 6, 8}};
-  const int64_t pos0[] = {0, 40, 30}, n[] = {21, 1, 5};
   for (int s = 0; s < 3; ++s) {
     a->first.push_back(static_cast<int32_t>(a->pos.size()));
     a->count.push_back(static_cast<int32_t>(n[s]));

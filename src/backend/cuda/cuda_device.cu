@@ -587,17 +587,46 @@ class CudaDevice final : public Device {
                       const kernels::AttentionParams& p, float* out) override {
     Attention(q, kv, b, p, out, QActOut{});
   }
-  // The output quantized by the attention kernel as it writes it (Quantized32).
+  // RoPE and the KV write inside the attention kernel where every sequence has one token in
+  // the step (AttnRope; PENG_CUDA_FUSED_ROPE=0: RopeKvKernel first), the output quantized by
+  // the attention kernel as it writes it where the products take it (Quantized32).
   void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                         const kernels::AttentionParams& p, float* out,
-                        std::initializer_list<MatMulOut> outs) override {
+                        std::initializer_list<MatMulOut> outs, const RopeKv* rope) override {
+    AttnRope inside;
+    if (rope && !RopeInside(q, kv, b, p, *rope, &inside))
+      RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows,
+                  rope->v_rows, {});
     QActOut q32;
-    if (!Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32)) {
-      Device::AttentionMatMuls(q, kv, b, p, out, outs);
-      return;
+    const bool quantized = Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32);
+    Attention(q, kv, b, p, out, quantized ? q32 : QActOut{}, inside);
+    if (quantized) {
+      Products(out, b.n_tokens, outs);
+    } else {
+      MatMuls(out, b.n_tokens, outs);
     }
-    Attention(q, kv, b, p, out, q32);
-    Products(out, b.n_tokens, outs);
+  }
+  // Whether `rope` can run inside the attention (*inside then says how): a step of one token a
+  // sequence, q and k rows laid out as the attention reads them, k's rows the ones stored.
+  bool RopeInside(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                  const kernels::AttentionParams& p, const RopeKv& r, AttnRope* inside) const {
+    const int64_t hd = kv.head_dim, kd = int64_t{kv.n_kv_heads} * hd;
+    const bool fits =
+        fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
+        r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
+        r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd &&
+        r.v_rows && kv.k && r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
+    if (!fits) return false;
+    inside->k = r.k_rows;
+    inside->v = r.v_rows;
+    inside->k_cache = kv.k;
+    inside->v_cache = kv.v;
+    inside->slot = b.d_slot;
+    inside->inv_freq = r.inv_freq;
+    inside->half = r.cfg->rot_dim / 2;
+    inside->interleaved = r.cfg->style == kernels::RopeStyle::kInterleaved;
+    inside->attention_factor = r.cfg->attention_factor;
+    return true;
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                     const kernels::MlaParams& p, float* out) override {
@@ -897,9 +926,11 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
 
-  // Paged attention, its output also quantized into `quant` where set (AttnArgs::quant).
+  // Paged attention, its output also quantized into `quant` where set (AttnArgs::quant), RoPE
+  // and the KV write inside where rope.k is set (AttnArgs::rope).
   void Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
-                 const kernels::AttentionParams& p, float* out, const QActOut& quant) {
+                 const kernels::AttentionParams& p, float* out, const QActOut& quant,
+                 const AttnRope& rope = {}) {
     if (b.n_tokens == 0) return;
     if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
       Keep(Unimplemented(name_ + ": head_dim above 256"));
@@ -913,6 +944,7 @@ class CudaDevice final : public Device {
     a.softcap = p.softcap;
     a.sliding_window = p.sliding_window;
     a.quant = quant;
+    a.rope = rope;
     LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
   }
   // One block per (token, head) over an F16 or F32 cache.
@@ -981,6 +1013,7 @@ class CudaDevice final : public Device {
   bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
   bool fused_input_ = EnvOn("PENG_CUDA_FUSED_INPUT");  // ProductsAfter's input inside the GEMV
+  bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

@@ -558,8 +558,29 @@ struct KvRows {
   const float* v = nullptr;
 };
 
-// Rotates token t's heads of r with the token's cos / sin (kernels::ApplyRope's pairs:
-// interleaved or half apart).
+// Rotates pair i of head xh by cos c / sin s (kernels::ApplyRope's pairs: interleaved or half
+// apart).
+__device__ __forceinline__ void RotatePair(float* xh, int i, int half, bool interleaved, float c,
+                                           float s) {
+  float* a = interleaved ? &xh[2 * i] : &xh[i];
+  float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
+  const float x0 = *a, x1 = *b;
+  *a = x0 * c - x1 * s;
+  *b = x1 * c + x0 * s;
+}
+
+// Position pos's cos / sin (in double precision, as kernels::ApplyRope), by the whole block.
+__device__ __forceinline__ void RopeAngles(int32_t pos, const float* inv_freq, int half,
+                                           float attention_factor, float (*cs)[kMaxRopeHalf]) {
+  const float fpos = static_cast<float>(pos);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float theta = fpos * inv_freq[i];
+    cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
+    cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
+  }
+}
+
+// Rotates token t's heads of r with the token's cos / sin.
 __device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t t, int half,
                                             bool interleaved, const float* cos_t,
                                             const float* sin_t) {
@@ -567,12 +588,8 @@ __device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t 
   for (int64_t j = threadIdx.x; j < r.n_heads * half; j += blockDim.x) {
     const int64_t h = j / half;
     const int i = static_cast<int>(j % half);
-    float* xh = r.x + t * r.token_stride + h * r.head_stride;
-    float* a = interleaved ? &xh[2 * i] : &xh[i];
-    float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
-    const float x0 = *a, x1 = *b, c = cos_t[i], s = sin_t[i];
-    *a = x0 * c - x1 * s;
-    *b = x1 * c + x0 * s;
+    RotatePair(r.x + t * r.token_stride + h * r.head_stride, i, half, interleaved, cos_t[i],
+               sin_t[i]);
   }
 }
 
@@ -595,12 +612,7 @@ __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int
     __syncthreads();  // (the row is read back below)
   }
   if (q.x || k.x) {
-    const float fpos = static_cast<float>(pos[t]);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float theta = fpos * inv_freq[i];
-      cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
-      cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
-    }
+    RopeAngles(pos[t], inv_freq, half, attention_factor, cs);
     __syncthreads();
     RotateHeads(q, t, half, interleaved, cs[0], cs[1]);
     RotateHeads(k, t, half, interleaved, cs[0], cs[1]);
@@ -613,6 +625,23 @@ __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int
   for (int64_t i = threadIdx.x; i < kv.vd; i += blockDim.x)
     KvStore(kv.v_cache, slot * kv.vd + i, kv.v[t * kv.vd + i]);
 }
+
+// RoPE and the KV write inside the attention (AttnArgs::rope; steps of one token a sequence, so
+// that no other token of the step reads a token's slot): each block rotates its query head and
+// its KV head's key of the token (RopeKvKernel's arithmetic), takes the token's own key and
+// value from those rows -- rounded to the cache's type, as the cache returns them -- and the
+// first query head of each KV head stores them into the token's slot.
+struct AttnRope {
+  const float* k = nullptr;  // null: none; the tokens' k rows [n_kv_heads * head_dim], unrotated
+  const float* v = nullptr;  // their v rows [n_kv_heads * v_head_dim]
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int32_t* slot = nullptr;
+  const float* inv_freq = nullptr;
+  int half = 0;  // rot_dim / 2
+  bool interleaved = false;
+  float attention_factor = 1.f;
+};
 
 // Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
 // head g at s * k_stride + g * head_dim (V likewise). MLA: one array of cache rows, the key is
@@ -632,14 +661,15 @@ struct AttnArgs {
   float scale, softcap;
   int sliding_window;
   QActOut quant;  // where set, the output also quantized in blocks of 32 (v_head_dim % 32 == 0)
+  AttnRope rope;   // (standard layers)
 };
 
-// q . k over n values: 16-byte loads where the key row is 16-byte aligned.
+// q . k over n values: 16-byte loads where `wide` (the cache row is 16-byte aligned; k then is).
 template <typename KV>
-__device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n) {
+__device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool wide) {
   float s = 0.f;
   int i = 0;
-  if ((reinterpret_cast<uintptr_t>(k) & 15) == 0) {
+  if (wide) {
     if constexpr (sizeof(KV) == 2) {
       for (; i + 8 <= n; i += 8) {
         const uint4 u = *reinterpret_cast<const uint4*>(k + i);
@@ -661,10 +691,39 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n) {
   return s;
 }
 
+// The token's own key and value for AttentionKernel (AttnArgs::rope): q_s and k_s (the key, as
+// FP32) rotated, k_self / v_self the key and value as the cache holds them, stored into the
+// token's slot by the first query head of the KV head.
+template <typename KV>
+__device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float* q_s,
+                             float* k_s, KV* k_self, KV* v_self, float (*cs)[kMaxRopeHalf]) {
+  const AttnRope& r = a.rope;
+  const float* k = r.k + (t * a.n_kv_heads + kvh) * a.head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) k_s[i] = k[i];
+  RopeAngles(a.pos[t], r.inv_freq, r.half, r.attention_factor, cs);
+  __syncthreads();
+  for (int i = threadIdx.x; i < r.half; i += blockDim.x) {
+    RotatePair(q_s, i, r.half, r.interleaved, cs[0][i], cs[1][i]);
+    RotatePair(k_s, i, r.half, r.interleaved, cs[0][i], cs[1][i]);
+  }
+  __syncthreads();
+  const float* v = r.v + (t * a.n_kv_heads + kvh) * a.v_head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) KvStore(k_self, i, k_s[i]);
+  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) KvStore(v_self, i, v[i]);
+  __syncthreads();
+  if (h % (a.n_heads / a.n_kv_heads) != 0) return;
+  const int64_t slot = r.slot[t];
+  KV* kc = static_cast<KV*>(r.k_cache) + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+  KV* vc = static_cast<KV*>(r.v_cache) + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) kc[i] = k_self[i];
+  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) vc[i] = v_self[i];
+}
+
 // One block per (token, head). Warp w takes the keys in chunks of 32 (chunk w, w + kAttnWarps,
 // ...): each lane scores one key of the chunk, the warp updates its running maximum, sum and
 // accumulator once a chunk, then adds the chunk's values (lane d holds output values d, d + 32,
-// ...). The warps' states are merged at the end.
+// ...). The warps' states are merged at the end. With a.rope, the token's own key and value
+// (position p) come from the block's shared memory (AttnRopeSelf), not the cache.
 template <typename KV, int kMaxK, int kMaxV>
 __global__ void AttentionKernel(AttnArgs a) {
   KernelStart();
@@ -680,6 +739,14 @@ __global__ void AttentionKernel(AttnArgs a) {
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[t]];
   const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) q_s[i] = q[i];
+  const bool rope = a.rope.k != nullptr;
+  alignas(16) __shared__ KV k_self[kMaxK];
+  __shared__ KV v_self[kMaxV];
+  if (rope) {
+    __shared__ float k_s[kMaxK];
+    __shared__ float cs[2][kMaxRopeHalf];
+    AttnRopeSelf(a, t, h, kvh, q_s, k_s, k_self, v_self, cs);
+  }
   __syncthreads();
   const int64_t first = p - a.sliding_window + 1;
   const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
@@ -694,7 +761,11 @@ __global__ void AttentionKernel(AttnArgs a) {
     int64_t slot = 0;
     if (j <= p) {
       slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-      s = KeyDot(q_s, kc + slot * a.k_stride + int64_t{kvh} * a.head_dim, a.head_dim) * a.scale;
+      const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+      const bool self = rope && j == p;
+      if (self) slot = -1;  // (its value: v_self)
+      s = KeyDot(q_s, self ? k_self : kr, a.head_dim,
+                 (reinterpret_cast<uintptr_t>(kr) & 15) == 0) * a.scale;
       if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
     }
     const float m_new = fmaxf(m, WarpMax(s));  // finite: key j0 exists
@@ -707,7 +778,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     for (int c = 0; c < n_chunk; ++c) {
       const float ec = __shfl_sync(0xffffffffu, e, c);
       const long long sc = __shfl_sync(0xffffffffu, static_cast<long long>(slot), c);
-      const KV* vr = vc + sc * a.v_stride + int64_t{kvh} * a.v_head_dim;
+      const KV* vr = sc < 0 ? v_self : vc + sc * a.v_stride + int64_t{kvh} * a.v_head_dim;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int d = lane + i * kWarp;
