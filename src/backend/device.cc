@@ -40,9 +40,18 @@ void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, co
                               const kernels::AttentionParams& p, float* out,
                               std::initializer_list<MatMulOut> outs, const RopeKv* rope) {
   if (rope)
-    RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows, rope->v_rows);
+    RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows, rope->v_rows,
+                rope->norm);
   PagedAttention(q, kv, b, p, out);
   MatMuls(out, b.n_tokens, outs);
+}
+
+void Device::RopeMlaAbsorbQuery(const RopeKv& rope, const kernels::KvLayerView& kv,
+                                const float* q, const StepBatch& b, const MlaWeights& w,
+                                const kernels::MlaParams& p, float* out) {
+  RopeKvWrite(rope.q, rope.k, b, *rope.cfg, rope.inv_freq, kv, rope.k_rows, rope.v_rows,
+              rope.norm);
+  MlaAbsorbQuery(q, b, w, p, out);
 }
 
 void Device::MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,

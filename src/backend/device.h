@@ -262,13 +262,15 @@ class Device {
   // [n_tokens, n_heads, v_head_dim] (kernels::PagedAttentionBatch).
   virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out) = 0;
-  // RopeKvWrite's arguments (no norm), for an attention to do first (AttentionMatMuls).
+  // RopeKvWrite's arguments but the cache, for an attention to do first (AttentionMatMuls,
+  // RopeMlaAbsorbQuery).
   struct RopeKv {
     RopeHeads q, k;
     const kernels::RopeConfig* cfg = nullptr;
     const float* inv_freq = nullptr;
     const float* k_rows = nullptr;
     const float* v_rows = nullptr;
+    RowNorm norm;
   };
   // RopeKvWrite(*rope) where rope is given (q = rope->q.x), PagedAttention, then MatMuls(out,
   // outs) (the output projection). A backend may rotate and store inside the attention -- q's
@@ -282,6 +284,11 @@ class Device {
   // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
   virtual void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                               const kernels::MlaParams& p, float* out) = 0;
+  // RopeKvWrite(rope, into kv), then MlaAbsorbQuery: a backend may do the first inside the
+  // second (q's and the latent rows are then left as they were); by default, the two calls.
+  virtual void RopeMlaAbsorbQuery(const RopeKv& rope, const kernels::KvLayerView& kv,
+                                  const float* q, const StepBatch& b, const MlaWeights& w,
+                                  const kernels::MlaParams& p, float* out);
   // Absorbed causal attention over the latent cache: q [T, H, r + d_rope] -> out [T, H, r].
   virtual void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                             const kernels::MlaParams& p, float* out) = 0;

@@ -428,7 +428,7 @@ class DeviceDecoderModel : public DeviceModel {
       d.RmsNorm(k_, L.k_norm, c.norm_weight_offset, k_, T * KV, hd, c.rms_eps);
     }
     const backend::Device::RopeKv rope_kv{
-        {q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, &rope, inv_freq, k_, v_};
+        {q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, &rope, inv_freq, k_, v_, {}};
     kernels::AttentionParams ap;
     ap.n_heads = static_cast<int>(H);
     ap.scale = c.AttentionScale();

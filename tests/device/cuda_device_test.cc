@@ -270,17 +270,6 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
   }
 }
 
-// V2-Lite's MLA shapes: 16 heads, r 512, d_nope 128, d_rope 64, d_v 128.
-kernels::MlaParams LiteMla() {
-  kernels::MlaParams p;
-  p.n_heads = 16;
-  p.kv_lora_rank = 512;
-  p.d_nope = 128;
-  p.d_rope = 64;
-  p.d_v = 128;
-  p.scale = 0.1f;
-  return p;
-}
 
 TEST_F(CudaTest, MlaOps) {
   AttnBatch a;

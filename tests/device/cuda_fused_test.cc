@@ -7,10 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -396,11 +397,9 @@ TEST_F(CudaTest, FusedNormGatedAndEpilogues) {
 // 4096 exceeds the tile budget, and 16384 rows stay past 3 blocks a multiprocessor even so:
 // those keep the kernel of their own.
 TEST_F(CudaTest, InputInsideTheGemvEqualsItsKernel) {
-  ASSERT_EQ(setenv("PENG_CUDA_FUSED_INPUT", "0", 1), 0);
-  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
-  unsetenv("PENG_CUDA_FUSED_INPUT");
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  Device* plain = made->get();
+  const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_INPUT");
+  ASSERT_NE(unfused, nullptr);
+  Device* plain = unfused.get();
   kernels::SetExactActivations(false);
   std::mt19937_64 rng(7);
   struct Case {
@@ -496,11 +495,9 @@ TEST_F(CudaTest, InputInsideTheGemvEqualsItsKernel) {
 // 2048 (past 3 blocks a multiprocessor: the gated kernel); Q4_0, Q4_K (blocks of 256) and INT8
 // W8A8 experts; an expert missing (another rank's) gives zeros either way.
 TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
-  ASSERT_EQ(setenv("PENG_CUDA_FUSED_INPUT", "0", 1), 0);
-  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
-  unsetenv("PENG_CUDA_FUSED_INPUT");
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  Device* plain = made->get();
+  const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_INPUT");
+  ASSERT_NE(unfused, nullptr);
+  Device* plain = unfused.get();
   kernels::SetExactActivations(false);
   const int64_t n = 256, E = 8;
   const int k = 6;
@@ -585,11 +582,9 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
 // whole and half rotations in both pair styles, YaRN's attention factor, a sliding window; a
 // step with a prefill among its sequences takes the kernel of its own on both.
 TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
-  ASSERT_EQ(setenv("PENG_CUDA_FUSED_ROPE", "0", 1), 0);
-  auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
-  unsetenv("PENG_CUDA_FUSED_ROPE");
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  Device* plain = made->get();
+  const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_ROPE");
+  ASSERT_NE(unfused, nullptr);
+  Device* plain = unfused.get();
   const int H = 8, KV = 2;
   for (bool decode : {true, false}) {
     AttnBatch a, b;  // (the same batch on the two CUDA devices)
@@ -651,7 +646,7 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
             float* F = up(inv);
             float* O = up(std::vector<float>(T * H * hd));
             float* Y = up(y0);
-            const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V};
+            const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {}};
             const int64_t k0 = d->KernelLaunches();
             d->AttentionMatMuls(Q, kv, sb, p, O, {{&*wo, Y, nullptr, true}}, &r);
             if (which < 2) launches[which] = d->KernelLaunches() - k0;
@@ -671,14 +666,82 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
           EXPECT_EQ(out[0][0], out[1][0]) << tag << ": the attention's output";
           EXPECT_EQ(out[0][1], out[1][1]) << tag << ": the projection";
           EXPECT_TRUE(cache[0][0] == cache[1][0] && cache[0][1] == cache[1][1]) << tag;
-          double worst = 0, scale = 0;
-          for (size_t i = 0; i < out[2][0].size(); ++i) {
-            worst = std::max(worst, std::abs(double{out[0][0][i]} - out[2][0][i]));
-            scale = std::max(scale, std::abs(double{out[2][0][i]}));
-          }
-          EXPECT_LE(worst / scale, 1e-4) << tag << ": against the host device";
+          EXPECT_LE(device_test::RelativeDistance({out[2][0]}, {out[0][0]}), 1e-4)
+              << tag << ": against the host device";
         }
       }
+    }
+  }
+}
+
+// RopeMlaAbsorbQuery normalizes the latent, rotates q_pe and k_pe and stores the cache row inside
+// the absorption kernel (MlaRopeKv) in any step -- the attention that reads the cache is the next
+// launch: one launch less, and the same bits as RopeKvKernel before it (PENG_CUDA_FUSED_ROPE=0)
+// -- the absorbed query and every byte of the latent cache --, and the absorbed query within
+// 1e-4 of the host device's. V2-Lite's shapes over a prefill, a decode and a chunk; F32 and F16
+// caches; DeepSeek's interleaved pairs and half-apart ones with YaRN's attention factor.
+TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
+  const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_ROPE");
+  ASSERT_NE(unfused, nullptr);
+  Device* plain = unfused.get();
+  AttnBatch a, b;  // (the same batch on the two CUDA devices)
+  BuildBatch(cuda_.get(), &a);
+  BuildBatch(plain, &b);
+  const int64_t T = a.host.n_tokens;
+  const kernels::MlaParams p = LiteMla();
+  const int64_t H = p.n_heads, r = p.kv_lora_rank, dr = p.d_rope;
+  const int64_t row = r + dr, dqk = p.d_nope + dr;
+  const std::vector<float> kvb = Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f);
+  const std::vector<float> q = Random(T * H * dqk), ckv = Random(T * row), nw = Random(r);
+  for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (bool interleaved : {true, false}) {
+      kernels::RopeConfig rope;
+      rope.rot_dim = static_cast<int>(dr);
+      rope.style = interleaved ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox;
+      rope.theta = 10000.f;
+      rope.attention_factor = interleaved ? 1.f : 1.2f;
+      std::vector<float> inv(dr / 2);
+      kernels::ComputeRopeInvFreq(rope, inv.data());
+      const std::string tag = std::string(DTypeName(kv_type)) +
+                              (interleaved ? " interleaved" : " half apart, factor 1.2");
+      kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
+      RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
+      const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
+      kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
+      kp.k = *plain->Alloc(bytes);
+      ASSERT_TRUE(plain->CopyToDevice(kp.k, kh.k, bytes).ok());
+      std::vector<float> out[3];  // fused, plain, host
+      std::vector<uint8_t> cache[2];
+      int64_t launches[2] = {0, 0};
+      for (int which = 0; which < 3; ++which) {
+        Device* d = which == 0 ? cuda_.get() : which == 1 ? plain : host_.get();
+        const kernels::KvLayerView& kv = which == 0 ? kc : which == 1 ? kp : kh;
+        const backend::StepBatch& sb = which == 0 ? a.cuda : which == 1 ? b.cuda : a.host;
+        auto up = [&](const std::vector<float>& x) { return *d->UploadFloats(x.data(), x.size()); };
+        backend::MlaWeights w;  // the FP32 copy only
+        w.kvb = up(kvb);
+        float* Q = up(q);
+        float* C = up(ckv);
+        float* NW = up(nw);
+        float* F = up(inv);
+        float* O = up(std::vector<float>(T * H * row));
+        const Device::RopeKv rk{{Q + p.d_nope, H, dqk, H * dqk}, {C + r, 1, row, row}, &rope, F,
+                                C, nullptr, {C, NW, 1e-6f, r, row}};
+        const int64_t k0 = d->KernelLaunches();
+        d->RopeMlaAbsorbQuery(rk, kv, Q, sb, w, p, O);
+        if (which < 2) launches[which] = d->KernelLaunches() - k0;
+        ASSERT_TRUE(d->Synchronize().ok()) << tag;
+        out[which].resize(T * H * row);
+        ASSERT_TRUE(d->CopyToHost(out[which].data(), O, T * H * row * 4).ok());
+        if (which == 2) continue;
+        cache[which].resize(bytes);
+        ASSERT_TRUE(d->CopyToHost(cache[which].data(), kv.k, bytes).ok());
+      }
+      EXPECT_EQ(launches[0], launches[1] - 1) << tag;
+      EXPECT_EQ(out[0], out[1]) << tag << ": the absorbed query";
+      EXPECT_TRUE(cache[0] == cache[1]) << tag << ": the latent cache";
+      EXPECT_LE(device_test::RelativeDistance({out[2]}, {out[0]}), 1e-4)
+          << tag << ": against the host device";
     }
   }
 }

@@ -23,17 +23,17 @@ namespace {
 // to. A fusion that comes apart, or a kernel more a layer, changes them. Every logit row is a
 // token's own, so no gather; the kernel producing a quantized GEMV's input -- the RMSNorm, the
 // gated activation, the quantization -- runs inside that GEMV (FusedQGemvKernel,
-// GatedExpertsQGemvKernel) where the GEMV has at most 3 blocks a multiprocessor, and each
-// sequence having one token, RoPE and the KV write run inside the attention (AttnRope). The
-// quantized files:
+// GatedExpertsQGemvKernel) where the GEMV has at most 3 blocks a multiprocessor; each sequence
+// having one token, RoPE and the KV write run inside the attention (AttnRope), and MLA's inside
+// the absorption (MlaRopeKv). The quantized files:
 //   SmolLM2 (30 layers, Q4_1; LM head Q8_0) 153 = 1 embedding + 30 x 5 + 2 for the logits:
 //     a layer is RMSNorm + quantize + q|k|v (one launch), RoPE + KV write + attention +
 //     quantize, o (+ residual), RMSNorm + quantize + gate|up, SiLU + quantize + down (+
 //     residual); the logits: RMSNorm + quantize (the LM head's 6144 blocks: on its own), the
 //     LM head.
 //   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0 but the F32
-//     router) 22 = 1 + 8 + 12 + 1 for the logits (the norm inside the head's GEMV: 1024 rows).
-//     Each layer's MLA part is 6: RMSNorm + quantize + q|kv_a, latent norm + RoPE + KV write,
+//     router) 20 = 1 + 7 + 11 + 1 for the logits (the norm inside the head's GEMV: 1024 rows).
+//     Each layer's MLA part is 5: RMSNorm + quantize + q|kv_a, latent norm + RoPE + KV write +
 //     absorb, attention, project + quantize, o. Then the dense FFN 2 (RMSNorm + quantize +
 //     gate|up, SiLU + quantize + down), or the MoE 6: RMSNorm + quantize (for the routed experts
 //     too) + shared gate|up, the router (F32), route, routed gate|up, SiLU + quantize + routed
@@ -41,28 +41,28 @@ namespace {
 //   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 13 =
 //     1 + 2 x 5 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
 //     32, so the attention's output is quantized inside the o GEMV. The tiny DeepSeek-V2 Lite's
-//     W8A8 folder 39 (its F32 original's 54 less the launches that the norms, activations and
+//     W8A8 folder 36 (its F32 original's 51 less the launches that the norms, activations and
 //     quantizations inside the INT8 products' GEMVs save, the routed experts' input quantized
 //     in the norm among them; its experts' down projections, 16 columns, stay F32).
 // The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own; RoPE
-// inside the attention but for DeepSeek's MLA).
+// inside the attention or the absorption).
 struct StepKernels {
   const char* file;  // the model's file or folder name
   int64_t kernels;
 };
 constexpr StepKernels kDecodeStepKernels[] = {
     {"smollm2-135m-instruct-q4_1.gguf", 153},
-    {"peng_device_ds_q4_0_", 22},  // (QuantizedDeepseekPath)
+    {"peng_device_ds_q4_0_", 20},  // (QuantizedDeepseekPath)
     {"_llama_w8a8", 13},  // (device_test::Int8Folder)
     {"_qwen2_w8a8", 13},
-    {"_lite_w8a8", 39},
+    {"_lite_w8a8", 36},
     {"hf_tiny/llama", 25},
     {"hf_tiny/qwen2", 25},
     {"hf_tiny/gemma3", 54},
-    {"deepseek_tiny/lite", 54},
-    {"deepseek_tiny/lite_fused", 54},
-    {"deepseek_tiny/v2", 60},
-    {"deepseek_tiny/mscale", 60},
+    {"deepseek_tiny/lite", 51},
+    {"deepseek_tiny/lite_fused", 51},
+    {"deepseek_tiny/v2", 57},
+    {"deepseek_tiny/mscale", 57},
 };
 void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c) {
   ASSERT_GE(c.kernels.size(), 4u);

@@ -4,10 +4,10 @@
 // fixture (the device under test next to the host device, in exact mode).
 #pragma once
 
-#include <array>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -148,6 +148,18 @@ struct AttnBatch {
   backend::StepBatch host, cuda;
 };
 
+// V2-Lite's MLA shapes: 16 heads, r 512, d_nope 128, d_rope 64, d_v 128.
+inline kernels::MlaParams LiteMla() {
+  kernels::MlaParams p;
+  p.n_heads = 16;
+  p.kv_lora_rank = 512;
+  p.d_nope = 128;
+  p.d_rope = 64;
+  p.d_v = 128;
+  p.scale = 0.1f;
+  return p;
+}
+
 // Three sequences over blocks of 16 (tables {4, 1, 0}, {2, 5, 3}, {7, 6, 8}): n[s] tokens of
 // sequence s from position pos0[s] (by default a 21-token prefill, a decode and a 5-token chunk).
 inline void BuildBatch(Device* cuda, AttnBatch* a, std::array<int64_t, 3> pos0 = {0, 40, 30},
@@ -258,6 +270,15 @@ class CudaTest : public ::testing::Test {
         ASSERT_TRUE(dev->CopyToDevice(view->*part, init.data(), bytes).ok());
       }
     }
+  }
+  // The device under test made with the environment variable `name` set to "0" (a fusion off):
+  // the path a fused one must equal.
+  std::unique_ptr<Device> DeviceWithout(const char* name) {
+    EXPECT_EQ(setenv(name, "0", 1), 0);
+    auto made = backend::CreateDevice(DeviceUnderTest(), &pool_);
+    unsetenv(name);
+    EXPECT_TRUE(made.ok()) << made.status().ToString();
+    return made.ok() ? std::move(*made) : nullptr;
   }
   std::vector<float> Random(int64_t n, float lo = -1.f, float hi = 1.f) {
     std::uniform_real_distribution<float> u(lo, hi);

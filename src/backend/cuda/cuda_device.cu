@@ -381,7 +381,10 @@ class CudaDevice final : public Device {
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     const int64_t units = cols / 32;
-    const int wpr = rows >= 16 * sm_count_ ? 1 : units >= 4 * kWarp ? 4 : units >= 2 * kWarp ? 2 : 1;
+    const int wpr = rows >= 16 * sm_count_ ? 1
+                    : units >= 4 * kWarp   ? 4
+                    : units >= 2 * kWarp   ? 2
+                                           : 1;
     int passes = 1;
     auto blocks = [&](int p) {
       return Blocks(rows, kRowsPerBlock / wpr * p) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
@@ -596,7 +599,7 @@ class CudaDevice final : public Device {
     AttnRope inside;
     if (rope && !RopeInside(q, kv, b, p, *rope, &inside))
       RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows,
-                  rope->v_rows, {});
+                  rope->v_rows, rope->norm);
     QActOut q32;
     const bool quantized = Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32);
     Attention(q, kv, b, p, out, quantized ? q32 : QActOut{}, inside);
@@ -615,7 +618,7 @@ class CudaDevice final : public Device {
         fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
         r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
         r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd &&
-        r.v_rows && kv.k && r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
+        r.v_rows && !r.norm.x && kv.k && r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
     if (!fits) return false;
     inside->k = r.k_rows;
     inside->v = r.v_rows;
@@ -647,6 +650,39 @@ class CudaDevice final : public Device {
   void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                       const kernels::MlaParams& p, float* out) override {
     LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {});
+    Note(cudaGetLastError());
+  }
+  // RoPE, the latent norm and the KV write inside the absorption (MlaRopeKv; at any step: the
+  // attention that reads the cache is the next launch) where the rows are laid out as
+  // DeepSeek's graph lays them out; PENG_CUDA_FUSED_ROPE=0: RopeKvKernel first.
+  void RopeMlaAbsorbQuery(const RopeKv& r, const kernels::KvLayerView& kv, const float* q,
+                          const StepBatch& b, const MlaWeights& w, const kernels::MlaParams& p,
+                          float* out) override {
+    const int64_t dqk = int64_t{p.d_nope} + p.d_rope, row = int64_t{p.kv_lora_rank} + p.d_rope;
+    const bool fits =
+        fused_rope_ && r.q.x == q + p.d_nope && r.q.n_heads == p.n_heads &&
+        r.q.head_stride == dqk && r.q.token_stride == p.n_heads * dqk &&
+        r.k.x == r.k_rows + p.kv_lora_rank && r.k.n_heads == 1 && r.k.head_stride == row &&
+        r.k.token_stride == row && !r.v_rows && r.norm.x == r.k_rows &&
+        r.norm.n == p.kv_lora_rank && r.norm.stride == row && kv.k && kv.head_dim == row &&
+        r.cfg->rot_dim <= p.d_rope && p.d_rope <= 2 * kMaxRopeHalf;
+    if (!fits) {
+      Device::RopeMlaAbsorbQuery(r, kv, q, b, w, p, out);
+      return;
+    }
+    MlaRopeKv m;
+    m.kv = r.k_rows;
+    m.norm_w = r.norm.w;
+    m.eps = r.norm.eps;
+    m.cache = kv.k;
+    m.f16 = kv.dtype == DType::kF16;
+    m.slot = b.d_slot;
+    m.pos = b.d_pos;
+    m.inv_freq = r.inv_freq;
+    m.half = r.cfg->rot_dim / 2;
+    m.interleaved = r.cfg->style == kernels::RopeStyle::kInterleaved;
+    m.attention_factor = r.cfg->attention_factor;
+    LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m);
     Note(cudaGetLastError());
   }
   void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
@@ -920,7 +956,7 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
       return;
     }
-    Launch(RopeKvKernel<KV>, b.n_tokens, 128, launch_, q, k, b.d_pos, cfg.rot_dim / 2,
+    Launch(RopeKvKernel<KV>, b.n_tokens, 256, launch_, q, k, b.d_pos, cfg.rot_dim / 2,
            cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv,
            norm);
     Note(cudaGetLastError());

@@ -19,6 +19,24 @@ namespace {
 
 constexpr int kMaxMlaIn = 512;  // the stored products' input rows: d_nope, kv_lora_rank
 
+// RopeKvKernel's work for MLA inside the absorption (MlaArgs::rope; kv null: none): every
+// head's q_pe rotated as it is copied into the absorbed query, and by head 0 of each token the
+// cache row [c | k_pe] -- the latent c of the token's kv row RMSNorm'ed, its k_pe rotated --
+// stored into the token's slot, with RopeKvKernel's arithmetic.
+struct MlaRopeKv {
+  const float* kv = nullptr;  // the tokens' rows [c | k_pe], `row` apart
+  const float* norm_w = nullptr;
+  float eps = 0.f;
+  void* cache = nullptr;
+  bool f16 = false;  // the cache's type: F16, else F32
+  const int32_t* slot = nullptr;
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;
+  int half = 0;  // rot_dim / 2 (rot_dim <= d_rope)
+  bool interleaved = false;
+  float attention_factor = 1.f;
+};
+
 struct MlaArgs {
   const float* kvb = nullptr;
   const uint8_t* const* heads = nullptr;  // k_b or v_b: a device pointer a head; null: none
@@ -26,6 +44,7 @@ struct MlaArgs {
   const int32_t* seq_of_token = nullptr;
   int64_t n_tokens = 0;
   int H = 0, r = 0, dn = 0, dr = 0, dv = 0;
+  MlaRopeKv rope;  // (the absorption)
   // Whether token t takes the stored matrices: they exist and t is its sequence's only token
   // (the tokens of a sequence are consecutive).
   __device__ bool Stored(int64_t t) const {
@@ -90,6 +109,39 @@ __device__ float HeadRowsDot(const uint8_t* m, size_t row_bytes, int64_t rows, i
   }
 }
 
+// MlaRopeKv's work for block (t H + h, 0) of MlaAbsorbKernel: q_pe rotated into o_pe, and for
+// h = 0 the cache row.
+__device__ void MlaRopeKvInside(const MlaArgs& a, int64_t t, int h, const float* q_pe,
+                                float* o_pe) {
+  __shared__ float cs[2][kMaxRopeHalf];
+  __shared__ float shared[32];
+  const MlaRopeKv& m = a.rope;
+  const int dr = a.dr, half = m.half;
+  RopeAngles(m.pos[t], m.inv_freq, half, m.attention_factor, cs);
+  for (int k = threadIdx.x; k < dr; k += blockDim.x) o_pe[k] = q_pe[k];
+  __syncthreads();
+  for (int i = threadIdx.x; i < half; i += blockDim.x)
+    RotatePair(o_pe, i, half, m.interleaved, cs[0][i], cs[1][i]);
+  if (h != 0) return;
+  const int64_t row = a.r + dr, slot = m.slot[t];
+  const float* kv = m.kv + t * row;
+  const float s = RmsScale(kv, a.r, m.eps, shared);
+  __shared__ float k_pe[kMaxRopeHalf * 2];
+  for (int k = threadIdx.x; k < dr; k += blockDim.x) k_pe[k] = kv[a.r + k];
+  __syncthreads();
+  for (int i = threadIdx.x; i < half; i += blockDim.x)
+    RotatePair(k_pe, i, half, m.interleaved, cs[0][i], cs[1][i]);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
+    const float v = i < a.r ? (kv[i] * s) * m.norm_w[i] : k_pe[i - a.r];
+    if (m.f16) {
+      KvStore(static_cast<uint16_t*>(m.cache), slot * row + i, v);
+    } else {
+      KvStore(static_cast<float*>(m.cache), slot * row + i, v);
+    }
+  }
+}
+
 // q [T, H, dn + dr] -> out [T, H, r + dr] = (W_UK^T q_nope | q_pe). Block (t H + h, y) computes
 // values j = 32 y .. 32 y + 31 of the head's r: stored, rows j of k_b[h]; from the FP32 copy,
 // lane j's column of W_UK[h], the kRowsPerBlock warps splitting the sum over i.
@@ -105,8 +157,13 @@ __global__ void MlaAbsorbKernel(const float* q, MlaArgs a, float* out) {
   const int r = a.r, dn = a.dn, dr = a.dr;
   const float* qh = q + th * (dn + dr);
   float* o = out + th * (r + dr);
-  if (blockIdx.y == 0)
-    for (int k = threadIdx.x; k < dr; k += blockDim.x) o[r + k] = qh[dn + k];
+  if (blockIdx.y == 0) {
+    if (a.rope.kv) {
+      MlaRopeKvInside(a, th / a.H, h, qh + dn, o + r);
+    } else {
+      for (int k = threadIdx.x; k < dr; k += blockDim.x) o[r + k] = qh[dn + k];
+    }
+  }
   if (a.Stored(th / a.H)) {
     LoadHeadRow<T, kQ>(qh, dn, &in, warp_max);
     const int64_t r0 = int64_t{blockIdx.y} * kWarp;
@@ -176,7 +233,8 @@ __global__ void MlaProjectKernel(const float* o_lat, MlaArgs a, float* out, QAct
 // unless exact mode or PENG_CUDA_QGEMV=0; in shared memory, so at any T). Without per-head
 // matrices, or with rows past kMaxMlaIn, every token takes the FP32 copy.
 void LaunchMla(LaunchStream ls, bool quantize, bool absorb, const float* x, const StepBatch& b,
-               const MlaWeights& w, const kernels::MlaParams& p, float* out, const QActOut& q) {
+               const MlaWeights& w, const kernels::MlaParams& p, float* out, const QActOut& q,
+               const MlaRopeKv& rope = {}) {
   const int64_t T = b.n_tokens;
   if (T == 0) return;
   const DeviceExperts& heads = absorb ? w.k_b : w.v_b;
@@ -190,6 +248,7 @@ void LaunchMla(LaunchStream ls, bool quantize, bool absorb, const float* x, cons
   a.dn = p.d_nope;
   a.dr = p.d_rope;
   a.dv = p.d_v;
+  a.rope = rope;
   const bool stored = heads.rows > 0 && n <= kMaxMlaIn && p.kv_lora_rank <= kMaxMlaIn &&
                       heads.dtype != DType::kI8;
   if (stored) {

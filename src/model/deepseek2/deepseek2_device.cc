@@ -234,10 +234,6 @@ class DeviceDeepseekModel : public DeviceModel {
       d.NormMatMuls(x_, L.attn_norm, 0.f, c.base.rms_eps, h_, T, D,
                     {{&L.wq, q_, L.bq}, {&L.wkv_a, ckv_, L.bkv_a}});
     }
-    // The latent c normalized, every head's q_pe and the row's k_pe rotated, the row
-    // [c | k_pe] into the cache.
-    d.RopeKvWrite({q_ + dn, H, dqk, H * dqk}, {ckv_ + r, 1, row, row}, b, c.base.rope, inv_freq_,
-                  kv_[il], ckv_, nullptr, {ckv_, L.kv_a_norm, c.latent_norm_eps, r, row});
     kernels::MlaParams mp;
     mp.n_heads = static_cast<int>(H);
     mp.kv_lora_rank = static_cast<int>(r);
@@ -245,7 +241,16 @@ class DeviceDeepseekModel : public DeviceModel {
     mp.d_rope = static_cast<int>(c.qk_rope_head_dim);
     mp.d_v = static_cast<int>(c.v_head_dim);
     mp.scale = c.softmax_scale;
-    d.MlaAbsorbQuery(q_, b, L.kv_b, mp, qlat_);
+    // The latent c normalized, every head's q_pe and the row's k_pe rotated, the row
+    // [c | k_pe] into the cache; then the absorbed query.
+    const backend::Device::RopeKv rope{{q_ + dn, H, dqk, H * dqk},
+                                       {ckv_ + r, 1, row, row},
+                                       &c.base.rope,
+                                       inv_freq_,
+                                       ckv_,
+                                       nullptr,
+                                       {ckv_, L.kv_a_norm, c.latent_norm_eps, r, row}};
+    d.RopeMlaAbsorbQuery(rope, kv_[il], q_, b, L.kv_b, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     Residual(L.wo, L.bo, {}, o_, [&](const backend::Device::MatMulOut& o) {
       d.MlaProjectMatMuls(olat_, b, L.kv_b, mp, attn_, {o});
