@@ -618,7 +618,8 @@ class CudaDevice final : public Device {
         fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
         r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
         r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd &&
-        r.v_rows && !r.norm.x && kv.k && r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
+        r.v_rows && !r.norm.x && kv.k && r.cfg->rot_dim <= hd &&
+        r.cfg->rot_dim / 2 <= kMaxRopeHalf;
     if (!fits) return false;
     inside->k = r.k_rows;
     inside->v = r.v_rows;
