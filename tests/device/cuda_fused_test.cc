@@ -24,6 +24,58 @@
 namespace peng::cuda_test {
 namespace {
 
+// Prefill's experts (past 32 tokens: the pairs grouped by expert, GroupedExpertsMatMul) over
+// activations quantized as the GEMVs quantize them (GroupedExpertsQGemvKernel; a quantize launch
+// before it) where their rows fit the scratch: within 1e-5 of the host device's quantized path,
+// per token and per slot, Q4_0, Q4_K and INT8 W8A8 experts (the odd ones another rank's:
+// zeros), 37 and 90 tokens of 3 slots each.
+TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
+  kernels::SetExactActivations(false);
+  const int64_t E = 8, rows = 64, cols = 256;
+  const int k = 3;
+  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<std::vector<float>> scales(E);
+    std::vector<TensorView> views(E);
+    std::vector<const TensorView*> ep;
+    std::vector<const float*> sp;
+    for (int64_t e = 0; e < E; ++e) {
+      bytes.push_back(RandomMatrix(type, rows, cols, &rng_, &scales[e]));
+      views[e].name = "expert";
+      views[e].dtype = type;
+      views[e].shape = {rows, cols};
+      views[e].data = bytes.back().data();
+      views[e].size_bytes = bytes.back().size();
+      ep.push_back(e % 2 ? nullptr : &views[e]);
+      if (type == DType::kI8) sp.push_back(e % 2 ? nullptr : scales[e].data());
+    }
+    std::vector<void*> allocs_c, allocs_h;
+    const bool w8a8 = type == DType::kI8;
+    auto ec = cuda_->UploadExperts(ep, &allocs_c, sp, w8a8);
+    auto eh = host_->UploadExperts(ep, &allocs_h, sp, w8a8);
+    ASSERT_TRUE(ec.ok() && eh.ok());
+    for (int64_t T : {37, 90}) {
+      std::vector<int32_t> ids(T * k);
+      for (int64_t i = 0; i < T * k; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / 7) % E);
+      auto ids_c = cuda_->Alloc(T * k * 4);
+      ASSERT_TRUE(ids_c.ok());
+      ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
+      for (bool per_slot : {false, true}) {
+        const std::string tag = std::string(DTypeName(type)) + " T=" + std::to_string(T) +
+                                (per_slot ? " per slot" : " per token");
+        const Pair x = Upload(Random((per_slot ? T * k : T) * cols, -2.f, 2.f));
+        const Pair y = Upload(std::vector<float>(T * k * rows, 7.f));
+        const int64_t k0 = cuda_->KernelLaunches();
+        cuda_->ExpertsMatMul(*ec, x.cuda, T, static_cast<int32_t*>(*ids_c), k, per_slot, y.cuda);
+        EXPECT_EQ(cuda_->KernelLaunches() - k0, 4) << tag;  // tiles, scatter, quantize, GEMV
+        host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
+        Expect(y, T * k * rows, 1e-5, "grouped experts " + tag);
+      }
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
 // NormMatMuls told of the routed experts next (a DeepSeek MoE layer: the norm before the
 // router) quantizes their input in the norm's kernel (here the Q4_K product's GEMV, which runs
 // the norm: FusedQGemvKernel), so ExpertsMatMuls launches no quantize

@@ -877,11 +877,28 @@ class CudaDevice final : public Device {
     Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
     Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
            list);
+    // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel)
+    // where their rows fit the scratch, else FP32.
+    const int64_t x_rows = x_per_slot ? n_pairs : T;
+    const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, x_rows);
+    if (f != kFp32Act) {
+      const QActOut q = WriteOut(f, w.cols);
+      Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
+             Q32Slot(f, q), Q256Slot(f, q));
+    }
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
     const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
     WithType(w.dtype, [&]<DType D>() {
       for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
         const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
+        if constexpr (layout::kIntDot<D>) {
+          if (f != kFp32Act) {
+            Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
+                   w.scales, w.row_bytes, w.rows, Act(f, w.cols), k, x_per_slot, E, offsets,
+                   tile_start, list, g0, y);
+            continue;
+          }
+        }
         Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
                w.scales, w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start,
                list, g0, y);

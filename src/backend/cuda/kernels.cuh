@@ -237,11 +237,11 @@ __global__ void QuantizeActKernel(const float* x, int64_t cols, QActOut q32, QAc
   QuantizeValues(valid ? x[t * cols + i] : 0.f, valid, t, i, cols, q32, q256, warp_max);
 }
 
-// acc[t] += this lane's share of row . activation row (t0 + t) for t < nt: the lane takes
+// acc[t] += this lane's share of row . activation row row_of(t) for t < nt: the lane takes
 // units first, first + stride, ...; each unit is decoded once for all nt tokens.
-template <DType T, int NT>
-__device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, int64_t t0,
-                                            int nt, int first, int stride, float* acc) {
+template <DType T, int NT, typename RowOf>
+__device__ __forceinline__ void WarpRowQDotRows(const uint8_t* row, const QAct& a, RowOf row_of,
+                                                int nt, int first, int stride, float* acc) {
   constexpr int kPerScale = layout::kActBlock<T> / 32;  // units an activation scale covers
   const int64_t units = a.cols / 32, d_stride = a.cols / layout::kActBlock<T>;
 #pragma unroll 2
@@ -250,13 +250,20 @@ __device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, i
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t >= nt) break;
-      const int64_t at = t0 + t;
+      const int64_t at = row_of(t);
       uint32_t words[8];
       layout::ActWords(a.qs + at * a.cols, a.cols, u, words);
       const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
       acc[t] += layout::UnitDot<T>(w, words, a.d[at * d_stride + u / kPerScale], sums.x, sums.y);
     }
   }
+}
+
+// WarpRowQDotRows over the activation rows t0 .. t0 + nt - 1.
+template <DType T, int NT>
+__device__ __forceinline__ void WarpRowQDot(const uint8_t* row, const QAct& a, int64_t t0,
+                                            int nt, int first, int stride, float* acc) {
+  WarpRowQDotRows<T, NT>(row, a, [t0](int t) { return t0 + t; }, nt, first, stride, acc);
 }
 
 // One matrix of a QGemvKernel launch: its rows, where they go and the store's epilogue.

@@ -303,6 +303,50 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
   }
 }
 
+// GroupedExpertsGemvKernel over quantized activations: a's row of pair p is p (x_per_slot) or
+// its token p / k.
+template <DType T>
+__global__ void GroupedExpertsQGemvKernel(const uint8_t* const* experts,
+                                          const float* const* scales, size_t row_bytes,
+                                          int64_t rows, QAct a, int k, bool x_per_slot, int E,
+                                          const int32_t* offsets, const int32_t* tile_start,
+                                          const int32_t* list, int64_t tile0, float* y) {
+  KernelStart();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
+  const int64_t g = tile0 + blockIdx.y;
+  if (r >= rows || g >= tile_start[E]) return;
+  int lo = 0, hi = E - 1;  // (as GroupedExpertsGemvKernel)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= g) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int e = lo;
+  const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
+  const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
+                                                     : kTokenTile;
+  int32_t pairs[kTokenTile], arow[kTokenTile];
+  float acc[kTokenTile];
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    pairs[t] = t < nt ? list[first + t] : 0;
+    arow[t] = x_per_slot ? pairs[t] : pairs[t] / k;
+    acc[t] = 0.f;
+  }
+  if (experts[e])  // (else another rank's expert: zeros)
+    WarpRowQDotRows<T, kTokenTile>(experts[e] + r * row_bytes, a, [&](int t) { return arow[t]; },
+                                   nt, lane, kWarp, acc);
+#pragma unroll
+  for (int t = 0; t < kTokenTile; ++t) {
+    const float s = WarpSum(acc[t]);
+    if (lane == 0 && t < nt) y[int64_t{pairs[t]} * rows + r] = ExpertRowScaled(scales, e, r, s);
+  }
+}
+
 __global__ void SlotSumKernel(const float* y, const float* w, int64_t T, int k, int64_t n,
                               float* out) {
   KernelStart();
