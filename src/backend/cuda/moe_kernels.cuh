@@ -329,17 +329,14 @@ __global__ void GroupedExpertsQGemvKernel(const uint8_t* const* experts,
   const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
   const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
                                                      : kTokenTile;
-  int32_t pairs[kTokenTile], arow[kTokenTile];
+  const int32_t* pairs = list + first;
   float acc[kTokenTile];
 #pragma unroll
-  for (int t = 0; t < kTokenTile; ++t) {
-    pairs[t] = t < nt ? list[first + t] : 0;
-    arow[t] = x_per_slot ? pairs[t] : pairs[t] / k;
-    acc[t] = 0.f;
-  }
+  for (int t = 0; t < kTokenTile; ++t) acc[t] = 0.f;
   if (experts[e])  // (else another rank's expert: zeros)
-    WarpRowQDotRows<T, kTokenTile>(experts[e] + r * row_bytes, a, [&](int t) { return arow[t]; },
-                                   nt, lane, kWarp, acc);
+    WarpRowQDotRows<T, kTokenTile>(
+        experts[e] + r * row_bytes, a,
+        [&](int t) { return x_per_slot ? pairs[t] : pairs[t] / k; }, nt, lane, kWarp, acc);
 #pragma unroll
   for (int t = 0; t < kTokenTile; ++t) {
     const float s = WarpSum(acc[t]);
