@@ -260,6 +260,29 @@ __global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const in
   if (i < n_pairs) list[offsets[ids[i]] + atomicAdd(&cursor[ids[i]], 1)] = static_cast<int32_t>(i);
 }
 
+// Tile g of the grouped pairs: its expert (the last whose tiles start at or before g), its
+// first place in the list and its pairs (up to kTokenTile).
+struct ExpertTile {
+  int expert, n;
+  int64_t first;
+};
+__device__ __forceinline__ ExpertTile FindTile(int64_t g, int E, const int32_t* offsets,
+                                               const int32_t* tile_start) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= g) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t first = offsets[lo] + (g - tile_start[lo]) * kTokenTile;
+  const int n = offsets[lo + 1] - first < kTokenTile ? static_cast<int>(offsets[lo + 1] - first)
+                                                    : kTokenTile;
+  return {lo, n, first};
+}
+
 template <DType T>
 __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
                                          const float* const* scales, size_t row_bytes,
@@ -272,19 +295,9 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   const int64_t g = tile0 + blockIdx.y;
   if (r >= rows || g >= tile_start[E]) return;
-  int lo = 0, hi = E - 1;  // the last expert whose tiles start at or before g (it has tile g)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] <= g) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int e = lo;
-  const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
-  const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
-                                                     : kTokenTile;
+  const ExpertTile tile = FindTile(g, E, offsets, tile_start);
+  const int e = tile.expert, nt = tile.n;
+  const int64_t first = tile.first;
   int32_t pairs[kTokenTile];
   const float* xs[kTokenTile];
   float acc[kTokenTile];
@@ -316,19 +329,9 @@ __global__ void GroupedExpertsQGemvKernel(const uint8_t* const* experts,
   const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
   const int64_t g = tile0 + blockIdx.y;
   if (r >= rows || g >= tile_start[E]) return;
-  int lo = 0, hi = E - 1;  // (as GroupedExpertsGemvKernel)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tile_start[mid] <= g) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const int e = lo;
-  const int64_t first = offsets[e] + (g - tile_start[e]) * kTokenTile;
-  const int nt = offsets[e + 1] - first < kTokenTile ? static_cast<int>(offsets[e + 1] - first)
-                                                     : kTokenTile;
+  const ExpertTile tile = FindTile(g, E, offsets, tile_start);
+  const int e = tile.expert, nt = tile.n;
+  const int64_t first = tile.first;
   const int32_t* pairs = list + first;
   float acc[kTokenTile];
 #pragma unroll
