@@ -53,6 +53,16 @@ __global__ void DeadlockKernel(float* out) {
 
 __global__ void AddKernel(float* x, float v) { x[threadIdx.x] += v; }
 
+// Two races: every thread reads its right neighbour's shared value with no barrier after the
+// writes, and every block reads its left neighbour's output (out[0] holds 100 before the launch).
+__global__ void RacingKernel(int* out, int* shared_seen) {
+  __shared__ int v[64];
+  v[threadIdx.x] = static_cast<int>(1000 * blockIdx.x + threadIdx.x) + 1;
+  shared_seen[blockIdx.x * blockDim.x + threadIdx.x] = v[(threadIdx.x + 1) % blockDim.x];
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x + 1] = out[blockIdx.x] + 1;
+}
+
 // AddKernel as the backend's kernels start (runtime.h): GridWait before any memory is touched.
 __global__ void WaitingAddKernel(float* x, float v) {
   GridLaunchDependents();
@@ -87,6 +97,46 @@ TEST(CudaEmulator, ShufflesAndBarriers) {
     EXPECT_EQ(y[b], std::accumulate(x.begin() + 256 * b, x.begin() + 256 * (b + 1), 0.f)) << b;
   cudaFree(dx);
   cudaFree(dy);
+}
+
+// Each order reads what the other does not, so a result that depends on the order shows in one
+// of the two runs: cuda_emulator_test runs the backend's kernels in both.
+TEST(CudaEmulator, RacesGiveDifferentResultsInTheTwoOrders) {
+  int *out = nullptr, *seen = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), 4 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&seen), 3 * 64 * 4), cudaSuccess);
+  auto run = [&](bool reversed) {
+    emu::SetReversedOrder(reversed);
+    const std::vector<int> init{100, 0, 0, 0};
+    cudaMemcpyAsync(out, init.data(), 16, cudaMemcpyHostToDevice, nullptr);
+    cudaMemsetAsync(seen, 0, 3 * 64 * 4, nullptr);
+    Launch(RacingKernel, 3, 64, nullptr, out, seen);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<int> o(4), sh(3 * 64);
+    cudaMemcpyAsync(o.data(), out, 16, cudaMemcpyDeviceToHost, nullptr);
+    cudaMemcpyAsync(sh.data(), seen, sh.size() * 4, cudaMemcpyDeviceToHost, nullptr);
+    return std::pair{o, sh};
+  };
+  const auto [fwd_out, fwd_seen] = run(false);
+  const auto [rev_out, rev_seen] = run(true);
+  emu::SetReversedOrder(false);
+  // First to last: each block sees its left neighbour's result; last to first: not yet written.
+  EXPECT_EQ(fwd_out, (std::vector<int>{100, 101, 102, 103}));
+  EXPECT_EQ(rev_out, (std::vector<int>{100, 101, 1, 1}));
+  // Thread t of block b reads v[t + 1], 1000 b + t + 2 once its neighbour has run: in this
+  // block when the turn passes downwards, else what the block before it left in shared memory
+  // (which the emulator keeps, as a GPU may). Thread 63 reads v[0] the other way round.
+  for (int b = 0; b < 3; ++b) {
+    for (int t = 0; t < 63; ++t) {
+      EXPECT_EQ(rev_seen[b * 64 + t], 1000 * b + t + 2) << b << " " << t;
+      EXPECT_NE(fwd_seen[b * 64 + t], 1000 * b + t + 2) << b << " " << t;
+    }
+    EXPECT_EQ(fwd_seen[b * 64 + 63], 1000 * b + 1) << b;
+  }
+  EXPECT_EQ(rev_seen[0 * 64 + 63], 1001);  // block 1's, which ran before block 0
+  EXPECT_EQ(rev_seen[1 * 64 + 63], 2001);
+  cudaFree(out);
+  cudaFree(seen);
 }
 
 TEST(CudaEmulator, FindsMisuse) {

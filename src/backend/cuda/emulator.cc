@@ -150,6 +150,14 @@ struct Warp {
 constexpr size_t kStackBytes = size_t{256} << 10;
 constexpr int kMaxThreads = 1024;
 
+// The order blocks and threads run in (emulator.h, SetReversedOrder); PENG_EMU_ORDER=reverse
+// sets it for the process.
+std::atomic<bool> reversed_order{[] {
+  const char* v = std::getenv("PENG_EMU_ORDER");
+  return v && std::string(v) == "reverse";
+}()};
+bool Reversed() { return reversed_order.load(std::memory_order_relaxed); }
+
 // What runs the block: its threads, warps and barrier counts (one block at a time per OS
 // thread).
 struct Runner {
@@ -185,8 +193,9 @@ struct Runner {
   void Yield() { Leave(&Current().ctx); }
   void Leave(Context* from) {
     const int me = static_cast<int>(&Current() - threads.data());
+    const int step = Reversed() ? n_threads - 1 : 1;
     for (int k = 1; k < n_threads; ++k) {
-      Thread& t = threads[(me + k) % n_threads];
+      Thread& t = threads[(me + k * step) % n_threads];
       if (t.state != State::kReady) continue;
       current_thread = &t.s;
       SwitchTo(from, &t.ctx);
@@ -252,11 +261,12 @@ struct Runner {
       ++warps[t.warp].live;
       NewContext(&t.ctx, stacks + i * kStackBytes + page, kStackBytes - page, &Runner::Entry);
     }
-    int next = 0;
+    const int step = Reversed() ? n - 1 : 1;  // (mod n: one down)
+    int next = Reversed() ? n - 1 : 0;
     while (live > 0) {
       int pick = -1;
       for (int k = 0; k < n; ++k) {
-        const int i = (next + k) % n;
+        const int i = (next + k * step) % n;
         if (threads[i].state == State::kReady) {
           pick = i;
           break;
@@ -268,7 +278,7 @@ struct Runner {
             "a warp's shuffle or __syncwarp");
         break;
       }
-      next = pick + 1;
+      next = (pick + step) % n;
       current_thread = &threads[pick].s;
       SwitchTo(&scheduler, &threads[pick].ctx);
       if (!error.empty()) break;
@@ -330,21 +340,24 @@ void RunGrid(dim3 grid, dim3 block, bool pdl, const std::function<void()>& body)
   BlockState* outer = current_block;
   BlockState b{{0, 0, 0}, block, grid, pdl};
   current_block = &b;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        b.idx = {x, y, z};
-        if (!r.RunBlock(b, body)) {
-          Fail(cudaErrorLaunchFailure, r.error + " in block (" + std::to_string(x) + ", " +
-                                           std::to_string(y) + ", " + std::to_string(z) +
-                                           ") of grid (" + std::to_string(grid.x) + ", " +
-                                           std::to_string(grid.y) + ", " + std::to_string(grid.z) +
-                                           "), block size " + std::to_string(n));
-          r.error.clear();
-          current_block = outer;
-          return;
-        }
-      }
+  const uint64_t n_blocks = uint64_t{grid.x} * grid.y * grid.z;
+  for (uint64_t i = 0; i < n_blocks; ++i) {
+    const uint64_t k = Reversed() ? n_blocks - 1 - i : i;
+    const unsigned x = static_cast<unsigned>(k % grid.x);
+    const unsigned y = static_cast<unsigned>(k / grid.x % grid.y);
+    const unsigned z = static_cast<unsigned>(k / grid.x / grid.y);
+    b.idx = {x, y, z};
+    if (!r.RunBlock(b, body)) {
+      Fail(cudaErrorLaunchFailure, r.error + " in block (" + std::to_string(x) + ", " +
+                                       std::to_string(y) + ", " + std::to_string(z) +
+                                       ") of grid (" + std::to_string(grid.x) + ", " +
+                                       std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                                       "), block size " + std::to_string(n));
+      r.error.clear();
+      current_block = outer;
+      return;
+    }
+  }
   current_block = outer;
 }
 
@@ -380,6 +393,8 @@ void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void
 }
 
 void GridWait() { TheRunner().Current().s.waited = true; }
+
+void SetReversedOrder(bool reversed) { reversed_order.store(reversed); }
 
 uint64_t KernelsRun() { return kernels_run.load(std::memory_order_relaxed); }
 

@@ -8,16 +8,18 @@
 // tiles), launch configurations against the hardware's limits, barrier and shuffle usage (every
 // lane of a warp at a full-mask shuffle, no lane leaving while its warp waits, no deadlock
 // between __syncthreads and a warp's barrier), allocations during graph capture, and what a
-// replayed graph reads (the arguments as captured). What it does not: timing, memory
-// coalescing, races between threads outside barriers (the threads of a block run one at a time
-// between barriers), and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches:
-// the emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
+// replayed graph reads (the arguments as captured), and races between blocks or between
+// threads outside barriers where the two orders it runs in (SetReversedOrder) give different
+// results. What it does not: timing, memory coalescing, races that give the same result in both
+// orders, and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches: the
+// emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
 //
 // Model: a launch runs its blocks one after another on the calling thread; a block's threads
-// are coroutines (their own stacks) switched at barriers: __syncthreads waits for every
-// thread of the block that has not returned, a shuffle or __syncwarp for the warp's. Work on a
-// stream runs at once, except between cudaStreamBeginCapture and cudaStreamEndCapture, when it
-// is recorded (arguments by value) and runs at each cudaGraphLaunch.
+// are coroutines (their own stacks) switched at barriers, one at a time: __syncthreads waits
+// for every thread of the block that has not returned, a shuffle or __syncwarp for the warp's.
+// Work on a stream runs at once, except between cudaStreamBeginCapture and
+// cudaStreamEndCapture, when it is recorded (arguments by value) and runs at each
+// cudaGraphLaunch.
 #pragma once
 
 #include <cmath>
@@ -184,6 +186,12 @@ uint64_t Exchange(unsigned mask, uint64_t bits, int src);
 // pdl, every thread must call GridWait before it returns (a finding otherwise).
 void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void()> body);
 void GridWait();
+// Blocks run first to last, and a block's turn passes from a thread to the next ready one above
+// it; reversed (or with PENG_EMU_ORDER=reverse), last to first and to the one below. A kernel
+// whose result depends on that order -- a block reading what another block of the launch writes,
+// a thread reading shared memory another writes with no barrier between -- gives a different
+// result in one of the two orders (a GPU promises neither).
+void SetReversedOrder(bool reversed);
 // Kernels run since the process started (each replay of a recorded one counts).
 uint64_t KernelsRun();
 }  // namespace emu
