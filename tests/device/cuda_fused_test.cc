@@ -26,9 +26,9 @@ namespace {
 
 // Prefill's experts (past 32 tokens: the pairs grouped by expert, GroupedExpertsMatMul) over
 // activations quantized as the GEMVs quantize them (GroupedExpertsQGemvKernel; a quantize launch
-// before it) where their rows fit the scratch: within 1e-5 of the host device's quantized path,
-// per token and per slot, Q4_0, Q4_K and INT8 W8A8 experts (the odd ones another rank's:
-// zeros), 37 and 90 tokens of 3 slots each.
+// before it; in a scratch of their own past the shared one's 512 rows): within 1e-5 of the host
+// device's quantized path, per token and per slot, Q4_0, Q4_K and INT8 W8A8 experts (the odd
+// ones another rank's: zeros), 37, 90 and 180 tokens of 3 slots each.
 TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
   kernels::SetExactActivations(false);
   const int64_t E = 8, rows = 64, cols = 256;
@@ -54,7 +54,7 @@ TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
     auto ec = cuda_->UploadExperts(ep, &allocs_c, sp, w8a8);
     auto eh = host_->UploadExperts(ep, &allocs_h, sp, w8a8);
     ASSERT_TRUE(ec.ok() && eh.ok());
-    for (int64_t T : {37, 90}) {
+    for (int64_t T : {37, 90, 180}) {
       std::vector<int32_t> ids(T * k);
       for (int64_t i = 0; i < T * k; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / 7) % E);
       auto ids_c = cuda_->Alloc(T * k * 4);

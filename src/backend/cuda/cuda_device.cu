@@ -877,15 +877,21 @@ class CudaDevice final : public Device {
     Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
     Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
            list);
-    // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel)
-    // where their rows fit the scratch, else FP32.
+    // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel): in
+    // the scratch where their rows fit, else in one of their own (the routed experts' down
+    // projection over a long prompt's pairs).
     const int64_t x_rows = x_per_slot ? n_pairs : T;
-    const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, x_rows);
-    if (f != kFp32Act) {
-      const QActOut q = WriteOut(f, w.cols);
+    const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, /*rows=*/1);
+    QActOut q;
+    if (f != kFp32Act && x_rows <= kMaxActRows) {
+      q = WriteOut(f, w.cols);
+    } else if (f != kFp32Act) {
+      if (!Grow(&group_act_, &group_act_bytes_, ActRegionBytes(w.cols, x_rows))) return;
+      q = ActAt(static_cast<uint8_t*>(group_act_), x_rows, f, w.cols);
+    }
+    if (f != kFp32Act)
       Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
              Q32Slot(f, q), Q256Slot(f, q));
-    }
     // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
     const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
     WithType(w.dtype, [&]<DType D>() {
@@ -894,7 +900,8 @@ class CudaDevice final : public Device {
         if constexpr (layout::kIntDot<D>) {
           if (f != kFp32Act) {
             Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
-                   w.scales, w.row_bytes, w.rows, Act(f, w.cols), k, x_per_slot, E, offsets,
+                   w.scales, w.row_bytes, w.rows, QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot,
+                   E, offsets,
                    tile_start, list, g0, y);
             continue;
           }
@@ -909,12 +916,11 @@ class CudaDevice final : public Device {
 
   // GroupedExpertsMatMul's scratch: offsets, tile starts and cursors (E + 1 each), the list.
   static int64_t GroupBytes(int64_t E, int64_t n_pairs) { return (3 * (E + 1) + n_pairs) * 4; }
-  // Bytes of one region of the activation scratch: kMaxActRows rows of `cols` int8 values,
-  // their scales (at most one per 32) and sums (one per 16), each part 256-byte aligned.
+  // Bytes of one region of the activation scratch: `rows` rows of `cols` int8 values, their
+  // scales (at most one per 32) and sums (one per 16), each part 256-byte aligned.
   static int64_t ActPart(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-  static int64_t ActRegionBytes(int64_t cols) {
-    return ActPart(kMaxActRows * cols) + ActPart(kMaxActRows * (cols / 32) * 4) +
-           ActPart(kMaxActRows * (cols / 16) * 4);
+  static int64_t ActRegionBytes(int64_t cols, int64_t rows = kMaxActRows) {
+    return ActPart(rows * cols) + ActPart(rows * (cols / 32) * 4) + ActPart(rows * (cols / 16) * 4);
   }
   // The activations of the GEMV of a step of T tokens over `rows` activation rows (T, or the
   // (token, slot) pairs of the experts) and a matrix of type t with `cols` columns: the block
@@ -946,13 +952,18 @@ class CudaDevice final : public Device {
   // The scratch region of format f, laid out for rows of `cols`: where the quantizer writes
   // (ActOut) and what the GEMVs read (Act).
   QActOut ActOut(ActFormat f, int64_t cols) const {
-    uint8_t* base = static_cast<uint8_t*>(act_) + (f - 1) * ActRegionBytes(act_cols_);
+    return ActAt(static_cast<uint8_t*>(act_) + (f - 1) * ActRegionBytes(act_cols_), kMaxActRows,
+                 f, cols);
+  }
+  // A region at `base` of ActRegionBytes(cols', rows) bytes (cols' >= cols), laid out for `rows`
+  // rows of `cols`.
+  static QActOut ActAt(uint8_t* base, int64_t rows, ActFormat f, int64_t cols) {
     QActOut o;
     o.w8a8 = f == kW8A8Groups;
     o.qs = reinterpret_cast<int8_t*>(base);
-    o.d = reinterpret_cast<float*>(base + ActPart(kMaxActRows * cols));
+    o.d = reinterpret_cast<float*>(base + ActPart(rows * cols));
     o.s = reinterpret_cast<int32_t*>(reinterpret_cast<uint8_t*>(o.d) +
-                                     ActPart(kMaxActRows * (cols / 32) * 4));
+                                     ActPart(rows * (cols / 32) * 4));
     return o;
   }
   // ActOut for a kernel that writes the region (counted: act_writes_).
@@ -1082,7 +1093,8 @@ class CudaDevice final : public Device {
   void* w_half_ = nullptr;
   void* x_half_ = nullptr;
   void* group_ = nullptr;  // GroupedExpertsMatMul's offsets, tiles, cursors and list
-  int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0;
+  void* group_act_ = nullptr;  // its quantized activations past kMaxActRows rows
+  int64_t w_half_bytes_ = 0, x_half_bytes_ = 0, group_bytes_ = 0, group_act_bytes_ = 0;
   // Quantized activations (three regions: blocks of 32, of 256, W8A8's), for matrices of up to
   // act_cols_ columns and kMaxActRows rows: a step's tokens, or its (token, slot) pairs.
   static constexpr int64_t kMaxActRows =
