@@ -626,10 +626,7 @@ class CudaDevice final : public Device {
     inside->k_cache = kv.k;
     inside->v_cache = kv.v;
     inside->slot = b.d_slot;
-    inside->inv_freq = r.inv_freq;
-    inside->half = r.cfg->rot_dim / 2;
-    inside->interleaved = r.cfg->style == kernels::RopeStyle::kInterleaved;
-    inside->attention_factor = r.cfg->attention_factor;
+    inside->rot = Rotation(*r.cfg, r.inv_freq);
     return true;
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
@@ -679,10 +676,7 @@ class CudaDevice final : public Device {
     m.f16 = kv.dtype == DType::kF16;
     m.slot = b.d_slot;
     m.pos = b.d_pos;
-    m.inv_freq = r.inv_freq;
-    m.half = r.cfg->rot_dim / 2;
-    m.interleaved = r.cfg->style == kernels::RopeStyle::kInterleaved;
-    m.attention_factor = r.cfg->attention_factor;
+    m.rot = Rotation(*r.cfg, r.inv_freq);
     LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m);
     Note(cudaGetLastError());
   }
@@ -976,6 +970,11 @@ class CudaDevice final : public Device {
     return {o.qs, o.d, o.s, cols};
   }
 
+  // kernels::RopeConfig as the kernels take it.
+  static RopeRotation Rotation(const kernels::RopeConfig& cfg, const float* inv_freq) {
+    return {inv_freq, cfg.rot_dim / 2, cfg.style == kernels::RopeStyle::kInterleaved,
+            cfg.attention_factor};
+  }
   template <typename KV>
   void LaunchRopeKv(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                     const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv,
@@ -985,9 +984,8 @@ class CudaDevice final : public Device {
       Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
       return;
     }
-    Launch(RopeKvKernel<KV>, b.n_tokens, 256, launch_, q, k, b.d_pos, cfg.rot_dim / 2,
-           cfg.style == kernels::RopeStyle::kInterleaved, cfg.attention_factor, inv_freq, kv,
-           norm);
+    Launch(RopeKvKernel<KV>, b.n_tokens, 256, launch_, q, k, b.d_pos, Rotation(cfg, inv_freq),
+           kv, norm);
     Note(cudaGetLastError());
   }
 

@@ -565,6 +565,15 @@ struct KvRows {
   const float* v = nullptr;
 };
 
+// The rotation of kernels::RopeConfig on the device: pair i of a head turned by pos *
+// inv_freq[i] for i < half, cos and sin scaled by attention_factor (YaRN).
+struct RopeRotation {
+  const float* inv_freq = nullptr;
+  int half = 0;  // rot_dim / 2
+  bool interleaved = false;
+  float attention_factor = 1.f;
+};
+
 // Rotates pair i of head xh by cos c / sin s (kernels::ApplyRope's pairs: interleaved or half
 // apart).
 __device__ __forceinline__ void RotatePair(float* xh, int i, int half, bool interleaved, float c,
@@ -577,13 +586,13 @@ __device__ __forceinline__ void RotatePair(float* xh, int i, int half, bool inte
 }
 
 // Position pos's cos / sin (in double precision, as kernels::ApplyRope), by the whole block.
-__device__ __forceinline__ void RopeAngles(int32_t pos, const float* inv_freq, int half,
-                                           float attention_factor, float (*cs)[kMaxRopeHalf]) {
+__device__ __forceinline__ void RopeAngles(int32_t pos, const RopeRotation& r,
+                                           float (*cs)[kMaxRopeHalf]) {
   const float fpos = static_cast<float>(pos);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float theta = fpos * inv_freq[i];
-    cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * attention_factor;
-    cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * attention_factor;
+  for (int i = threadIdx.x; i < r.half; i += blockDim.x) {
+    const float theta = fpos * r.inv_freq[i];
+    cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * r.attention_factor;
+    cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * r.attention_factor;
   }
 }
 
@@ -606,8 +615,7 @@ __device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t 
 // its cache slot.
 template <typename KV>
 __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int32_t* pos,
-                             int half, bool interleaved, float attention_factor,
-                             const float* inv_freq, KvRows<KV> kv, RowNorm norm) {
+                             RopeRotation rot, KvRows<KV> kv, RowNorm norm) {
   KernelStart();
   __shared__ float cs[2][kMaxRopeHalf];
   __shared__ float shared[32];
@@ -619,10 +627,10 @@ __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int
     __syncthreads();  // (the row is read back below)
   }
   if (q.x || k.x) {
-    RopeAngles(pos[t], inv_freq, half, attention_factor, cs);
+    RopeAngles(pos[t], rot, cs);
     __syncthreads();
-    RotateHeads(q, t, half, interleaved, cs[0], cs[1]);
-    RotateHeads(k, t, half, interleaved, cs[0], cs[1]);
+    RotateHeads(q, t, rot.half, rot.interleaved, cs[0], cs[1]);
+    RotateHeads(k, t, rot.half, rot.interleaved, cs[0], cs[1]);
     __syncthreads();  // (the rotated k is read back below)
   }
   if (!kv.k_cache) return;
@@ -644,10 +652,7 @@ struct AttnRope {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   const int32_t* slot = nullptr;
-  const float* inv_freq = nullptr;
-  int half = 0;  // rot_dim / 2
-  bool interleaved = false;
-  float attention_factor = 1.f;
+  RopeRotation rot;
 };
 
 // Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
@@ -707,11 +712,11 @@ __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float
   const AttnRope& r = a.rope;
   const float* k = r.k + (t * a.n_kv_heads + kvh) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) k_s[i] = k[i];
-  RopeAngles(a.pos[t], r.inv_freq, r.half, r.attention_factor, cs);
+  RopeAngles(a.pos[t], r.rot, cs);
   __syncthreads();
-  for (int i = threadIdx.x; i < r.half; i += blockDim.x) {
-    RotatePair(q_s, i, r.half, r.interleaved, cs[0][i], cs[1][i]);
-    RotatePair(k_s, i, r.half, r.interleaved, cs[0][i], cs[1][i]);
+  for (int i = threadIdx.x; i < r.rot.half; i += blockDim.x) {
+    RotatePair(q_s, i, r.rot.half, r.rot.interleaved, cs[0][i], cs[1][i]);
+    RotatePair(k_s, i, r.rot.half, r.rot.interleaved, cs[0][i], cs[1][i]);
   }
   __syncthreads();
   const float* v = r.v + (t * a.n_kv_heads + kvh) * a.v_head_dim;

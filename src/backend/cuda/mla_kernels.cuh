@@ -31,10 +31,7 @@ struct MlaRopeKv {
   bool f16 = false;  // the cache's type: F16, else F32
   const int32_t* slot = nullptr;
   const int32_t* pos = nullptr;
-  const float* inv_freq = nullptr;
-  int half = 0;  // rot_dim / 2 (rot_dim <= d_rope)
-  bool interleaved = false;
-  float attention_factor = 1.f;
+  RopeRotation rot;  // (rot_dim <= d_rope)
 };
 
 struct MlaArgs {
@@ -116,12 +113,13 @@ __device__ void MlaRopeKvInside(const MlaArgs& a, int64_t t, int h, const float*
   __shared__ float cs[2][kMaxRopeHalf];
   __shared__ float shared[32];
   const MlaRopeKv& m = a.rope;
-  const int dr = a.dr, half = m.half;
-  RopeAngles(m.pos[t], m.inv_freq, half, m.attention_factor, cs);
+  const int dr = a.dr, half = m.rot.half;
+  const bool interleaved = m.rot.interleaved;
+  RopeAngles(m.pos[t], m.rot, cs);
   for (int k = threadIdx.x; k < dr; k += blockDim.x) o_pe[k] = q_pe[k];
   __syncthreads();
   for (int i = threadIdx.x; i < half; i += blockDim.x)
-    RotatePair(o_pe, i, half, m.interleaved, cs[0][i], cs[1][i]);
+    RotatePair(o_pe, i, half, interleaved, cs[0][i], cs[1][i]);
   if (h != 0) return;
   const int64_t row = a.r + dr, slot = m.slot[t];
   const float* kv = m.kv + t * row;
@@ -130,7 +128,7 @@ __device__ void MlaRopeKvInside(const MlaArgs& a, int64_t t, int h, const float*
   for (int k = threadIdx.x; k < dr; k += blockDim.x) k_pe[k] = kv[a.r + k];
   __syncthreads();
   for (int i = threadIdx.x; i < half; i += blockDim.x)
-    RotatePair(k_pe, i, half, m.interleaved, cs[0][i], cs[1][i]);
+    RotatePair(k_pe, i, half, interleaved, cs[0][i], cs[1][i]);
   __syncthreads();
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
     const float v = i < a.r ? (kv[i] * s) * m.norm_w[i] : k_pe[i - a.r];
