@@ -39,16 +39,28 @@ void Device::ExpertsMatMuls(const float* x, int64_t n_tokens, const int32_t* ids
 void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out,
                               std::initializer_list<MatMulOut> outs, const RopeKv* rope) {
-  if (rope)
+  if (rope) {
+    NormHeads(*rope, b.n_tokens);
     RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows, rope->v_rows,
                 rope->norm);
+  }
   PagedAttention(q, kv, b, p, out);
   MatMuls(out, b.n_tokens, outs);
+}
+
+void Device::NormHeads(const RopeKv& rope, int64_t n_tokens) {
+  const HeadNorms& h = rope.head_norm;
+  if (!h.q_w) return;
+  RmsNorm(rope.q.x, h.q_w, h.w_offset, rope.q.x, n_tokens * rope.q.n_heads, h.n, h.eps,
+          rope.q.head_stride);
+  RmsNorm(rope.k.x, h.k_w, h.w_offset, rope.k.x, n_tokens * rope.k.n_heads, h.n, h.eps,
+          rope.k.head_stride);
 }
 
 void Device::RopeMlaAbsorbQuery(const RopeKv& rope, const kernels::KvLayerView& kv,
                                 const float* q, const StepBatch& b, const MlaWeights& w,
                                 const kernels::MlaParams& p, float* out) {
+  NormHeads(rope, b.n_tokens);
   RopeKvWrite(rope.q, rope.k, b, *rope.cfg, rope.inv_freq, kv, rope.k_rows, rope.v_rows,
               rope.norm);
   MlaAbsorbQuery(q, b, w, p, out);

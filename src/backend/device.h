@@ -117,6 +117,17 @@ struct RowNorm {
   int64_t n = 0, stride = 0;
 };
 
+// The heads' own RMSNorm before RoPE (Qwen3's and Gemma 3's q_norm / k_norm): every head of n
+// values of q and of k normalized in place with weights q_w / k_w (+ w_offset), as RmsNorm
+// over rows of n, head_stride apart (heads contiguous: token_stride = n_heads * head_stride);
+// q_w null: none.
+struct HeadNorms {
+  const float* q_w = nullptr;
+  const float* k_w = nullptr;
+  float w_offset = 0.f, eps = 0.f;
+  int64_t n = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -263,7 +274,7 @@ class Device {
   virtual void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                               const kernels::AttentionParams& p, float* out) = 0;
   // RopeKvWrite's arguments but the cache, for an attention to do first (AttentionMatMuls,
-  // RopeMlaAbsorbQuery).
+  // RopeMlaAbsorbQuery), and the heads' norms to do before it (NormHeads).
   struct RopeKv {
     RopeHeads q, k;
     const kernels::RopeConfig* cfg = nullptr;
@@ -271,11 +282,14 @@ class Device {
     const float* k_rows = nullptr;
     const float* v_rows = nullptr;
     RowNorm norm;
+    HeadNorms head_norm;
   };
-  // RopeKvWrite(*rope) where rope is given (q = rope->q.x), PagedAttention, then MatMuls(out,
-  // outs) (the output projection). A backend may rotate and store inside the attention -- q's
-  // and k's rows are then left as they were -- and prepare the attention's output for the
-  // products as it writes it; by default, the calls one by one.
+  // rope's HeadNorms by RmsNorm (q's and k's heads, in place), where set.
+  void NormHeads(const RopeKv& rope, int64_t n_tokens);
+  // NormHeads and RopeKvWrite(*rope) where rope is given (q = rope->q.x), PagedAttention, then
+  // MatMuls(out, outs) (the output projection). A backend may normalize, rotate and store inside
+  // the attention -- q's and k's rows are then left as they were -- and prepare the attention's
+  // output for the products as it writes it; by default, the calls one by one.
   virtual void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv,
                                 const StepBatch& b, const kernels::AttentionParams& p, float* out,
                                 std::initializer_list<MatMulOut> outs,
@@ -284,8 +298,9 @@ class Device {
   // q [T, H, d_nope + d_rope] -> out [T, H, r + d_rope] (W_UK^T q_nope | q_pe).
   virtual void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                               const kernels::MlaParams& p, float* out) = 0;
-  // RopeKvWrite(rope, into kv), then MlaAbsorbQuery: a backend may do the first inside the
-  // second (q's and the latent rows are then left as they were); by default, the two calls.
+  // NormHeads and RopeKvWrite(rope, into kv), then MlaAbsorbQuery: a backend may do the first
+  // inside the second (q's and the latent rows are then left as they were); by default, the
+  // calls one by one.
   virtual void RopeMlaAbsorbQuery(const RopeKv& rope, const kernels::KvLayerView& kv,
                                   const float* q, const StepBatch& b, const MlaWeights& w,
                                   const kernels::MlaParams& p, float* out);

@@ -423,12 +423,10 @@ class DeviceDecoderModel : public DeviceModel {
     // --- attention block
     d.NormMatMuls(x_, L.attn_norm, c.norm_weight_offset, c.rms_eps, h_, T, D,
                   {{&L.wq, q_, L.bq}, {&L.wk, k_, L.bk}, {&L.wv, v_, L.bv}});
-    if (c.qk_norm) {
-      d.RmsNorm(q_, L.q_norm, c.norm_weight_offset, q_, T * H, hd, c.rms_eps);
-      d.RmsNorm(k_, L.k_norm, c.norm_weight_offset, k_, T * KV, hd, c.rms_eps);
-    }
+    backend::HeadNorms qk_norm;  // (Qwen3, Gemma 3: before the rotation)
+    if (c.qk_norm) qk_norm = {L.q_norm, L.k_norm, c.norm_weight_offset, c.rms_eps, hd};
     const backend::Device::RopeKv rope_kv{
-        {q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, &rope, inv_freq, k_, v_, {}};
+        {q_, H, hd, H * hd}, {k_, KV, hd, KV * hd}, &rope, inv_freq, k_, v_, {}, qk_norm};
     kernels::AttentionParams ap;
     ap.n_heads = static_cast<int>(H);
     ap.scale = c.AttentionScale();

@@ -625,14 +625,16 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
   kernels::SetExactActivations(true);
 }
 
-// AttentionMatMuls given RopeKvWrite's arguments rotates q and k and stores the token's k and v
-// inside the attention kernel where every sequence has one token in the step (AttnRope): one
-// launch less, and the same bits as RopeKvKernel before the attention (PENG_CUDA_FUSED_ROPE=0)
-// -- the attention's output, the projection over it, every byte of the cache --, and within
-// 1e-4 of the host device. Decode steps (a sequence at position 0, whose only key is its own,
-// and two further on) over F32 and F16 caches, head sizes 64 and 128 (GQA, 8 heads over 2),
-// whole and half rotations in both pair styles, YaRN's attention factor, a sliding window; a
-// step with a prefill among its sequences takes the kernel of its own on both.
+// AttentionMatMuls given RopeKvWrite's arguments (and the heads' norms) normalizes and rotates q
+// and k and stores the token's k and v inside the attention kernel where every sequence has one
+// token in the step (AttnRope): one launch less (three with the norms), and the same bits as
+// RmsNorm and RopeKvKernel before the attention (PENG_CUDA_FUSED_ROPE=0) -- the attention's
+// output, the projection over it, every byte of the cache --, and within 1e-4 of the host
+// device. Decode steps (a sequence at position 0, whose only key is its own, and two further
+// on) over F32 and F16 caches, head sizes 64, 128 and 256 (GQA, 8 heads over 2), whole and half
+// rotations in both pair styles, YaRN's attention factor, a sliding window, Gemma's head norms
+// (weights + 1); a step with a prefill among its sequences takes the kernels of their own on
+// both.
 TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
   const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_ROPE");
   ASSERT_NE(unfused, nullptr);
@@ -646,20 +648,23 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
     BuildBatch(plain, &b, {0, 40, 30}, n);
     const int64_t T = a.host.n_tokens;
     for (DType kv_type : {DType::kF32, DType::kF16}) {
-      for (int hd : {64, 128}) {
-        for (int variant = 0; variant < 2; ++variant) {
+      for (int hd : {64, 128, 256}) {
+        for (int variant = 0; variant < 3; ++variant) {
           kernels::RopeConfig rope;
-          rope.rot_dim = variant == 0 ? hd : hd / 2;
-          rope.style = variant == 0 ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kInterleaved;
+          const bool half = variant == 1;
+          rope.rot_dim = half ? hd / 2 : hd;
+          rope.style = half ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox;
           rope.theta = 10000.f;
-          rope.attention_factor = variant == 0 ? 1.f : 1.2f;
+          rope.attention_factor = half ? 1.2f : 1.f;
           kernels::AttentionParams p;
           p.n_heads = H;
           p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-          p.sliding_window = variant == 0 ? 0 : 8;
+          p.sliding_window = half ? 8 : 0;
+          const char* const kVariants[] = {" neox", " half interleaved, window 8",
+                                           " neox, the heads' norms"};
           const std::string tag = std::string(decode ? "decode" : "mixed") + " " +
                                   DTypeName(kv_type) + " hd=" + std::to_string(hd) +
-                                  (variant == 0 ? " neox" : " half interleaved, window 8");
+                                  kVariants[variant];
           std::vector<float> inv(rope.rot_dim / 2);
           kernels::ComputeRopeInvFreq(rope, inv.data());
           kernels::KvLayerView kc, kh;
@@ -673,7 +678,8 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
           std::vector<float> scales;
           std::vector<uint8_t> wo_bytes = RandomMatrix(DType::kQ8_0, 96, H * hd, &rng_, &scales);
           const std::vector<float> q = Random(T * H * hd), k = Random(T * KV * hd),
-                                   v = Random(T * KV * hd), y0 = Random(T * 96);
+                                   v = Random(T * KV * hd), y0 = Random(T * 96),
+                                   qn = Random(hd, 0.5f, 1.5f), kn = Random(hd, -0.5f, 0.5f);
           std::vector<float> out[3][2];  // [fused, plain, host][o, y]
           std::vector<uint8_t> cache[2][2];  // [fused, plain][k, v]
           int64_t launches[2] = {0, 0};
@@ -698,7 +704,10 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
             float* F = up(inv);
             float* O = up(std::vector<float>(T * H * hd));
             float* Y = up(y0);
-            const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {}};
+            backend::HeadNorms norms;  // (Gemma's: weights + 1)
+            if (variant == 2) norms = {up(qn), up(kn), 1.f, 1e-6f, hd};
+            const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {},
+                                   norms};
             const int64_t k0 = d->KernelLaunches();
             d->AttentionMatMuls(Q, kv, sb, p, O, {{&*wo, Y, nullptr, true}}, &r);
             if (which < 2) launches[which] = d->KernelLaunches() - k0;
@@ -714,7 +723,7 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
               ASSERT_TRUE(d->CopyToHost(cache[which][c].data(), c ? kv.v : kv.k, bytes).ok());
             }
           }
-          EXPECT_EQ(launches[0], launches[1] - (decode ? 1 : 0)) << tag;
+          EXPECT_EQ(launches[0], launches[1] - (decode ? variant == 2 ? 3 : 1 : 0)) << tag;
           EXPECT_EQ(out[0][0], out[1][0]) << tag << ": the attention's output";
           EXPECT_EQ(out[0][1], out[1][1]) << tag << ": the projection";
           EXPECT_TRUE(cache[0][0] == cache[1][0] && cache[0][1] == cache[1][1]) << tag;
@@ -778,7 +787,7 @@ TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
         float* F = up(inv);
         float* O = up(std::vector<float>(T * H * row));
         const Device::RopeKv rk{{Q + p.d_nope, H, dqk, H * dqk}, {C + r, 1, row, row}, &rope, F,
-                                C, nullptr, {C, NW, 1e-6f, r, row}};
+                                C, nullptr, {C, NW, 1e-6f, r, row}, {}};
         const int64_t k0 = d->KernelLaunches();
         d->RopeMlaAbsorbQuery(rk, kv, Q, sb, w, p, O);
         if (which < 2) launches[which] = d->KernelLaunches() - k0;

@@ -537,8 +537,11 @@ class CudaDevice final : public Device {
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    Launch(RmsNormKernel, n_rows, 256, launch_, x, w, w_offset, y, n, eps, stride ? stride : n,
-           QActOut{}, QActOut{});
+    // Rows of a head (up to kMaxHeadDim values) at the attention kernel's block size, so that
+    // its head norm (AttnRope) sums in the same order.
+    const int threads = n <= kMaxHeadDim ? kAttnWarps * kWarp : 256;
+    Launch(RmsNormKernel, n_rows, threads, launch_, x, w, w_offset, y, n, eps,
+           stride ? stride : n, QActOut{}, QActOut{});
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
@@ -590,16 +593,19 @@ class CudaDevice final : public Device {
                       const kernels::AttentionParams& p, float* out) override {
     Attention(q, kv, b, p, out, QActOut{});
   }
-  // RoPE and the KV write inside the attention kernel where every sequence has one token in
-  // the step (AttnRope; PENG_CUDA_FUSED_ROPE=0: RopeKvKernel first), the output quantized by
-  // the attention kernel as it writes it where the products take it (Quantized32).
+  // The heads' norms, RoPE and the KV write inside the attention kernel where every sequence
+  // has one token in the step (AttnRope; PENG_CUDA_FUSED_ROPE=0: RmsNorm and RopeKvKernel
+  // first), the output quantized by the attention kernel as it writes it where the products
+  // take it (Quantized32).
   void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                         const kernels::AttentionParams& p, float* out,
                         std::initializer_list<MatMulOut> outs, const RopeKv* rope) override {
     AttnRope inside;
-    if (rope && !RopeInside(q, kv, b, p, *rope, &inside))
+    if (rope && !RopeInside(q, kv, b, p, *rope, &inside)) {
+      NormHeads(*rope, b.n_tokens);
       RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows,
                   rope->v_rows, rope->norm);
+    }
     QActOut q32;
     const bool quantized = Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32);
     Attention(q, kv, b, p, out, quantized ? q32 : QActOut{}, inside);
@@ -618,8 +624,8 @@ class CudaDevice final : public Device {
         fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
         r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
         r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd &&
-        r.v_rows && !r.norm.x && kv.k && r.cfg->rot_dim <= hd &&
-        r.cfg->rot_dim / 2 <= kMaxRopeHalf;
+        r.v_rows && !r.norm.x && (!r.head_norm.q_w || r.head_norm.n == hd) && kv.k &&
+        r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
     if (!fits) return false;
     inside->k = r.k_rows;
     inside->v = r.v_rows;
@@ -627,6 +633,10 @@ class CudaDevice final : public Device {
     inside->v_cache = kv.v;
     inside->slot = b.d_slot;
     inside->rot = Rotation(*r.cfg, r.inv_freq);
+    inside->q_norm = r.head_norm.q_w;
+    inside->k_norm = r.head_norm.k_w;
+    inside->norm_offset = r.head_norm.w_offset;
+    inside->norm_eps = r.head_norm.eps;
     return true;
   }
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
@@ -661,7 +671,7 @@ class CudaDevice final : public Device {
         fused_rope_ && r.q.x == q + p.d_nope && r.q.n_heads == p.n_heads &&
         r.q.head_stride == dqk && r.q.token_stride == p.n_heads * dqk &&
         r.k.x == r.k_rows + p.kv_lora_rank && r.k.n_heads == 1 && r.k.head_stride == row &&
-        r.k.token_stride == row && !r.v_rows && r.norm.x == r.k_rows &&
+        r.k.token_stride == row && !r.v_rows && r.norm.x == r.k_rows && !r.head_norm.q_w &&
         r.norm.n == p.kv_lora_rank && r.norm.stride == row && kv.k && kv.head_dim == row &&
         r.cfg->rot_dim <= p.d_rope && p.d_rope <= 2 * kMaxRopeHalf;
     if (!fits) {

@@ -653,6 +653,10 @@ struct AttnRope {
   void* v_cache = nullptr;
   const int32_t* slot = nullptr;
   RopeRotation rot;
+  // The heads' norms before the rotation (Device::HeadNorms over head_dim values); null: none.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_offset = 0.f, norm_eps = 0.f;
 };
 
 // Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
@@ -704,7 +708,7 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool
 }
 
 // The token's own key and value for AttentionKernel (AttnArgs::rope): q_s and k_s (the key, as
-// FP32) rotated, k_self / v_self the key and value as the cache holds them, stored into the
+// FP32) normalized (where the heads have norms) and rotated, k_self / v_self the key and value as the cache holds them, stored into the
 // token's slot by the first query head of the KV head.
 template <typename KV>
 __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float* q_s,
@@ -712,6 +716,16 @@ __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float
   const AttnRope& r = a.rope;
   const float* k = r.k + (t * a.n_kv_heads + kvh) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) k_s[i] = k[i];
+  if (r.q_norm) {  // (RmsNormKernel's arithmetic: Device::RmsNorm runs heads at this block size)
+    __shared__ float red[32];
+    __syncthreads();  // (q_s and k_s whole)
+    const float sq = RmsScale(q_s, a.head_dim, r.norm_eps, red);
+    const float sk = RmsScale(k_s, a.head_dim, r.norm_eps, red);
+    for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) {
+      q_s[i] = (q_s[i] * sq) * (r.q_norm[i] + r.norm_offset);
+      k_s[i] = (k_s[i] * sk) * (r.k_norm[i] + r.norm_offset);
+    }
+  }
   RopeAngles(a.pos[t], r.rot, cs);
   __syncthreads();
   for (int i = threadIdx.x; i < r.rot.half; i += blockDim.x) {

@@ -249,7 +249,8 @@ class DeviceDeepseekModel : public DeviceModel {
                                        inv_freq_,
                                        ckv_,
                                        nullptr,
-                                       {ckv_, L.kv_a_norm, c.latent_norm_eps, r, row}};
+                                       {ckv_, L.kv_a_norm, c.latent_norm_eps, r, row},
+                                       {}};
     d.RopeMlaAbsorbQuery(rope, kv_[il], q_, b, L.kv_b, mp, qlat_);
     d.MlaAttention(qlat_, kv_[il], b, mp, olat_);
     Residual(L.wo, L.bo, {}, o_, [&](const backend::Device::MatMulOut& o) {
