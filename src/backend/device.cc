@@ -48,6 +48,12 @@ void Device::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, co
   MatMuls(out, b.n_tokens, outs);
 }
 
+void Device::AddRmsNorm(float* y, float* x, const float* w, float w_offset, int64_t n_rows,
+                        int64_t n, float eps) {
+  RmsNorm(x, w, w_offset, x, n_rows, n, eps);
+  Add(y, x, n_rows * n);
+}
+
 void Device::NormHeads(const RopeKv& rope, int64_t n_tokens) {
   const HeadNorms& h = rope.head_norm;
   if (!h.q_w) return;

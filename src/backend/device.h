@@ -235,6 +235,11 @@ class Device {
   // row r of x and y starts at r * stride (stride 0: n).
   virtual void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                        int64_t n, float eps, int64_t stride = 0) = 0;
+  // y += RmsNorm(x) over n_rows rows of n, contiguous (a post-norm into the residual stream:
+  // Gemma's post-attention and post-feed-forward norms); x is left normalized or as it was. By
+  // default RmsNorm in place, then Add.
+  virtual void AddRmsNorm(float* y, float* x, const float* w, float w_offset, int64_t n_rows,
+                          int64_t n, float eps);
   // y[t * n + i] += b[i].
   virtual void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) = 0;
   // y[i] += x[i].

@@ -104,8 +104,11 @@ class DeviceModel {
     product({&w, o});
     if (comm_) comm_->AllReduceSum(o, T * D);  // row parallel: each rank holds a share
     if (bias) dev_->AddBiasRows(o, bias, T, D);
-    if (post.w) dev_->RmsNorm(o, post.w, post.offset, o, T, D, post.eps);
-    dev_->Add(x_, o, T * D);
+    if (post.w) {
+      dev_->AddRmsNorm(x_, o, post.w, post.offset, T, D, post.eps);
+    } else {
+      dev_->Add(x_, o, T * D);
+    }
   }
 
   const Model& host_;

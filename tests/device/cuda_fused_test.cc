@@ -625,6 +625,28 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
   kernels::SetExactActivations(true);
 }
 
+// AddRmsNorm (Gemma's post-norms into the residual stream) in one kernel: the same bits as its
+// default on the same device (RmsNorm, then Add: two launches), within 1e-5 of the host device;
+// rows of a head's size (128 threads a block) and of Gemma 3 270M's hidden size (256).
+TEST_F(CudaTest, AddRmsNormEqualsNormThenAdd) {
+  for (int64_t n : {64, 640}) {
+    const int64_t rows = 5;
+    const std::string tag = "n=" + std::to_string(n);
+    const std::vector<float> x = Random(rows * n, -3.f, 3.f), y0 = Random(rows * n);
+    const Pair w = Upload(Random(n));
+    const Pair xf = Upload(x), yf = Upload(y0), xp = Upload(x), yp = Upload(y0);
+    int64_t k0 = cuda_->KernelLaunches();
+    cuda_->AddRmsNorm(yf.cuda, xf.cuda, w.cuda, 1.f, rows, n, 1e-6f);
+    EXPECT_EQ(cuda_->KernelLaunches() - k0, 1) << tag;
+    k0 = cuda_->KernelLaunches();
+    cuda_->Device::AddRmsNorm(yp.cuda, xp.cuda, w.cuda, 1.f, rows, n, 1e-6f);
+    EXPECT_EQ(cuda_->KernelLaunches() - k0, 2) << tag;
+    EXPECT_EQ(Download(yf.cuda, rows * n), Download(yp.cuda, rows * n)) << tag;
+    host_->AddRmsNorm(yf.host, xf.host, w.host, 1.f, rows, n, 1e-6f);
+    Expect(yf, rows * n, 1e-5, "AddRmsNorm " + tag);
+  }
+}
+
 // AttentionMatMuls given RopeKvWrite's arguments (and the heads' norms) normalizes and rotates q
 // and k and stores the token's k and v inside the attention kernel where every sequence has one
 // token in the step (AttnRope): one launch less (three with the norms), and the same bits as

@@ -355,7 +355,7 @@ class CudaDevice final : public Device {
     switch (f.kind) {
       case FusedInput::kNorm:
         Launch(RmsNormKernel, T, 256, launch_, f.x, f.w, f.w_offset, f.y, f.n, f.eps, f.n, f.q32,
-               f.q256);
+               f.q256, false);
         break;
       case FusedInput::kGated:
         Launch(GatedQuantKernel, grid, 256, launch_, f.op, f.x, f.up, f.y, f.n, f.q32, f.q256);
@@ -541,7 +541,16 @@ class CudaDevice final : public Device {
     // its head norm (AttnRope) sums in the same order.
     const int threads = n <= kMaxHeadDim ? kAttnWarps * kWarp : 256;
     Launch(RmsNormKernel, n_rows, threads, launch_, x, w, w_offset, y, n, eps,
-           stride ? stride : n, QActOut{}, QActOut{});
+           stride ? stride : n, QActOut{}, QActOut{}, false);
+    Note(cudaGetLastError());
+  }
+  // One launch: the normalized row added to y's as it is computed (x left as it was).
+  void AddRmsNorm(float* y, float* x, const float* w, float w_offset, int64_t n_rows, int64_t n,
+                  float eps) override {
+    if (n_rows == 0) return;
+    const int threads = n <= kMaxHeadDim ? kAttnWarps * kWarp : 256;  // (as RmsNorm)
+    Launch(RmsNormKernel, n_rows, threads, launch_, x, w, w_offset, y, n, eps, n, QActOut{},
+           QActOut{}, true);
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {

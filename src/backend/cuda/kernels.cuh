@@ -407,9 +407,11 @@ __device__ float RmsScale(const float* x, int64_t n, float eps, float* shared) {
 }
 
 // One 256-thread block a row; the normalized row also quantized into q32 / q256 where their qs
-// are set (rows then contiguous: stride n).
+// are set (rows then contiguous: stride n); with `add`, added to y's row, not stored (then not
+// quantized).
 __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, float* y, int64_t n,
-                              float eps, int64_t stride, QActOut q32, QActOut q256) {
+                              float eps, int64_t stride, QActOut q32, QActOut q256,
+                              bool add) {
   KernelStart();
   __shared__ float shared[32];
   __shared__ float warp_max[8];
@@ -421,7 +423,14 @@ __global__ void RmsNormKernel(const float* x, const float* w, float w_offset, fl
     const int64_t i = c + threadIdx.x;
     const bool valid = i < n;
     float v = 0.f;
-    if (valid) yr[i] = v = (xr[i] * s) * (w[i] + w_offset);
+    if (valid) {
+      v = (xr[i] * s) * (w[i] + w_offset);
+      if (add) {
+        yr[i] += v;
+      } else {
+        yr[i] = v;
+      }
+    }
     if (quantize) QuantizeValues(v, valid, blockIdx.x, i, n, q32, q256, warp_max);
   }
 }
