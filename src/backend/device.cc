@@ -79,6 +79,13 @@ void Device::MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const Mla
   MatMuls(out, b.n_tokens, outs);
 }
 
+void Device::MatMulMoeRoute(const DeviceMatrix& router, const float* x, int64_t n_tokens,
+                            float* logits, const float* bias, const kernels::MoeRouting& p,
+                            int32_t* ids, float* w) {
+  MatMul(router, x, n_tokens, logits);
+  MoeRoute(logits, bias, n_tokens, p, ids, w);
+}
+
 void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
                                 float* h, int64_t n_tokens, int k, int64_t n,
                                 const DeviceExperts& w, const int32_t* ids, float* y) {

@@ -325,6 +325,11 @@ class Device {
   // Router logits [T, n_experts] -> ids, w [T, k] (kernels::MoeRoute); bias: device or null.
   virtual void MoeRoute(const float* logits, const float* bias, int64_t n_tokens,
                         const kernels::MoeRouting& p, int32_t* ids, float* w) = 0;
+  // MatMul(router, x) into logits, then MoeRoute over them: a backend may route inside the
+  // product's kernel; by default, the two calls.
+  virtual void MatMulMoeRoute(const DeviceMatrix& router, const float* x, int64_t n_tokens,
+                              float* logits, const float* bias, const kernels::MoeRouting& p,
+                              int32_t* ids, float* w);
   // For every token t and slot j < k: y[(t k + j) rows + r] = W_e[r, :] . x_(t, j) with
   // e = ids[t k + j] and x_(t, j) the row t k + j of x when x_per_slot, else row t (0 when
   // expert e is not held here).

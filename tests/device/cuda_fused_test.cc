@@ -625,6 +625,79 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
   kernels::SetExactActivations(true);
 }
 
+// MatMulMoeRoute routes inside the router's GEMV (RouterKernel: its last block to finish
+// routes) for up to 4 tokens and 256 experts: one launch, and the same logits, ids and weights
+// as the router's GEMV and MoeRoute (its default on the same device: two launches), the ids
+// equal to the host device's and the weights within 1e-5 (the logits summed in another order).
+// V2-Lite's routing (64 experts,
+// softmax, greedy top-6), V2's (160, 8 groups of which the best 3), V3's (256, sigmoid with a
+// bias, the best 4 groups by their top-2 sums, normalized); F32 and BF16 routers; 5 tokens
+// take the two launches. Each case runs twice, its outputs cleared before each, so a count not
+// set back would show.
+TEST_F(CudaTest, RoutingInsideTheRouterGemvEqualsItsKernel) {
+  const int64_t D = 256;
+  using Method = kernels::MoeRouting::Method;
+  for (auto [E, method] : {std::pair{64, Method::kGreedy}, {160, Method::kGroupLimitedGreedy},
+                           {256, Method::kNoauxTc}}) {
+    kernels::MoeRouting p;
+    p.n_experts = E;
+    p.k = method == Method::kNoauxTc ? 8 : 6;
+    p.n_group = method == Method::kGreedy ? 1 : 8;
+    p.topk_group = method == Method::kNoauxTc ? 4 : 3;
+    p.method = method;
+    p.sigmoid = method == Method::kNoauxTc;
+    p.norm_topk_prob = method == Method::kNoauxTc;
+    p.routed_scaling_factor = method == Method::kGreedy ? 1.f : 2.5f;
+    const Pair bias = Upload(Random(E, -0.1f, 0.1f));
+    const float* bc = method == Method::kNoauxTc ? bias.cuda : nullptr;
+    const float* bh = method == Method::kNoauxTc ? bias.host : nullptr;
+    for (DType type : {DType::kF32, DType::kBF16}) {
+      std::vector<std::vector<uint8_t>> bytes;
+      const Uploaded r = UploadRandom(cuda_.get(), host_.get(), type, E, D, &rng_, &bytes);
+      for (int64_t T : {1, 4, 5}) {
+        const std::string tag = std::to_string(E) + " experts, " + DTypeName(type) +
+                                ", T=" + std::to_string(T);
+        const Pair x = Upload(Random(T * D, -2.f, 2.f));
+        std::vector<int32_t> ids[3];
+        std::vector<float> logits[2], w[3];
+        for (int which = 0; which < 3; ++which) {
+          Device* d = which == 2 ? host_.get() : cuda_.get();
+          const Pair lg = Zeros(T * E), wt = Zeros(T * p.k);
+          float* lgp = which == 2 ? lg.host : lg.cuda;
+          float* wp = which == 2 ? wt.host : wt.cuda;
+          auto id = d->Alloc(T * p.k * 4);
+          ASSERT_TRUE(id.ok());
+          int32_t* idp = static_cast<int32_t*>(*id);
+          for (int rep = 0; rep < 2; ++rep) {
+            d->Fill(idp, 0xff, T * p.k * 4);
+            d->Fill(wp, 0, T * p.k * 4);
+            const int64_t k0 = d->KernelLaunches();
+            if (which == 1) {
+              d->Device::MatMulMoeRoute(r.cuda, x.cuda, T, lgp, bc, p, idp, wp);
+            } else {
+              d->MatMulMoeRoute(which == 2 ? r.host : r.cuda, which == 2 ? x.host : x.cuda, T,
+                                lgp, which == 2 ? bh : bc, p, idp, wp);
+            }
+            if (which == 0) {
+              EXPECT_EQ(d->KernelLaunches() - k0, T <= 4 ? 1 : 2) << tag;
+            }
+          }
+          ids[which].resize(T * p.k);
+          w[which].resize(T * p.k);
+          ASSERT_TRUE(d->CopyToHost(ids[which].data(), idp, T * p.k * 4).ok());
+          ASSERT_TRUE(d->CopyToHost(w[which].data(), wp, T * p.k * 4).ok());
+          if (which < 2) logits[which] = Download(lgp, T * E);
+        }
+        EXPECT_EQ(logits[0], logits[1]) << tag;
+        EXPECT_EQ(ids[0], ids[1]) << tag;
+        EXPECT_EQ(w[0], w[1]) << tag;
+        EXPECT_EQ(ids[0], ids[2]) << tag << ": against the host device";
+        EXPECT_LE(device_test::RelativeDistance({w[2]}, {w[0]}), 1e-5) << tag;
+      }
+    }
+  }
+}
+
 // AddRmsNorm (Gemma's post-norms into the residual stream) in one kernel: the same bits as its
 // default on the same device (RmsNorm, then Add: two launches), within 1e-5 of the host device;
 // rows of a head's size (128 threads a block) and of Gemma 3 270M's hidden size (256).

@@ -88,6 +88,9 @@ class CudaDevice final : public Device {
     if (!d->Grow(&d->group_, &d->group_bytes_,
                  GroupBytes(kernels::kMaxRoutedExperts, kGemvMaxTokens * kMaxTopK)))
       return d->Synchronize();
+    PENG_ASSIGN_OR_RETURN(void* done, d->Alloc(sizeof(unsigned)));
+    d->route_done_ = static_cast<unsigned*>(done);
+    d->Fill(done, 0, sizeof(unsigned));
     return std::unique_ptr<Device>(std::move(d));
   }
 
@@ -729,6 +732,27 @@ class CudaDevice final : public Device {
     Launch(MoeRouteKernel, T, kWarp, launch_, logits, bias, T, p, ids, w);
     Note(cudaGetLastError());
   }
+  // The routing inside the router's GEMV (RouterKernel) for a float router over up to
+  // kRouteTailTokens tokens and kRouteTailExperts experts (PENG_CUDA_FUSED_ROUTE=0: two
+  // launches).
+  void MatMulMoeRoute(const DeviceMatrix& r, const float* x, int64_t T, float* logits,
+                      const float* bias, const kernels::MoeRouting& p, int32_t* ids,
+                      float* w) override {
+    const bool fits = fused_route_ && T > 0 && T <= kRouteTailTokens &&
+                      p.n_experts <= kRouteTailExperts && r.rows == p.n_experts &&
+                      p.k <= kMaxTopK && p.n_group <= kMaxGroups && !r.scales &&
+                      (r.dtype == DType::kF32 || r.dtype == DType::kF16 || r.dtype == DType::kBF16);
+    if (!fits) {
+      Device::MatMulMoeRoute(r, x, T, logits, bias, p, ids, w);
+      return;
+    }
+    WithType(r.dtype, [&]<DType D>() {
+      Launch(RouterKernel<D>, dim3(Blocks(r.rows, kRowsPerBlock), T), kRowsPerBlock * kWarp,
+             launch_, static_cast<const uint8_t*>(r.data), r.row_bytes, r.rows, r.cols, x, T,
+             logits, bias, p, ids, w, route_done_);
+    });
+    Note(cudaGetLastError());
+  }
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
                      bool x_per_slot, float* y) override {
     if (T == 0) return;
@@ -1096,6 +1120,8 @@ class CudaDevice final : public Device {
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
   bool fused_input_ = EnvOn("PENG_CUDA_FUSED_INPUT");  // ProductsAfter's input inside the GEMV
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
+  bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
+  unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

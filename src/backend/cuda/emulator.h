@@ -219,6 +219,13 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   return __shfl_sync(mask, v, (emu::Lane() ^ lane_mask) % width, width);
 }
 
+// (A launch's blocks run one after another: every store is visible to the blocks after.)
+inline void __threadfence() {}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
 // (The threads of a block run one at a time between barriers: a plain add is atomic.)
 template <typename T>
 T atomicAdd(T* p, T v) {

@@ -117,21 +117,32 @@ __device__ int WarpArgMaxFree(const float* v, int n, const bool* taken, int lane
   return best;
 }
 
-// One warp per token: kernels::MoeRoute's arithmetic (softmax in double precision, summed in
-// expert order; ties to the lower index). The lanes share the per-expert and per-group work and
-// the arg-max searches; the sums and the bookkeeping of the selection are lane 0's.
-__global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
-                               kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
-  KernelStart();
-  __shared__ float s[kernels::kMaxRoutedExperts], choice[kernels::kMaxRoutedExperts];
-  __shared__ double ex[kernels::kMaxRoutedExperts];
-  __shared__ bool taken[kernels::kMaxRoutedExperts];
-  __shared__ float gs[kMaxGroups];
-  __shared__ bool gtaken[kMaxGroups], keep[kMaxGroups];
-  const int64_t t = blockIdx.x;
-  const int lane = threadIdx.x;
+// A routing warp's shared memory, for up to E experts (lg: RouterKernel's copy of the logits).
+template <int E>
+struct RouteScratch {
+  float lg[E], s[E], choice[E];
+  double ex[E];
+  bool taken[E];
+  float gs[kMaxGroups];
+  bool gtaken[kMaxGroups], keep[kMaxGroups];
+};
+
+// Token t's routing by one warp (lane: the thread's lane): kernels::MoeRoute's arithmetic
+// (softmax in double precision, summed in expert order; ties to the lower index) over its
+// logits lg. The lanes share the per-expert and per-group work and the arg-max searches; the
+// sums and the bookkeeping of the selection are lane 0's.
+template <int kE>
+__device__ void RouteToken(const float* lg, const float* bias, int64_t t,
+                           const kernels::MoeRouting& p, int32_t* ids_out, float* w_out,
+                           RouteScratch<kE>& sh, int lane) {
+  float* const s = sh.s;
+  float* const choice = sh.choice;
+  double* const ex = sh.ex;
+  bool* const taken = sh.taken;
+  float* const gs = sh.gs;
+  bool* const gtaken = sh.gtaken;
+  bool* const keep = sh.keep;
   const int E = p.n_experts, k = p.k;
-  const float* lg = logits + t * E;
   if (p.sigmoid) {
     for (int e = lane; e < E; e += kWarp)
       s[e] = static_cast<float>(1.0 / (1.0 + exp(-double{lg[e]})));
@@ -199,6 +210,54 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
       w[j] = static_cast<float>(v * p.routed_scaling_factor);
     }
   }
+}
+
+// One warp per token (RouteToken).
+__global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T,
+                               kernels::MoeRouting p, int32_t* ids_out, float* w_out) {
+  KernelStart();
+  __shared__ RouteScratch<kernels::kMaxRoutedExperts> sh;
+  const int64_t t = blockIdx.x;
+  RouteToken(logits + t * p.n_experts, bias, t, p, ids_out, w_out, sh, threadIdx.x);
+}
+
+// The router's product and the routing in one launch (Device::MatMulMoeRoute) for up to
+// kRouteTailTokens tokens and kRouteTailExperts experts: GemvKernel<T, 1>'s blocks (8 rows of a
+// token each: blockIdx.y the token) store the logits, and the last block to finish -- counted
+// in *done, which it sets back to 0 for the next launch -- routes the tokens, a warp each.
+constexpr int kRouteTailTokens = 4;
+constexpr int kRouteTailExperts = 256;
+template <DType T>
+__global__ void RouterKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                             const float* x, int64_t n_tokens, float* logits, const float* bias,
+                             kernels::MoeRouting p, int32_t* ids_out, float* w_out,
+                             unsigned* done) {
+  __shared__ RouteScratch<kRouteTailExperts> sh[kRouteTailTokens];
+  __shared__ bool last;
+  const int64_t r0 = int64_t{blockIdx.x} * kRowsPerBlock;
+  GemvStart(w, row_bytes, r0, rows - r0 < kRowsPerBlock ? rows - r0 : kRowsPerBlock);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = r0 + warp, t = blockIdx.y;
+  if (r < rows) {
+    float acc = 0.f;
+    const float* xs[1] = {x + t * cols};
+    WarpRowDot<T, 1>(w + r * row_bytes, cols, xs, 1, lane, &acc);
+    acc = WarpSum(acc);
+    if (lane == 0) logits[t * rows + r] = acc;
+  }
+  __threadfence();  // (the logits visible to the last block before it is counted)
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp < n_tokens) {  // (the token's logits read past L1, which may hold stale lines)
+    RouteScratch<kRouteTailExperts>& mine = sh[warp];
+    for (int e = lane; e < p.n_experts; e += kWarp) mine.lg[e] = __ldcg(logits + warp * rows + e);
+    __syncwarp();
+    RouteToken(mine.lg, bias, warp, p, ids_out, w_out, mine, lane);
+  }
+  if (threadIdx.x == 0) *done = 0;
 }
 
 // GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the

@@ -281,18 +281,16 @@ class DeviceDeepseekModel : public DeviceModel {
     }
     const int k = static_cast<int>(c.num_experts_per_tok);
     const int64_t I = c.moe_intermediate_size;
-    // The normalized input into the router and the shared experts' gate and up (one
-    // preparation of it for them and for the routed experts' gate and up), the routed experts'
+    // The normalized input into the shared experts' gate and up (one preparation of it for them
+    // and for the routed experts' gate and up), the router and the routing, the routed experts'
     // gate and up, their down projection.
     if (L.shared) {
       d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D,
-                    {{&L.router, router_logits_}, {&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}},
-                    &L.exp_gate);
+                    {{&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}}, &L.exp_gate);
     } else {
-      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {{&L.router, router_logits_}},
-                    &L.exp_gate);
+      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {}, &L.exp_gate);
     }
-    d.MoeRoute(router_logits_, L.router_bias, T, c.Routing(), ids_, w_);
+    d.MatMulMoeRoute(L.router, h_, T, router_logits_, L.router_bias, c.Routing(), ids_, w_);
     d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
     d.GatedExpertsMatMul(backend::GatedActivation::kSilu, gate_, up_, gate_, T, k, I,
                          L.exp_down, ids_, ys_);
