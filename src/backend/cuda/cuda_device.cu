@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/attention_kernels.cuh"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/dispatch.h"

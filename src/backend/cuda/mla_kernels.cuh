@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_kernels.cuh"
 #include "backend/cuda/dispatch.h"
 #include "backend/cuda/kernels.cuh"
 

@@ -1,0 +1,326 @@
+// The CUDA backend's kernels of the paged KV cache and attention (included by cuda_device.cu
+// after kernels.cuh, whose reductions and quantizer they use): the cache's element types, RoPE
+// (RopeRotation, shared with MLA's absorption in mla_kernels.cuh) with the KV write
+// (RopeKvKernel), and the paged attention (AttentionKernel: a block per (token, head), the
+// token's own head normalized, rotated and stored inside it in decode steps: AttnRope).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.cuh"
+
+namespace peng::backend::cuda {
+namespace {
+
+constexpr int kMaxRopeHalf = 128;  // rot_dim / 2 (rot_dim <= head_dim <= 256)
+
+template <typename KV>
+__device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
+  if constexpr (sizeof(KV) == 2) {
+    return __half2float(reinterpret_cast<const __half*>(p)[i]);
+  } else {
+    return p[i];
+  }
+}
+template <typename KV>
+__device__ __forceinline__ void KvStore(KV* p, int64_t i, float v) {
+  if constexpr (sizeof(KV) == 2) {
+    reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+  } else {
+    p[i] = v;
+  }
+}
+
+// The rows KvWrite stores (k_cache null: none): token t's k [kd] and v [vd] into its slot.
+template <typename KV>
+struct KvRows {
+  KV* k_cache = nullptr;
+  KV* v_cache = nullptr;
+  const int32_t* slot = nullptr;
+  int64_t kd = 0, vd = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+
+// The rotation of kernels::RopeConfig on the device: pair i of a head turned by pos *
+// inv_freq[i] for i < half, cos and sin scaled by attention_factor (YaRN).
+struct RopeRotation {
+  const float* inv_freq = nullptr;
+  int half = 0;  // rot_dim / 2
+  bool interleaved = false;
+  float attention_factor = 1.f;
+};
+
+// Rotates pair i of head xh by cos c / sin s (kernels::ApplyRope's pairs: interleaved or half
+// apart).
+__device__ __forceinline__ void RotatePair(float* xh, int i, int half, bool interleaved, float c,
+                                           float s) {
+  float* a = interleaved ? &xh[2 * i] : &xh[i];
+  float* b = interleaved ? &xh[2 * i + 1] : &xh[i + half];
+  const float x0 = *a, x1 = *b;
+  *a = x0 * c - x1 * s;
+  *b = x1 * c + x0 * s;
+}
+
+// Position pos's cos / sin (in double precision, as kernels::ApplyRope), by the whole block.
+__device__ __forceinline__ void RopeAngles(int32_t pos, const RopeRotation& r,
+                                           float (*cs)[kMaxRopeHalf]) {
+  const float fpos = static_cast<float>(pos);
+  for (int i = threadIdx.x; i < r.half; i += blockDim.x) {
+    const float theta = fpos * r.inv_freq[i];
+    cs[0][i] = static_cast<float>(cos(static_cast<double>(theta))) * r.attention_factor;
+    cs[1][i] = static_cast<float>(sin(static_cast<double>(theta))) * r.attention_factor;
+  }
+}
+
+// Rotates token t's heads of r with the token's cos / sin.
+__device__ __forceinline__ void RotateHeads(const Device::RopeHeads& r, int64_t t, int half,
+                                            bool interleaved, const float* cos_t,
+                                            const float* sin_t) {
+  if (!r.x) return;
+  for (int64_t j = threadIdx.x; j < r.n_heads * half; j += blockDim.x) {
+    const int64_t h = j / half;
+    const int i = static_cast<int>(j % half);
+    RotatePair(r.x + t * r.token_stride + h * r.head_stride, i, half, interleaved, cos_t[i],
+               sin_t[i]);
+  }
+}
+
+// One block a token: the token's row of `norm` normalized in place (RmsNormKernel's
+// arithmetic, w_offset 0), its cos / sin (in double precision, as kernels::ApplyRope) once into
+// shared memory, then the heads of q and k rotated, then the token's k and v rows stored into
+// its cache slot.
+template <typename KV>
+__global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int32_t* pos,
+                             RopeRotation rot, KvRows<KV> kv, RowNorm norm) {
+  KernelStart();
+  __shared__ float cs[2][kMaxRopeHalf];
+  __shared__ float shared[32];
+  const int64_t t = blockIdx.x;
+  if (norm.x) {
+    float* xr = norm.x + t * norm.stride;
+    const float s = RmsScale(xr, norm.n, norm.eps, shared);
+    for (int64_t i = threadIdx.x; i < norm.n; i += blockDim.x) xr[i] = (xr[i] * s) * norm.w[i];
+    __syncthreads();  // (the row is read back below)
+  }
+  if (q.x || k.x) {
+    RopeAngles(pos[t], rot, cs);
+    __syncthreads();
+    RotateHeads(q, t, rot.half, rot.interleaved, cs[0], cs[1]);
+    RotateHeads(k, t, rot.half, rot.interleaved, cs[0], cs[1]);
+    __syncthreads();  // (the rotated k is read back below)
+  }
+  if (!kv.k_cache) return;
+  const int64_t slot = kv.slot[t];
+  for (int64_t i = threadIdx.x; i < kv.kd; i += blockDim.x)
+    KvStore(kv.k_cache, slot * kv.kd + i, kv.k[t * kv.kd + i]);
+  for (int64_t i = threadIdx.x; i < kv.vd; i += blockDim.x)
+    KvStore(kv.v_cache, slot * kv.vd + i, kv.v[t * kv.vd + i]);
+}
+
+// RoPE and the KV write inside the attention (AttnArgs::rope; steps of one token a sequence, so
+// that no other token of the step reads a token's slot): each block rotates its query head and
+// its KV head's key of the token (RopeKvKernel's arithmetic), takes the token's own key and
+// value from those rows -- rounded to the cache's type, as the cache returns them -- and the
+// first query head of each KV head stores them into the token's slot.
+struct AttnRope {
+  const float* k = nullptr;  // null: none; the tokens' k rows [n_kv_heads * head_dim], unrotated
+  const float* v = nullptr;  // their v rows [n_kv_heads * v_head_dim]
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const int32_t* slot = nullptr;
+  RopeRotation rot;
+  // The heads' norms before the rotation (Device::HeadNorms over head_dim values); null: none.
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_offset = 0.f, norm_eps = 0.f;
+};
+
+// Attention of query rows over the paged cache. Standard layers: K and V arrays, slot s of KV
+// head g at s * k_stride + g * head_dim (V likewise). MLA: one array of cache rows, the key is
+// the whole row and the value its first v_head_dim (= kv_lora_rank) values (v = k, strides the
+// row length).
+struct AttnArgs {
+  const float* q;
+  float* out;
+  const void* k;
+  const void* v;
+  int64_t k_stride, v_stride;
+  const int32_t* pos;
+  const int32_t* seq_of_token;
+  const int32_t* table_offset;
+  const int32_t* tables;
+  int n_heads, n_kv_heads, head_dim, v_head_dim, block_size;
+  float scale, softcap;
+  int sliding_window;
+  QActOut quant;  // where set, the output also quantized in blocks of 32 (v_head_dim % 32 == 0)
+  AttnRope rope;   // (standard layers)
+};
+
+// q . k over n values: 16-byte loads where `wide` (the cache row is 16-byte aligned; k then is).
+template <typename KV>
+__device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool wide) {
+  float s = 0.f;
+  int i = 0;
+  if (wide) {
+    if constexpr (sizeof(KV) == 2) {
+      for (; i + 8 <= n; i += 8) {
+        const uint4 u = *reinterpret_cast<const uint4*>(k + i);
+        const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float2 f = __half22float2(h[c]);
+          s += q[i + 2 * c] * f.x + q[i + 2 * c + 1] * f.y;
+        }
+      }
+    } else {
+      for (; i + 4 <= n; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(k + i);
+        s += q[i] * f.x + q[i + 1] * f.y + q[i + 2] * f.z + q[i + 3] * f.w;
+      }
+    }
+  }
+  for (; i < n; ++i) s += q[i] * KvLoad(k, i);
+  return s;
+}
+
+// The token's own key and value for AttentionKernel (AttnArgs::rope): q_s and k_s (the key, as
+// FP32) normalized (where the heads have norms) and rotated, k_self / v_self the key and value as the cache holds them, stored into the
+// token's slot by the first query head of the KV head.
+template <typename KV>
+__device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float* q_s,
+                             float* k_s, KV* k_self, KV* v_self, float (*cs)[kMaxRopeHalf]) {
+  const AttnRope& r = a.rope;
+  const float* k = r.k + (t * a.n_kv_heads + kvh) * a.head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) k_s[i] = k[i];
+  if (r.q_norm) {  // (RmsNormKernel's arithmetic: Device::RmsNorm runs heads at this block size)
+    __shared__ float red[32];
+    __syncthreads();  // (q_s and k_s whole)
+    const float sq = RmsScale(q_s, a.head_dim, r.norm_eps, red);
+    const float sk = RmsScale(k_s, a.head_dim, r.norm_eps, red);
+    for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) {
+      q_s[i] = (q_s[i] * sq) * (r.q_norm[i] + r.norm_offset);
+      k_s[i] = (k_s[i] * sk) * (r.k_norm[i] + r.norm_offset);
+    }
+  }
+  RopeAngles(a.pos[t], r.rot, cs);
+  __syncthreads();
+  for (int i = threadIdx.x; i < r.rot.half; i += blockDim.x) {
+    RotatePair(q_s, i, r.rot.half, r.rot.interleaved, cs[0][i], cs[1][i]);
+    RotatePair(k_s, i, r.rot.half, r.rot.interleaved, cs[0][i], cs[1][i]);
+  }
+  __syncthreads();
+  const float* v = r.v + (t * a.n_kv_heads + kvh) * a.v_head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) KvStore(k_self, i, k_s[i]);
+  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) KvStore(v_self, i, v[i]);
+  __syncthreads();
+  if (h % (a.n_heads / a.n_kv_heads) != 0) return;
+  const int64_t slot = r.slot[t];
+  KV* kc = static_cast<KV*>(r.k_cache) + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+  KV* vc = static_cast<KV*>(r.v_cache) + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) kc[i] = k_self[i];
+  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) vc[i] = v_self[i];
+}
+
+// One block per (token, head). Warp w takes the keys in chunks of 32 (chunk w, w + kAttnWarps,
+// ...): each lane scores one key of the chunk, the warp updates its running maximum, sum and
+// accumulator once a chunk, then adds the chunk's values (lane d holds output values d, d + 32,
+// ...). The warps' states are merged at the end. With a.rope, the token's own key and value
+// (position p) come from the block's shared memory (AttnRopeSelf), not the cache.
+template <typename KV, int kMaxK, int kMaxV>
+__global__ void AttentionKernel(AttnArgs a) {
+  KernelStart();
+  constexpr int kPerLane = kMaxV / kWarp;
+  __shared__ float q_s[kMaxK];
+  __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
+  __shared__ float acc_s[kAttnWarps][kMaxV];
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int64_t p = a.pos[t];
+  const int32_t* table = a.tables + a.table_offset[a.seq_of_token[t]];
+  const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
+  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) q_s[i] = q[i];
+  const bool rope = a.rope.k != nullptr;
+  alignas(16) __shared__ KV k_self[kMaxK];
+  __shared__ KV v_self[kMaxV];
+  if (rope) {
+    __shared__ float k_s[kMaxK];
+    __shared__ float cs[2][kMaxRopeHalf];
+    AttnRopeSelf(a, t, h, kvh, q_s, k_s, k_self, v_self, cs);
+  }
+  __syncthreads();
+  const int64_t first = p - a.sliding_window + 1;
+  const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
+  const KV* kc = static_cast<const KV*>(a.k);
+  const KV* vc = static_cast<const KV*>(a.v);
+  float m = -INFINITY, l = 0.f, acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
+  for (int64_t j0 = start + int64_t{warp} * kWarp; j0 <= p; j0 += kAttnWarps * kWarp) {
+    const int64_t j = j0 + lane;
+    float s = -INFINITY;
+    int64_t slot = 0;
+    if (j <= p) {
+      slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
+      const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+      const bool self = rope && j == p;
+      if (self) slot = -1;  // (its value: v_self)
+      s = KeyDot(q_s, self ? k_self : kr, a.head_dim,
+                 (reinterpret_cast<uintptr_t>(kr) & 15) == 0) * a.scale;
+      if (a.softcap > 0.f) s = a.softcap * tanhf(s / a.softcap);
+    }
+    const float m_new = fmaxf(m, WarpMax(s));  // finite: key j0 exists
+    const float corr = expf(m - m_new);  // 0 for the first chunk (m = -inf)
+    const float e = j <= p ? expf(s - m_new) : 0.f;
+    l = l * corr + WarpSum(e);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
+    const int n_chunk = p - j0 + 1 < kWarp ? static_cast<int>(p - j0 + 1) : kWarp;
+    for (int c = 0; c < n_chunk; ++c) {
+      const float ec = __shfl_sync(0xffffffffu, e, c);
+      const long long sc = __shfl_sync(0xffffffffu, static_cast<long long>(slot), c);
+      const KV* vr = sc < 0 ? v_self : vc + sc * a.v_stride + int64_t{kvh} * a.v_head_dim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int d = lane + i * kWarp;
+        if (d < a.v_head_dim) acc[i] += ec * KvLoad(vr, d);
+      }
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    m_s[warp] = m;
+    l_s[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int d = lane + i * kWarp;
+    if (d < a.v_head_dim) acc_s[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float mm = -INFINITY;
+  for (int w = 0; w < kAttnWarps; ++w) mm = fmaxf(mm, m_s[w]);
+  float ll = 0.f;
+  for (int w = 0; w < kAttnWarps; ++w)
+    if (l_s[w] > 0.f) ll += l_s[w] * expf(m_s[w] - mm);
+  float* out = a.out + (t * a.n_heads + h) * a.v_head_dim;
+  const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
+  for (int d0 = 0; d0 < a.v_head_dim; d0 += blockDim.x) {  // (every thread every round)
+    const int d = d0 + threadIdx.x;
+    const bool valid = d < a.v_head_dim;
+    float v = 0.f;
+    if (valid) {
+      float s = 0.f;
+      for (int w = 0; w < kAttnWarps; ++w)
+        if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
+      out[d] = v = s / ll;
+    }
+    if (a.quant.qs)
+      QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace peng::backend::cuda
