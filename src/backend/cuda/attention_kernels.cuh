@@ -119,8 +119,9 @@ __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int
 }
 
 // RoPE and the KV write inside the attention (AttnArgs::rope; steps of one token a sequence, so
-// that no other token of the step reads a token's slot): each block rotates its query head and
-// its KV head's key of the token (RopeKvKernel's arithmetic), takes the token's own key and
+// that no other token of the step reads a token's slot): each block normalizes (Device::HeadNorms:
+// RmsNormKernel's arithmetic) and rotates (RopeKvKernel's) its query head and its KV head's key
+// of the token, takes the token's own key and
 // value from those rows -- rounded to the cache's type, as the cache returns them -- and the
 // first query head of each KV head stores them into the token's slot.
 struct AttnRope {
@@ -185,8 +186,9 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool
 }
 
 // The token's own key and value for AttentionKernel (AttnArgs::rope): q_s and k_s (the key, as
-// FP32) normalized (where the heads have norms) and rotated, k_self / v_self the key and value as the cache holds them, stored into the
-// token's slot by the first query head of the KV head.
+// FP32) normalized (where the heads have norms) and rotated, k_self / v_self the key and value
+// as the cache holds them, stored into the token's slot by the first query head of the KV
+// head.
 template <typename KV>
 __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float* q_s,
                              float* k_s, KV* k_self, KV* v_self, float (*cs)[kMaxRopeHalf]) {

@@ -939,8 +939,7 @@ class CudaDevice final : public Device {
           if (f != kFp32Act) {
             Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
                    w.scales, w.row_bytes, w.rows, QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot,
-                   E, offsets,
-                   tile_start, list, g0, y);
+                   E, offsets, tile_start, list, g0, y);
             continue;
           }
         }

@@ -1,9 +1,9 @@
 // The CUDA backend's kernels (included by cuda_device.cu only: one translation unit; the KV
 // cache's and attention's are in attention_kernels.cuh, the mixture-of-experts ones in
 // moe_kernels.cuh, MLA's in mla_kernels.cuh, the logit rows' in logits_kernels.cuh). Weights
-// are in the device layout (weight_layout.h). The quantized GEMVs (QGemvKernel, moe_kernels.cuh's ExpertsQGemvKernel)
-// take a unit (32 values) a lane and multiply it with int8 activations by
-// dp4a (layout::DecodeUnit, UnitDot); the FP32 paths decode one value at a time
+// are in the device layout (weight_layout.h). The quantized GEMVs (QGemvKernel,
+// moe_kernels.cuh's ExpertsQGemvKernel) take a unit (32 values) a lane and multiply it with int8
+// activations by dp4a (layout::DecodeUnit, UnitDot); the FP32 paths decode one value at a time
 // (layout::DecodeValue): the FP32 GEMVs a value a lane, the FP16 copies of prefill GEMMs and
 // the embedding a unit at a time (DecodeUnit). FP32 accumulation throughout.
 #pragma once
