@@ -35,17 +35,12 @@ TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
   const int k = 3;
   for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
     std::vector<std::vector<uint8_t>> bytes;
-    std::vector<std::vector<float>> scales(E);
-    std::vector<TensorView> views(E);
+    std::vector<std::vector<float>> scales;
+    std::vector<TensorView> views;
+    RandomExperts(type, E, rows, cols, &rng_, &bytes, &views, &scales);
     std::vector<const TensorView*> ep;
     std::vector<const float*> sp;
     for (int64_t e = 0; e < E; ++e) {
-      bytes.push_back(RandomMatrix(type, rows, cols, &rng_, &scales[e]));
-      views[e].name = "expert";
-      views[e].dtype = type;
-      views[e].shape = {rows, cols};
-      views[e].data = bytes.back().data();
-      views[e].size_bytes = bytes.back().size();
       ep.push_back(e % 2 ? nullptr : &views[e]);
       if (type == DType::kI8) sp.push_back(e % 2 ? nullptr : scales[e].data());
     }
@@ -563,17 +558,12 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
       std::vector<int32_t> ids(pairs);
       for (int64_t i = 0; i < pairs; ++i) ids[i] = static_cast<int32_t>((i * 5 + 1) % E);
       std::vector<std::vector<uint8_t>> bytes;
-      std::vector<std::vector<float>> scales(E);
-      std::vector<TensorView> views(E);
+      std::vector<std::vector<float>> scales;
+      std::vector<TensorView> views;
+      RandomExperts(type, E, rows, n, &rng_, &bytes, &views, &scales);
       std::vector<const TensorView*> ep;
       std::vector<const float*> sp;
       for (int64_t e = 0; e < E; ++e) {
-        bytes.push_back(RandomMatrix(type, rows, n, &rng_, &scales[e]));
-        views[e].name = "expert";
-        views[e].dtype = type;
-        views[e].shape = {rows, n};
-        views[e].data = bytes.back().data();
-        views[e].size_bytes = bytes.back().size();
         const bool here = e != 6;  // (expert 6: another rank's)
         ep.push_back(here ? &views[e] : nullptr);
         if (type == DType::kI8) sp.push_back(here ? scales[e].data() : nullptr);

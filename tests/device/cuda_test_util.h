@@ -93,12 +93,15 @@ inline std::vector<uint8_t> RandomMatrix(DType t, int64_t rows, int64_t cols, st
 }
 
 // n random [rows, cols] matrices of type t (a stack of experts): their bytes appended to
-// *bytes, their views to *views.
+// *bytes, their views to *views, and INT8's row scales to *int8_scales where given.
 inline void RandomExperts(DType t, int n, int64_t rows, int64_t cols, std::mt19937_64* rng,
-                   std::vector<std::vector<uint8_t>>* bytes, std::vector<TensorView>* views) {
+                          std::vector<std::vector<uint8_t>>* bytes,
+                          std::vector<TensorView>* views,
+                          std::vector<std::vector<float>>* int8_scales = nullptr) {
   for (int e = 0; e < n; ++e) {
-    std::vector<float> unused;
-    bytes->push_back(RandomMatrix(t, rows, cols, rng, &unused));
+    std::vector<float> scales;
+    bytes->push_back(RandomMatrix(t, rows, cols, rng, &scales));
+    if (int8_scales) int8_scales->push_back(std::move(scales));
     TensorView v;
     v.name = "expert";
     v.dtype = t;

@@ -575,261 +575,64 @@ class CudaDevice final : public Device {
              int64_t n) override {
     Elementwise(act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu, out, gate, up, 0, n);
   }
+  // --- attention (defined in device_attention.cuh)
   void Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
-            const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) override {
-    LaunchRopeKv({x, n_heads, head_stride, token_stride}, {}, b, cfg, inv_freq,
-                 KvRows<float>{});
-  }
+            const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) override;
   void KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
-               const float* v) override {
-    RopeKvWrite({}, {}, b, kernels::RopeConfig{}, nullptr, kv, k, v, {});
-  }
+               const float* v) override;
   void RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                    const kernels::RopeConfig& cfg, const float* inv_freq,
                    const kernels::KvLayerView& kv, const float* k_rows, const float* v_rows,
-                   const RowNorm& norm) override {
-    const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
-    const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
-    if (kv.dtype == DType::kF16) {
-      LaunchRopeKv(q, k, b, cfg, inv_freq,
-                   KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
-                                    b.d_slot, kd, vd, k_rows, v_rows},
-                   norm);
-    } else {
-      LaunchRopeKv(q, k, b, cfg, inv_freq,
-                   KvRows<float>{static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot,
-                                 kd, vd, k_rows, v_rows},
-                   norm);
-    }
-  }
+                   const RowNorm& norm) override;
   void PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
-                      const kernels::AttentionParams& p, float* out) override {
-    Attention(q, kv, b, p, out, QActOut{});
-  }
+                      const kernels::AttentionParams& p, float* out) override;
   // The heads' norms, RoPE and the KV write inside the attention kernel where every sequence
   // has one token in the step (AttnRope; PENG_CUDA_FUSED_ROPE=0: RmsNorm and RopeKvKernel
   // first), the output quantized by the attention kernel as it writes it where the products
   // take it (Quantized32).
   void AttentionMatMuls(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                         const kernels::AttentionParams& p, float* out,
-                        std::initializer_list<MatMulOut> outs, const RopeKv* rope) override {
-    AttnRope inside;
-    if (rope && !RopeInside(q, kv, b, p, *rope, &inside)) {
-      NormHeads(*rope, b.n_tokens);
-      RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows,
-                  rope->v_rows, rope->norm);
-    }
-    QActOut q32;
-    const bool quantized = Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32);
-    Attention(q, kv, b, p, out, quantized ? q32 : QActOut{}, inside);
-    if (quantized) {
-      Products(out, b.n_tokens, outs);
-    } else {
-      MatMuls(out, b.n_tokens, outs);
-    }
-  }
+                        std::initializer_list<MatMulOut> outs, const RopeKv* rope) override;
   // Whether `rope` can run inside the attention (*inside then says how): a step of one token a
   // sequence, q and k rows laid out as the attention reads them, k's rows the ones stored.
   bool RopeInside(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
-                  const kernels::AttentionParams& p, const RopeKv& r, AttnRope* inside) const {
-    const int64_t hd = kv.head_dim, kd = int64_t{kv.n_kv_heads} * hd;
-    const bool fits =
-        fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
-        r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
-        r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd &&
-        r.v_rows && !r.norm.x && (!r.head_norm.q_w || r.head_norm.n == hd) && kv.k &&
-        r.cfg->rot_dim <= hd && r.cfg->rot_dim / 2 <= kMaxRopeHalf;
-    if (!fits) return false;
-    inside->k = r.k_rows;
-    inside->v = r.v_rows;
-    inside->k_cache = kv.k;
-    inside->v_cache = kv.v;
-    inside->slot = b.d_slot;
-    inside->rot = Rotation(*r.cfg, r.inv_freq);
-    inside->q_norm = r.head_norm.q_w;
-    inside->k_norm = r.head_norm.k_w;
-    inside->norm_offset = r.head_norm.w_offset;
-    inside->norm_eps = r.head_norm.eps;
-    return true;
-  }
+                  const kernels::AttentionParams& p, const RopeKv& r, AttnRope* inside) const;
   void MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
-                    const kernels::MlaParams& p, float* out) override {
-    if (b.n_tokens == 0) return;
-    if (kv.head_dim > kMaxMlaRow || p.kv_lora_rank > kMaxMlaLatent) {
-      Keep(Unimplemented(name_ + ": MLA rows above 640 or latents above 512 values"));
-      return;
-    }
-    AttnArgs a = Args(q, out, kv, b);
-    a.v = kv.k;  // the value is the latent part of the same row
-    a.k_stride = a.v_stride = kv.head_dim;
-    a.n_heads = p.n_heads;
-    a.n_kv_heads = 1;
-    a.v_head_dim = p.kv_lora_rank;
-    a.scale = p.scale;
-    LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
-  }
+                    const kernels::MlaParams& p, float* out) override;
   void MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
-                      const kernels::MlaParams& p, float* out) override {
-    LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {});
-    Note(cudaGetLastError());
-  }
+                      const kernels::MlaParams& p, float* out) override;
   // RoPE, the latent norm and the KV write inside the absorption (MlaRopeKv; at any step: the
   // attention that reads the cache is the next launch) where the rows are laid out as
   // DeepSeek's graph lays them out; PENG_CUDA_FUSED_ROPE=0: RopeKvKernel first.
   void RopeMlaAbsorbQuery(const RopeKv& r, const kernels::KvLayerView& kv, const float* q,
                           const StepBatch& b, const MlaWeights& w, const kernels::MlaParams& p,
-                          float* out) override {
-    const int64_t dqk = int64_t{p.d_nope} + p.d_rope, row = int64_t{p.kv_lora_rank} + p.d_rope;
-    const bool fits =
-        fused_rope_ && r.q.x == q + p.d_nope && r.q.n_heads == p.n_heads &&
-        r.q.head_stride == dqk && r.q.token_stride == p.n_heads * dqk &&
-        r.k.x == r.k_rows + p.kv_lora_rank && r.k.n_heads == 1 && r.k.head_stride == row &&
-        r.k.token_stride == row && !r.v_rows && r.norm.x == r.k_rows && !r.head_norm.q_w &&
-        r.norm.n == p.kv_lora_rank && r.norm.stride == row && kv.k && kv.head_dim == row &&
-        r.cfg->rot_dim <= p.d_rope && p.d_rope <= 2 * kMaxRopeHalf;
-    if (!fits) {
-      Device::RopeMlaAbsorbQuery(r, kv, q, b, w, p, out);
-      return;
-    }
-    MlaRopeKv m;
-    m.kv = r.k_rows;
-    m.norm_w = r.norm.w;
-    m.eps = r.norm.eps;
-    m.cache = kv.k;
-    m.f16 = kv.dtype == DType::kF16;
-    m.slot = b.d_slot;
-    m.pos = b.d_pos;
-    m.rot = Rotation(*r.cfg, r.inv_freq);
-    LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m);
-    Note(cudaGetLastError());
-  }
+                          float* out) override;
   void MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
-                        const kernels::MlaParams& p, float* out) override {
-    LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, {});
-    Note(cudaGetLastError());
-  }
+                        const kernels::MlaParams& p, float* out) override;
   // The projected output quantized as it is stored (Quantized32; kWarp = 32 outputs a block).
   void MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                          const kernels::MlaParams& p, float* out,
-                         std::initializer_list<MatMulOut> outs) override {
-    QActOut q32;
-    if (b.n_tokens == 0 || !Quantized32(b.n_tokens, p.d_v, outs, &q32)) {
-      Device::MlaProjectMatMuls(o_lat, b, w, p, out, outs);
-      return;
-    }
-    LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, q32);
-    Note(cudaGetLastError());
-    Products(out, b.n_tokens, outs);
-  }
+                         std::initializer_list<MatMulOut> outs) override;
   // Whether MLA's stored per-head products quantize their input rows (mla_kernels.cuh).
   bool MlaInputsQuantized() const { return quantized_gemv_ && !kernels::ExactActivations(); }
+  // --- mixture of experts (defined in device_moe.cuh)
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
-                int32_t* ids, float* w) override {
-    if (T == 0) return;
-    if (p.n_experts > kernels::kMaxRoutedExperts || p.k > kMaxTopK || p.n_group > kMaxGroups) {
-      Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
-      return;
-    }
-    Launch(MoeRouteKernel, T, kWarp, launch_, logits, bias, T, p, ids, w);
-    Note(cudaGetLastError());
-  }
+                int32_t* ids, float* w) override;
   // The routing inside the router's GEMV (RouterKernel) for a float router over up to
   // kRouteTailTokens tokens and kRouteTailExperts experts (PENG_CUDA_FUSED_ROUTE=0: two
   // launches).
   void MatMulMoeRoute(const DeviceMatrix& r, const float* x, int64_t T, float* logits,
                       const float* bias, const kernels::MoeRouting& p, int32_t* ids,
-                      float* w) override {
-    const bool fits = fused_route_ && T > 0 && T <= kRouteTailTokens &&
-                      p.n_experts <= kRouteTailExperts && r.rows == p.n_experts &&
-                      p.k <= kMaxTopK && p.n_group <= kMaxGroups && !r.scales &&
-                      (r.dtype == DType::kF32 || r.dtype == DType::kF16 || r.dtype == DType::kBF16);
-    if (!fits) {
-      Device::MatMulMoeRoute(r, x, T, logits, bias, p, ids, w);
-      return;
-    }
-    WithType(r.dtype, [&]<DType D>() {
-      Launch(RouterKernel<D>, dim3(Blocks(r.rows, kRowsPerBlock), T), kRowsPerBlock * kWarp,
-             launch_, static_cast<const uint8_t*>(r.data), r.row_bytes, r.rows, r.cols, x, T,
-             logits, bias, p, ids, w, route_done_);
-    });
-    Note(cudaGetLastError());
-  }
+                      float* w) override;
   void ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T, const int32_t* ids, int k,
-                     bool x_per_slot, float* y) override {
-    if (T == 0) return;
-    if (T > kExpertsGemvMaxTokens) {
-      GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
-      return;
-    }
-    if (QuantizedExperts(x, T, ids, k, x_per_slot, {{&w, y}})) return;
-    WithType(w.dtype, [&]<DType D>() {
-      auto kernel = ExpertsGemvKernel<D>;
-      for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
-        const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
-        Launch(kernel, grid, kRowsPerBlock * kWarp, launch_, w.data, w.scales, w.row_bytes, w.rows,
-               w.cols, x, ids, k, x_per_slot, p0, y);
-      }
-    });
-    Note(cudaGetLastError());
-  }
+                     bool x_per_slot, float* y) override;
   // The routed hidden quantized by the gated kernel as it is computed.
   void GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up, float* h,
                           int64_t T, int k, int64_t n, const DeviceExperts& w, const int32_t* ids,
-                          float* y) override {
-    if (T == 0) return;
-    const ActFormat f = n == w.cols ? ExpertsFormat(w, T, T * k) : kFp32Act;
-    if (f == kFp32Act) {
-      Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
-      return;
-    }
-    const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
-    // The activation inside the GEMV's blocks (GatedExpertsQGemvKernel), under the rule of
-    // LaunchQGemv's: at most kFusedInputBlocksPerSm blocks a multiprocessor, a block taking 1,
-    // 2 or 4 times its rows.
-    const int64_t pairs = T * k, most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
-    int passes = 1;
-    auto blocks = [&](int p) { return Blocks(w.rows, kRowsPerBlock * p) * pairs; };
-    while (passes < 4 && blocks(passes) > most) passes *= 2;
-    if (fused_input_ && n <= kFusedInputValues && blocks(passes) <= most) {
-      ExpertMats m;
-      m.experts[0] = w.data;
-      m.scales[0] = w.scales;
-      m.y[0] = y;
-      const FusedInput fi{.kind = FusedInput::kGated, .x = gate, .up = up, .op = op, .y = h,
-                          .n = n, .q32 = {}, .q256 = {}};
-      WithType(w.dtype, [&]<DType D>() {
-        if constexpr (layout::kIntDot<D>) {
-          Launch(GatedExpertsQGemvKernel<D>, dim3(Blocks(w.rows, kRowsPerBlock * passes), pairs),
-                 kRowsPerBlock * kWarp, launch_, m, w.row_bytes, w.rows, fi, ids, int64_t{0},
-                 passes);
-        }
-      });
-      Note(cudaGetLastError());
-      return;
-    }
-    const QActOut q = WriteOut(f, w.cols);
-    Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_, op, gate, up, h, n,
-           Q32Slot(f, q), Q256Slot(f, q));
-    Note(cudaGetLastError());
-    QuantizedExperts(h, T, ids, k, /*x_per_slot=*/true, {{&w, y}}, /*quantize=*/false);
-  }
+                          float* y) override;
   void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
-                      std::initializer_list<ExpertsOut> outs) override {
-    if (T == 0) return;
-    // Quantized by NormMatMuls already, for these experts' blocks, and nothing has written the
-    // scratch since.
-    const DeviceExperts& w = *outs.begin()->w;
-    const bool ready = !x_per_slot && prepared_.x == x && prepared_.T == T &&
-                       prepared_.writes == act_writes_ &&
-                       prepared_.format == ExpertsFormat(w, T, T);
-    if (QuantizedExperts(x, T, ids, k, x_per_slot, outs, /*quantize=*/!ready)) return;
-    for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
-  }
-  void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override {
-    if (T == 0) return;
-    Launch(SlotSumKernel, Blocks(T * n, 256), 256, launch_, y, w, T, k, n, out);
-    Note(cudaGetLastError());
-  }
+                      std::initializer_list<ExpertsOut> outs) override;
+  void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override;
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     if (n == 0) return;
@@ -866,90 +669,12 @@ class CudaDevice final : public Device {
   // type and shape: x quantized once (unless `quantize` is false: the kernel before did), one
   // launch (blockIdx.z the matrix). False (nothing launched) where they take the FP32 path.
   bool QuantizedExperts(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
-                        std::initializer_list<ExpertsOut> outs, bool quantize = true) {
-    const DeviceExperts& w = *outs.begin()->w;
-    const int64_t x_rows = x_per_slot ? T * k : T;
-    const ActFormat f = ExpertsFormat(w, T, x_rows);
-    if (f == kFp32Act || outs.size() > 2) return false;
-    ExpertMats m;
-    int i = 0;
-    for (const ExpertsOut& o : outs) {
-      if (o.w->dtype != w.dtype || o.w->rows != w.rows || o.w->cols != w.cols) return false;
-      m.experts[i] = o.w->data;
-      m.scales[i] = o.w->scales;
-      m.y[i++] = o.y;
-    }
-    if (quantize) {
-      const QActOut q = WriteOut(f, w.cols);
-      Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
-             Q32Slot(f, q), Q256Slot(f, q));
-    }
-    WithType(w.dtype, [&]<DType D>() {
-      if constexpr (layout::kIntDot<D>) {
-        for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
-          const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
-          Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, m, w.row_bytes,
-                 w.rows, Act(f, w.cols), ids, k, x_per_slot, p0);
-        }
-      }
-    });
-    Note(cudaGetLastError());
-    return true;
-  }
+                        std::initializer_list<ExpertsOut> outs, bool quantize = true);
 
   // Prefill: the pairs grouped by expert (moe_kernels.cuh, ExpertTilesKernel), each expert's rows
   // read once per tile of up to kTokenTile of its pairs.
   void GroupedExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
-                            const int32_t* ids, int k, bool x_per_slot, float* y) {
-    const int64_t n_pairs = T * k;
-    const int E = static_cast<int>(w.experts.size());
-    if (E > kernels::kMaxRoutedExperts) {
-      Keep(Unimplemented(name_ + ": more than 512 experts"));
-      return;
-    }
-    if (!Grow(&group_, &group_bytes_, GroupBytes(E, n_pairs))) return;
-    int32_t* offsets = static_cast<int32_t*>(group_);
-    int32_t* tile_start = offsets + (E + 1);
-    int32_t* cursor = tile_start + (E + 1);
-    int32_t* list = cursor + (E + 1);
-    Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
-    Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
-           list);
-    // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel): in
-    // the scratch where their rows fit, else in one of their own (the routed experts' down
-    // projection over a long prompt's pairs).
-    const int64_t x_rows = x_per_slot ? n_pairs : T;
-    const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, /*rows=*/1);
-    QActOut q;
-    if (f != kFp32Act && x_rows <= kMaxActRows) {
-      q = WriteOut(f, w.cols);
-    } else if (f != kFp32Act) {
-      if (!Grow(&group_act_, &group_act_bytes_, ActRegionBytes(w.cols, x_rows))) return;
-      q = ActAt(static_cast<uint8_t*>(group_act_), x_rows, f, w.cols);
-    }
-    if (f != kFp32Act)
-      Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
-             Q32Slot(f, q), Q256Slot(f, q));
-    // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
-    const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
-    WithType(w.dtype, [&]<DType D>() {
-      for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
-        const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
-        if constexpr (layout::kIntDot<D>) {
-          if (f != kFp32Act) {
-            Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
-                   w.scales, w.row_bytes, w.rows, QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot,
-                   E, offsets, tile_start, list, g0, y);
-            continue;
-          }
-        }
-        Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
-               w.scales, w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start,
-               list, g0, y);
-      }
-    });
-    Note(cudaGetLastError());
-  }
+                            const int32_t* ids, int k, bool x_per_slot, float* y);
 
   // GroupedExpertsMatMul's scratch: offsets, tile starts and cursors (E + 1 each), the list.
   static int64_t GroupBytes(int64_t E, int64_t n_pairs) { return (3 * (E + 1) + n_pairs) * 4; }
@@ -1021,65 +746,17 @@ class CudaDevice final : public Device {
   template <typename KV>
   void LaunchRopeKv(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                     const kernels::RopeConfig& cfg, const float* inv_freq, const KvRows<KV>& kv,
-                    const RowNorm& norm = {}) {
-    if (b.n_tokens == 0) return;
-    if (cfg.rot_dim / 2 > kMaxRopeHalf) {
-      Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
-      return;
-    }
-    Launch(RopeKvKernel<KV>, b.n_tokens, 256, launch_, q, k, b.d_pos, Rotation(cfg, inv_freq),
-           kv, norm);
-    Note(cudaGetLastError());
-  }
+                    const RowNorm& norm = {});
 
   // Paged attention, its output also quantized into `quant` where set (AttnArgs::quant), RoPE
   // and the KV write inside where rope.k is set (AttnArgs::rope).
   void Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
                  const kernels::AttentionParams& p, float* out, const QActOut& quant,
-                 const AttnRope& rope = {}) {
-    if (b.n_tokens == 0) return;
-    if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
-      Keep(Unimplemented(name_ + ": head_dim above 256"));
-      return;
-    }
-    AttnArgs a = Args(q, out, kv, b);
-    a.k_stride = int64_t{kv.n_kv_heads} * kv.head_dim;
-    a.v_stride = int64_t{kv.n_kv_heads} * kv.v_head_dim;
-    a.n_heads = p.n_heads;
-    a.scale = p.scale;
-    a.softcap = p.softcap;
-    a.sliding_window = p.sliding_window;
-    a.quant = quant;
-    a.rope = rope;
-    LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
-  }
+                 const AttnRope& rope = {});
   // One block per (token, head) over an F16 or F32 cache.
   template <int kMaxK, int kMaxV>
-  void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
-    const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
-    if (cache == DType::kF16) {
-      Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
-    } else {
-      Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
-    }
-    Note(cudaGetLastError());
-  }
-  AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b) {
-    AttnArgs a{};
-    a.q = q;
-    a.out = out;
-    a.k = kv.k;
-    a.v = kv.v;
-    a.pos = b.d_pos;
-    a.seq_of_token = b.d_seq_of_token;
-    a.table_offset = b.d_table_offset;
-    a.tables = b.d_tables;
-    a.n_kv_heads = kv.n_kv_heads;
-    a.head_dim = kv.head_dim;
-    a.v_head_dim = kv.v_head_dim;
-    a.block_size = kv.block_size;
-    return a;
-  }
+  void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads);
+  AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b);
   static Status Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return OkStatus();
     return Internal(std::string(what) + ": " + cudaGetErrorString(e));
@@ -1156,6 +833,12 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+}  // namespace peng::backend::cuda
+
+#include "backend/cuda/device_attention.cuh"
+#include "backend/cuda/device_moe.cuh"
+
+namespace peng::backend::cuda {
 
 #if defined(PENG_CUDA_EMULATOR)
 // This backend on the CPU (emulator.h): the tests' device "cuda-emu".

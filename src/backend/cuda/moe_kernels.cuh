@@ -342,6 +342,18 @@ __device__ __forceinline__ ExpertTile FindTile(int64_t g, int E, const int32_t* 
   return {lo, n, first};
 }
 
+// The grouped kernels' work for this thread's warp (grid: x the rows, a warp each; y the tiles
+// from tile0): its row r and its tile; false past the rows or the tiles.
+__device__ __forceinline__ bool GroupedWork(int64_t rows, int E, const int32_t* offsets,
+                                            const int32_t* tile_start, int64_t tile0, int64_t* r,
+                                            ExpertTile* tile) {
+  *r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kWarp;
+  const int64_t g = tile0 + blockIdx.y;
+  if (*r >= rows || g >= tile_start[E]) return false;
+  *tile = FindTile(g, E, offsets, tile_start);
+  return true;
+}
+
 template <DType T>
 __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
                                          const float* const* scales, size_t row_bytes,
@@ -350,11 +362,10 @@ __global__ void GroupedExpertsGemvKernel(const uint8_t* const* experts,
                                          const int32_t* tile_start, const int32_t* list,
                                          int64_t tile0, float* y) {
   KernelStart();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
-  const int64_t g = tile0 + blockIdx.y;
-  if (r >= rows || g >= tile_start[E]) return;
-  const ExpertTile tile = FindTile(g, E, offsets, tile_start);
+  const int lane = threadIdx.x % kWarp;
+  int64_t r;
+  ExpertTile tile;
+  if (!GroupedWork(rows, E, offsets, tile_start, tile0, &r, &tile)) return;
   const int e = tile.expert, nt = tile.n;
   const int64_t first = tile.first;
   int32_t pairs[kTokenTile];
@@ -384,11 +395,10 @@ __global__ void GroupedExpertsQGemvKernel(const uint8_t* const* experts,
                                           const int32_t* offsets, const int32_t* tile_start,
                                           const int32_t* list, int64_t tile0, float* y) {
   KernelStart();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r = int64_t{blockIdx.x} * kRowsPerBlock + warp;
-  const int64_t g = tile0 + blockIdx.y;
-  if (r >= rows || g >= tile_start[E]) return;
-  const ExpertTile tile = FindTile(g, E, offsets, tile_start);
+  const int lane = threadIdx.x % kWarp;
+  int64_t r;
+  ExpertTile tile;
+  if (!GroupedWork(rows, E, offsets, tile_start, tile0, &r, &tile)) return;
   const int e = tile.expert, nt = tile.n;
   const int64_t first = tile.first;
   const int32_t* pairs = list + first;

@@ -1,0 +1,221 @@
+// CudaDevice's attention ops (included by cuda_device.cu after the class, whose declarations
+// say what each does: one translation unit): RoPE and the KV write, paged attention (the heads'
+// norms, RoPE and the KV write inside it in decode steps), MLA's absorption, attention and
+// projection.
+#pragma once
+
+namespace peng::backend::cuda {
+namespace {
+
+void CudaDevice::Rope(float* x, int64_t n_heads, int64_t head_stride, int64_t token_stride,
+                      const StepBatch& b, const kernels::RopeConfig& cfg, const float* inv_freq) {
+  LaunchRopeKv({x, n_heads, head_stride, token_stride}, {}, b, cfg, inv_freq, KvRows<float>{});
+}
+
+void CudaDevice::KvWrite(const kernels::KvLayerView& kv, const StepBatch& b, const float* k,
+                         const float* v) {
+  RopeKvWrite({}, {}, b, kernels::RopeConfig{}, nullptr, kv, k, v, {});
+}
+
+void CudaDevice::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
+                             const kernels::RopeConfig& cfg, const float* inv_freq,
+                             const kernels::KvLayerView& kv, const float* k_rows,
+                             const float* v_rows, const RowNorm& norm) {
+  const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
+  const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
+  if (kv.dtype == DType::kF16) {
+    LaunchRopeKv(q, k, b, cfg, inv_freq,
+                 KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
+                                  b.d_slot, kd, vd, k_rows, v_rows},
+                 norm);
+  } else {
+    LaunchRopeKv(q, k, b, cfg, inv_freq,
+                 KvRows<float>{static_cast<float*>(kv.k), static_cast<float*>(kv.v), b.d_slot, kd,
+                               vd, k_rows, v_rows},
+                 norm);
+  }
+}
+
+void CudaDevice::PagedAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                                const kernels::AttentionParams& p, float* out) {
+  Attention(q, kv, b, p, out, QActOut{});
+}
+
+void CudaDevice::AttentionMatMuls(const float* q, const kernels::KvLayerView& kv,
+                                  const StepBatch& b, const kernels::AttentionParams& p, float* out,
+                                  std::initializer_list<MatMulOut> outs, const RopeKv* rope) {
+  AttnRope inside;
+  if (rope && !RopeInside(q, kv, b, p, *rope, &inside)) {
+    NormHeads(*rope, b.n_tokens);
+    RopeKvWrite(rope->q, rope->k, b, *rope->cfg, rope->inv_freq, kv, rope->k_rows, rope->v_rows,
+                rope->norm);
+  }
+  QActOut q32;
+  const bool quantized = Quantized32(b.n_tokens, kv.v_head_dim, outs, &q32);
+  Attention(q, kv, b, p, out, quantized ? q32 : QActOut{}, inside);
+  if (quantized) {
+    Products(out, b.n_tokens, outs);
+  } else {
+    MatMuls(out, b.n_tokens, outs);
+  }
+}
+
+bool CudaDevice::RopeInside(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                            const kernels::AttentionParams& p, const RopeKv& r,
+                            AttnRope* inside) const {
+  const int64_t hd = kv.head_dim, kd = int64_t{kv.n_kv_heads} * hd;
+  const bool fits =
+      fused_rope_ && b.n_tokens == b.n_seqs && r.q.x == q && r.q.n_heads == p.n_heads &&
+      r.q.head_stride == hd && r.q.token_stride == p.n_heads * hd && r.k.x == r.k_rows &&
+      r.k.n_heads == kv.n_kv_heads && r.k.head_stride == hd && r.k.token_stride == kd && r.v_rows &&
+      !r.norm.x && (!r.head_norm.q_w || r.head_norm.n == hd) && kv.k && r.cfg->rot_dim <= hd &&
+      r.cfg->rot_dim / 2 <= kMaxRopeHalf;
+  if (!fits) return false;
+  inside->k = r.k_rows;
+  inside->v = r.v_rows;
+  inside->k_cache = kv.k;
+  inside->v_cache = kv.v;
+  inside->slot = b.d_slot;
+  inside->rot = Rotation(*r.cfg, r.inv_freq);
+  inside->q_norm = r.head_norm.q_w;
+  inside->k_norm = r.head_norm.k_w;
+  inside->norm_offset = r.head_norm.w_offset;
+  inside->norm_eps = r.head_norm.eps;
+  return true;
+}
+
+void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                              const kernels::MlaParams& p, float* out) {
+  if (b.n_tokens == 0) return;
+  if (kv.head_dim > kMaxMlaRow || p.kv_lora_rank > kMaxMlaLatent) {
+    Keep(Unimplemented(name_ + ": MLA rows above 640 or latents above 512 values"));
+    return;
+  }
+  AttnArgs a = Args(q, out, kv, b);
+  a.v = kv.k;  // the value is the latent part of the same row
+  a.k_stride = a.v_stride = kv.head_dim;
+  a.n_heads = p.n_heads;
+  a.n_kv_heads = 1;
+  a.v_head_dim = p.kv_lora_rank;
+  a.scale = p.scale;
+  LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
+}
+
+void CudaDevice::MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
+                                const kernels::MlaParams& p, float* out) {
+  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {});
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::RopeMlaAbsorbQuery(const RopeKv& r, const kernels::KvLayerView& kv, const float* q,
+                                    const StepBatch& b, const MlaWeights& w,
+                                    const kernels::MlaParams& p, float* out) {
+  const int64_t dqk = int64_t{p.d_nope} + p.d_rope, row = int64_t{p.kv_lora_rank} + p.d_rope;
+  const bool fits = fused_rope_ && r.q.x == q + p.d_nope && r.q.n_heads == p.n_heads &&
+                    r.q.head_stride == dqk && r.q.token_stride == p.n_heads * dqk &&
+                    r.k.x == r.k_rows + p.kv_lora_rank && r.k.n_heads == 1 &&
+                    r.k.head_stride == row && r.k.token_stride == row && !r.v_rows &&
+                    r.norm.x == r.k_rows && !r.head_norm.q_w && r.norm.n == p.kv_lora_rank &&
+                    r.norm.stride == row && kv.k && kv.head_dim == row &&
+                    r.cfg->rot_dim <= p.d_rope && p.d_rope <= 2 * kMaxRopeHalf;
+  if (!fits) {
+    Device::RopeMlaAbsorbQuery(r, kv, q, b, w, p, out);
+    return;
+  }
+  MlaRopeKv m;
+  m.kv = r.k_rows;
+  m.norm_w = r.norm.w;
+  m.eps = r.norm.eps;
+  m.cache = kv.k;
+  m.f16 = kv.dtype == DType::kF16;
+  m.slot = b.d_slot;
+  m.pos = b.d_pos;
+  m.rot = Rotation(*r.cfg, r.inv_freq);
+  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m);
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
+                                  const kernels::MlaParams& p, float* out) {
+  LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, {});
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::MlaProjectMatMuls(const float* o_lat, const StepBatch& b, const MlaWeights& w,
+                                   const kernels::MlaParams& p, float* out,
+                                   std::initializer_list<MatMulOut> outs) {
+  QActOut q32;
+  if (b.n_tokens == 0 || !Quantized32(b.n_tokens, p.d_v, outs, &q32)) {
+    Device::MlaProjectMatMuls(o_lat, b, w, p, out, outs);
+    return;
+  }
+  LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, q32);
+  Note(cudaGetLastError());
+  Products(out, b.n_tokens, outs);
+}
+
+template <typename KV>
+void CudaDevice::LaunchRopeKv(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
+                              const kernels::RopeConfig& cfg, const float* inv_freq,
+                              const KvRows<KV>& kv, const RowNorm& norm) {
+  if (b.n_tokens == 0) return;
+  if (cfg.rot_dim / 2 > kMaxRopeHalf) {
+    Keep(Unimplemented(name_ + ": RoPE over more than 256 dims"));
+    return;
+  }
+  Launch(RopeKvKernel<KV>, b.n_tokens, 256, launch_, q, k, b.d_pos, Rotation(cfg, inv_freq), kv,
+         norm);
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const StepBatch& b,
+                           const kernels::AttentionParams& p, float* out, const QActOut& quant,
+                           const AttnRope& rope) {
+  if (b.n_tokens == 0) return;
+  if (kv.head_dim > kMaxHeadDim || kv.v_head_dim > kMaxHeadDim) {
+    Keep(Unimplemented(name_ + ": head_dim above 256"));
+    return;
+  }
+  AttnArgs a = Args(q, out, kv, b);
+  a.k_stride = int64_t{kv.n_kv_heads} * kv.head_dim;
+  a.v_stride = int64_t{kv.n_kv_heads} * kv.v_head_dim;
+  a.n_heads = p.n_heads;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.sliding_window = p.sliding_window;
+  a.quant = quant;
+  a.rope = rope;
+  LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+}
+
+template <int kMaxK, int kMaxV>
+void CudaDevice::LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+  if (cache == DType::kF16) {
+    Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
+  } else {
+    Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
+  }
+  Note(cudaGetLastError());
+}
+
+AttnArgs CudaDevice::Args(const float* q, float* out, const kernels::KvLayerView& kv,
+                          const StepBatch& b) {
+  AttnArgs a{};
+  a.q = q;
+  a.out = out;
+  a.k = kv.k;
+  a.v = kv.v;
+  a.pos = b.d_pos;
+  a.seq_of_token = b.d_seq_of_token;
+  a.table_offset = b.d_table_offset;
+  a.tables = b.d_tables;
+  a.n_kv_heads = kv.n_kv_heads;
+  a.head_dim = kv.head_dim;
+  a.v_head_dim = kv.v_head_dim;
+  a.block_size = kv.block_size;
+  return a;
+}
+
+}  // namespace
+}  // namespace peng::backend::cuda

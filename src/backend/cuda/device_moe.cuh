@@ -1,0 +1,208 @@
+// CudaDevice's mixture-of-experts ops (included by cuda_device.cu after the class, whose
+// declarations say what each does: one translation unit): routing (inside the router's GEMV
+// where it fits), the experts' GEMVs per (token, slot) pair, prefill's pairs grouped by expert,
+// the slot sum.
+#pragma once
+
+namespace peng::backend::cuda {
+namespace {
+
+void CudaDevice::MoeRoute(const float* logits, const float* bias, int64_t T,
+                          const kernels::MoeRouting& p, int32_t* ids, float* w) {
+  if (T == 0) return;
+  if (p.n_experts > kernels::kMaxRoutedExperts || p.k > kMaxTopK || p.n_group > kMaxGroups) {
+    Keep(Unimplemented(name_ + ": routing over more than 512 experts, 16 groups or top-16"));
+    return;
+  }
+  Launch(MoeRouteKernel, T, kWarp, launch_, logits, bias, T, p, ids, w);
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::MatMulMoeRoute(const DeviceMatrix& r, const float* x, int64_t T, float* logits,
+                                const float* bias, const kernels::MoeRouting& p, int32_t* ids,
+                                float* w) {
+  const bool fits = fused_route_ && T > 0 && T <= kRouteTailTokens &&
+                    p.n_experts <= kRouteTailExperts && r.rows == p.n_experts && p.k <= kMaxTopK &&
+                    p.n_group <= kMaxGroups && !r.scales &&
+                    (r.dtype == DType::kF32 || r.dtype == DType::kF16 || r.dtype == DType::kBF16);
+  if (!fits) {
+    Device::MatMulMoeRoute(r, x, T, logits, bias, p, ids, w);
+    return;
+  }
+  WithType(r.dtype, [&]<DType D>() {
+    Launch(RouterKernel<D>, dim3(Blocks(r.rows, kRowsPerBlock), T), kRowsPerBlock * kWarp, launch_,
+           static_cast<const uint8_t*>(r.data), r.row_bytes, r.rows, r.cols, x, T, logits, bias, p,
+           ids, w, route_done_);
+  });
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
+                               const int32_t* ids, int k, bool x_per_slot, float* y) {
+  if (T == 0) return;
+  if (T > kExpertsGemvMaxTokens) {
+    GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
+    return;
+  }
+  if (QuantizedExperts(x, T, ids, k, x_per_slot, {{&w, y}})) return;
+  WithType(w.dtype, [&]<DType D>() {
+    auto kernel = ExpertsGemvKernel<D>;
+    for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
+      const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0));
+      Launch(kernel, grid, kRowsPerBlock * kWarp, launch_, w.data, w.scales, w.row_bytes, w.rows,
+             w.cols, x, ids, k, x_per_slot, p0, y);
+    }
+  });
+  Note(cudaGetLastError());
+}
+
+void CudaDevice::GatedExpertsMatMul(GatedActivation act, const float* gate, const float* up,
+                                    float* h, int64_t T, int k, int64_t n, const DeviceExperts& w,
+                                    const int32_t* ids, float* y) {
+  if (T == 0) return;
+  const ActFormat f = n == w.cols ? ExpertsFormat(w, T, T * k) : kFp32Act;
+  if (f == kFp32Act) {
+    Device::GatedExpertsMatMul(act, gate, up, h, T, k, n, w, ids, y);
+    return;
+  }
+  const Ew op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
+  // The activation inside the GEMV's blocks (GatedExpertsQGemvKernel), under the rule of
+  // LaunchQGemv's: at most kFusedInputBlocksPerSm blocks a multiprocessor, a block taking 1,
+  // 2 or 4 times its rows.
+  const int64_t pairs = T * k, most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
+  int passes = 1;
+  auto blocks = [&](int p) { return Blocks(w.rows, kRowsPerBlock * p) * pairs; };
+  while (passes < 4 && blocks(passes) > most) passes *= 2;
+  if (fused_input_ && n <= kFusedInputValues && blocks(passes) <= most) {
+    ExpertMats m;
+    m.experts[0] = w.data;
+    m.scales[0] = w.scales;
+    m.y[0] = y;
+    const FusedInput fi{.kind = FusedInput::kGated,
+                        .x = gate,
+                        .up = up,
+                        .op = op,
+                        .y = h,
+                        .n = n,
+                        .q32 = {},
+                        .q256 = {}};
+    WithType(w.dtype, [&]<DType D>() {
+      if constexpr (layout::kIntDot<D>) {
+        Launch(GatedExpertsQGemvKernel<D>, dim3(Blocks(w.rows, kRowsPerBlock * passes), pairs),
+               kRowsPerBlock * kWarp, launch_, m, w.row_bytes, w.rows, fi, ids, int64_t{0}, passes);
+      }
+    });
+    Note(cudaGetLastError());
+    return;
+  }
+  const QActOut q = WriteOut(f, w.cols);
+  Launch(GatedQuantKernel, dim3(Blocks(n, 256), T * k), 256, launch_, op, gate, up, h, n,
+         Q32Slot(f, q), Q256Slot(f, q));
+  Note(cudaGetLastError());
+  QuantizedExperts(h, T, ids, k, /*x_per_slot=*/true, {{&w, y}}, /*quantize=*/false);
+}
+
+void CudaDevice::ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k,
+                                bool x_per_slot, std::initializer_list<ExpertsOut> outs) {
+  if (T == 0) return;
+  // Quantized by NormMatMuls already, for these experts' blocks, and nothing has written the
+  // scratch since.
+  const DeviceExperts& w = *outs.begin()->w;
+  const bool ready = !x_per_slot && prepared_.x == x && prepared_.T == T &&
+                     prepared_.writes == act_writes_ && prepared_.format == ExpertsFormat(w, T, T);
+  if (QuantizedExperts(x, T, ids, k, x_per_slot, outs, /*quantize=*/!ready)) return;
+  for (const ExpertsOut& o : outs) ExpertsMatMul(*o.w, x, T, ids, k, x_per_slot, o.y);
+}
+
+void CudaDevice::SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) {
+  if (T == 0) return;
+  Launch(SlotSumKernel, Blocks(T * n, 256), 256, launch_, y, w, T, k, n, out);
+  Note(cudaGetLastError());
+}
+
+bool CudaDevice::QuantizedExperts(const float* x, int64_t T, const int32_t* ids, int k,
+                                  bool x_per_slot, std::initializer_list<ExpertsOut> outs,
+                                  bool quantize) {
+  const DeviceExperts& w = *outs.begin()->w;
+  const int64_t x_rows = x_per_slot ? T * k : T;
+  const ActFormat f = ExpertsFormat(w, T, x_rows);
+  if (f == kFp32Act || outs.size() > 2) return false;
+  ExpertMats m;
+  int i = 0;
+  for (const ExpertsOut& o : outs) {
+    if (o.w->dtype != w.dtype || o.w->rows != w.rows || o.w->cols != w.cols) return false;
+    m.experts[i] = o.w->data;
+    m.scales[i] = o.w->scales;
+    m.y[i++] = o.y;
+  }
+  if (quantize) {
+    const QActOut q = WriteOut(f, w.cols);
+    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
+           Q32Slot(f, q), Q256Slot(f, q));
+  }
+  WithType(w.dtype, [&]<DType D>() {
+    if constexpr (layout::kIntDot<D>) {
+      for (int64_t p0 = 0; p0 < T * k; p0 += kMaxGridY) {
+        const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, T * k - p0), i);
+        Launch(ExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, m, w.row_bytes, w.rows,
+               Act(f, w.cols), ids, k, x_per_slot, p0);
+      }
+    }
+  });
+  Note(cudaGetLastError());
+  return true;
+}
+
+void CudaDevice::GroupedExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
+                                      const int32_t* ids, int k, bool x_per_slot, float* y) {
+  const int64_t n_pairs = T * k;
+  const int E = static_cast<int>(w.experts.size());
+  if (E > kernels::kMaxRoutedExperts) {
+    Keep(Unimplemented(name_ + ": more than 512 experts"));
+    return;
+  }
+  if (!Grow(&group_, &group_bytes_, GroupBytes(E, n_pairs))) return;
+  int32_t* offsets = static_cast<int32_t*>(group_);
+  int32_t* tile_start = offsets + (E + 1);
+  int32_t* cursor = tile_start + (E + 1);
+  int32_t* list = cursor + (E + 1);
+  Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
+  Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
+         list);
+  // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel): in
+  // the scratch where their rows fit, else in one of their own (the routed experts' down
+  // projection over a long prompt's pairs).
+  const int64_t x_rows = x_per_slot ? n_pairs : T;
+  const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, /*rows=*/1);
+  QActOut q;
+  if (f != kFp32Act && x_rows <= kMaxActRows) {
+    q = WriteOut(f, w.cols);
+  } else if (f != kFp32Act) {
+    if (!Grow(&group_act_, &group_act_bytes_, ActRegionBytes(w.cols, x_rows))) return;
+    q = ActAt(static_cast<uint8_t*>(group_act_), x_rows, f, w.cols);
+  }
+  if (f != kFp32Act)
+    Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
+           Q32Slot(f, q), Q256Slot(f, q));
+  // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
+  const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
+  WithType(w.dtype, [&]<DType D>() {
+    for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
+      const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
+      if constexpr (layout::kIntDot<D>) {
+        if (f != kFp32Act) {
+          Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
+                 w.scales, w.row_bytes, w.rows, QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot, E,
+                 offsets, tile_start, list, g0, y);
+          continue;
+        }
+      }
+      Launch(GroupedExpertsGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data, w.scales,
+             w.row_bytes, w.rows, w.cols, x, k, x_per_slot, E, offsets, tile_start, list, g0, y);
+    }
+  });
+  Note(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace peng::backend::cuda
