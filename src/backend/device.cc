@@ -93,6 +93,18 @@ void Device::GatedExpertsMatMul(GatedActivation act, const float* gate, const fl
   ExpertsMatMul(w, h, n_tokens, ids, k, /*x_per_slot=*/true, y);
 }
 
+void Device::MoeDown(GatedActivation act, float* gate, const float* up, int64_t n_tokens, int k,
+                     int64_t n, const DeviceExperts& down, const int32_t* ids, const float* w,
+                     const SharedExperts& shared, float* ys, float* out) {
+  GatedExpertsMatMul(act, gate, up, gate, n_tokens, k, n, down, ids, ys);
+  if (!shared.down) {
+    SlotSum(ys, w, n_tokens, k, down.rows, out);
+    return;
+  }
+  GatedMatMuls(act, shared.gate, shared.up, shared.gate, n_tokens, shared.n,
+               {{shared.down, out, nullptr, true, SlotRows{ys, w, k}}});
+}
+
 void Device::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepBatch& b,
                          const kernels::RopeConfig& cfg, const float* inv_freq,
                          const kernels::KvLayerView& kv, const float* k_rows,

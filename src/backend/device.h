@@ -354,6 +354,24 @@ class Device {
   // out[t n + i] += sum_j w[t k + j] * y[(t k + j) n + i].
   virtual void SlotSum(const float* y, const float* w, int64_t n_tokens, int k, int64_t n,
                        float* out) = 0;
+  // The shared experts of MoeDown: their gate and up rows [T, n] and their down projection
+  // (null: the layer has none).
+  struct SharedExperts {
+    float* gate = nullptr;
+    const float* up = nullptr;
+    int64_t n = 0;
+    const DeviceMatrix* down = nullptr;
+  };
+  // An MoE layer's down projections added to out [T, down.rows]: GatedExpertsMatMul over the
+  // routed pairs' gate and up rows [T k, n] (h in place of gate) into ys [T k, down.rows], then
+  // the shared experts' GatedMatMuls (h in place of shared.gate) with the routed rows' sum
+  // weighted by w [T, k] in the down projection's store (SlotRows), accumulating into out --
+  // or SlotSum where there are no shared experts. gate and shared.gate are left as the
+  // activations or as they were. A backend may run it all in one kernel (the CUDA backend for a
+  // decode step's few tokens); ys then has room for T (k + 1) rows.
+  virtual void MoeDown(GatedActivation act, float* gate, const float* up, int64_t n_tokens,
+                       int k, int64_t n, const DeviceExperts& down, const int32_t* ids,
+                       const float* w, const SharedExperts& shared, float* ys, float* out);
 
   // dst[i] = src[rows[i]] for n rows of n_cols floats; rows: device int32.
   virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,

@@ -615,6 +615,95 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
   kernels::SetExactActivations(true);
 }
 
+// MoeDown in one launch (MoeDownKernel: the routed pairs' and the shared experts' down
+// projections, the last block of a token's rows summing them into out): the same bits as its
+// default on the same device (GatedExpertsMatMul, then the shared experts' GatedMatMuls with the
+// routed sum in their store, or SlotSum: two launches or more) -- out and the routed rows of ys
+// --, within 1e-5 of the host device's quantized path; Q4_0, Q4_K and INT8 W8A8 experts (expert
+// 6 another rank's: zeros), with shared experts of twice the routed width and without, 1 and 2
+// tokens of 6 slots. 3 tokens' 21 pairs over 2048 rows would be more than 3 blocks a
+// multiprocessor: the default. Each case runs twice over the same out, so a count not set back
+// would show.
+TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
+  kernels::SetExactActivations(false);
+  const int64_t n = 256, sn = 512, E = 8;
+  const int k = 6;
+  struct Case {
+    int64_t T, rows;
+    bool shared, fused;
+  };
+  for (const Case& cs : {Case{1, 2048, true, true}, Case{1, 2048, false, true},
+                         Case{2, 512, true, true}, Case{3, 2048, true, false}}) {
+    for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
+      const int64_t T = cs.T, rows = cs.rows, pairs = T * k;
+      const std::string tag = std::string(DTypeName(type)) + ", T=" + std::to_string(T) +
+                              ", " + std::to_string(rows) + " rows" +
+                              (cs.shared ? ", shared experts" : "");
+      std::vector<int32_t> ids(pairs);
+      for (int64_t i = 0; i < pairs; ++i) ids[i] = static_cast<int32_t>((i * 5 + 1) % E);
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<std::vector<float>> scales;
+      std::vector<TensorView> views;
+      RandomExperts(type, E, rows, n, &rng_, &bytes, &views, &scales);
+      std::vector<const TensorView*> ep;
+      std::vector<const float*> sp;
+      for (int64_t e = 0; e < E; ++e) {
+        ep.push_back(e != 6 ? &views[e] : nullptr);
+        if (type == DType::kI8) sp.push_back(e != 6 ? scales[e].data() : nullptr);
+      }
+      const Uploaded sh = UploadRandom(cuda_.get(), host_.get(), type, rows, sn, &rng_, &bytes);
+      const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
+      const std::vector<float> sg = Random(T * sn, -4.f, 4.f), su = Random(T * sn);
+      const std::vector<float> wts = Random(pairs, 0.f, 1.f), x0 = Random(T * rows);
+      std::vector<float> out[3], ys[2];
+      int64_t launches[2];
+      for (int which = 0; which < 3; ++which) {  // fused, its default, the host device
+        Device* d = which == 2 ? host_.get() : cuda_.get();
+        std::vector<void*> allocs;
+        auto w = d->UploadExperts(ep, &allocs, sp, type == DType::kI8);
+        ASSERT_TRUE(w.ok()) << w.status().ToString();
+        auto id = d->Alloc(pairs * 4);
+        ASSERT_TRUE(id.ok());
+        ASSERT_TRUE(d->CopyToDevice(*id, ids.data(), pairs * 4).ok());
+        auto up = [&](const std::vector<float>& v) { return *d->UploadFloats(v.data(), v.size()); };
+        float* Y = up(std::vector<float>(T * (k + 1) * rows));
+        float* X = up(x0);
+        const float* W = up(wts);
+        for (int rep = 0; rep < 2; ++rep) {
+          Device::SharedExperts shared;
+          if (cs.shared) shared = {up(sg), up(su), sn, which == 2 ? &sh.host : &sh.cuda};
+          const int64_t k0 = d->KernelLaunches();
+          auto args = std::tuple(backend::GatedActivation::kSilu, up(g), up(u), T, k, n, *w,
+                                 static_cast<int32_t*>(*id), W, shared, Y, X);
+          if (which == 1) {
+            std::apply([&](auto&&... a) { d->Device::MoeDown(a...); }, args);
+          } else {
+            std::apply([&](auto&&... a) { d->MoeDown(a...); }, args);
+          }
+          if (which < 2) launches[which] = d->KernelLaunches() - k0;
+        }
+        ASSERT_TRUE(d->Synchronize().ok()) << tag;
+        out[which].resize(T * rows);
+        ASSERT_TRUE(d->CopyToHost(out[which].data(), X, T * rows * 4).ok());
+        if (which < 2) {
+          ys[which].resize(pairs * rows);
+          ASSERT_TRUE(d->CopyToHost(ys[which].data(), Y, pairs * rows * 4).ok());
+        }
+      }
+      EXPECT_EQ(launches[0], cs.fused ? 1 : launches[1]) << tag;
+      EXPECT_GE(launches[1], 2) << tag;
+      EXPECT_EQ(out[0], out[1]) << tag << ": out";
+      EXPECT_EQ(ys[0], ys[1]) << tag << ": the routed rows";
+      bool zeros = true;  // (the pairs of expert 6)
+      for (int64_t p = 0; p < pairs; ++p)
+        for (int64_t r = 0; ids[p] == 6 && r < rows; ++r) zeros &= ys[0][p * rows + r] == 0.f;
+      EXPECT_TRUE(zeros) << tag;
+      EXPECT_LE(device_test::RelativeDistance({out[2]}, {out[0]}), 1e-5) << tag << ": host";
+    }
+  }
+  kernels::SetExactActivations(true);
+}
+
 // MatMulMoeRoute routes inside the router's GEMV (RouterKernel: its last block to finish
 // routes) for up to 4 tokens and 256 experts: one launch, and the same logits, ids and weights
 // as the router's GEMV and MoeRoute (its default on the same device: two launches), the ids

@@ -89,9 +89,10 @@ class CudaDevice final : public Device {
     if (!d->Grow(&d->group_, &d->group_bytes_,
                  GroupBytes(kernels::kMaxRoutedExperts, kGemvMaxTokens * kMaxTopK)))
       return d->Synchronize();
-    PENG_ASSIGN_OR_RETURN(void* done, d->Alloc(sizeof(unsigned)));
+    PENG_ASSIGN_OR_RETURN(void* done, d->Alloc(sizeof(unsigned) * (1 + kMoeDownCounts)));
     d->route_done_ = static_cast<unsigned*>(done);
-    d->Fill(done, 0, sizeof(unsigned));
+    d->moe_down_done_ = d->route_done_ + 1;
+    d->Fill(done, 0, sizeof(unsigned) * (1 + kMoeDownCounts));
     return std::unique_ptr<Device>(std::move(d));
   }
 
@@ -633,6 +634,13 @@ class CudaDevice final : public Device {
   void ExpertsMatMuls(const float* x, int64_t T, const int32_t* ids, int k, bool x_per_slot,
                       std::initializer_list<ExpertsOut> outs) override;
   void SlotSum(const float* y, const float* w, int64_t T, int k, int64_t n, float* out) override;
+  // In one kernel (MoeDownKernel) where the pairs' gated activations fit a block's shared
+  // memory and the pairs' blocks, a block taking 1, 2, 4 or 8 times its rows, are at most
+  // kFusedInputBlocksPerSm a multiprocessor (every block repeats its pair's activation);
+  // PENG_CUDA_FUSED_MOE_DOWN=0: GatedExpertsMatMul, then the shared experts' products.
+  void MoeDown(GatedActivation act, float* gate, const float* up, int64_t T, int k, int64_t n,
+               const DeviceExperts& down, const int32_t* ids, const float* w,
+               const SharedExperts& shared, float* ys, float* out) override;
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     if (n == 0) return;
@@ -799,6 +807,10 @@ class CudaDevice final : public Device {
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
   unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
+  bool fused_moe_down_ = EnvOn("PENG_CUDA_FUSED_MOE_DOWN");  // MoeDown in one kernel
+  // MoeDownKernel's counts of finished blocks, a token's rows at a time (0 between).
+  static constexpr int64_t kMoeDownCounts = 4096;
+  unsigned* moe_down_done_ = nullptr;
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

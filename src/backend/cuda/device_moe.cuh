@@ -120,6 +120,57 @@ void CudaDevice::SlotSum(const float* y, const float* w, int64_t T, int k, int64
   Note(cudaGetLastError());
 }
 
+void CudaDevice::MoeDown(GatedActivation act, float* gate, const float* up, int64_t T, int k,
+                         int64_t n, const DeviceExperts& down, const int32_t* ids,
+                         const float* w, const SharedExperts& shared, float* ys, float* out) {
+  if (T == 0) return;
+  const DeviceMatrix* sd = shared.down;
+  const ActFormat f = n == down.cols ? ExpertsFormat(down, T, T * k) : kFp32Act;
+  bool fits = fused_moe_down_ && fused_input_ && f != kFp32Act && n <= kFusedInputValues;
+  if (sd)
+    fits &= sd->dtype == down.dtype && Format(*sd, T) == f && sd->rows == down.rows &&
+            shared.n == sd->cols && shared.n <= kFusedInputValues;
+  const int64_t pairs = T * (k + (sd ? 1 : 0));
+  const int64_t most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
+  int passes = 1;
+  auto blocks = [&](int p) { return Blocks(down.rows, kRowsPerBlock * p); };
+  while (passes < 8 && blocks(passes) * pairs > most) passes *= 2;
+  fits &= blocks(passes) * pairs <= most && T * blocks(passes) <= kMoeDownCounts;
+  if (!fits) {
+    Device::MoeDown(act, gate, up, T, k, n, down, ids, w, shared, ys, out);
+    return;
+  }
+  MoeDownArgs a;
+  a.experts = down.data;
+  a.scales = down.scales;
+  a.row_bytes = down.row_bytes;
+  a.gate = gate;
+  a.up = up;
+  a.n = n;
+  if (sd) {
+    a.shared = static_cast<const uint8_t*>(sd->data);
+    a.shared_scale = sd->dtype == DType::kI8 ? sd->scales : nullptr;
+    a.shared_row_bytes = sd->row_bytes;
+    a.shared_gate = shared.gate;
+    a.shared_up = shared.up;
+    a.shared_n = shared.n;
+  }
+  a.rows = down.rows;
+  a.op = act == GatedActivation::kSilu ? Ew::kSilu : Ew::kGelu;
+  a.ids = ids;
+  a.w = w;
+  a.k = k;
+  a.ys = ys;
+  a.out = out;
+  a.done = moe_down_done_;
+  WithType(down.dtype, [&]<DType D>() {
+    if constexpr (layout::kIntDot<D>)
+      Launch(MoeDownKernel<D>, dim3(blocks(passes), pairs), kRowsPerBlock * kWarp, launch_, a,
+             passes);
+  });
+  Note(cudaGetLastError());
+}
+
 bool CudaDevice::QuantizedExperts(const float* x, int64_t T, const int32_t* ids, int k,
                                   bool x_per_slot, std::initializer_list<ExpertsOut> outs,
                                   bool quantize) {

@@ -95,6 +95,100 @@ __global__ void GatedExpertsQGemvKernel(ExpertMats m, size_t row_bytes, int64_t 
   }
 }
 
+// An MoE layer's down projections in one launch (Device::MoeDown): the routed pairs' and the
+// shared experts'. Block (x, y) takes `passes` times kRowsPerBlock rows from row
+// x passes kRowsPerBlock of pair y -- y < T k a routed (token, slot) pair, else (with shared
+// experts) token y - T k's shared experts -- computing and quantizing the pair's gated
+// activation as GatedExpertsQGemvKernel does, and stores its products in ys (the shared ones in
+// rows T k + t, scaled by INT8's row scales). The last of a token's blocks over the same rows to
+// finish -- counted in done[t gridDim.x + x], which it sets back to 0 -- adds the shared row and
+// the routed rows' weighted sum to out in Epilogue::Store's order (SlotSumKernel's without
+// shared experts).
+struct MoeDownArgs {
+  const uint8_t* const* experts = nullptr;  // the routed experts' down projections
+  const float* const* scales = nullptr;     // INT8: their row scales
+  size_t row_bytes = 0;
+  const float *gate = nullptr, *up = nullptr;  // the pairs' rows of n
+  int64_t n = 0;
+  const uint8_t* shared = nullptr;  // the shared experts' down projection; null: none
+  const float* shared_scale = nullptr;  // INT8: its row scales
+  size_t shared_row_bytes = 0;
+  const float *shared_gate = nullptr, *shared_up = nullptr;  // the tokens' rows of shared_n
+  int64_t shared_n = 0;
+  int64_t rows = 0;
+  Ew op = Ew::kSilu;
+  const int32_t* ids = nullptr;
+  const float* w = nullptr;  // [T, k]
+  int k = 0;
+  float* ys = nullptr;
+  float* out = nullptr;
+  unsigned* done = nullptr;
+};
+template <DType T>
+__global__ void MoeDownKernel(MoeDownArgs a, int passes) {
+  __shared__ float warp_max[8];
+  alignas(16) __shared__ int8_t qs[kFusedInputValues];
+  __shared__ float d[kFusedInputValues / 32];
+  alignas(8) __shared__ int32_t sums[kFusedInputValues / 16];
+  __shared__ bool last;
+  const int per_token = a.k + (a.shared ? 1 : 0);
+  const int64_t n_tokens = gridDim.y / per_token, pair = blockIdx.y;
+  const bool shared = pair >= n_tokens * a.k;
+  const int64_t t = shared ? pair - n_tokens * a.k : pair / a.k;
+  const int64_t r0 = int64_t{blockIdx.x} * passes * kRowsPerBlock;
+  const int64_t most_rows = int64_t{passes} * kRowsPerBlock;
+  const int64_t n_rows = a.rows - r0 < most_rows ? a.rows - r0 : most_rows;
+  if (shared) {  // (the routed experts' rows are known after the wait only)
+    GemvStart(a.shared, a.shared_row_bytes, r0, n_rows);
+  } else {
+    KernelStart();
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t n = shared ? a.shared_n : a.n;
+  const float* gate = shared ? a.shared_gate + t * n : a.gate + pair * n;
+  const float* up = shared ? a.shared_up + t * n : a.up + pair * n;
+  const QActOut mine{qs, d, sums, T == DType::kI8};
+  for (int64_t c = 0; c < n; c += blockDim.x) {  // (every thread every round: the quantizer)
+    const int64_t i = c + threadIdx.x;
+    const bool valid = i < n;
+    const float v = valid ? GatedValue(a.op, gate[i], up[i]) : 0.f;
+    QuantizeValue<layout::kActBlock<T>>(v, valid, 0, i, n, mine, warp_max);
+  }
+  __syncthreads();
+  const int e = shared ? 0 : a.ids[pair];
+  const uint8_t* matrix = shared ? a.shared : a.experts[e];  // null: another rank's expert
+  const size_t row_bytes = shared ? a.shared_row_bytes : a.row_bytes;
+  for (int64_t i = warp; i < n_rows; i += kRowsPerBlock) {
+    const int64_t r = r0 + i;
+    float acc = 0.f;
+    if (matrix)
+      WarpRowQDot<T, 1>(matrix + r * row_bytes, QAct{qs, d, sums, n}, 0, 1, lane, kWarp, &acc);
+    acc = WarpSum(acc);
+    if (lane != 0) continue;
+    if (shared) {
+      a.ys[pair * a.rows + r] = a.shared_scale ? a.shared_scale[r] * acc : acc;
+    } else {
+      a.ys[pair * a.rows + r] = ExpertRowScaled(a.scales, e, r, acc);
+    }
+  }
+  __threadfence();  // (the rows visible to the last block before this one is counted)
+  __syncthreads();
+  unsigned* count = a.done + t * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(count, 1u) == static_cast<unsigned>(per_token - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t i = threadIdx.x; i < n_rows; i += blockDim.x) {  // (read past L1: __ldcg)
+    const int64_t r = r0 + i;
+    float s = 0.f;
+    for (int j = 0; j < a.k; ++j)
+      s += a.w[t * a.k + j] * __ldcg(a.ys + (t * a.k + j) * a.rows + r);
+    if (a.shared) s = __ldcg(a.ys + (n_tokens * a.k + t) * a.rows + r) + s;
+    a.out[t * a.rows + r] += s;
+  }
+  if (threadIdx.x == 0) *count = 0;
+}
+
 constexpr int kMaxTopK = 16;
 constexpr int kMaxGroups = 16;
 

@@ -148,7 +148,7 @@ class DeviceDeepseekModel : public DeviceModel {
          {std::pair{H * c.qk_head_dim(), &q_}, {std::max<int64_t>(c.q_lora_rank, 1), &qa_},
           {c.cache_row(), &ckv_}, {H * c.cache_row(), &qlat_}, {H * r, &olat_},
           {H * c.v_head_dim, &attn_}, {D, &o_}, {ffn, &gate_}, {ffn, &up_},
-          {k * D, &ys_}, {sh, &sh_gate_}, {sh, &sh_up_},
+          {(k + 1) * D, &ys_}, {sh, &sh_gate_}, {sh, &sh_up_},
           {std::max<int64_t>(c.n_routed_experts, 1), &router_logits_}, {k, &w_}})
       PENG_RETURN_IF_ERROR(Scratch(T * n, p));
     return Scratch(T * k, &ids_);
@@ -200,10 +200,9 @@ class DeviceDeepseekModel : public DeviceModel {
     d.MatMuls(ep_in_, N, {{&L.router, ep_logits_}});
     d.MoeRoute(ep_logits_, L.router_bias, N, c.Routing(), ep_ids_, ep_w_);
     d.ExpertsMatMuls(ep_in_, N, ep_ids_, k, false, {{&L.exp_gate, ep_gate_}, {&L.exp_up, ep_up_}});
-    d.GatedExpertsMatMul(backend::GatedActivation::kSilu, ep_gate_, ep_up_, ep_gate_, N, k,
-                         c.moe_intermediate_size, L.exp_down, ep_ids_, ep_ys_);
     d.Fill(ep_out_, 0, N * row_bytes);
-    d.SlotSum(ep_ys_, ep_w_, N, k, D, ep_out_);
+    d.MoeDown(backend::GatedActivation::kSilu, ep_gate_, ep_up_, N, k, c.moe_intermediate_size,
+              L.exp_down, ep_ids_, ep_w_, {}, ep_ys_, ep_out_);
     ep_comm_->ReduceScatterSum(ep_out_, ep_send_, ep_max_t_ * D);
   }
 
@@ -292,22 +291,17 @@ class DeviceDeepseekModel : public DeviceModel {
     }
     d.MatMulMoeRoute(L.router, h_, T, router_logits_, L.router_bias, c.Routing(), ids_, w_);
     d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
-    d.GatedExpertsMatMul(backend::GatedActivation::kSilu, gate_, up_, gate_, T, k, I,
-                         L.exp_down, ids_, ys_);
-    // The routed and the shared experts into the residual (tensor parallel: this rank's slices
-    // of them into o_, summed in one all-reduce).
+    // The routed experts' and the shared experts' down projections into the residual (tensor
+    // parallel: this rank's slices of them into o_, summed in one all-reduce).
     float* out = x_;
     if (comm_) {
       out = o_;
       d.Fill(o_, 0, T * D * static_cast<int64_t>(sizeof(float)));
     }
-    const backend::SlotRows routed{ys_, w_, k};
-    if (L.shared) {  // (the routed sum in the shared down projection's store)
-      d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
-                     L.sh_gate.rows, {{&L.sh_down, out, nullptr, true, routed}});
-    } else {
-      d.SlotSum(ys_, w_, T, k, D, out);
-    }
+    backend::Device::SharedExperts shared;
+    if (L.shared) shared = {sh_gate_, sh_up_, L.sh_gate.rows, &L.sh_down};
+    d.MoeDown(backend::GatedActivation::kSilu, gate_, up_, T, k, I, L.exp_down, ids_, w_, shared,
+              ys_, out);
     if (comm_) {
       comm_->AllReduceSum(o_, T * D);
       d.Add(x_, o_, T * D);
