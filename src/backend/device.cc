@@ -20,9 +20,13 @@ StatusOr<float*> Device::UploadFloats(const float* host, int64_t n) {
 
 void Device::NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                          float* y, int64_t n_tokens, int64_t n,
-                         std::initializer_list<MatMulOut> outs, const DeviceExperts*) {
+                         std::initializer_list<MatMulOut> outs, const DeviceExperts*,
+                         const MoeRouteOut* route) {
   RmsNorm(x, norm_w, w_offset, y, n_tokens, n, eps);
   MatMuls(y, n_tokens, outs);
+  if (route)
+    MatMulMoeRoute(*route->router, y, n_tokens, route->logits, route->bias, route->p, route->ids,
+                   route->w);
 }
 
 void Device::GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h,

@@ -214,14 +214,27 @@ class Device {
   };
   virtual void MatMuls(const float* x, int64_t n_tokens,
                        std::initializer_list<MatMulOut> outs) = 0;
+  // An MoE layer's router and routing over a norm's output (NormMatMuls' `route`):
+  // MatMulMoeRoute(*router, y, n_tokens, logits, bias, p, ids, w).
+  struct MoeRouteOut {
+    const DeviceMatrix* router;
+    float* logits;
+    const float* bias;
+    kernels::MoeRouting p;
+    int32_t* ids;
+    float* w;
+  };
   // RmsNorm(x -> y) over n_tokens rows of n values, then MatMuls(y, outs). `experts`: routed
   // experts that an ExpertsMatMuls over y (one row a token) will multiply next, after ops that
   // only read y: a backend may prepare y for them as well (the CUDA backend quantizes it for
-  // them in the norm's kernel and skips that step in ExpertsMatMuls); null: none.
+  // them in the norm's kernel and skips that step in ExpertsMatMuls); null: none. `route`: the
+  // router and routing over y after the products (a backend may run them in the products'
+  // kernel); null: none.
   virtual void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps,
                            float* y, int64_t n_tokens, int64_t n,
                            std::initializer_list<MatMulOut> outs,
-                           const DeviceExperts* experts = nullptr);
+                           const DeviceExperts* experts = nullptr,
+                           const MoeRouteOut* route = nullptr);
   // Gated(act, gate, up -> h) over n_tokens rows of n values, then MatMuls(h, outs). h may be
   // gate or up (in place); then, where every product takes quantized activations, a backend may
   // leave h unwritten (the CUDA backend: the activation computed inside the products' GEMV).

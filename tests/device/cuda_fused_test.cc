@@ -777,6 +777,119 @@ TEST_F(CudaTest, RoutingInsideTheRouterGemvEqualsItsKernel) {
   }
 }
 
+// NormMatMuls' route (the MoE layer's router and routing over the norm's output) on the
+// products' launch (RouteTail: blocks of their own multiply the F32 router with the norm's
+// rows, the last of them routes): one launch for the norm, the shared experts' gate and up, the
+// router and the routing, and the same bits -- the norm's rows, the products, the logits, ids
+// and weights, and the routed experts' gate and up after it (their input still prepared by the
+// norm: one launch) -- as the norm's products and MatMulMoeRoute after them (two launches); ids
+// equal to the host device's, weights within 1e-5 of them. V2-Lite's, V2's and V3's routings
+// over 1 and 4 tokens; 5 tokens (three launches), a BF16 router, and a product of too few blocks
+// for the router's rows (128 rows: 16 blocks, 256 experts: 32) take the launches apart.
+TEST_F(CudaTest, RoutingInsideTheNormsGemvEqualsItsKernels) {
+  kernels::SetExactActivations(false);
+  const int64_t D = 256, E = 256, I = 64;
+  using Method = kernels::MoeRouting::Method;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> scales;
+  std::vector<TensorView> views;
+  RandomExperts(DType::kQ4_0, static_cast<int>(E), I, D, &rng_, &bytes, &views);
+  std::vector<const TensorView*> ep;
+  for (const TensorView& v : views) ep.push_back(&v);
+  std::vector<void*> allocs;
+  auto xc = cuda_->UploadExperts(ep, &allocs), xh = host_->UploadExperts(ep, &allocs);
+  ASSERT_TRUE(xc.ok() && xh.ok());
+  const Pair norm = Upload(Random(D, 0.5f, 1.5f));
+  const Pair bias = Upload(Random(E, -0.1f, 0.1f));
+  struct Case {
+    int n_experts;
+    Method method;
+    DType router;
+    int64_t shared_rows, T;
+    bool fused;
+  };
+  for (const Case& cs :
+       {Case{64, Method::kGreedy, DType::kF32, 512, 1, true},
+        Case{160, Method::kGroupLimitedGreedy, DType::kF32, 512, 4, true},
+        Case{256, Method::kNoauxTc, DType::kF32, 512, 4, true},
+        Case{256, Method::kNoauxTc, DType::kF32, 512, 5, false},
+        Case{64, Method::kGreedy, DType::kBF16, 512, 1, false},
+        Case{256, Method::kNoauxTc, DType::kF32, 128, 1, false}}) {
+    kernels::MoeRouting p;
+    p.n_experts = cs.n_experts;
+    p.k = cs.method == Method::kNoauxTc ? 8 : 6;
+    p.n_group = cs.method == Method::kGreedy ? 1 : 8;
+    p.topk_group = cs.method == Method::kNoauxTc ? 4 : 3;
+    p.method = cs.method;
+    p.sigmoid = cs.method == Method::kNoauxTc;
+    p.norm_topk_prob = cs.method == Method::kNoauxTc;
+    p.routed_scaling_factor = cs.method == Method::kGreedy ? 1.f : 2.5f;
+    const int64_t T = cs.T, n_e = cs.n_experts, rows = cs.shared_rows;
+    const std::string tag = std::to_string(n_e) + " experts, " + DTypeName(cs.router) + ", T=" +
+                            std::to_string(T) + ", " + std::to_string(rows) + " shared rows";
+    const Uploaded r = UploadRandom(cuda_.get(), host_.get(), cs.router, n_e, D, &rng_, &bytes);
+    const Uploaded g = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_0, rows, D, &rng_, &bytes);
+    const Uploaded u = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_0, rows, D, &rng_, &bytes);
+    const Pair x = Upload(Random(T * D, -2.f, 2.f));
+    const float* bc = cs.method == Method::kNoauxTc ? bias.cuda : nullptr;
+    const float* bh = cs.method == Method::kNoauxTc ? bias.host : nullptr;
+    // Per run: the norm's rows, gate, up, logits, ids, weights, the routed gate and up.
+    std::vector<float> out[3][7];
+    std::vector<int32_t> ids[3];
+    int64_t launches[2][2];
+    for (int which = 0; which < 3; ++which) {  // one launch, two, the host device
+      Device* d = which == 2 ? host_.get() : cuda_.get();
+      const bool h = which == 2;
+      const Pair y = Zeros(T * D), G = Zeros(T * rows), U = Zeros(T * rows), lg = Zeros(T * n_e);
+      const Pair wt = Zeros(T * p.k), eg = Zeros(T * p.k * I), eu = Zeros(T * p.k * I);
+      auto id = d->Alloc(T * p.k * 4);
+      ASSERT_TRUE(id.ok());
+      int32_t* idp = static_cast<int32_t*>(*id);
+      auto pick = [h](const Pair& v) { return h ? v.host : v.cuda; };
+      const Device::MoeRouteOut route{h ? &r.host : &r.cuda, pick(lg), h ? bh : bc, p, idp,
+                                      pick(wt)};
+      for (int rep = 0; rep < 2; ++rep) {
+        d->Fill(idp, 0xff, T * p.k * 4);
+        const int64_t k0 = d->KernelLaunches();
+        const std::initializer_list<Device::MatMulOut> outs = {
+            {h ? &g.host : &g.cuda, pick(G)}, {h ? &u.host : &u.cuda, pick(U)}};
+        const backend::DeviceExperts& xe = h ? *xh : *xc;
+        if (which == 1) {
+          d->NormMatMuls(pick(x), pick(norm), 0.f, 1e-6f, pick(y), T, D, outs, &xe);
+          d->MatMulMoeRoute(*route.router, pick(y), T, route.logits, route.bias, p, idp,
+                            route.w);
+        } else {
+          d->NormMatMuls(pick(x), pick(norm), 0.f, 1e-6f, pick(y), T, D, outs, &xe, &route);
+        }
+        const int64_t k1 = d->KernelLaunches();
+        d->ExpertsMatMuls(pick(y), T, idp, p.k, false, {{&xe, pick(eg)}, {&xe, pick(eu)}});
+        if (!h) launches[which][0] = k1 - k0, launches[which][1] = d->KernelLaunches() - k1;
+      }
+      ASSERT_TRUE(d->Synchronize().ok()) << tag;
+      int i = 0;
+      for (auto [v, count] : {std::pair{&y, T * D}, {&G, T * rows}, {&U, T * rows},
+                              {&lg, T * n_e}, {&wt, T * p.k}, {&eg, T * p.k * I},
+                              {&eu, T * p.k * I}}) {
+        out[which][i] = h ? std::vector<float>(v->host, v->host + count) : Download(v->cuda, count);
+        ++i;
+      }
+      ids[which].resize(T * p.k);
+      ASSERT_TRUE(d->CopyToHost(ids[which].data(), idp, T * p.k * 4).ok());
+    }
+    const int64_t apart = T <= 4 ? 2 : 3;  // (past 4 tokens the routing is a launch of its own)
+    EXPECT_EQ(launches[0][0], cs.fused ? 1 : apart) << tag;
+    EXPECT_EQ(launches[1][0], apart) << tag;
+    EXPECT_EQ(launches[0][1], 1) << tag << ": the routed experts' input prepared";
+    EXPECT_EQ(launches[1][1], 1) << tag;
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(out[0][i], out[1][i]) << tag << ": output " << i;
+    EXPECT_EQ(ids[0], ids[1]) << tag;
+    EXPECT_EQ(ids[0], ids[2]) << tag << ": against the host device";
+    EXPECT_LE(device_test::RelativeDistance({out[2][4]}, {out[0][4]}), 1e-5) << tag;
+    EXPECT_LE(device_test::RelativeDistance({out[2][5]}, {out[0][5]}), 1e-5) << tag;
+  }
+  kernels::SetExactActivations(true);
+}
+
 // AddRmsNorm (Gemma's post-norms into the residual stream) in one kernel: the same bits as its
 // default on the same device (RmsNorm, then Add: two launches), within 1e-5 of the host device;
 // rows of a head's size (128 threads a block) and of Gemma 3 270M's hidden size (256).

@@ -32,19 +32,20 @@ namespace {
 //     residual); the logits: RMSNorm + quantize (the LM head's 6144 blocks: on its own), the
 //     LM head.
 //   The small Q4_0 DeepSeek file (a dense layer, an MoE layer; every matrix Q4_0 but the F32
-//     router) 18 = 1 + 7 + 9 + 1 for the logits (the norm inside the head's GEMV: 1024 rows).
+//     router) 17 = 1 + 7 + 8 + 1 for the logits (the norm inside the head's GEMV: 1024 rows).
 //     Each layer's MLA part is 5: RMSNorm + quantize + q|kv_a, latent norm + RoPE + KV write +
 //     absorb, attention, project + quantize, o. Then the dense FFN 2 (RMSNorm + quantize +
-//     gate|up, SiLU + quantize + down), or the MoE 4: RMSNorm + quantize (for the routed experts
-//     too) + shared gate|up, the router (F32) + route (its last block), routed gate|up, the
-//     routed and the shared experts' SiLU + quantize + down with their weighted sum (the last
-//     block of a token's rows: MoeDownKernel).
+//     gate|up, SiLU + quantize + down), or the MoE 3: RMSNorm + quantize (for the routed experts
+//     too) + shared gate|up + the router (F32, blocks of its own: RouteTail) + route (the last
+//     of those), routed gate|up, the routed and the shared experts' SiLU + quantize + down with
+//     their weighted sum (the last block of a token's rows: MoeDownKernel).
 //   The tiny Llama's and Qwen2's W8A8 folders (2 layers, INT8 matrices, the LM head F32) 13 =
 //     1 + 2 x 5 + 2: a layer as SmolLM2's, but its heads of 16 values are no whole group of
 //     32, so the attention's output is quantized inside the o GEMV. The tiny DeepSeek-V2 Lite's
-//     W8A8 folder 34 (its F32 original's 49 less the launches that the norms, activations and
+//     W8A8 folder 32 (its F32 original's 49 less the launches that the norms, activations and
 //     quantizations inside the INT8 products' GEMVs save, the routed experts' input quantized
-//     in the norm among them; its experts' down projections, 16 columns, stay F32).
+//     in the norm among them, and the router riding on the shared experts' gate|up; its experts'
+//     down projections, 16 columns, stay F32).
 // The F32 fixtures take the FP32 GEMVs (no quantization; norms and biases on their own; RoPE
 // inside the attention or the absorption; Gemma 3's q and k norms inside the attention, its
 // post-norms added to the residual stream in their kernel; the MoE layers' routing in the
@@ -55,10 +56,10 @@ struct StepKernels {
 };
 constexpr StepKernels kDecodeStepKernels[] = {
     {"smollm2-135m-instruct-q4_1.gguf", 153},
-    {"peng_device_ds_q4_0_", 18},  // (QuantizedDeepseekPath)
+    {"peng_device_ds_q4_0_", 17},  // (QuantizedDeepseekPath)
     {"_llama_w8a8", 13},  // (device_test::Int8Folder)
     {"_qwen2_w8a8", 13},
-    {"_lite_w8a8", 34},
+    {"_lite_w8a8", 32},
     {"hf_tiny/llama", 25},
     {"hf_tiny/qwen2", 25},
     {"hf_tiny/gemma3", 42},

@@ -298,15 +298,18 @@ class CudaDevice final : public Device {
       return;
     }
     ProductsAfter({.kind = FusedInput::kPlain, .x = x, .n = outs.begin()->w->cols, .q32 = q32,
-                   .q256 = q256},
+                   .q256 = q256, .route = {}},
                   T, outs);
   }
   // The norm writes the quantized activations the products need as it goes -- and the routed
   // experts' (`experts`), where their region is free or already holds the same blocks: the
   // next ExpertsMatMuls over y then finds them ready (prepared_).
+  // The router and the routing (`route`) in the products' launch where the norm runs inside
+  // it (RouteTail: a float router as MatMulMoeRoute fuses it, in F32, over up to
+  // kRouteTailTokens tokens); else MatMulMoeRoute after them.
   void NormMatMuls(const float* x, const float* norm_w, float w_offset, float eps, float* y,
                    int64_t T, int64_t n, std::initializer_list<MatMulOut> outs,
-                   const DeviceExperts* experts) override {
+                   const DeviceExperts* experts, const MoeRouteOut* route) override {
     if (T <= 0) return;
     QActOut q32, q256;
     Quantizations(T, outs, &q32, &q256);
@@ -315,9 +318,31 @@ class CudaDevice final : public Device {
     const bool prepare = ef != kFp32Act && (!eq.qs || eq.w8a8 == (ef == kW8A8Groups));
     if (prepare) eq = WriteOut(ef, n);
     prepared_ = prepare ? Prepared{y, T, act_writes_, ef} : Prepared{};
-    ProductsAfter({.kind = FusedInput::kNorm, .x = x, .w = norm_w, .w_offset = w_offset,
-                   .eps = eps, .y = y, .n = n, .q32 = q32, .q256 = q256},
-                  T, outs);
+    FusedInput f{.kind = FusedInput::kNorm, .x = x, .w = norm_w, .w_offset = w_offset,
+                 .eps = eps, .y = y, .n = n, .q32 = q32, .q256 = q256, .route = {}};
+    const bool tail = route && route->router->dtype == DType::kF32 && route->router->cols == n &&
+                      RouteTailFits(*route->router, T, route->p);
+    if (tail)
+      f.route = {.w = static_cast<const uint8_t*>(route->router->data),
+                 .row_bytes = route->router->row_bytes,
+                 .rows = route->router->rows,
+                 .z = 0,
+                 .logits = route->logits,
+                 .bias = route->bias,
+                 .p = route->p,
+                 .ids = route->ids,
+                 .weights = route->w,
+                 .done = route_done_};
+    if (!ProductsAfter(f, T, outs) && route)
+      MatMulMoeRoute(*route->router, y, T, route->logits, route->bias, route->p, route->ids,
+                     route->w);
+  }
+  // Whether the routing over router r's logits can run in the last block of the router's launch
+  // (RouteInLastBlock).
+  bool RouteTailFits(const DeviceMatrix& r, int64_t T, const kernels::MoeRouting& p) const {
+    return fused_route_ && T > 0 && T <= kRouteTailTokens && p.n_experts <= kRouteTailExperts &&
+           r.rows == p.n_experts && p.k <= kMaxTopK && p.n_group <= kMaxGroups && !r.scales &&
+           (r.dtype == DType::kF32 || r.dtype == DType::kF16 || r.dtype == DType::kBF16);
   }
   void GatedMatMuls(GatedActivation act, const float* gate, const float* up, float* h, int64_t T,
                     int64_t n, std::initializer_list<MatMulOut> outs) override {
@@ -330,7 +355,7 @@ class CudaDevice final : public Device {
       return;
     }
     ProductsAfter({.kind = FusedInput::kGated, .x = gate, .up = up, .op = op, .y = h, .n = n,
-                   .q32 = q32, .q256 = q256},
+                   .q32 = q32, .q256 = q256, .route = {}},
                   T, outs);
   }
   // The products over the rows f produces: f inside the first quantized product's GEMV where
@@ -339,7 +364,8 @@ class CudaDevice final : public Device {
   // GEMV's blocks read while its first block would write y) only for the gated activation and
   // where every product is quantized: the fused kernel then leaves h unwritten
   // (Device::GatedMatMuls allows it).
-  void ProductsAfter(const FusedInput& f, int64_t T, std::initializer_list<MatMulOut> outs) {
+  // True when f's route rode on the launch (RouteTail: only with f inside the GEMV).
+  bool ProductsAfter(const FusedInput& f, int64_t T, std::initializer_list<MatMulOut> outs) {
     const int64_t tile = T == 1 ? 1 : kTokenTile;
     bool quantized = false, all = true;
     for (const MatMulOut& o : outs) {
@@ -352,7 +378,7 @@ class CudaDevice final : public Device {
                       (!in_place || (all && f.kind == FusedInput::kGated)) &&
                       tile * f.n <= kFusedInputValues;
     if (!fuse) LaunchInput(f, T);
-    Products(f.y ? f.y : f.x, T, outs, fuse ? &f : nullptr);
+    return Products(f.y ? f.y : f.x, T, outs, fuse ? &f : nullptr);
   }
   // f's kernel of its own.
   void LaunchInput(const FusedInput& f, int64_t T) {
@@ -380,8 +406,10 @@ class CudaDevice final : public Device {
   // at once at the GEMVs' 40-80 registers a thread -- with a block taking 1, 2 or 4 times its
   // rows (the fewest passes that get there): every block repeats the input's work, so past
   // one wave the input's own kernel (launched here first) costs less.
+  // input's route rides on the launch (true) as blocks of z index n where the launch runs input
+  // and has one tile of tokens and a block for every 8 of the router's rows.
   static constexpr int kFusedInputBlocksPerSm = 3;
-  void LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
+  bool LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
                    const FusedInput* input = nullptr) {
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
@@ -400,14 +428,24 @@ class CudaDevice final : public Device {
       LaunchInput(*input, T);
       input = nullptr;
     }
+    bool routed = false;
     WithType(type, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         auto go = [&]<int NT, int WPR>() {
           const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
           if (input) {
             const dim3 fewer(Blocks(rows, kRowsPerBlock / WPR * passes), Blocks(T, NT), n);
-            Launch(FusedQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms,
-                   *input, T, passes);
+            FusedInput f = *input;
+            routed = f.route.w && T <= NT && fewer.x >= Blocks(f.route.rows, kRowsPerBlock);
+            if (routed) {
+              f.route.z = static_cast<unsigned>(n);
+              Launch(FusedQGemvKernel<D, NT, WPR, true>, dim3(fewer.x, fewer.y, n + 1),
+                     kRowsPerBlock * kWarp, launch_, ms, f, T, passes);
+            } else {
+              f.route = {};
+              Launch(FusedQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms, f,
+                     T, passes);
+            }
           } else {
             Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
           }
@@ -421,20 +459,22 @@ class CudaDevice final : public Device {
       }
     });
     Note(cudaGetLastError());
+    return routed;
   }
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
   // the kernel before when Quantizations said so. The quantized ones of one type share a
   // launch, up to kMaxQMats of them, in the order they come; the FP32 ones follow. input: the
   // kernel producing x, run inside the first launch (ProductsAfter: some product is quantized).
-  void Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs,
+  bool Products(const float* x, int64_t T, std::initializer_list<MatMulOut> outs,
                 const FusedInput* input = nullptr) {
     const MatMulOut* o = outs.begin();
     const size_t n = outs.size();
     uint32_t done = 0;  // bit i: outs[i] launched (the graphs pass a handful)
+    bool routed = false;  // (input's route on the launch: LaunchQGemv)
     if (n > 32) {
       Keep(InvalidArgument(name_ + ": MatMuls over more than 32 matrices"));
-      return;
+      return false;
     }
     for (size_t i = 0; i < n; ++i) {  // the quantized products first: input's launch among them
       if (done >> i & 1) continue;
@@ -451,12 +491,13 @@ class CudaDevice final : public Device {
                               int8 ? o[j].w->scales : nullptr}};
         done |= uint32_t{1} << j;
       }
-      LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T, input);
+      routed |= LaunchQGemv(ms, m, o[i].w->dtype, o[i].w->cols, Act(f, o[i].w->cols), T, input);
       input = nullptr;
     }
     for (size_t i = 0; i < n; ++i)
       if (!(done >> i & 1))
         FloatMatMul(*o[i].w, x, T, o[i].y, Epilogue{o[i].bias, o[i].accumulate, o[i].slots});
+    return routed;
   }
   // The quantized activations the products of `outs` (sharing one x of T rows: every matrix
   // has x's cols) read: q32 / q256 point into the scratch regions for the block sizes any of

@@ -21,11 +21,7 @@ void CudaDevice::MoeRoute(const float* logits, const float* bias, int64_t T,
 void CudaDevice::MatMulMoeRoute(const DeviceMatrix& r, const float* x, int64_t T, float* logits,
                                 const float* bias, const kernels::MoeRouting& p, int32_t* ids,
                                 float* w) {
-  const bool fits = fused_route_ && T > 0 && T <= kRouteTailTokens &&
-                    p.n_experts <= kRouteTailExperts && r.rows == p.n_experts && p.k <= kMaxTopK &&
-                    p.n_group <= kMaxGroups && !r.scales &&
-                    (r.dtype == DType::kF32 || r.dtype == DType::kF16 || r.dtype == DType::kBF16);
-  if (!fits) {
+  if (!RouteTailFits(r, T, p)) {
     Device::MatMulMoeRoute(r, x, T, logits, bias, p, ids, w);
     return;
   }
@@ -85,7 +81,8 @@ void CudaDevice::GatedExpertsMatMul(GatedActivation act, const float* gate, cons
                         .y = h,
                         .n = n,
                         .q32 = {},
-                        .q256 = {}};
+                        .q256 = {},
+                        .route = {}};
     WithType(w.dtype, [&]<DType D>() {
       if constexpr (layout::kIntDot<D>) {
         Launch(GatedExpertsQGemvKernel<D>, dim3(Blocks(w.rows, kRowsPerBlock * passes), pairs),

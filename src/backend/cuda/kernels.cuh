@@ -87,16 +87,17 @@ __device__ __forceinline__ float DecodeOne(const uint8_t* row, int64_t n, int64_
 // unit by unit, lane l decodes value l and multiplies it with value l of the unit's
 // activations (one coalesced 128-byte load a token). The values past the last whole unit
 // (float types) come last, one a lane.
-template <DType T, int NT>
-__device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
-                                           const float* const* xs, int nt, int lane, float* acc) {
+// (WarpRowDotOf: value i of activation row t is x(t, i).)
+template <DType T, int NT, typename X>
+__device__ __forceinline__ void WarpRowDotOf(const uint8_t* row, int64_t cols, X x, int nt,
+                                             int lane, float* acc) {
   const int64_t units = cols / 32;
 #pragma unroll 4
   for (int64_t c = 0; c < units; ++c) {
     const float w = layout::DecodeValue<T>(row, units, c, lane);
 #pragma unroll
     for (int t = 0; t < NT; ++t)
-      if (t < nt) acc[t] += w * xs[t][c * 32 + lane];
+      if (t < nt) acc[t] += w * x(t, c * 32 + lane);
   }
   if constexpr (kFloatType<T>) {
     const int64_t i = units * 32 + lane;
@@ -104,9 +105,14 @@ __device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
       const float wi = DecodeOne<T>(row, units, i);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        if (t < nt) acc[t] += wi * xs[t][i];
+        if (t < nt) acc[t] += wi * x(t, i);
     }
   }
+}
+template <DType T, int NT>
+__device__ __forceinline__ void WarpRowDot(const uint8_t* row, int64_t cols,
+                                           const float* const* xs, int nt, int lane, float* acc) {
+  WarpRowDotOf<T, NT>(row, cols, [xs](int t, int64_t i) { return xs[t][i]; }, nt, lane, acc);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -453,6 +459,23 @@ __device__ __forceinline__ float GatedValue(Ew op, float z, float up) {
 // first block of a tile also stores what the kernel of its own would for those tokens -- y,
 // and the quantized rows in q32 / q256 where their qs are set -- for whatever reads them next;
 // y in place (y = x or up, which the other blocks read) is not stored.
+// An MoE layer's router and routing riding on a FusedQGemvKernel launch of a norm's products
+// (Device::NormMatMuls' `route`; RouterTailBlock, moe_kernels.cuh): the blocks of z index z
+// multiply the F32 router's rows with the normalized rows, which they compute from x as the
+// norm does, into logits; the last of them to finish -- counted in *done, which it sets back to
+// 0 -- routes the tokens (RouterKernel's tail). w null: none.
+struct RouteTail {
+  const uint8_t* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t rows = 0;
+  unsigned z = 0;
+  float* logits = nullptr;
+  const float* bias = nullptr;
+  kernels::MoeRouting p;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  unsigned* done = nullptr;
+};
 struct FusedInput {
   enum Kind { kNorm, kGated, kPlain } kind = kNorm;
   const float* x = nullptr;
@@ -463,19 +486,34 @@ struct FusedInput {
   float* y = nullptr;
   int64_t n = 0;
   QActOut q32, q256;
+  RouteTail route;  // kNorm
 };
 constexpr int kFusedInputValues = 16384;  // a block's tile of input values at most (NT n)
+// A FusedQGemvKernel block's shared memory: the tile quantized -- int8 values, a scale every 32,
+// a sum every 16 -- or, in a router block, RouterTailBlock's routing scratch.
+constexpr int kFusedSmemBytes = kFusedInputValues + kFusedInputValues / 32 * 4 +
+                                kFusedInputValues / 16 * 4;
+__device__ void RouterTailBlock(const FusedInput& f, int64_t n_tokens, uint8_t* smem,
+                                float* shared);
 
 // A block takes `passes` times its rows of QGemvKernel, one set after the other (fewer blocks
-// repeating the input's kernel).
-template <DType T, int NT, int WPR>
+// repeating the input's kernel). kRoute: with f.route's blocks (an instance of its own, so that
+// the router's registers do not crowd the others').
+template <DType T, int NT, int WPR, bool kRoute = false>
 __global__ void FusedQGemvKernel(QMats ms, FusedInput f, int64_t n_tokens, int passes) {
   __shared__ float part[kRowsPerBlock][NT];
   __shared__ float shared[32];
   __shared__ float warp_max[8];
-  alignas(16) __shared__ int8_t qs[kFusedInputValues];
-  __shared__ float d[kFusedInputValues / 32];
-  alignas(8) __shared__ int32_t sums[kFusedInputValues / 16];
+  alignas(16) __shared__ uint8_t smem[kFusedSmemBytes];
+  if constexpr (kRoute) {
+    if (blockIdx.z == f.route.z) {
+      RouterTailBlock(f, n_tokens, smem, shared);
+      return;
+    }
+  }
+  int8_t* const qs = reinterpret_cast<int8_t*>(smem);
+  float* const d = reinterpret_cast<float*>(smem + kFusedInputValues);
+  int32_t* const sums = reinterpret_cast<int32_t*>(smem + kFusedInputValues * 9 / 8);
   const QMat m = BlockMat(ms);
   const int64_t rows = int64_t{kRowsPerBlock / WPR} * passes;  // the block's
   const int64_t r0 = int64_t{blockIdx.x} * rows;

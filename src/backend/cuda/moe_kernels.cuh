@@ -315,19 +315,43 @@ __global__ void MoeRouteKernel(const float* logits, const float* bias, int64_t T
   RouteToken(logits + t * p.n_experts, bias, t, p, ids_out, w_out, sh, threadIdx.x);
 }
 
-// The router's product and the routing in one launch (Device::MatMulMoeRoute) for up to
-// kRouteTailTokens tokens and kRouteTailExperts experts: GemvKernel<T, 1>'s blocks (8 rows of a
-// token each: blockIdx.y the token) store the logits, and the last block to finish -- counted
-// in *done, which it sets back to 0 for the next launch -- routes the tokens, a warp each.
+// The routing by the last block of a router's launch, for up to kRouteTailTokens tokens and
+// kRouteTailExperts experts: every block of the n_blocks that store logits [T, rows] fences
+// them and counts itself done in *done; the last one sets the count back to 0 for the next
+// launch and routes the tokens, a warp each, from the logits read past L1 (which may hold stale
+// lines: __ldcg). sh: kRouteTailTokens scratches in shared memory.
 constexpr int kRouteTailTokens = 4;
 constexpr int kRouteTailExperts = 256;
+__device__ void RouteInLastBlock(const float* logits, int64_t rows, int64_t n_tokens,
+                                 unsigned n_blocks, const float* bias,
+                                 const kernels::MoeRouting& p, int32_t* ids_out, float* w_out,
+                                 unsigned* done, RouteScratch<kRouteTailExperts>* sh) {
+  __shared__ bool last;
+  __threadfence();  // (the logits visible to the last block before this one is counted)
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == n_blocks - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (warp < n_tokens) {
+    RouteScratch<kRouteTailExperts>& mine = sh[warp];
+    for (int e = lane; e < p.n_experts; e += kWarp) mine.lg[e] = __ldcg(logits + warp * rows + e);
+    __syncwarp();
+    RouteToken(mine.lg, bias, warp, p, ids_out, w_out, mine, lane);
+  }
+  if (threadIdx.x == 0) *done = 0;
+}
+
+// The router's product and the routing in one launch (Device::MatMulMoeRoute): GemvKernel<T,
+// 1>'s blocks (8 rows of a token each: blockIdx.y the token) store the logits, and the last
+// block to finish routes (RouteInLastBlock).
 template <DType T>
 __global__ void RouterKernel(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                              const float* x, int64_t n_tokens, float* logits, const float* bias,
                              kernels::MoeRouting p, int32_t* ids_out, float* w_out,
                              unsigned* done) {
   __shared__ RouteScratch<kRouteTailExperts> sh[kRouteTailTokens];
-  __shared__ bool last;
   const int64_t r0 = int64_t{blockIdx.x} * kRowsPerBlock;
   GemvStart(w, row_bytes, r0, rows - r0 < kRowsPerBlock ? rows - r0 : kRowsPerBlock);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -339,19 +363,42 @@ __global__ void RouterKernel(const uint8_t* w, size_t row_bytes, int64_t rows, i
     acc = WarpSum(acc);
     if (lane == 0) logits[t * rows + r] = acc;
   }
-  __threadfence();  // (the logits visible to the last block before it is counted)
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) == gridDim.x * gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (warp < n_tokens) {  // (the token's logits read past L1, which may hold stale lines)
-    RouteScratch<kRouteTailExperts>& mine = sh[warp];
-    for (int e = lane; e < p.n_experts; e += kWarp) mine.lg[e] = __ldcg(logits + warp * rows + e);
-    __syncwarp();
-    RouteToken(mine.lg, bias, warp, p, ids_out, w_out, mine, lane);
+  RouteInLastBlock(logits, rows, n_tokens, gridDim.x * gridDim.y, bias, p, ids_out, w_out, done,
+                   sh);
+}
+
+// A router block of a FusedQGemvKernel launch (RouteTail, kernels.cuh): rows blockIdx.x * 8 ..
+// of the F32 router, a warp each, for every token -- the normalized row computed from x as the
+// kernel's norm computes it (FusedInput::kNorm; the same values as the y it stores) --, then the
+// routing by the last of the Blocks(rows, 8) router blocks to finish (its scratch over smem, the
+// quantized tile the router blocks do not use). The launch has one tile of tokens.
+static_assert(kRouteTailTokens * sizeof(RouteScratch<kRouteTailExperts>) <= kFusedSmemBytes);
+__device__ void RouterTailBlock(const FusedInput& f, int64_t n_tokens, uint8_t* smem,
+                                float* shared) {
+  const RouteTail& rt = f.route;
+  const int64_t r0 = int64_t{blockIdx.x} * kRowsPerBlock;
+  if (r0 >= rt.rows) {  // (past the router's rows: not counted)
+    KernelStart();
+    return;
   }
-  if (threadIdx.x == 0) *done = 0;
+  GemvStart(rt.w, rt.row_bytes, r0, rt.rows - r0 < kRowsPerBlock ? rt.rows - r0 : kRowsPerBlock);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = r0 + warp, n = f.n;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xr = f.x + t * n;
+    const float s = RmsScale(xr, n, f.eps, shared);
+    if (r >= rt.rows) continue;
+    float acc = 0.f;
+    WarpRowDotOf<DType::kF32, 1>(
+        rt.w + r * rt.row_bytes, n,
+        [&](int, int64_t i) { return (xr[i] * s) * (f.w[i] + f.w_offset); }, 1, lane, &acc);
+    acc = WarpSum(acc);
+    if (lane == 0) rt.logits[t * rt.rows + r] = acc;
+  }
+  RouteInLastBlock(rt.logits, rt.rows, n_tokens,
+                   static_cast<unsigned>((rt.rows + kRowsPerBlock - 1) / kRowsPerBlock), rt.bias,
+                   rt.p, rt.ids, rt.weights, rt.done,
+                   reinterpret_cast<RouteScratch<kRouteTailExperts>*>(smem));
 }
 
 // GEMV of each (token, slot) pair with its expert's matrix: one warp per row; blockIdx.y is the

@@ -283,13 +283,14 @@ class DeviceDeepseekModel : public DeviceModel {
     // The normalized input into the shared experts' gate and up (one preparation of it for them
     // and for the routed experts' gate and up), the router and the routing, the routed experts'
     // gate and up, their down projection.
+    const backend::Device::MoeRouteOut route{&L.router, router_logits_, L.router_bias,
+                                             c.Routing(), ids_, w_};
     if (L.shared) {
       d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D,
-                    {{&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}}, &L.exp_gate);
+                    {{&L.sh_gate, sh_gate_}, {&L.sh_up, sh_up_}}, &L.exp_gate, &route);
     } else {
-      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {}, &L.exp_gate);
+      d.NormMatMuls(x_, L.ffn_norm, 0.f, c.base.rms_eps, h_, T, D, {}, &L.exp_gate, &route);
     }
-    d.MatMulMoeRoute(L.router, h_, T, router_logits_, L.router_bias, c.Routing(), ids_, w_);
     d.ExpertsMatMuls(h_, T, ids_, k, false, {{&L.exp_gate, gate_}, {&L.exp_up, up_}});
     // The routed experts' and the shared experts' down projections into the residual (tensor
     // parallel: this rank's slices of them into o_, summed in one all-reduce).
