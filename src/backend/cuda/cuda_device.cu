@@ -583,20 +583,19 @@ class CudaDevice final : public Device {
   void RmsNorm(const float* x, const float* w, float w_offset, float* y, int64_t n_rows,
                int64_t n, float eps, int64_t stride) override {
     if (n_rows == 0) return;
-    // Rows of a head (up to kMaxHeadDim values) at the attention kernel's block size, so that
-    // its head norm (AttnRope) sums in the same order.
-    const int threads = n <= kMaxHeadDim ? kAttnWarps * kWarp : 256;
-    Launch(RmsNormKernel, n_rows, threads, launch_, x, w, w_offset, y, n, eps,
+    Launch(RmsNormKernel, n_rows, NormThreads(n), launch_, x, w, w_offset, y, n, eps,
            stride ? stride : n, QActOut{}, QActOut{}, false);
     Note(cudaGetLastError());
   }
+  // RmsNorm's block size: rows of a head (up to kMaxHeadDim values) at the attention kernel's,
+  // so that its head norm (AttnRope) sums in the same order.
+  static int NormThreads(int64_t n) { return n <= kMaxHeadDim ? kAttnWarps * kWarp : 256; }
   // One launch: the normalized row added to y's as it is computed (x left as it was).
   void AddRmsNorm(float* y, float* x, const float* w, float w_offset, int64_t n_rows, int64_t n,
                   float eps) override {
     if (n_rows == 0) return;
-    const int threads = n <= kMaxHeadDim ? kAttnWarps * kWarp : 256;  // (as RmsNorm)
-    Launch(RmsNormKernel, n_rows, threads, launch_, x, w, w_offset, y, n, eps, n, QActOut{},
-           QActOut{}, true);
+    Launch(RmsNormKernel, n_rows, NormThreads(n), launch_, x, w, w_offset, y, n, eps, n,
+           QActOut{}, QActOut{}, true);
     Note(cudaGetLastError());
   }
   void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) override {
