@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/device.h"
@@ -23,6 +24,40 @@
 
 namespace peng::cuda_test {
 namespace {
+
+// E random experts of type t [rows, n] with INT8's row scales, expert 6 another rank's (null
+// among the views and scales UploadExperts takes: here, here_scales), and the ids of `pairs`
+// (token, slot) pairs.
+struct RoutedExperts {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<std::vector<float>> scales;
+  std::vector<TensorView> views;
+  std::vector<const TensorView*> here;
+  std::vector<const float*> here_scales;  // (INT8 only)
+  std::vector<int32_t> ids;
+  bool int8 = false;
+  // The experts (INT8 as W8A8) and the ids on device d; null ids where an upload failed.
+  std::pair<backend::DeviceExperts, int32_t*> Upload(Device* d, std::vector<void*>* allocs) const {
+    auto w = d->UploadExperts(here, allocs, here_scales, int8);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    auto id = d->Alloc(static_cast<int64_t>(ids.size() * 4));
+    if (!w.ok() || !id.ok() || !d->CopyToDevice(*id, ids.data(), ids.size() * 4).ok())
+      return {backend::DeviceExperts{}, nullptr};
+    return {std::move(*w), static_cast<int32_t*>(*id)};
+  }
+};
+RoutedExperts MakeRoutedExperts(DType t, int64_t E, int64_t rows, int64_t n, int64_t pairs,
+                                std::mt19937_64* rng) {
+  RoutedExperts x;
+  x.int8 = t == DType::kI8;
+  RandomExperts(t, static_cast<int>(E), rows, n, rng, &x.bytes, &x.views, &x.scales);
+  for (int64_t e = 0; e < E; ++e) {
+    x.here.push_back(e != 6 ? &x.views[e] : nullptr);
+    if (t == DType::kI8) x.here_scales.push_back(e != 6 ? x.scales[e].data() : nullptr);
+  }
+  for (int64_t i = 0; i < pairs; ++i) x.ids.push_back(static_cast<int32_t>((i * 5 + 1) % E));
+  return x;
+}
 
 // Prefill's experts (past 32 tokens: the pairs grouped by expert, GroupedExpertsMatMul) over
 // activations quantized as the GEMVs quantize them (GroupedExpertsQGemvKernel; a quantize launch
@@ -555,19 +590,8 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
   for (const Case& cs : {Case{1, 512, true}, Case{1, 2048, true}, Case{2, 2048, false}}) {
     for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
       const int64_t T = cs.T, rows = cs.rows, pairs = T * k;
-      std::vector<int32_t> ids(pairs);
-      for (int64_t i = 0; i < pairs; ++i) ids[i] = static_cast<int32_t>((i * 5 + 1) % E);
-      std::vector<std::vector<uint8_t>> bytes;
-      std::vector<std::vector<float>> scales;
-      std::vector<TensorView> views;
-      RandomExperts(type, E, rows, n, &rng_, &bytes, &views, &scales);
-      std::vector<const TensorView*> ep;
-      std::vector<const float*> sp;
-      for (int64_t e = 0; e < E; ++e) {
-        const bool here = e != 6;  // (expert 6: another rank's)
-        ep.push_back(here ? &views[e] : nullptr);
-        if (type == DType::kI8) sp.push_back(here ? scales[e].data() : nullptr);
-      }
+      const RoutedExperts x = MakeRoutedExperts(type, E, rows, n, pairs, &rng_);
+      const std::vector<int32_t>& ids = x.ids;
       const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
       for (bool in_place : {false, true}) {
         const std::string tag = std::string(DTypeName(type)) + ", " + std::to_string(pairs) +
@@ -578,11 +602,8 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
         for (int which = 0; which < 2; ++which) {
           Device* d = which == 0 ? cuda_.get() : plain;
           std::vector<void*> allocs;
-          auto w = d->UploadExperts(ep, &allocs, sp, type == DType::kI8);
-          ASSERT_TRUE(w.ok()) << w.status().ToString();
-          auto id = d->Alloc(pairs * 4);
-          ASSERT_TRUE(id.ok());
-          ASSERT_TRUE(d->CopyToDevice(*id, ids.data(), pairs * 4).ok());
+          const auto [w, id] = x.Upload(d, &allocs);
+          ASSERT_NE(id, nullptr) << tag;
           float* G = *d->UploadFloats(g.data(), g.size());
           float* U = *d->UploadFloats(u.data(), u.size());
           auto zeros = [&](int64_t count) {
@@ -591,8 +612,7 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
           float* H = in_place ? G : zeros(pairs * n);
           float* Y = zeros(pairs * rows);
           const int64_t k0 = d->KernelLaunches();
-          d->GatedExpertsMatMul(backend::GatedActivation::kSilu, G, U, H, T, k, n, *w,
-                                static_cast<int32_t*>(*id), Y);
+          d->GatedExpertsMatMul(backend::GatedActivation::kSilu, G, U, H, T, k, n, w, id, Y);
           launches[which] = d->KernelLaunches() - k0;
           ASSERT_TRUE(d->Synchronize().ok()) << tag;
           h_out[which].resize(pairs * n);
@@ -639,19 +659,9 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
       const std::string tag = std::string(DTypeName(type)) + ", T=" + std::to_string(T) +
                               ", " + std::to_string(rows) + " rows" +
                               (cs.shared ? ", shared experts" : "");
-      std::vector<int32_t> ids(pairs);
-      for (int64_t i = 0; i < pairs; ++i) ids[i] = static_cast<int32_t>((i * 5 + 1) % E);
-      std::vector<std::vector<uint8_t>> bytes;
-      std::vector<std::vector<float>> scales;
-      std::vector<TensorView> views;
-      RandomExperts(type, E, rows, n, &rng_, &bytes, &views, &scales);
-      std::vector<const TensorView*> ep;
-      std::vector<const float*> sp;
-      for (int64_t e = 0; e < E; ++e) {
-        ep.push_back(e != 6 ? &views[e] : nullptr);
-        if (type == DType::kI8) sp.push_back(e != 6 ? scales[e].data() : nullptr);
-      }
-      const Uploaded sh = UploadRandom(cuda_.get(), host_.get(), type, rows, sn, &rng_, &bytes);
+      RoutedExperts x = MakeRoutedExperts(type, E, rows, n, pairs, &rng_);
+      const std::vector<int32_t>& ids = x.ids;
+      const Uploaded sh = UploadRandom(cuda_.get(), host_.get(), type, rows, sn, &rng_, &x.bytes);
       const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
       const std::vector<float> sg = Random(T * sn, -4.f, 4.f), su = Random(T * sn);
       const std::vector<float> wts = Random(pairs, 0.f, 1.f), x0 = Random(T * rows);
@@ -660,11 +670,8 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
       for (int which = 0; which < 3; ++which) {  // fused, its default, the host device
         Device* d = which == 2 ? host_.get() : cuda_.get();
         std::vector<void*> allocs;
-        auto w = d->UploadExperts(ep, &allocs, sp, type == DType::kI8);
-        ASSERT_TRUE(w.ok()) << w.status().ToString();
-        auto id = d->Alloc(pairs * 4);
-        ASSERT_TRUE(id.ok());
-        ASSERT_TRUE(d->CopyToDevice(*id, ids.data(), pairs * 4).ok());
+        const auto [w, id] = x.Upload(d, &allocs);
+        ASSERT_NE(id, nullptr) << tag;
         auto up = [&](const std::vector<float>& v) { return *d->UploadFloats(v.data(), v.size()); };
         float* Y = up(std::vector<float>(T * (k + 1) * rows));
         float* X = up(x0);
@@ -673,8 +680,8 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
           Device::SharedExperts shared;
           if (cs.shared) shared = {up(sg), up(su), sn, which == 2 ? &sh.host : &sh.cuda};
           const int64_t k0 = d->KernelLaunches();
-          auto args = std::tuple(backend::GatedActivation::kSilu, up(g), up(u), T, k, n, *w,
-                                 static_cast<int32_t*>(*id), W, shared, Y, X);
+          auto args = std::tuple(backend::GatedActivation::kSilu, up(g), up(u), T, k, n, w, id,
+                                 W, shared, Y, X);
           if (which == 1) {
             std::apply([&](auto&&... a) { d->Device::MoeDown(a...); }, args);
           } else {
