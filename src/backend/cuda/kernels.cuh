@@ -126,12 +126,13 @@ __device__ __forceinline__ void KernelStart() {
 }
 
 // A GEMV block's start: its n_rows rows from row r0 of w (rows of row_bytes, contiguous) are
-// prefetched into L2 by the block's first token tile before it waits -- the weights are
-// written by no kernel, so they stream in while the kernel before finishes.
+// prefetched into L2 -- by the block's first token tile, or where `prefetch` says -- before it
+// waits: the weights are written by no kernel, so they stream in while the kernel before
+// finishes.
 __device__ __forceinline__ void GemvStart(const uint8_t* w, size_t row_bytes, int64_t r0,
-                                          int64_t n_rows) {
+                                          int64_t n_rows, bool prefetch = blockIdx.y == 0) {
   GridLaunchDependents();
-  if (blockIdx.y == 0 && n_rows > 0) {
+  if (prefetch && n_rows > 0) {
     const uintptr_t first = reinterpret_cast<uintptr_t>(w + r0 * row_bytes) / 128;
     const uintptr_t last = (reinterpret_cast<uintptr_t>(w + (r0 + n_rows) * row_bytes) - 1) / 128;
     for (uintptr_t l = first + threadIdx.x; l <= last; l += blockDim.x)

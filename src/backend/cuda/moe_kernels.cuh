@@ -139,7 +139,7 @@ __global__ void MoeDownKernel(MoeDownArgs a, int passes) {
   const int64_t most_rows = int64_t{passes} * kRowsPerBlock;
   const int64_t n_rows = a.rows - r0 < most_rows ? a.rows - r0 : most_rows;
   if (shared) {  // (the routed experts' rows are known after the wait only)
-    GemvStart(a.shared, a.shared_row_bytes, r0, n_rows);
+    GemvStart(a.shared, a.shared_row_bytes, r0, n_rows, /*prefetch=*/t == 0);
   } else {
     KernelStart();
   }
