@@ -30,8 +30,9 @@
 #        write before the attention in kernels of their own (PENG_CUDA_FUSED_INPUT=0
 #        PENG_CUDA_FUSED_ROPE=0), and with
 #        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
-#        INT8 W8A8 form (peng quantize); V2-Lite's prefill again with the FP32-activation
-#        kernels (PENG_CUDA_QGEMV=0); each line with the kernels a decode step launches and
+#        INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
+#        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
+#        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0); each line with the kernels a decode step launches and
 #        what they cost at the kernel floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
 #        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
@@ -284,6 +285,11 @@ run() {
   if want bench; then
     STEP_TIMEOUT=150 step bench-deepseek bench_json "$ds" "$RES/bench-deepseek.json" --tg 64
     summarize_bench "$RES"/bench-*.json
+    # What an MoE layer's decode in three launches is worth (the router on the norm's launch,
+    # MoeDownKernel): V2-Lite's decode with the routing and the two down projections apart.
+    PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0 STEP_TIMEOUT=90 step \
+      bench-deepseek-moe-apart bench_json "$ds" "$RES/deepseek-moe-apart.json" --tg 64
+    summarize_bench "$RES/deepseek-moe-apart.json"
     # What prefill's dp4a grouped experts are worth (GroupedExpertsQGemvKernel): V2-Lite's pp512
     # with the FP32-activation kernels (and 8 decode tokens).
     PENG_CUDA_QGEMV=0 STEP_TIMEOUT=90 step bench-deepseek-fp32 bench_json "$ds" \
