@@ -16,7 +16,10 @@ failed=()
 step() {  # step NAME COMMAND... : runs a step, records a failure, keeps going
   local name=$1; shift
   echo "=== test.sh: $name"
-  if ! "$@"; then
+  local t0=$(date +%s) rc=0
+  "$@" || rc=$?
+  echo "=== test.sh: $name took $(( $(date +%s) - t0 ))s"
+  if [[ $rc -ne 0 ]]; then
     echo "=== test.sh: $name FAILED" >&2
     failed+=("$name")
     return 1

@@ -1,5 +1,5 @@
 // The CUDA emulator itself (src/backend/cuda/emulator.h): that it runs kernels as CUDA would
-// -- every thread, barriers, shuffles, graph capture -- and that it reports the misuses it is
+// -- every thread, barriers, shuffles (and WarpButterfly's one exchange), graph capture -- and that it reports the misuses it is
 // there to find instead of passing them: a shuffle after lanes have returned, a deadlock
 // between __syncthreads and a warp's barrier, launches beyond the hardware's limits,
 // allocations and host copies inside a captured graph.
@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -52,6 +55,40 @@ __global__ void DeadlockKernel(float* out) {
 }
 
 __global__ void AddKernel(float* x, float v) { x[threadIdx.x] += v; }
+
+struct Plus {
+  template <typename T>
+  T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+// Each lane's results of three butterflies (sums over the warp and over each 16 lanes, the
+// maximum) by WarpButterfly (runtime.h: one exchange in the emulator) in out[0..2] and by the
+// shuffles it stands for in out[3..5].
+__global__ void ButterflyKernel(const float* x, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const float v = x[i];
+  const int n = static_cast<int>(v * 8.f) % 1000;
+  float* o = out + 6 * i;
+  o[0] = WarpButterfly(v, Plus{});
+  o[1] = static_cast<float>(WarpButterfly<8>(n, Plus{}));
+  o[2] = WarpButterfly(v, Max{});
+  float s = v, m = v;
+  int k = n;
+  for (int d = 16; d > 0; d /= 2) s += __shfl_xor_sync(0xffffffffu, s, d);
+  for (int d = 8; d > 0; d /= 2) k += __shfl_xor_sync(0xffffffffu, k, d);
+  for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  o[3] = s;
+  o[4] = static_cast<float>(k);
+  o[5] = m;
+}
+
+// WarpButterfly after lanes 16-31 have returned: the same misuse as a shuffle's.
+__global__ void EarlyReturnButterflyKernel(float* out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = WarpButterfly(1.f, Plus{});
+}
 
 // Two races: every thread reads its right neighbour's shared value with no barrier after the
 // writes, and every block reads its left neighbour's output (out[0] holds 100 before the launch).
@@ -99,6 +136,45 @@ TEST(CudaEmulator, ShufflesAndBarriers) {
   cudaFree(dy);
 }
 
+// The emulator's WarpButterfly (one exchange, the rounds computed by the last lane) gives every
+// lane the same bits as the shuffles, in both orders, on values whose float sum depends on the
+// order of the additions.
+TEST(CudaEmulator, ButterflyInOneExchangeEqualsTheShuffles) {
+  std::vector<float> x(2 * 64);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = std::ldexp(static_cast<float>(i % 5) + 0.1f * static_cast<float>(i % 3),
+                      static_cast<int>(i * 7 % 41) - 20) * (i % 2 ? -1.f : 1.f);
+  // The first warp: 1e8, fifteen 1s, -1e8, ...: added in lane order, the 1s are lost.
+  x[0] = 1e8f;
+  for (int l = 1; l < 16; ++l) x[l] = 1.f;
+  x[16] = -1e8f;
+  float *dx = nullptr, *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dx), x.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dout), 6 * x.size() * 4), cudaSuccess);
+  cudaMemcpyAsync(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  for (const bool reversed : {false, true}) {
+    emu::SetReversedOrder(reversed);
+    Launch(ButterflyKernel, 2, 64, nullptr, dx, dout);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> out(6 * x.size());
+    cudaMemcpyAsync(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost, nullptr);
+    for (size_t i = 0; i < x.size(); ++i) {
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[6 * i + k]),
+                  std::bit_cast<uint32_t>(out[6 * i + 3 + k]))
+            << "lane " << i << ", result " << k << (reversed ? ", reversed" : "");
+      }
+    }
+    // (the order matters for these values: the first warp's sum in lane order is another)
+    float plain = 0.f;
+    for (int l = 0; l < 32; ++l) plain += x[l];
+    EXPECT_NE(out[0], plain);
+  }
+  emu::SetReversedOrder(false);
+  cudaFree(dx);
+  cudaFree(dout);
+}
+
 // Each order reads what the other does not, so a result that depends on the order shows in one
 // of the two runs: cuda_emulator_test runs the backend's kernels in both.
 TEST(CudaEmulator, RacesGiveDifferentResultsInTheTwoOrders) {
@@ -144,6 +220,8 @@ TEST(CudaEmulator, FindsMisuse) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 1024 * 4), cudaSuccess);
   Launch(EarlyReturnShuffleKernel, 1, 32, nullptr, d);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure) << "shuffle after lanes returned";
+  Launch(EarlyReturnButterflyKernel, 1, 32, nullptr, d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure) << "butterfly after lanes returned";
   Launch(DeadlockKernel, 1, 32, nullptr, d);
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure) << "deadlock";
   Launch(AddKernel, 1, 1025, nullptr, d, 1.f);

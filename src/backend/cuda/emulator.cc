@@ -110,6 +110,11 @@ struct Context {
   void* sp = nullptr;
 };
 void SwitchTo(Context* from, Context* to) { peng_emu_switch(&from->sp, to->sp); }
+// The top of c's saved stack: the frames it returns through when switched to.
+void Prefetch(const Context& c) {
+  const char* sp = static_cast<const char*>(c.sp);
+  for (int line = 0; line < 8; ++line) __builtin_prefetch(sp + 64 * line);
+}
 void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
   // entry's "return address" slot 16-byte aligned, so that rsp % 16 == 8 at its first
   // instruction, as after a call; six zeroed registers below it.
@@ -125,6 +130,7 @@ struct Context {
   ucontext_t uc;
 };
 void SwitchTo(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+void Prefetch(const Context&) {}
 void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
   getcontext(&c->uc);
   c->uc.uc_stack.ss_sp = stack;
@@ -140,14 +146,22 @@ struct Thread {
   ThreadState s;
   Context ctx;
   State state = State::kReady;
-  int warp = 0, lane = 0;
+  int warp = 0;
 };
 struct Warp {
   int size = 0, live = 0, arrived = 0, parity = 0;
   uint64_t slot[2][32] = {};
 };
 
-constexpr size_t kStackBytes = size_t{256} << 10;
+constexpr size_t kStackBytes = size_t{384} << 10;
+// Each thread's stack starts (at its top) this many bytes times its index, modulo kStackSkewSpan,
+// below its region's end. Regions of kStackBytes would otherwise put every thread's hot frames
+// at the same address modulo 256 KiB: the same set of the L1 and L2 caches for all the block's
+// threads, which then evict each other at every switch (measured: most of the emulator's time
+// went to the first load from the new stack). 33 cache lines apart and spread over 128 KiB,
+// they land in different sets.
+constexpr size_t kStackSkew = 33 * 64;
+constexpr size_t kStackSkewSpan = size_t{128} << 10;
 constexpr int kMaxThreads = 1024;
 
 // The order blocks and threads run in (emulator.h, SetReversedOrder); PENG_EMU_ORDER=reverse
@@ -193,11 +207,21 @@ struct Runner {
   void Yield() { Leave(&Current().ctx); }
   void Leave(Context* from) {
     const int me = static_cast<int>(&Current() - threads.data());
-    const int step = Reversed() ? n_threads - 1 : 1;
+    const bool down = Reversed();
+    int i = me;
     for (int k = 1; k < n_threads; ++k) {
-      Thread& t = threads[(me + k * step) % n_threads];
+      if (down) {
+        i = (i == 0 ? n_threads : i) - 1;
+      } else if (++i == n_threads) {
+        i = 0;
+      }
+      Thread& t = threads[i];
       if (t.state != State::kReady) continue;
       current_thread = &t.s;
+      // The thread after t is the likely next: the frames it returns through, into the cache
+      // while t runs (most of a switch is the wait for a stack last touched 255 threads ago).
+      const int after = down ? (i == 0 ? n_threads : i) - 1 : (i + 1 == n_threads ? 0 : i + 1);
+      Prefetch(threads[after].ctx);
       SwitchTo(from, &t.ctx);
       return;
     }
@@ -256,10 +280,11 @@ struct Runner {
       t.s.waited = false;
       t.state = State::kReady;
       t.warp = i / 32;
-      t.lane = i % 32;
+      t.s.lane = i % 32;
       ++warps[t.warp].size;
       ++warps[t.warp].live;
-      NewContext(&t.ctx, stacks + i * kStackBytes + page, kStackBytes - page, &Runner::Entry);
+      NewContext(&t.ctx, stacks + i * kStackBytes + page,
+                 kStackBytes - page - i * kStackSkew % kStackSkewSpan, &Runner::Entry);
     }
     const int step = Reversed() ? n - 1 : 1;  // (mod n: one down)
     int next = Reversed() ? n - 1 : 0;
@@ -300,7 +325,7 @@ struct Runner {
     }
     if (w.arrived > 0) {
       Finding("a lane returned while its warp waits at a shuffle or __syncwarp (lane " +
-              std::to_string(t.lane) + " of warp " + std::to_string(t.warp) + ")");
+              std::to_string(t.s.lane) + " of warp " + std::to_string(t.warp) + ")");
     }
     if (arrived > 0 && arrived == live) {  // the others wait at __syncthreads for nobody else
       arrived = 0;
@@ -312,10 +337,11 @@ struct Runner {
 
 thread_local Runner* runner = nullptr;
 
-Runner& TheRunner() {
-  if (!runner) runner = new Runner();  // (one per OS thread that launches; kept)
+[[gnu::noinline]] Runner& NewRunner() {
+  runner = new Runner();  // (one per OS thread that launches; kept)
   return *runner;
 }
+inline Runner& TheRunner() { return runner ? *runner : NewRunner(); }
 
 void Runner::Entry() {
   Runner& r = *runner;
@@ -361,9 +387,31 @@ void RunGrid(dim3 grid, dim3 block, bool pdl, const std::function<void()>& body)
   current_block = outer;
 }
 
-}  // namespace
+// (Out of Exchange, which runs at every shuffle: its frame stays small.)
+[[gnu::noinline, gnu::cold]] void BadShuffle(Runner& r, unsigned mask, const Thread& t) {
+  if (mask != 0xffffffffu) r.Finding("a shuffle with a partial mask (unsupported)");
+  const Warp& w = r.warps[t.warp];
+  if (w.live != 32) {
+    r.Finding("a full-mask shuffle in warp " + std::to_string(t.warp) + " with " +
+              std::to_string(w.live) + " lanes live (of " + std::to_string(w.size) + ")");
+  }
+}
 
-int Lane() { return TheRunner().Current().lane; }
+// Deposits bits, has the last lane to arrive call all (where set) on the slots, waits for the
+// warp's other lanes; the slots of all 32 lanes.
+const uint64_t* Deposit(unsigned mask, uint64_t bits, void (*all)(uint64_t*) = nullptr) {
+  Runner& r = *runner;  // (a kernel runs on the runner that launched it)
+  Thread& t = r.Current();
+  Warp& w = r.warps[t.warp];
+  if (mask != 0xffffffffu || w.live != 32) [[unlikely]] BadShuffle(r, mask, t);
+  const int parity = w.parity;
+  w.slot[parity][t.s.lane] = bits;
+  if (all && w.arrived + 1 == w.live) all(w.slot[parity]);
+  r.WarpBarrier();
+  return w.slot[parity];
+}
+
+}  // namespace
 
 void SyncThreads() { TheRunner().BlockBarrier(); }
 
@@ -373,19 +421,10 @@ void SyncWarp(unsigned mask) {
   r.WarpBarrier();
 }
 
-uint64_t Exchange(unsigned mask, uint64_t bits, int src) {
-  Runner& r = TheRunner();
-  Thread& t = r.Current();
-  Warp& w = r.warps[t.warp];
-  if (mask != 0xffffffffu) r.Finding("a shuffle with a partial mask (unsupported)");
-  if (w.live != 32) {
-    r.Finding("a full-mask shuffle in warp " + std::to_string(t.warp) + " with " +
-              std::to_string(w.live) + " lanes live (of " + std::to_string(w.size) + ")");
-  }
-  const int parity = w.parity;
-  w.slot[parity][t.lane] = bits;
-  r.WarpBarrier();
-  return w.slot[parity][src & 31];
+uint64_t Exchange(unsigned mask, uint64_t bits, int src) { return Deposit(mask, bits)[src & 31]; }
+
+uint64_t ExchangeThen(uint64_t bits, void (*all)(uint64_t* slots)) {
+  return Deposit(0xffffffffu, bits, all)[Lane()];
 }
 
 void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void()> body) {

@@ -20,6 +20,10 @@
 // Work on a stream runs at once, except between cudaStreamBeginCapture and
 // cudaStreamEndCapture, when it is recorded (arguments by value) and runs at each
 // cudaGraphLaunch.
+// Cost: a switch is mostly the wait for the next thread's stack, cold after the block's other
+// threads ran (stacks are staggered across cache sets, and the next one prefetched); a shuffle
+// is a switch a lane, so the backend's xor-butterfly reductions (runtime.h, WarpButterfly) take
+// one exchange here, the last lane computing every lane's rounds as the shuffles would.
 #pragma once
 
 #include <cmath>
@@ -167,6 +171,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOper
 namespace emu {
 struct ThreadState {
   uint3 idx;
+  int lane = 0;         // in its warp
   bool waited = false;  // GridWait called
 };
 struct BlockState {
@@ -177,11 +182,15 @@ struct BlockState {
 extern thread_local ThreadState* current_thread;
 extern thread_local BlockState* current_block;
 
-int Lane();
+inline int Lane() { return current_thread->lane; }
 void SyncThreads();
 void SyncWarp(unsigned mask);
 // Every lane of the warp passes `bits` and gets lane `src`'s (a full-mask shuffle).
 uint64_t Exchange(unsigned mask, uint64_t bits, int src);
+// Every lane of the warp passes `bits`; the last to arrive calls all(slots) on the 32 lanes'
+// values (in lane order), which it may rewrite; each lane gets its own slot then (a full-mask
+// exchange).
+uint64_t ExchangeThen(uint64_t bits, void (*all)(uint64_t* slots));
 // Runs body on every thread of the grid now, or records it when s is being captured. With
 // pdl, every thread must call GridWait before it returns (a finding otherwise).
 void Enqueue(cudaStream_t s, dim3 grid, dim3 block, bool pdl, std::function<void()> body);

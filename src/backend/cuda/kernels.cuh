@@ -30,14 +30,17 @@ constexpr int kMaxMlaLatent = 512;   // MLA: kv_lora_rank
 constexpr int kAttnWarps = 4;
 
 // The sum / the maximum of v over the warp's lanes (butterfly: every lane gets it).
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+struct AddOp {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+  __device__ uint64_t operator()(uint64_t a, uint64_t b) const { return a > b ? a : b; }
+};
+__device__ __forceinline__ float WarpSum(float v) { return WarpButterfly(v, AddOp{}); }
+__device__ __forceinline__ float WarpMax(float v) { return WarpButterfly(v, MaxOp{}); }
 
 // What a GEMV does with the dot product s of row r (of `rows`) and token t
 // (Device::MatMulOut): y = s + bias[r], or y += s + bias[r] when accumulating (the residual
@@ -218,8 +221,7 @@ __device__ __forceinline__ void QuantizeValue(float v, bool valid, int64_t t, in
     scale = layout::ActBlockScale<AB>(amax);
     q = layout::QuantizeActValue(v, scale.iscale);
   }
-  int sum = q;
-  for (int k = 8; k > 0; k /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+  const int sum = WarpButterfly<8>(int{q}, AddOp{});  // (over each 16 lanes)
   if (!valid) return;
   o.qs[t * cols + layout::ActIndex(i, cols)] = q;
   if (i % 16 == 0) o.s[t * (cols / 16) + i / 16] = sum;

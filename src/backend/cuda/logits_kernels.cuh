@@ -57,10 +57,7 @@ __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) 
   if (k == 1) {  // (greedy) the largest key: a block-wide maximum, one pass
     uint64_t best = 0;
     for (int i = tid; i < n; i += blockDim.x) best = best > key(i) ? best : key(i);
-    for (int o = kWarp / 2; o > 0; o /= 2) {
-      const uint64_t other = __shfl_xor_sync(0xffffffffu, best, o);
-      best = best > other ? best : other;
-    }
+    best = WarpButterfly(best, MaxOp{});
     if (tid % kWarp == 0) s.warp_best[tid / kWarp] = best;
     __syncthreads();
     if (tid == 0) {

@@ -92,8 +92,7 @@ __device__ float HeadRowsDot(const uint8_t* m, size_t row_bytes, int64_t rows, i
     float acc = 0.f;
     if (r < rows)
       WarpRowQDot<T, 1>(m + r * row_bytes, QAct{in.qs, in.d, in.s, n}, 0, 1, lane % 8, 8, &acc);
-    for (int o = 4; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    return acc;
+    return WarpButterfly<4>(acc, AddOp{});  // (over each 8 lanes)
   } else {
     float mine = 0.f;
     const float* xs[1] = {in.x};

@@ -243,7 +243,7 @@ __device__ void RouteToken(const float* lg, const float* bias, int64_t t,
   } else {
     double m = -INFINITY;
     for (int e = lane; e < E; e += kWarp) m = fmax(m, double{lg[e]});
-    for (int o = kWarp / 2; o > 0; o /= 2) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+    m = WarpButterfly(m, MaxOp{});
     for (int e = lane; e < E; e += kWarp) ex[e] = exp(lg[e] - m);
     __syncwarp();
     double sum = 0;

@@ -23,6 +23,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -52,6 +53,28 @@ void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... 
 inline void GridWait() { emu::GridWait(); }
 inline void GridLaunchDependents() {}
 inline void PrefetchL2(const void*) {}
+// WarpButterfly (below) in one exchange: the last lane to arrive runs the five rounds for all
+// 32 lanes, each op on the same operands as on the GPU (bit for bit the shuffles' result, for a
+// fifth of the coroutine switches).
+template <int kFirst, typename T, typename Op>
+void ButterflyRounds(uint64_t* slots) {
+  T x[32], y[32];
+  for (int l = 0; l < 32; ++l) std::memcpy(&x[l], &slots[l], sizeof(T));
+  for (int o = kFirst; o > 0; o /= 2) {
+    for (int l = 0; l < 32; ++l) y[l] = Op{}(x[l], x[l ^ o]);
+    std::memcpy(x, y, sizeof(x));
+  }
+  for (int l = 0; l < 32; ++l) std::memcpy(&slots[l], &x[l], sizeof(T));
+}
+template <int kFirst = 16, typename T, typename Op>
+T WarpButterfly(T v, Op) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  b = emu::ExchangeThen(b, &ButterflyRounds<kFirst, T, Op>);
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
 #else
 // The launch, with no dynamic shared memory (no kernel uses any).
 template <typename... P, typename... A>
@@ -81,6 +104,13 @@ __device__ __forceinline__ void GridLaunchDependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+// op over the lanes' v by a butterfly of xor shuffles (offsets kFirst, ..., 2, 1; 16: over the
+// warp, 8: over each half, ...): every lane gets op(own, partner's) each round.
+template <int kFirst = 16, typename T, typename Op>
+__device__ __forceinline__ T WarpButterfly(T v, Op op) {
+  for (int o = kFirst; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
 // Starts bringing the 128-byte line at p into the L2 cache.
 __device__ __forceinline__ void PrefetchL2(const void* p) {
