@@ -39,16 +39,21 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PROMPT="The capital of France is"
 
-count() {  # count N: instructions in Forward for a run generating N tokens
+count() {  # count N: instructions in Forward for a run generating N tokens, into $tmp/n.N
   PENG_ISA=avx2 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" \
     --toggle-collect='peng::*Model::Forward*' \
     "$PENG_BIN" generate -m "$MODEL" -p "$PROMPT" -n "$1" -t 1 --temp 0 --ignore-eos \
-    > "$tmp/log.$1" 2>&1 || { cat "$tmp/log.$1" >&2; exit 1; }
-  sed -n 's/^summary: //p' "$tmp/cg.$1"
+    > "$tmp/log.$1" 2>&1 || { cat "$tmp/log.$1" >&2; return 1; }
+  sed -n 's/^summary: //p' "$tmp/cg.$1" > "$tmp/n.$1"
 }
 
-prefill=$(count 1)
-nine=$(count 9)
+# The two runs (one thread each) side by side.
+count 1 & first=$!
+count 9 & second=$!
+wait "$first" || exit 1
+wait "$second" || exit 1
+prefill=$(cat "$tmp/n.1")
+nine=$(cat "$tmp/n.9")
 decode=$(( (nine - prefill) / 8 ))
 echo "insn_count: $(basename "$MODEL"), AVX2, 1 thread: prefill of \"$PROMPT\" $prefill instructions; one decode step $decode"
 
