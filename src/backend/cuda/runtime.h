@@ -53,9 +53,9 @@ void Launch(void (*kernel)(P...), dim3 grid, dim3 block, LaunchStream s, A&&... 
 inline void GridWait() { emu::GridWait(); }
 inline void GridLaunchDependents() {}
 inline void PrefetchL2(const void*) {}
-// WarpButterfly (below) in one exchange: the last lane to arrive runs the five rounds for all
-// 32 lanes, each op on the same operands as on the GPU (bit for bit the shuffles' result, for a
-// fifth of the coroutine switches).
+// WarpButterfly (below) in one exchange: the last lane to arrive runs the rounds for all 32
+// lanes, each op on the same operands as on the GPU (bit for bit the shuffles' result, for a
+// fifth of the coroutine switches). Op is stateless: the rounds construct their own.
 template <int kFirst, typename T, typename Op>
 void ButterflyRounds(uint64_t* slots) {
   T x[32], y[32];
@@ -68,7 +68,7 @@ void ButterflyRounds(uint64_t* slots) {
 }
 template <int kFirst = 16, typename T, typename Op>
 T WarpButterfly(T v, Op) {
-  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T> && std::is_empty_v<Op>);
   uint64_t b = 0;
   std::memcpy(&b, &v, sizeof(T));
   b = emu::ExchangeThen(b, &ButterflyRounds<kFirst, T, Op>);
