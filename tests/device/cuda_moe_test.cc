@@ -26,6 +26,7 @@ namespace {
 // among the views and scales UploadExperts takes: here, here_scales), and the ids of `pairs`
 // (token, slot) pairs.
 struct RoutedExperts {
+  static constexpr int32_t kMissing = 6;  // (another rank's)
   std::vector<std::vector<uint8_t>> bytes;
   std::vector<std::vector<float>> scales;
   std::vector<TensorView> views;
@@ -42,6 +43,13 @@ struct RoutedExperts {
       return {backend::DeviceExperts{}, nullptr};
     return {std::move(*w), static_cast<int32_t*>(*id)};
   }
+  // Whether the rows of y ([pairs, rows]) of the pairs routed to the missing expert are zeros.
+  bool MissingRowsAreZero(const std::vector<float>& y, int64_t rows) const {
+    for (size_t p = 0; p < ids.size(); ++p)
+      for (int64_t r = 0; ids[p] == kMissing && r < rows; ++r)
+        if (y[p * rows + r] != 0.f) return false;
+    return true;
+  }
 };
 RoutedExperts MakeRoutedExperts(DType t, int64_t E, int64_t rows, int64_t n, int64_t pairs,
                                 std::mt19937_64* rng) {
@@ -49,8 +57,9 @@ RoutedExperts MakeRoutedExperts(DType t, int64_t E, int64_t rows, int64_t n, int
   x.int8 = t == DType::kI8;
   RandomExperts(t, static_cast<int>(E), rows, n, rng, &x.bytes, &x.views, &x.scales);
   for (int64_t e = 0; e < E; ++e) {
-    x.here.push_back(e != 6 ? &x.views[e] : nullptr);
-    if (t == DType::kI8) x.here_scales.push_back(e != 6 ? x.scales[e].data() : nullptr);
+    x.here.push_back(e != RoutedExperts::kMissing ? &x.views[e] : nullptr);
+    if (t == DType::kI8)
+      x.here_scales.push_back(e != RoutedExperts::kMissing ? x.scales[e].data() : nullptr);
   }
   for (int64_t i = 0; i < pairs; ++i) x.ids.push_back(static_cast<int32_t>((i * 5 + 1) % E));
   return x;
@@ -177,7 +186,6 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
     for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
       const int64_t T = cs.T, rows = cs.rows, pairs = T * k;
       const RoutedExperts x = MakeRoutedExperts(type, E, rows, n, pairs, &rng_);
-      const std::vector<int32_t>& ids = x.ids;
       const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
       for (bool in_place : {false, true}) {
         const std::string tag = std::string(DTypeName(type)) + ", " + std::to_string(pairs) +
@@ -211,10 +219,7 @@ TEST_F(CudaTest, GatedExpertsInsideTheGemvEqualsItsKernel) {
           EXPECT_EQ(h_out[0], h_out[1]) << tag << ": h";
         }
         EXPECT_EQ(y_out[0], y_out[1]) << tag << ": y";
-        bool zeros = true;  // (the pairs of expert 6)
-        for (int64_t p = 0; p < pairs; ++p)
-          for (int64_t r = 0; ids[p] == 6 && r < rows; ++r) zeros &= y_out[0][p * rows + r] == 0.f;
-        EXPECT_TRUE(zeros) << tag;
+        EXPECT_TRUE(x.MissingRowsAreZero(y_out[0], rows)) << tag;
       }
     }
   }
@@ -246,7 +251,6 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
                               ", " + std::to_string(rows) + " rows" +
                               (cs.shared ? ", shared experts" : "");
       RoutedExperts x = MakeRoutedExperts(type, E, rows, n, pairs, &rng_);
-      const std::vector<int32_t>& ids = x.ids;
       const Uploaded sh = UploadRandom(cuda_.get(), host_.get(), type, rows, sn, &rng_, &x.bytes);
       const std::vector<float> g = Random(pairs * n, -4.f, 4.f), u = Random(pairs * n);
       const std::vector<float> sg = Random(T * sn, -4.f, 4.f), su = Random(T * sn);
@@ -287,10 +291,7 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
       EXPECT_GE(launches[1], 2) << tag;
       EXPECT_EQ(out[0], out[1]) << tag << ": out";
       EXPECT_EQ(ys[0], ys[1]) << tag << ": the routed rows";
-      bool zeros = true;  // (the pairs of expert 6)
-      for (int64_t p = 0; p < pairs; ++p)
-        for (int64_t r = 0; ids[p] == 6 && r < rows; ++r) zeros &= ys[0][p * rows + r] == 0.f;
-      EXPECT_TRUE(zeros) << tag;
+      EXPECT_TRUE(x.MissingRowsAreZero(ys[0], rows)) << tag;
       EXPECT_LE(device_test::RelativeDistance({out[2]}, {out[0]}), 1e-5) << tag << ": host";
     }
   }

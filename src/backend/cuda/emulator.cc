@@ -205,23 +205,22 @@ struct Runner {
   // On to the next ready thread of the block (the scheduler when there is none: the block is
   // done or stuck); returns when this thread runs again.
   void Yield() { Leave(&Current().ctx); }
+  // The thread whose turn comes after thread i's: the one above (below, reversed), cyclically.
+  int After(int i, bool down) const {
+    if (down) return (i == 0 ? n_threads : i) - 1;
+    return i + 1 == n_threads ? 0 : i + 1;
+  }
   void Leave(Context* from) {
-    const int me = static_cast<int>(&Current() - threads.data());
     const bool down = Reversed();
-    int i = me;
+    int i = static_cast<int>(&Current() - threads.data());
     for (int k = 1; k < n_threads; ++k) {
-      if (down) {
-        i = (i == 0 ? n_threads : i) - 1;
-      } else if (++i == n_threads) {
-        i = 0;
-      }
+      i = After(i, down);
       Thread& t = threads[i];
       if (t.state != State::kReady) continue;
       current_thread = &t.s;
       // The thread after t is the likely next: the frames it returns through, into the cache
       // while t runs (most of a switch is the wait for a stack last touched 255 threads ago).
-      const int after = down ? (i == 0 ? n_threads : i) - 1 : (i + 1 == n_threads ? 0 : i + 1);
-      Prefetch(threads[after].ctx);
+      Prefetch(threads[After(i, down)].ctx);
       SwitchTo(from, &t.ctx);
       return;
     }
@@ -286,12 +285,11 @@ struct Runner {
       NewContext(&t.ctx, stacks + i * kStackBytes + page,
                  kStackBytes - page - i * kStackSkew % kStackSkewSpan, &Runner::Entry);
     }
-    const int step = Reversed() ? n - 1 : 1;  // (mod n: one down)
-    int next = Reversed() ? n - 1 : 0;
+    const bool down = Reversed();
+    int next = down ? n - 1 : 0;
     while (live > 0) {
       int pick = -1;
-      for (int k = 0; k < n; ++k) {
-        const int i = (next + k * step) % n;
+      for (int k = 0, i = next; k < n; ++k, i = After(i, down)) {
         if (threads[i].state == State::kReady) {
           pick = i;
           break;
@@ -303,7 +301,7 @@ struct Runner {
             "a warp's shuffle or __syncwarp");
         break;
       }
-      next = (pick + step) % n;
+      next = After(pick, down);
       current_thread = &threads[pick].s;
       SwitchTo(&scheduler, &threads[pick].ctx);
       if (!error.empty()) break;
