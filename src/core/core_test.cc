@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "core/utf8.h"
 
 namespace peng {
 namespace {
@@ -76,6 +77,45 @@ TEST(ThreadPoolTest, ParallelForCoversRangeOnce) {
   }
 }
 
+// The encoder against the compiler's own UTF-8 (u8 literals), at every length's bounds.
+TEST(Utf8Test, EncodesAndDecodesAsTheCompilerDoes) {
+  const std::u32string cps = U"a\u007F\u0080\u00E9\u07FF\u0800\u4E2D\uD7FF\uE000\uFFFF"
+                             U"\U00010000\U0001F600\U0010FFFF";
+  const std::u8string want = u8"a\u007F\u0080\u00E9\u07FF\u0800\u4E2D\uD7FF\uE000\uFFFF"
+                             u8"\U00010000\U0001F600\U0010FFFF";
+  std::string got;
+  for (char32_t c : cps) AppendUtf8(c, &got);
+  EXPECT_EQ(got, std::string(want.begin(), want.end()));
+  EXPECT_EQ(DecodeUtf8(got), std::vector<uint32_t>(cps.begin(), cps.end()));
+  size_t len = 0;
+  EXPECT_EQ(DecodeUtf8At(std::string_view(got).substr(got.size() - 4), &len), 0x10FFFFu);
+  EXPECT_EQ(len, 4u);
+  for (size_t i = got.size() - 4; i < got.size(); ++i) {  // the lead byte, then continuations
+    EXPECT_EQ(Utf8SeqLen(static_cast<unsigned char>(got[i])), i == got.size() - 4 ? 4 : 1);
+  }
+}
+
+// Each byte that does not start a complete, shortest-form sequence of a scalar value is U+FFFD,
+// and decoding resumes at the next byte.
+TEST(Utf8Test, InvalidBytesAreReplacementCharacters) {
+  const uint32_t r = 0xFFFD;
+  const std::vector<std::pair<std::string, std::vector<uint32_t>>> cases = {
+      {"a\x80" "b", {'a', r, 'b'}},               // a stray continuation byte
+      {"\xC0\x80", {r, r}},                       // an overlong NUL
+      {"\xE0\x9F\xBF", {r, r, r}},                // an overlong U+07FF
+      {"\xED\xA0\x80", {r, r, r}},                // a surrogate (U+D800)
+      {"\xF4\x90\x80\x80", {r, r, r, r}},         // above U+10FFFF
+      {"\xF8\x88\x80\x80\x80", {r, r, r, r, r}},  // no five-byte forms
+      {"\xE4\xB8", {r, r}},                       // cut short
+      {"\xE4\xB8\xAD\xE4", {0x4E2D, r}},          // cut short at the end
+  };
+  for (const auto& [bytes, want] : cases) EXPECT_EQ(DecodeUtf8(bytes), want) << bytes;
+  bool incomplete = false;
+  EXPECT_EQ(ValidUtf8Prefix("\xE4\xB8", &incomplete), 0);
+  EXPECT_TRUE(incomplete);
+  EXPECT_EQ(ValidUtf8Prefix("\xE4\xB8\xAD", &incomplete), 3);
+  EXPECT_FALSE(incomplete);
+}
 
 // A file read into huge pages holds the file's bytes, exactly as the in-place mapping does; an
 // empty file and a missing one behave alike in both modes.

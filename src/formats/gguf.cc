@@ -14,7 +14,9 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "GGUF reader assumes little-endian");
 
+using formats_internal::GuardedParse;
 using formats_internal::Quote;
+using formats_internal::WithContext;
 using Type = GgufValue::Type;
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
@@ -228,21 +230,6 @@ Status ReadValue(Cursor& c, Type t, GgufValue* v) {
   PENG_RETURN_IF_ERROR(ReadInt(c, t, &i));
   v->value = i;
   return OkStatus();
-}
-
-Status WithContext(const Status& s, const std::string& context) {
-  return Status(s.code(), context + ": " + s.message());
-}
-
-// Parse() itself reports problems as Status values; this only keeps an allocation failure
-// (or any other exception from the standard library) from escaping the reader.
-template <typename ParseFn>
-Status GuardedParse(ParseFn parse) {
-  try {
-    return parse();
-  } catch (const std::exception& e) {
-    return ResourceExhausted(std::string("cannot parse: ") + e.what());
-  }
 }
 
 // A tensor info before the data section start is known.

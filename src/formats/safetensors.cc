@@ -16,25 +16,12 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "safetensors reader assumes little-endian");
 
+using formats_internal::GuardedParse;
 using formats_internal::Quote;
+using formats_internal::WithContext;
 using Json = nlohmann::json;
 
 constexpr uint64_t kInt64Max = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-
-Status WithContext(const Status& s, const std::string& context) {
-  return Status(s.code(), context + ": " + s.message());
-}
-
-// Parse() itself reports problems as Status values; this only keeps an allocation failure
-// (or any other exception from the standard library) from escaping the reader.
-template <typename ParseFn>
-Status GuardedParse(ParseFn parse) {
-  try {
-    return parse();
-  } catch (const std::exception& e) {
-    return ResourceExhausted(std::string("cannot parse: ") + e.what());
-  }
-}
 
 // Parses one {dtype, shape, data_offsets} entry; `data`/`data_size` is the data section.
 Status ParseTensor(const std::string& name, const Json& entry, const uint8_t* data,

@@ -107,7 +107,7 @@ std::string GbnfBuilder::Build(std::string_view root_rule) const {
 
 std::string GbnfBuilder::Quote(std::string_view text) {
   std::string out = "\"";
-  for (uint32_t c : internal::DecodeUtf8(text)) internal::AppendEscaped(&out, c);
+  for (uint32_t c : DecodeUtf8(text)) internal::AppendEscaped(&out, c);
   return out + "\"";
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/utf8.h"
 
 namespace peng::grammar::internal {
 
@@ -48,9 +49,6 @@ class CharSet {
 // quote and backslash escaped (and \[ \] \x2D \x5E in a class), \n \r \t, other non-printable or
 // non-ASCII characters as \xHH, \uHHHH or \UHHHHHHHH.
 void AppendEscaped(std::string* out, uint32_t c, bool in_class = false);
-
-// Decodes UTF-8; an invalid byte decodes to U+FFFD and consumes one byte.
-std::vector<uint32_t> DecodeUtf8(std::string_view text);
 
 // The GBNF alternatives for one character of JSON string content in `set`: unescaped where
 // JSON allows it, else (and additionally for '/') its JSON escape. "" when `set` is empty.

@@ -5,6 +5,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "core/utf8.h"
 #include "grammar/grammar_internal.h"
 
 namespace peng::grammar {
@@ -54,29 +55,6 @@ CpRanges Finish(const CpRanges& r, bool negate) {
   return out;
 }
 
-int Utf8Encode(uint32_t cp, uint8_t* out) {
-  if (cp < 0x80) {
-    out[0] = uint8_t(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = uint8_t(0xC0 | (cp >> 6));
-    out[1] = uint8_t(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = uint8_t(0xE0 | (cp >> 12));
-    out[1] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = uint8_t(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = uint8_t(0xF0 | (cp >> 18));
-  out[1] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = uint8_t(0x80 | (cp & 0x3F));
-  return 4;
-}
-
 using ByteSeq = std::vector<std::pair<uint8_t, uint8_t>>;
 
 // Splits [lo, hi] (no surrogates) into byte-range sequences whose concatenated products are
@@ -94,8 +72,8 @@ void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<ByteSeq>* out) {
     return;
   }
   uint8_t a[4], z[4];
-  int n = Utf8Encode(lo, a);
-  Utf8Encode(hi, z);
+  int n = EncodeUtf8(lo, a);
+  EncodeUtf8(hi, z);
   for (int i = 1; i < n; ++i) {
     uint32_t m = (1u << (6 * i)) - 1;
     if ((lo & ~m) != (hi & ~m)) {
@@ -388,7 +366,7 @@ Status Parser::ParseSequence(int32_t rule, int depth, std::vector<Elem>* seq) {
         uint32_t cp;
         PENG_RETURN_IF_ERROR(ParseChar(&cp));
         uint8_t buf[4];
-        int n = Utf8Encode(cp, buf);
+        int n = EncodeUtf8(cp, buf);
         for (int i = 0; i < n; ++i) lit.push_back(SingleByte(buf[i]));
       }
       ++p_;

@@ -6,6 +6,8 @@
 
 #include <random>
 
+#include "core/utf8.h"
+
 namespace peng::grammar {
 namespace {
 
@@ -22,23 +24,9 @@ std::string ParseError(std::string_view text) {
   return g.status().message();
 }
 
-std::string Utf8(uint32_t cp) {
+std::string Utf8(uint32_t cp) {  // (core_test checks the encoder against the compiler's)
   std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
+  AppendUtf8(cp, &s);
   return s;
 }
 

@@ -645,7 +645,7 @@ class SchemaConverter {
     std::vector<TrieNode> trie(1);
     for (const auto& name : names) {
       int at = 0;
-      for (uint32_t c : internal::DecodeUtf8(name)) {
+      for (uint32_t c : DecodeUtf8(name)) {
         auto it = trie[at].kids.find(c);
         if (it == trie[at].kids.end()) {
           trie.push_back({});

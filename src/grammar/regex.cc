@@ -120,33 +120,6 @@ std::string CharSet::ToGbnf() const {
   return s + "]";
 }
 
-std::vector<uint32_t> DecodeUtf8(std::string_view text) {
-  std::vector<uint32_t> out;
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char b = p[i];
-    int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    uint32_t c = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    bool ok = len > 0 && i + len <= n;
-    for (int k = 1; ok && k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) ok = false;
-      c = (c << 6) | (p[i + k] & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (ok && (c < kMin[len] || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF))) ok = false;
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-    } else {
-      out.push_back(c);
-      i += len;
-    }
-  }
-  return out;
-}
-
 namespace {
 
 const char* ShortJsonEscape(uint32_t c) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <optional>
 
+#include "core/utf8.h"
+
 namespace peng::tmpl {
 namespace {
 
@@ -20,9 +22,7 @@ Status BudgetError(const char* what) {
 
 // Bytes of the UTF-8 character at s[i] (1 for stray bytes), clipped to the string.
 size_t CharLen(const std::string& s, size_t i) {
-  const unsigned char c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-  return std::min(n, s.size() - i);
+  return std::min<size_t>(Utf8SeqLen(static_cast<unsigned char>(s[i])), s.size() - i);
 }
 
 std::string Strip(const std::string& s, const Value* chars, bool left, bool right) {
@@ -183,32 +183,6 @@ StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallAr
   return Value::List(std::move(out));
 }
 
-uint32_t DecodeUtf8(std::string_view c) {
-  const unsigned char b0 = static_cast<unsigned char>(c[0]);
-  if (c.size() == 1) return b0;
-  uint32_t cp = c.size() == 2 ? (b0 & 0x1F) : c.size() == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-  for (size_t i = 1; i < c.size(); ++i) cp = (cp << 6) | (static_cast<unsigned char>(c[i]) & 0x3F);
-  return cp;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // Returns the code point's case partner in the direction asked, or cp itself. *is_letter
 // reports whether cp is a cased letter we know.
 uint32_t MapCodePoint(uint32_t cp, bool upper, bool* is_letter) {
@@ -245,10 +219,10 @@ std::string MapCase(const std::string& s, CaseMode mode) {
   WorkBudget::Charge(static_cast<int64_t>(s.size()));
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {  // no allocation per character: strings can be long
-    const size_t n = CharLen(s, i);
+    size_t n = 0;
+    const uint32_t cp = DecodeUtf8At(std::string_view(s).substr(i), &n);  // U+FFFD: a stray byte
     const std::string_view c = std::string_view(s).substr(i, n);
     i += n;
-    const uint32_t cp = DecodeUtf8(c);
     bool upper = mode == CaseMode::kUpper;
     if (mode == CaseMode::kTitle) upper = word_start;
     if (mode == CaseMode::kCapitalize) upper = first;

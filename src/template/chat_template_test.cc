@@ -140,6 +140,8 @@ TEST(ExpressionTest, FiltersTestsAndMethods) {
                    R"({"m": [{"role": "user", "c": "1"}, {"role": "bot", "c": "2"}, {"role": "user", "c": "3"}]})"),
             "1,3 1");
   EXPECT_EQ(Render("{{ x | default('d') }} {{ '' | default('e', true) }} {{ none | default('n') }}"), "d e None");
+  // A byte that is not UTF-8 stays as it is (it is not Latin-1 'ÿ' or 'Ã' to case-map).
+  EXPECT_EQ(Render("{{ 'a\xFF' | upper }}|{{ 'B\xC3' | lower }}"), "A\xFF|b\xC3");
 }
 
 TEST(StatementTest, LoopsScopesAndNamespaces) {
@@ -170,6 +172,8 @@ TEST(ErrorTest, SyntaxErrorsCarryLineAndColumn) {
   EXPECT_EQ(RenderError("{% for x in y %}no end").message(),
             "syntax error at 1:23: unexpected end of template, expected '{% else %}'");
   EXPECT_EQ(RenderError("ok\n  {{ 'open").message(), "syntax error at 2:6: unterminated string");
+  EXPECT_EQ(RenderError("{{ '\\U00110000' }}").message(),
+            "syntax error at 1:5: escape beyond U+10FFFF");
   EXPECT_EQ(RenderError("{% frobnicate %}").message(), "syntax error at 1:4: unknown statement 'frobnicate'");
   EXPECT_EQ(RenderError("{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}").code(),
             StatusCode::kInvalidArgument);

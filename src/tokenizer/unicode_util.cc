@@ -28,56 +28,6 @@ const ByteTables& Tables() {
 
 }  // namespace
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-int ValidUtf8Prefix(std::string_view s, bool* incomplete) {
-  *incomplete = false;
-  if (s.empty()) return 0;
-  const auto c0 = static_cast<unsigned char>(s[0]);
-  if (c0 < 0x80) return 1;
-  int len;
-  uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c0 >= 0xC2 && c0 <= 0xDF) {
-    len = 2;
-  } else if (c0 >= 0xE0 && c0 <= 0xEF) {
-    len = 3;
-    if (c0 == 0xE0) lo = 0xA0;
-    if (c0 == 0xED) hi = 0x9F;  // no surrogates
-  } else if (c0 >= 0xF0 && c0 <= 0xF4) {
-    len = 4;
-    if (c0 == 0xF0) lo = 0x90;
-    if (c0 == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  for (int i = 1; i < len; ++i) {
-    if (i >= static_cast<int>(s.size())) {
-      *incomplete = true;
-      return 0;
-    }
-    const auto c = static_cast<unsigned char>(s[i]);
-    const uint32_t l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-    if (c < l || c > h) return 0;
-  }
-  return len;
-}
-
 const std::string& ByteToUnicode(uint8_t b) { return Tables().byte_to_utf8[b]; }
 
 std::string ByteLevelEncode(std::string_view raw) {
