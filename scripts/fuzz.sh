@@ -6,11 +6,12 @@
 # Usage: scripts/fuzz.sh [seconds per target, default 30] [target ...]
 # Configures a clang build in build-fuzz (override with PENG_FUZZ_BUILD), builds the targets,
 # seeds each from its committed corpus fuzz/corpus/<target>/ (gguf and safetensors also get a
-# few generated files), runs the targets one after another for the given time each and exits
-# non-zero if any target found a crash, leak, hang, out-of-memory or sanitizer report. The
-# seeds are copied to build-fuzz/fuzz-seeds/ and new inputs go to build-fuzz/fuzz-corpus/;
-# nothing under fuzz/ is written. Reproducers are left in build-fuzz/fuzz-artifacts/ and their
-# paths printed; replay one with build-fuzz/fuzz/<target>_fuzz <file>.
+# few generated files), runs the targets for the given time each (as many side by side as there
+# are cores, or PENG_FUZZ_JOBS) and exits non-zero if any target found a crash, leak, hang,
+# out-of-memory or sanitizer report. The seeds are copied to build-fuzz/fuzz-seeds/ and new
+# inputs go to build-fuzz/fuzz-corpus/; nothing under fuzz/ is written. Reproducers are left in
+# build-fuzz/fuzz-artifacts/ and their paths printed; replay one with
+# build-fuzz/fuzz/<target>_fuzz <file>.
 set -euo pipefail
 
 secs="${1:-30}"
@@ -113,24 +114,42 @@ declare -A max_len=([gguf]=4096 [safetensors]=4096 [request]=65545 [jinja]=16384
 declare -A timeout=([gguf]=10 [safetensors]=10 [request]=30 [jinja]=30 [tokenizer]=10 [grammar]=10)
 declare -A rss=([gguf]=2048 [safetensors]=2048 [request]=2048 [jinja]=2560 [tokenizer]=2048 [grammar]=2048)
 
-status=0
-run() {
+# A target is one process on one core: $PENG_FUZZ_JOBS (default: the cores) run side by side.
+run() {  # run NAME: fuzzes one target, then prints its report; returns 1 on a finding
   local name="$1"
   local dict="$root/fuzz/dict/$name.dict"
-  echo "== $name: ${secs}s"
   local args=(-max_total_time="$secs" -max_len="${max_len[$name]}" -timeout="${timeout[$name]}"
               -rss_limit_mb="${rss[$name]}" -print_final_stats=1
               -artifact_prefix="$build/fuzz-artifacts/${name}-")
   [[ -f "$dict" ]] && args+=(-dict="$dict")
-  if ! "$build/fuzz/${name}_fuzz" "${args[@]}" "$build/fuzz-corpus/$name" "$seeds/$name" \
-      >"$build/fuzz-$name.log" 2>&1; then
-    echo "!! $name: finding; see $build/fuzz-$name.log"
-    tail -n 40 "$build/fuzz-$name.log"
-    grep -ho "Test unit written to .*" "$build/fuzz-$name.log" | sed 's/^/!! reproducer: /' || true
-    status=1
+  local rc=0 report="== $name: ${secs}s"
+  "$build/fuzz/${name}_fuzz" "${args[@]}" "$build/fuzz-corpus/$name" "$seeds/$name" \
+    >"$build/fuzz-$name.log" 2>&1 || rc=1
+  if [[ $rc -ne 0 ]]; then
+    report+=$'\n'"!! $name: finding; see $build/fuzz-$name.log"$'\n'
+    report+=$(tail -n 40 "$build/fuzz-$name.log"
+              grep -ho "Test unit written to .*" "$build/fuzz-$name.log" |
+                sed 's/^/!! reproducer: /' || true)
   else
-    grep -E "stat::number_of_executed_units|Done [0-9]+ runs" "$build/fuzz-$name.log" || true
+    report+=$'\n'$(grep -E "stat::number_of_executed_units|Done [0-9]+ runs" \
+                      "$build/fuzz-$name.log" || true)
   fi
+  printf '%s\n' "$report"  # the whole report at once: targets run side by side
+  return "$rc"
 }
-for t in "${targets[@]}"; do run "$t"; done
+parallel="${PENG_FUZZ_JOBS:-$(nproc)}"
+status=0
+running=0
+for t in "${targets[@]}"; do
+  if (( running >= parallel )); then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  run "$t" &
+  running=$((running + 1))
+done
+while (( running > 0 )); do
+  wait -n || status=1
+  running=$((running - 1))
+done
 exit "$status"
