@@ -30,36 +30,16 @@ the usual 1,024).
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import resource
-import socket
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from urllib.parse import urlparse
 
 import aiohttp
 
-
-def die(msg):
-    print(f"conn_stress.py: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check_loopback(url):
-    u = urlparse(url)
-    if u.scheme != "http" or not u.hostname:
-        die(f"--url must be http://HOST:PORT, got {url!r}")
-    try:
-        infos = socket.getaddrinfo(u.hostname, u.port or 80, proto=socket.IPPROTO_TCP)
-    except OSError as e:
-        die(f"cannot resolve {u.hostname}: {e}")
-    for info in infos:
-        if not ipaddress.ip_address(info[4][0]).is_loopback:
-            die(f"{url} resolves to {info[4][0]}: this script only talks to loopback")
-    return u.hostname, u.port or 80
+from loopback import check_loopback, die
 
 
 def raise_nofile(need):

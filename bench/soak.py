@@ -34,16 +34,15 @@ each with a timeout, and --max-duration for the whole run.
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import random
-import socket
 import sys
 import time
 from collections import Counter, defaultdict
-from urllib.parse import urlparse
 
 import aiohttp
+
+from loopback import check_loopback, die
 
 WORDS = ("the of and to in is was for on are with as by at from that this it be or an "
          "have not had but what all were when we there can more if no out so said one "
@@ -63,25 +62,6 @@ DEFAULT_WEIGHTS = {
     "bad_json": 3, "bad_type": 4, "bad_range": 4, "bad_model": 3, "bad_too_long": 3,
     "bad_oversize": 0.5, "bad_nesting": 2, "bad_missing": 3,
 }
-
-
-def die(msg):
-    print(f"soak.py: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def check_loopback(url):
-    u = urlparse(url)
-    if u.scheme != "http" or not u.hostname:
-        die(f"--url must be http://HOST:PORT, got {url!r}")
-    try:
-        infos = socket.getaddrinfo(u.hostname, u.port or 80, proto=socket.IPPROTO_TCP)
-    except OSError as e:
-        die(f"cannot resolve {u.hostname}: {e}")
-    for info in infos:
-        if not ipaddress.ip_address(info[4][0]).is_loopback:
-            die(f"{url} resolves to {info[4][0]}: this script only talks to loopback")
-    return u.hostname, u.port or 80
 
 
 class Stats:
