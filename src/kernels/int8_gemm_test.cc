@@ -210,7 +210,9 @@ TEST(Int8GemmTest, PackedWeightsGiveTheRowMajorResults) {
       }
     }
   }
-  if (IsaSupported(Isa::kAvx512)) EXPECT_TRUE(packed_any);
+  if (IsaSupported(Isa::kAvx512)) {
+    EXPECT_TRUE(packed_any);
+  }
 }
 
 // Extremes: pair sums at the int16 saturation edge of vpmaddubsw (+-127 * +-127 twice) and

@@ -98,16 +98,16 @@ class FakeEngine : public Engine {
         o.prompt_tokens = static_cast<int64_t>(r.prompt.size());
         o.completion_tokens = abort ? t - 1 : t;
         if (abort) {
-          o.finish_reason = "abort";
+          o.finish_reason.emplace("abort");  // (emplace: `=` trips a GCC 12 -O1 warning)
         } else if (fail_after > 0 && t > fail_after) {
-          o.finish_reason = "error";
+          o.finish_reason.emplace("error");
           o.error = "injected failure";
           o.completion_tokens = t - 1;
         } else {
           o.token_ids = {7};
           o.text.push_back('x');  // (= "x" trips a GCC 12 -Wrestrict false positive)
           if (r.params.want_logprobs) o.logprobs = {TokenLogprob{7, -0.25f, {{7, -0.25f}}, ""}};
-          if (t == r.params.max_tokens) o.finish_reason = "length";
+          if (t == r.params.max_tokens) o.finish_reason.emplace("length");
         }
         stream->Push(std::move(o));
       }
