@@ -41,13 +41,6 @@ step deps bash scripts/install_deps.sh || summary
 step build bash scripts/build.sh -DPENG_BUILD_TESTS=ON || summary
 step models bash scripts/fetch_models.sh || summary
 
-# ctest starts the tests it knows to be long first, from the costs it recorded in the build
-# directory; a fresh build has none and would start the longest (the CUDA emulator's graph
-# tests, the golden tests, the serial MPI runs) last, so it gets the committed ones.
-costs="${BUILD_DIR:-build}/Testing/Temporary/CTestCostData.txt"
-if [[ ! -f $costs ]]; then
-  mkdir -p "$(dirname "$costs")" && cp tests/ctest_costs.txt "$costs"
-fi
 step ctest ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2
 step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_test.sh
 step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \

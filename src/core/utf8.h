@@ -11,6 +11,8 @@
 
 namespace peng {
 
+inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+
 // Length of the UTF-8 sequence that starts with lead byte `c` (1 for invalid lead bytes and
 // continuation bytes, so that a scanner always makes progress). Not a validation.
 inline int Utf8SeqLen(unsigned char c) {
@@ -33,7 +35,7 @@ uint32_t DecodeUtf8At(std::string_view s, size_t* len);
 // Every code point of `text`, each invalid byte as U+FFFD (DecodeUtf8At over the whole text).
 std::vector<uint32_t> DecodeUtf8(std::string_view text);
 
-// Writes the 1-4 bytes of code point `cp` (at most U+10FFFF) to `out`; returns how many.
+// Writes the 1-4 bytes of code point `cp` (at most kMaxCodePoint) to `out`; returns how many.
 int EncodeUtf8(uint32_t cp, uint8_t out[4]);
 void AppendUtf8(uint32_t cp, std::string* out);
 

@@ -22,8 +22,6 @@ inline constexpr int kMaxIntegerDigits = 16;
 inline constexpr int kMaxFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 3;
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-
 // A set of code points as sorted, disjoint, non-adjacent closed ranges.
 class CharSet {
  public:

@@ -44,7 +44,7 @@ CpRanges Finish(const CpRanges& r, bool negate) {
       if (lo > next) comp.push_back({next, lo - 1});
       next = hi + 1;
     }
-    if (next <= 0x10FFFF) comp.push_back({next, 0x10FFFF});
+    if (next <= kMaxCodePoint) comp.push_back({next, kMaxCodePoint});
     set = comp;
   }
   CpRanges out;
@@ -255,27 +255,18 @@ Status Parser::ParseChar(uint32_t* cp) {
       v = v * 16 + uint32_t(d);
       ++p_;
     }
-    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
+    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) {
       return Error(at, "escape is not a Unicode scalar value");
     }
     *cp = v;
     return OkStatus();
   }
   // One UTF-8 encoded code point.
-  int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || p_ + n > t_.size()) return Error(at, "invalid UTF-8");
-  uint32_t v = n == 1 ? c : c & (0x7F >> n);
-  for (int i = 1; i < n; ++i) {
-    auto d = uint8_t(t_[p_ + i]);
-    if ((d & 0xC0) != 0x80) return Error(at, "invalid UTF-8");
-    v = (v << 6) | (d & 0x3F);
-  }
-  static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (v < kMin[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) {
-    return Error(at, "invalid UTF-8");
-  }
+  bool incomplete = false;
+  if (ValidUtf8Prefix(t_.substr(p_), &incomplete) == 0) return Error(at, "invalid UTF-8");
+  size_t n = 0;
+  *cp = DecodeUtf8At(t_.substr(p_), &n);
   p_ += n;
-  *cp = v;
   return OkStatus();
 }
 

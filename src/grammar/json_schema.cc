@@ -659,7 +659,7 @@ class SchemaConverter {
     std::vector<std::string> rule(trie.size());
     for (size_t i = 0; i < trie.size(); ++i) rule[i] = b_->UniqueName(hint + "-key");
     const internal::CharSet raw = [] {
-      internal::CharSet r = internal::CharSet::Range(0x20, internal::kMaxCodePoint);
+      internal::CharSet r = internal::CharSet::Range(0x20, kMaxCodePoint);
       r = r.Minus(internal::CharSet::Range(0xD800, 0xDFFF));
       return r.Minus(internal::CharSet::Of('"')).Minus(internal::CharSet::Of('\\'));
     }();

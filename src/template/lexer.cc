@@ -277,7 +277,7 @@ class Lexer {
                                                      ? h - '0'
                                                      : std::tolower(h) - 'a' + 10);
           }
-          if (cp > 0x10FFFF) return Error(pos - 2, "escape beyond U+10FFFF");
+          if (cp > kMaxCodePoint) return Error(pos - 2, "escape beyond U+10FFFF");
           AppendUtf8(cp, &value);
           pos += n;
           break;

@@ -66,6 +66,17 @@ TEST(PreTokenizerTest, InvalidUtf8IsKept) {
   EXPECT_EQ(Split({kGpt2Regex}, "ab\xFF" "cd"), (Pieces{"ab", "\xFF", "cd"}));
 }
 
+// The byte-level alphabet both ways: every byte round-trips; text outside the alphabet and a
+// stray byte that is not UTF-8 are copied as they are.
+TEST(ByteLevelTest, DecodeMapsLettersAndKeepsTheRest) {
+  std::string bytes;
+  for (int b = 0; b < 256; ++b) bytes.push_back(static_cast<char>(b));
+  EXPECT_EQ(ByteLevelDecode(ByteLevelEncode(bytes)), bytes);
+  EXPECT_EQ(ByteLevelDecode("\xC4\xA0" "a"), " a");  // Ġ is the space's letter
+  EXPECT_EQ(ByteLevelDecode("\xE4\xBD\xA0"), "\xE4\xBD\xA0");  // 你: no letter, kept
+  EXPECT_EQ(ByteLevelDecode("\xC4" "A"), "\xC4" "A");  // not U+0101 (byte 1's letter)
+}
+
 // Byte-level BPE over the alphabet {a, b, c, space(Ġ)}.
 VocabSpec TinyBpeSpec() {
   VocabSpec spec;

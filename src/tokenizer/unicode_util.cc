@@ -42,22 +42,13 @@ std::string ByteLevelDecode(std::string_view text) {
   const ByteTables& t = Tables();
   std::string out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const int n = std::min<int>(Utf8SeqLen(c), static_cast<int>(text.size() - i));
-    uint32_t cp = 0xFFFFFFFF;
-    if (n == 1 && c < 0x80) {
-      cp = c;
-    } else if (n == 2) {
-      cp = ((c & 0x1F) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3F);
-    }
+  for (size_t i = 0, n = 0; i < text.size(); i += n) {
+    const uint32_t cp = DecodeUtf8At(text.substr(i), &n);  // U+FFFD (not a letter): a stray byte
     if (cp < t.cp_to_byte.size() && t.cp_to_byte[cp] >= 0) {
       out.push_back(static_cast<char>(t.cp_to_byte[cp]));
     } else {
       out.append(text.substr(i, n));
     }
-    i += n;
   }
   return out;
 }

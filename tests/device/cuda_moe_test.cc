@@ -43,12 +43,17 @@ struct RoutedExperts {
       return {backend::DeviceExperts{}, nullptr};
     return {std::move(*w), static_cast<int32_t*>(*id)};
   }
-  // Whether the rows of y ([pairs, rows]) of the pairs routed to the missing expert are zeros.
+  // Whether some pair is routed to the missing expert and all its rows of y ([pairs, rows]) are
+  // zeros.
   bool MissingRowsAreZero(const std::vector<float>& y, int64_t rows) const {
-    for (size_t p = 0; p < ids.size(); ++p)
-      for (int64_t r = 0; ids[p] == kMissing && r < rows; ++r)
-        if (y[p * rows + r] != 0.f) return false;
-    return true;
+    bool any = false;
+    for (size_t p = 0; p < ids.size(); ++p) {
+      if (ids[p] != kMissing) continue;
+      any = true;
+      const float* row = y.data() + p * rows;
+      if (std::any_of(row, row + rows, [](float v) { return v != 0.f; })) return false;
+    }
+    return any;
   }
 };
 RoutedExperts MakeRoutedExperts(DType t, int64_t E, int64_t rows, int64_t n, int64_t pairs,
