@@ -1,10 +1,12 @@
 // The CUDA emulator itself (src/backend/cuda/emulator.h): that it runs kernels as CUDA would
-// -- every thread, barriers, shuffles (and WarpButterfly's one exchange), graph capture -- and that it reports the misuses it is
-// there to find instead of passing them: a shuffle after lanes have returned, a deadlock
-// between __syncthreads and a warp's barrier, launches beyond the hardware's limits,
-// allocations and host copies inside a captured graph.
+// -- every thread, barriers, shuffles (and WarpButterfly's one exchange), graph capture -- and
+// that it reports the misuses it is there to find instead of passing them: a shuffle after
+// lanes have returned, a deadlock between __syncthreads and a warp's barrier, launches beyond
+// the hardware's limits, vector loads not aligned to their size, allocations and host copies
+// inside a captured graph.
 #define PENG_CUDA_EMULATOR 1
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/weight_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -215,6 +217,20 @@ TEST(CudaEmulator, RacesGiveDifferentResultsInTheTwoOrders) {
   cudaFree(seen);
 }
 
+// Thread 0 reads 16 bytes at `offset` bytes past x -- a float4 (LoadVector), or four words of
+// the weight layout (layout::Load16) -- and stores their first 4.
+__global__ void VectorLoadKernel(const float* x, int offset, bool layout_load, float* out) {
+  if (threadIdx.x != 0) return;
+  const auto* b = reinterpret_cast<const uint8_t*>(x) + offset;
+  if (layout_load) {
+    uint32_t w[4];
+    layout::Load16(b, w);
+    std::memcpy(out, w, 4);
+  } else {
+    out[0] = LoadVector<float4>(b).x;
+  }
+}
+
 TEST(CudaEmulator, FindsMisuse) {
   float* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 1024 * 4), cudaSuccess);
@@ -229,6 +245,21 @@ TEST(CudaEmulator, FindsMisuse) {
   Launch(AddKernel, dim3(1, 65536), 32, nullptr, d, 1.f);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration) << "grid.y 65536";
   EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error is read once";
+  for (bool layout_load : {false, true}) {
+    Launch(VectorLoadKernel, 1, 32, nullptr, d, 16, layout_load, d + 512);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "16 bytes at 16, " << layout_load;
+    for (int offset : {4, 8}) {
+      Launch(VectorLoadKernel, 1, 32, nullptr, d, offset, layout_load, d + 512);
+      EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure)
+          << "16 bytes at " << offset << ", " << layout_load;
+    }
+  }
+  // (Host code reading the weight layout is not checked.)
+  const uint32_t words[8] = {1, 2, 3, 4, 5};
+  uint32_t w[4];
+  layout::Load16(reinterpret_cast<const uint8_t*>(words) + 4, w);
+  EXPECT_EQ(w[0], 2u);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   // The emulator goes on after a finding.
   Launch(AddKernel, 1, 32, nullptr, d, 1.f);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

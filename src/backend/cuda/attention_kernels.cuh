@@ -166,7 +166,7 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool
   if (wide) {
     if constexpr (sizeof(KV) == 2) {
       for (; i + 8 <= n; i += 8) {
-        const uint4 u = *reinterpret_cast<const uint4*>(k + i);
+        const uint4 u = LoadVector<uint4>(k + i);
         const __half2* h = reinterpret_cast<const __half2*>(&u);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -176,7 +176,7 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool
       }
     } else {
       for (; i + 4 <= n; i += 4) {
-        const float4 f = *reinterpret_cast<const float4*>(k + i);
+        const float4 f = LoadVector<float4>(k + i);
         s += q[i] * f.x + q[i + 1] * f.y + q[i + 2] * f.z + q[i + 3] * f.w;
       }
     }

@@ -185,7 +185,7 @@ class CudaDevice final : public Device {
     if (!buf.ok()) return 0;
     Fill(*buf, 0, bytes + 256);
     const double s = FastestOf3([&] {
-      Launch(ReadKernel, sm_count_ * 8, 512, launch_, static_cast<const float4*>(*buf),
+      Launch(ReadKernel, sm_count_ * 8, kReadThreads, launch_, static_cast<const float4*>(*buf),
              bytes / 16, static_cast<float*>(*buf) + bytes / 4);
     });
     Free(*buf);

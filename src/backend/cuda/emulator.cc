@@ -16,8 +16,25 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/weight_layout.h"
+
 #if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
+
+// Under AddressSanitizer (the emulator's sanitizer build, docs/devices.md) the switches tell it
+// which stack runs, so that its checks of the kernels' device memory see no false stack reports.
+#if defined(__SANITIZE_ADDRESS__)
+#define PENG_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PENG_EMU_ASAN 1
+#endif
+#endif
+#if defined(PENG_EMU_ASAN)
+#include <pthread.h>
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
 #endif
 
 namespace peng::backend::cuda {
@@ -108,8 +125,10 @@ peng_emu_switch:
 )");
 struct Context {
   void* sp = nullptr;
+  const void* bottom = nullptr;  // the stack's lowest address and size (for AddressSanitizer)
+  size_t size = 0;
 };
-void SwitchTo(Context* from, Context* to) { peng_emu_switch(&from->sp, to->sp); }
+void Switch(Context* from, Context* to) { peng_emu_switch(&from->sp, to->sp); }
 // The top of c's saved stack: the frames it returns through when switched to.
 void Prefetch(const Context& c) {
   const char* sp = static_cast<const char*>(c.sp);
@@ -124,14 +143,20 @@ void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
   p[1] = nullptr;
   for (int i = 1; i <= 6; ++i) p[-i] = nullptr;
   c->sp = p - 6;
+  c->bottom = stack;
+  c->size = size;
 }
 #else
 struct Context {
   ucontext_t uc;
+  const void* bottom = nullptr;
+  size_t size = 0;
 };
-void SwitchTo(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
+void Switch(Context* from, Context* to) { swapcontext(&from->uc, &to->uc); }
 void Prefetch(const Context&) {}
 void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
+  c->bottom = stack;
+  c->size = size;
   getcontext(&c->uc);
   c->uc.uc_stack.ss_sp = stack;
   c->uc.uc_stack.ss_size = size;
@@ -139,6 +164,51 @@ void NewContext(Context* c, char* stack, size_t size, void (*entry)()) {
   makecontext(&c->uc, entry, 0);
 }
 #endif
+
+#if defined(PENG_EMU_ASAN)
+// The OS thread's own stack (the scheduler's context), as AddressSanitizer is to know it.
+void ThreadStack(Context* c) {
+  pthread_attr_t a;
+  void* bottom = nullptr;
+  size_t size = 0;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    pthread_attr_getstack(&a, &bottom, &size);
+    pthread_attr_destroy(&a);
+  }
+  c->bottom = bottom;
+  c->size = size;
+}
+// Called on the new stack right after a switch to it (a coroutine's first instruction too).
+void SwitchedIn(void* fake_stack) {
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+}
+// A coroutine's stack once it is done (or abandoned): its last frames never returned, and their
+// redzones would poison the next block's frames at the same addresses.
+void Unwound(const Context& c) {
+#if defined(__x86_64__)
+  const char* lo = static_cast<const char*>(c.sp);  // (below it, every frame returned)
+#else
+  const char* lo = static_cast<const char*>(c.bottom);
+#endif
+  ASAN_UNPOISON_MEMORY_REGION(lo, static_cast<const char*>(c.bottom) + c.size - lo);
+}
+#else
+void ThreadStack(Context*) {}
+void SwitchedIn(void*) {}
+void Unwound(const Context&) {}
+#endif
+// On to `to`'s stack; returns when `from` is switched to again (never, where `last`: the
+// coroutine has ended).
+void SwitchTo(Context* from, Context* to, bool last = false) {
+  void* fake_stack = nullptr;
+#if defined(PENG_EMU_ASAN)
+  __sanitizer_start_switch_fiber(last ? nullptr : &fake_stack, to->bottom, to->size);
+#else
+  (void)last;
+#endif
+  Switch(from, to);
+  SwitchedIn(fake_stack);
+}
 
 enum class State { kReady, kWaitWarp, kWaitBlock, kDone };
 
@@ -194,6 +264,7 @@ struct Runner {
       std::abort();
     }
     stacks = static_cast<char*>(m);
+    ThreadStack(&scheduler);
     for (int i = 0; i < kMaxThreads; ++i)  // a guard page under every stack
       mprotect(stacks + i * kStackBytes, page, PROT_NONE);
     threads.resize(kMaxThreads);
@@ -210,7 +281,7 @@ struct Runner {
     if (down) return (i == 0 ? n_threads : i) - 1;
     return i + 1 == n_threads ? 0 : i + 1;
   }
-  void Leave(Context* from) {
+  void Leave(Context* from, bool last = false) {
     const bool down = Reversed();
     int i = static_cast<int>(&Current() - threads.data());
     for (int k = 1; k < n_threads; ++k) {
@@ -221,10 +292,10 @@ struct Runner {
       // The thread after t is the likely next: the frames it returns through, into the cache
       // while t runs (most of a switch is the wait for a stack last touched 255 threads ago).
       Prefetch(threads[After(i, down)].ctx);
-      SwitchTo(from, &t.ctx);
+      SwitchTo(from, &t.ctx, last);
       return;
     }
-    SwitchTo(from, &scheduler);
+    SwitchTo(from, &scheduler, last);
   }
 
   // Every thread of the warp (warp >= 0) or of the block waiting at that barrier goes on.
@@ -307,6 +378,7 @@ struct Runner {
       if (!error.empty()) break;
     }
     current_thread = nullptr;
+    for (int i = 0; i < n; ++i) Unwound(threads[i].ctx);
     return error.empty();
   }
 
@@ -329,7 +401,7 @@ struct Runner {
       arrived = 0;
       Release(State::kWaitBlock, -1);
     }
-    Leave(&t.ctx);  // never comes back
+    Leave(&t.ctx, /*last=*/true);  // never comes back
   }
 };
 
@@ -342,6 +414,7 @@ thread_local Runner* runner = nullptr;
 inline Runner& TheRunner() { return runner ? *runner : NewRunner(); }
 
 void Runner::Entry() {
+  SwitchedIn(nullptr);
   Runner& r = *runner;
   (*r.body)();
   r.Exit();
@@ -434,6 +507,19 @@ void GridWait() { TheRunner().Current().s.waited = true; }
 void SetReversedOrder(bool reversed) { reversed_order.store(reversed); }
 
 uint64_t KernelsRun() { return kernels_run.load(std::memory_order_relaxed); }
+
+void Misaligned(const void* p, int bytes) {
+  if (!runner || !current_thread) return;  // (host code reading the same layout)
+  char where[32];
+  std::snprintf(where, sizeof where, "%p", p);
+  runner->Finding("a load of " + std::to_string(bytes) + " bytes at " + where +
+                  ", not aligned to its size (a GPU faults: misaligned address), by thread " +
+                  std::to_string(runner->Current().s.idx.x));
+}
+namespace {
+// The weight layout's loads (weight_layout.h) are checked the same way.
+const bool layout_checked = (layout::misaligned_load_hook = &Misaligned, true);
+}  // namespace
 
 }  // namespace emu
 

@@ -7,10 +7,12 @@
 // What it checks: the kernels' index arithmetic (lanes, warps, blocks, row splits, token
 // tiles), launch configurations against the hardware's limits, barrier and shuffle usage (every
 // lane of a warp at a full-mask shuffle, no lane leaving while its warp waits, no deadlock
-// between __syncthreads and a warp's barrier), allocations during graph capture, and what a
-// replayed graph reads (the arguments as captured), and races between blocks or between
-// threads outside barriers where the two orders it runs in (SetReversedOrder) give different
-// results. What it does not: timing, memory coalescing, races that give the same result in both
+// between __syncthreads and a warp's barrier), vector loads aligned to their size (LoadVector,
+// the weight layout's loads), allocations during graph capture, and what a replayed graph reads
+// (the arguments as captured), and races between blocks or between threads outside barriers
+// where the two orders it runs in (SetReversedOrder) give different results. Built with
+// AddressSanitizer (scripts/sanitize_emulator.sh), accesses past a device allocation too.
+// What it does not: timing, memory coalescing, races that give the same result in both
 // orders, and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches: the
 // emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
 //
@@ -41,6 +43,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static thread_local  // a block's threads share the OS thread that runs them
 
 namespace peng::backend::cuda {
@@ -203,6 +206,8 @@ void GridWait();
 void SetReversedOrder(bool reversed);
 // Kernels run since the process started (each replay of a recorded one counts).
 uint64_t KernelsRun();
+// A kernel's load of `bytes` at p, not aligned to its size (a GPU faults there): a finding.
+void Misaligned(const void* p, int bytes);
 }  // namespace emu
 
 #define threadIdx (::peng::backend::cuda::emu::current_thread->idx)

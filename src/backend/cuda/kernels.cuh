@@ -262,7 +262,7 @@ __device__ __forceinline__ void WarpRowQDotRows(const uint8_t* row, const QAct& 
       const int64_t at = row_of(t);
       uint32_t words[8];
       layout::ActWords(a.qs + at * a.cols, a.cols, u, words);
-      const int2 sums = *reinterpret_cast<const int2*>(a.s + at * (a.cols / 16) + 2 * u);
+      const int2 sums = LoadVector<int2>(a.s + at * (a.cols / 16) + 2 * u);
       acc[t] += layout::UnitDot<T>(w, words, a.d[at * d_stride + u / kPerScale], sums.x, sums.y);
     }
   }
@@ -587,8 +587,10 @@ __global__ void BiasRowsKernel(float* y, const float* b, int64_t n_rows, int64_t
 // Starts, waits for the kernel before and ends: the kernel floor's probe.
 __global__ void EmptyKernel() { KernelStart(); }
 
-// Sums every float4 of x (grid-stride): the read-bandwidth probe.
-__global__ void ReadKernel(const float4* x, int64_t n, float* sink) {
+// Sums every float4 of x (grid-stride): the read-bandwidth probe, kReadThreads a block.
+constexpr int kReadThreads = 512;
+__global__ void __launch_bounds__(kReadThreads) ReadKernel(const float4* x, int64_t n,
+                                                           float* sink) {
   KernelStart();
   float s = 0.f;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;

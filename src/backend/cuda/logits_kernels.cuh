@@ -115,7 +115,8 @@ __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) 
 // Grid (chunks, rows): the best k of the chunk's values, as keys, into keys[(row chunks +
 // chunk) k ...] (padded with 0 past a chunk of fewer than k values), and the chunk's first NaN /
 // +inf index in the row into bad[row chunks + chunk] (-1: none).
-__global__ void TopChunksKernel(const float* x, int64_t n, int k, uint64_t* keys, int32_t* bad) {
+__global__ void __launch_bounds__(kTopThreads)
+    TopChunksKernel(const float* x, int64_t n, int k, uint64_t* keys, int32_t* bad) {
   KernelStart();
   __shared__ uint32_t vals[kTopChunk];
   __shared__ TopSelect s;
@@ -145,9 +146,9 @@ __global__ void TopChunksKernel(const float* x, int64_t n, int k, uint64_t* keys
 
 // A block a row: the best k of its chunks' keys, sorted best first, into val / idx [row k ...]
 // (the values read back from x), and the row's first NaN / +inf into first_bad[row].
-__global__ void TopMergeKernel(const float* x, int64_t n, int chunks, int k,
-                               const uint64_t* keys, const int32_t* bad, float* val,
-                               int32_t* idx, int32_t* first_bad) {
+__global__ void __launch_bounds__(kTopThreads)
+    TopMergeKernel(const float* x, int64_t n, int chunks, int k, const uint64_t* keys,
+                   const int32_t* bad, float* val, int32_t* idx, int32_t* first_bad) {
   KernelStart();
   __shared__ TopSelect s;
   __shared__ uint64_t top[kTopMax];

@@ -3,7 +3,9 @@
 // PENG_CUDA_EMULATOR (cuda_device_emulated.cc) -- the emulator's stand-ins for the same names
 // (emulator.h), which run the kernels on the CPU for the tests. Kernels are launched with
 // Launch(kernel, grid, block, stream, args...) rather than with CUDA's launch syntax, so that
-// one source serves both.
+// one source serves both. Blocks are of at most 256 threads (any kernel's registers fit then:
+// 255 x 256 of a multiprocessor's 65536) except for kernels that declare as much with
+// __launch_bounds__, which ptxas then keeps within it.
 //
 // Programmatic dependent launch (sm_90 and later; LaunchStream::pdl): a kernel may be launched
 // while the kernel before it on the stream still runs. Every kernel of the backend calls
@@ -119,5 +121,19 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
 #endif
 }
 #endif
+
+// A vector load (uint4, float4, int2) of the value at p, which is aligned to its size (on a GPU
+// a misaligned one faults; the emulator reports it).
+template <typename V>
+__device__ __forceinline__ V LoadVector(const void* p) {
+#if defined(PENG_CUDA_EMULATOR)
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(V) != 0) emu::Misaligned(p, sizeof(V));
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+#else
+  return *reinterpret_cast<const V*>(p);
+#endif
+}
 
 }  // namespace peng::backend::cuda

@@ -5,6 +5,9 @@
 #include <algorithm>
 
 namespace peng::backend::layout {
+
+void (*misaligned_load_hook)(const void* p, int bytes) = nullptr;
+
 namespace {
 
 // Block b's fields in the file's layout (kernels/quant_blocks.h) for the field-array formats.
