@@ -192,7 +192,7 @@ void Device::CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t ds
   char* k = static_cast<char*>(kv.k);
   char* v = static_cast<char*>(kv.v);
   CopyOnDevice(k + dst * kb, k + src * kb, kb);
-  CopyOnDevice(v + dst * vb, v + src * vb, vb);
+  if (v) CopyOnDevice(v + dst * vb, v + src * vb, vb);  // (an MLA latent cache has no V)
 }
 
 int CudaDeviceCount() {

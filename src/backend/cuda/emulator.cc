@@ -630,11 +630,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     emu::Of(s)->invalidated = true;
     return cudaErrorStreamCaptureUnsupported;
   }
-  emu::Submit(s, [=] { std::memmove(dst, src, bytes); });
+  if (bytes > 0) emu::Submit(s, [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t s) {
-  emu::Submit(s, [=] { std::memset(dst, value, bytes); });
+  if (bytes > 0) emu::Submit(s, [=] { std::memset(dst, value, bytes); });
   return cudaSuccess;
 }
 
