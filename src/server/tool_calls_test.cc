@@ -84,7 +84,7 @@ TEST(ToolRequestTest, AcceptsToolsAndChoices) {
   EXPECT_TRUE(req.tools.forced());
   ASSERT_EQ(req.tools.specs.size(), 2u);
   EXPECT_EQ(req.tools.specs[0].name, "get_weather");
-  EXPECT_EQ(req.tools.specs[1].parameters, kTimeTool["function"]["parameters"]);
+  EXPECT_EQ(nlohmann::json(req.tools.specs[1].parameters), kTimeTool["function"]["parameters"]);
   // Without tool_choice: auto with tools, none without.
   ASSERT_FALSE(ParseRequest(ChatBody(), Endpoint::kChat, &req));
   EXPECT_EQ(req.tools.choice, ToolChoice::kAuto);
