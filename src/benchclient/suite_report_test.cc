@@ -314,7 +314,9 @@ Offline: `peng bench`, one prefill of pp tokens and tg decode steps, median of 3
 )");
 
   // Without a previous report and without a peer (skipped, with the reason).
-  Json alone = MakeReport("2026-12-01", 90, 47.5, {ServeRun(1, 55, 42.4, 45, 21)}, false);
+  // (Json::array: a one-element brace list is a copy of the element for clang, an array for GCC.)
+  Json alone =
+      MakeReport("2026-12-01", 90, 47.5, Json::array({ServeRun(1, 55, 42.4, 45, 21)}), false);
   alone["peer"] = {{"name", "llama.cpp"}, {"ran", false}, {"note", "srv was not found."}};
   alone["models"].erase(1);
   EXPECT_EQ(RenderSuiteMarkdown(alone, nullptr, "", {}),

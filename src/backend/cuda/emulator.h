@@ -11,7 +11,7 @@
 // the weight layout's loads), allocations during graph capture, and what a replayed graph reads
 // (the arguments as captured), and races between blocks or between threads outside barriers
 // where the two orders it runs in (SetReversedOrder) give different results. Built with
-// AddressSanitizer (scripts/sanitize_emulator.sh), accesses past a device allocation too.
+// AddressSanitizer (scripts/sanitize.sh), accesses past a device allocation too.
 // What it does not: timing, memory coalescing, races that give the same result in both
 // orders, and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches: the
 // emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
