@@ -10,6 +10,9 @@
 # Usage: scripts/sanitize.sh [ctest arguments]
 #   scripts/sanitize.sh                              everything (~20 min to build, ~20 to run)
 #   scripts/sanitize.sh -R 'Cuda|cuda_emulator'      the emulator's tests only
+# The server end to end, sanitized (after a run of this script; a report lands in the log file):
+#   ASAN_OPTIONS=log_path=/tmp/asan UBSAN_OPTIONS=log_path=/tmp/ubsan \
+#     PENG_BIN=$PWD/build-sanitize/tools/peng bash scripts/e2e_test.sh
 # Configures build-sanitize (clang, -O3, PENG_SANITIZE=address,undefined; override the folder
 # with PENG_SANITIZE_BUILD), builds it and runs ctest there; any sanitizer report fails its test
 # and the script. Not part of scripts/test.sh, which it would double: run it after changing a
