@@ -8,7 +8,7 @@
 # shifts past the width, misaligned scalar loads. (The emulator itself reports misaligned vector
 # loads, in every build.)
 # Usage: scripts/sanitize.sh [ctest arguments]
-#   scripts/sanitize.sh                              everything (~20 min to build, ~20 to run)
+#   scripts/sanitize.sh                              everything (~12 min to build, ~20 to run)
 #   scripts/sanitize.sh -R 'Cuda|cuda_emulator'      the emulator's tests only
 # The server end to end, sanitized (after a run of this script; a report lands in the log file):
 #   ASAN_OPTIONS=log_path=/tmp/asan UBSAN_OPTIONS=log_path=/tmp/ubsan \
