@@ -261,11 +261,11 @@ Status Parser::ParseChar(uint32_t* cp) {
     *cp = v;
     return OkStatus();
   }
-  // One UTF-8 encoded code point.
-  bool incomplete = false;
-  if (ValidUtf8Prefix(t_.substr(p_), &incomplete) == 0) return Error(at, "invalid UTF-8");
+  // One UTF-8 encoded code point (an invalid sequence decodes as U+FFFD of one byte; the
+  // character itself takes three).
   size_t n = 0;
   *cp = DecodeUtf8At(t_.substr(p_), &n);
+  if (*cp == 0xFFFD && n == 1) return Error(at, "invalid UTF-8");
   p_ += n;
   return OkStatus();
 }

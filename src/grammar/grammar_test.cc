@@ -203,6 +203,8 @@ TEST(GbnfParse, Errors) {
   EXPECT_EQ(ParseError("root ::= \"\\uD800\""),
             "line 1, column 11: escape is not a Unicode scalar value");
   EXPECT_EQ(ParseError("root ::= \"\xC3\""), "line 1, column 11: invalid UTF-8");
+  // U+FFFD itself is a character (what an invalid byte decodes to, but three bytes long).
+  EXPECT_TRUE(Parse("root ::= \"\xEF\xBF\xBD\"").Matches("\xEF\xBF\xBD", true));
   EXPECT_EQ(ParseError("root ::= (\"a\""), "line 1, column 10: unmatched '('");
   EXPECT_EQ(ParseError("root ::= * \"a\""), "line 1, column 10: '*' needs an element before it");
   EXPECT_EQ(ParseError("root ::= \"a\"{2,1}"), "line 1, column 13: repetition {m,n} with n < m");

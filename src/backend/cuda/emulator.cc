@@ -516,10 +516,9 @@ void Misaligned(const void* p, int bytes) {
                   ", not aligned to its size (a GPU faults: misaligned address), by thread " +
                   std::to_string(runner->Current().s.idx.x));
 }
-namespace {
-// The weight layout's loads (weight_layout.h) are checked the same way.
-const bool layout_checked = (layout::misaligned_load_hook = &Misaligned, true);
-}  // namespace
+// The weight layout's loads (weight_layout.h) are checked the same way (set before any thread
+// runs a kernel).
+[[maybe_unused]] const bool layout_checked = (layout::misaligned_load_hook = &Misaligned, true);
 
 }  // namespace emu
 

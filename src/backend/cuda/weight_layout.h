@@ -54,14 +54,18 @@ namespace peng::backend::layout {
 // Called, where set, with the address of a load that is not aligned to its size: the CUDA
 // emulator's check (a GPU faults there, cudaErrorMisalignedAddress). Null elsewhere.
 extern void (*misaligned_load_hook)(const void* p, int bytes);
+// The host twins' side of that check (a load of `bytes` at p).
+inline void CheckAligned(const uint8_t* p, int bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0 && misaligned_load_hook) [[unlikely]]
+    misaligned_load_hook(p, bytes);
+}
 
 template <typename U>
 PENG_HD U LoadAs(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
   return *reinterpret_cast<const U*>(p);
 #else
-  if (reinterpret_cast<uintptr_t>(p) % sizeof(U) != 0 && misaligned_load_hook) [[unlikely]]
-    misaligned_load_hook(p, sizeof(U));
+  CheckAligned(p, sizeof(U));
   U v;
   std::memcpy(&v, p, sizeof(U));
   return v;
@@ -78,8 +82,7 @@ PENG_HD void Load16(const uint8_t* p, uint32_t* w) {
   w[2] = v.z;
   w[3] = v.w;
 #else
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0 && misaligned_load_hook) [[unlikely]]
-    misaligned_load_hook(p, 16);
+  CheckAligned(p, 16);
   std::memcpy(w, p, 16);
 #endif
 }
