@@ -93,6 +93,9 @@ struct StepBatch {
   const int32_t* d_slot = nullptr;         // [n_tokens] physical KV slot (block * bs + offset)
   const int32_t* d_seq_of_token = nullptr;  // [n_tokens]
   const int32_t* d_table_offset = nullptr;  // [n_seqs] start of a sequence's table in d_tables
+  // [n_seqs + 1] seq_first_token, then n_tokens; null: not uploaded (the CUDA backend's tiled
+  // attention then stays off)
+  const int32_t* d_seq_first_token = nullptr;
   const int32_t* d_tables = nullptr;        // all block tables back to back
 };
 

@@ -152,13 +152,14 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   int64_t n_tables = 0;
   for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
   logit_rows_ = batch.NumLogitRows();
-  meta_host_.assign(4 * T + S + n_tables + logit_rows_, 0);
+  meta_host_.assign(4 * T + 2 * S + 1 + n_tables + logit_rows_, 0);
   int32_t* tokens = meta_host_.data();
   int32_t* p32 = tokens + T;
   int32_t* slot = p32 + T;
   int32_t* sot = slot + T;
   int32_t* offs = sot + T;
-  int32_t* rows = offs + S;  // (before the tables: their count then places nothing)
+  int32_t* firsts = offs + S;  // [S + 1]
+  int32_t* rows = firsts + S + 1;  // (before the tables: their count then places nothing)
   int32_t* tables = rows + logit_rows_;
   seq_first_.resize(S);
   seq_n_.resize(S);
@@ -166,7 +167,7 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   int64_t t = 0, off = 0, r = 0;
   for (int64_t si = 0; si < S; ++si) {
     const SeqBatchEntry& s = batch.seqs[si];
-    seq_first_[si] = static_cast<int32_t>(t);
+    seq_first_[si] = firsts[si] = static_cast<int32_t>(t);
     seq_n_[si] = static_cast<int32_t>(s.n_tokens);
     tables_[si] = s.block_table;
     offs[si] = static_cast<int32_t>(off);
@@ -177,6 +178,7 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
         rows[r++] = static_cast<int32_t>(t + i);
     t += s.n_tokens;
   }
+  firsts[S] = static_cast<int32_t>(T);
   for (int64_t i = 0; i < T; ++i) {
     tokens[i] = batch.tokens[i];
     p32[i] = static_cast<int32_t>(pos_[i]);
@@ -201,7 +203,8 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   b.d_slot = meta_ + 2 * T;
   b.d_seq_of_token = meta_ + 3 * T;
   b.d_table_offset = meta_ + 4 * T;
-  d_logit_rows_ = meta_ + 4 * T + S;
+  b.d_seq_first_token = meta_ + 4 * T + S;
+  d_logit_rows_ = meta_ + 4 * T + 2 * S + 1;
   b.d_tables = d_logit_rows_ + logit_rows_;
   return OkStatus();
 }

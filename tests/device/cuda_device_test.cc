@@ -271,6 +271,112 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
 }
 
 
+// The attention of steps with prompt tokens in tiles of (token, head) rows (AttentionTileKernel)
+// and in a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0), each against the host device:
+// KV groups of 4, 7 (tiles that end inside a token) and 1 query heads, a mixed step and one with
+// prompts longer than a chunk of keys, head sizes 64 / 128 / 256, both caches, a sliding window
+// and a softcap; MLA's latent cache (V2-Lite's shapes).
+TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
+  const std::unique_ptr<Device> untiled = DeviceWithout("PENG_CUDA_TILED_ATTENTION");
+  ASSERT_NE(untiled, nullptr);
+  Device* plain = untiled.get();
+  // x (on `d`) against the host's ref within tol of the largest |ref|.
+  auto near = [&](Device* d, const float* x, const std::vector<float>& ref, double tol,
+                  const std::string& what) {
+    ASSERT_TRUE(d->Synchronize().ok()) << what;
+    std::vector<float> got(ref.size());
+    ASSERT_TRUE(d->CopyToHost(got.data(), x, got.size() * 4).ok());
+    double scale = 1e-20, worst = 0;
+    for (float r : ref) scale = std::max(scale, std::abs(double{r}));
+    for (size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, std::abs(double{got[i]} - ref[i]));
+    std::printf("[cuda] %-44s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
+    EXPECT_LE(worst / scale, tol) << what;
+  };
+  // The host's cache copied to `d`.
+  auto copy_cache = [](Device* d, const kernels::KvLayerView& from, int64_t k_bytes,
+                       int64_t v_bytes) {
+    kernels::KvLayerView to = from;
+    to.k = *d->Alloc(k_bytes);
+    EXPECT_TRUE(d->CopyToDevice(to.k, from.k, k_bytes).ok());
+    if (v_bytes > 0) {
+      to.v = *d->Alloc(v_bytes);
+      EXPECT_TRUE(d->CopyToDevice(to.v, from.v, v_bytes).ok());
+    }
+    return to;
+  };
+  for (int shape = 0; shape < 2; ++shape) {
+    const std::array<int64_t, 3> pos0 = shape ? std::array<int64_t, 3>{0, 3, 9}
+                                              : std::array<int64_t, 3>{0, 40, 30};
+    const std::array<int64_t, 3> n = shape ? std::array<int64_t, 3>{40, 1, 30}
+                                           : std::array<int64_t, 3>{21, 1, 5};
+    AttnBatch a, b;  // (the same batch on the two CUDA devices)
+    BuildBatch(cuda_.get(), &a, pos0, n);
+    BuildBatch(plain, &b, pos0, n);
+    const int64_t T = a.host.n_tokens;
+    const std::string batch = shape ? "prompts of 40 and 30" : "mixed";
+    for (DType kv_type : {DType::kF32, DType::kF16}) {
+      for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {7, 1, 128}, {4, 4, 256}}) {
+        kernels::KvLayerView kc, kh;
+        RandomCache(kv_type, KV, hd, hd, &kc, &kh);
+        const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
+        const kernels::KvLayerView kp = copy_cache(plain, kh, bytes, bytes);
+        const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
+        const std::vector<float> q = Random(T * H * hd);
+        float* dq[2];
+        for (int i = 0; i < 2; ++i) {
+          Device* d = i ? plain : cuda_.get();
+          float* dk = *d->UploadFloats(k.data(), T * KV * hd);
+          float* dv = *d->UploadFloats(v.data(), T * KV * hd);
+          d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, dk, dv);
+          dq[i] = *d->UploadFloats(q.data(), T * H * hd);
+        }
+        host_->KvWrite(kh, a.host, k.data(), v.data());
+        for (auto [window, softcap] : {std::pair{0, 0.f}, {8, 0.f}, {0, 20.f}}) {
+          kernels::AttentionParams p;
+          p.n_heads = H;
+          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+          p.sliding_window = window;
+          p.softcap = softcap;
+          std::vector<float> ref(T * H * hd);
+          host_->PagedAttention(q.data(), kh, a.host, p, ref.data());
+          for (int i = 0; i < 2; ++i) {
+            Device* d = i ? plain : cuda_.get();
+            float* o = *d->UploadFloats(std::vector<float>(T * H * hd).data(), T * H * hd);
+            d->PagedAttention(dq[i], i ? kp : kc, i ? b.cuda : a.cuda, p, o);
+            near(d, o, ref, 1e-4,
+                 std::string(i ? "per token " : "tiled ") + batch + " " + DTypeName(kv_type) +
+                     " H" + std::to_string(H) + "/" + std::to_string(KV) + " hd" +
+                     std::to_string(hd) + " window " + std::to_string(window) +
+                     (softcap > 0 ? " softcap" : ""));
+          }
+        }
+      }
+      // MLA: one latent row of r + d_rope values a token, the value its first r.
+      const kernels::MlaParams p = LiteMla();
+      const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
+      kernels::KvLayerView kc, kh;
+      RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
+      const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
+      const kernels::KvLayerView kp = copy_cache(plain, kh, bytes, 0);
+      const std::vector<float> ckv = Random(T * row), qa = Random(T * H * row);
+      std::vector<float> ref(T * H * r);
+      host_->KvWrite(kh, a.host, ckv.data(), nullptr);
+      host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());
+      for (int i = 0; i < 2; ++i) {
+        Device* d = i ? plain : cuda_.get();
+        d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, *d->UploadFloats(ckv.data(), T * row),
+                   nullptr);
+        float* o = *d->UploadFloats(std::vector<float>(T * H * r).data(), T * H * r);
+        d->MlaAttention(*d->UploadFloats(qa.data(), T * H * row), i ? kp : kc,
+                        i ? b.cuda : a.cuda, p, o);
+        near(d, o, ref, 1e-4,
+             std::string(i ? "per token " : "tiled ") + batch + " MLA " + DTypeName(kv_type));
+      }
+    }
+  }
+}
+
 TEST_F(CudaTest, MlaOps) {
   AttnBatch a;
   BuildBatch(cuda_.get(), &a);

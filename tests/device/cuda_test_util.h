@@ -199,6 +199,9 @@ inline void BuildBatch(Device* cuda, AttnBatch* a, std::array<int64_t, 3> pos0 =
   a->cuda.d_slot = up(a->slot);
   a->cuda.d_seq_of_token = up(a->seq_of_token);
   a->cuda.d_table_offset = up(a->offsets);
+  std::vector<int32_t> firsts = a->first;
+  firsts.push_back(static_cast<int32_t>(h.n_tokens));
+  a->cuda.d_seq_first_token = up(firsts);
   a->cuda.d_tables = up(a->tables_flat);
 }
 

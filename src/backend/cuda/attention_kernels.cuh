@@ -156,6 +156,9 @@ struct AttnArgs {
   int sliding_window;
   QActOut quant;  // where set, the output also quantized in blocks of 32 (v_head_dim % 32 == 0)
   AttnRope rope;   // (standard layers)
+  // AttentionTileKernel: the first token of each sequence [n_seqs + 1] (StepBatch).
+  const int32_t* seq_first = nullptr;
+  int n_seqs = 0;
 };
 
 // q . k over n values: 16-byte loads where `wide` (the cache row is 16-byte aligned; k then is).
@@ -321,6 +324,195 @@ __global__ void AttentionKernel(AttnArgs a) {
     }
     if (a.quant.qs)
       QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
+  }
+}
+
+// The tiled attention of steps with prompt tokens (AttentionTiles): a block a tile of kRows
+// query rows -- (token, head) pairs of one sequence and one KV head, token by token and the
+// KV head's query heads within a token -- that reads each key and value of the sequence once
+// for all its rows, kKeys keys at a time, into shared memory. AttentionKernel reads them once a
+// (token, head). kLatent: MLA's cache rows, the value the first v_head_dim values of the key.
+template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
+struct AttnTile {
+  static constexpr int kThreads = kAttnWarps * kWarp;
+  static constexpr int kScores = kRows * kKeys;
+  // A score's dot product by kSplit threads (kScores < kThreads) or kPer scores a thread.
+  static constexpr int kSplit = kScores < kThreads ? kThreads / kScores : 1;
+  static constexpr int kPer = kScores < kThreads ? 1 : kScores / kThreads;
+  static constexpr int kCols = (kDv + kThreads - 1) / kThreads;  // output values a thread a row
+  static constexpr int kWarpRows = kRows / kAttnWarps;             // softmax rows a warp
+  static_assert(kKeys <= kWarp && kRows % kAttnWarps == 0 && kThreads % kKeys == 0);
+  static_assert(kScores % kThreads == 0 || kThreads % kScores == 0);
+};
+
+// Tiles of sequence s: ceil(n_s * group / kRows). Their sum is at most
+// (n_tokens * group - n_seqs) / kRows + n_seqs (AttentionTiles' grid: the step's shape alone).
+__device__ __forceinline__ int64_t SeqTiles(const int32_t* seq_first, int s, int group,
+                                            int rows) {
+  const int64_t pairs = int64_t{seq_first[s + 1] - seq_first[s]} * group;
+  return (pairs + rows - 1) / rows;
+}
+
+// Block (x, g): tile x of the step's tiles in sequence order, KV head g. The rows' scores are
+// masked as AttentionKernel's keys are (causal, the sliding window); the online softmax keeps a
+// row's maximum, sum and output through the key chunks (a warp a row for the maximum and the
+// sum, a thread kCols output values of every row).
+template <typename KV, int kDk, int kDv, int kRows, int kKeys, bool kLatent>
+__global__ void __launch_bounds__(kAttnWarps * kWarp) AttentionTileKernel(AttnArgs a) {
+  KernelStart();
+  using Tile = AttnTile<kDk, kDv, kRows, kKeys, kLatent>;
+  constexpr int kThreads = Tile::kThreads;
+  __shared__ float q_s[kRows][kDk + 1];
+  __shared__ float k_s[kKeys][kDk + 1];
+  __shared__ float v_s[kLatent ? 1 : kKeys][kLatent ? 1 : kDv];
+  __shared__ float p_s[kRows][kKeys];
+  __shared__ float c_s[kRows], l_s[kRows];
+  __shared__ int64_t tok_s[kRows];  // -1: no row
+  __shared__ int32_t head_s[kRows], pos_s[kRows], start_s[kRows];
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int g = blockIdx.y;
+  const int group = a.n_heads / a.n_kv_heads;
+  // The block's sequence and its tile there.
+  int64_t x = blockIdx.x;
+  int s = 0;
+  for (; s < a.n_seqs; ++s) {
+    const int64_t n = SeqTiles(a.seq_first, s, group, kRows);
+    if (x < n) break;
+    x -= n;
+  }
+  if (s == a.n_seqs) return;  // (past the step's tiles)
+  const int64_t first = a.seq_first[s];
+  const int64_t pairs = int64_t{a.seq_first[s + 1] - a.seq_first[s]} * group;
+  if (tid < kRows) {
+    const int64_t pair = x * kRows + tid;
+    tok_s[tid] = -1;
+    head_s[tid] = 0;
+    if (pair < pairs) {
+      const int64_t t = first + pair / group;
+      const int32_t p = a.pos[t];
+      tok_s[tid] = t;
+      head_s[tid] = g * group + static_cast<int>(pair % group);
+      pos_s[tid] = p;
+      start_s[tid] = a.sliding_window > 0 && p - a.sliding_window + 1 > 0
+                         ? p - a.sliding_window + 1 : 0;
+    }
+  }
+  __syncthreads();
+  int64_t kmin = INT64_MAX, kmax = -1;
+  for (int i = 0; i < kRows; ++i) {
+    if (tok_s[i] < 0) continue;
+    kmin = start_s[i] < kmin ? start_s[i] : kmin;
+    kmax = pos_s[i] > kmax ? pos_s[i] : kmax;
+  }
+  for (int idx = tid; idx < kRows * a.head_dim; idx += kThreads) {
+    const int i = idx / a.head_dim, d = idx % a.head_dim;
+    q_s[i][d] = tok_s[i] < 0 ? 0.f
+                             : a.q[(tok_s[i] * a.n_heads + head_s[i]) * a.head_dim + d];
+  }
+  const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
+  const KV* kc = static_cast<const KV*>(a.k) + int64_t{g} * a.head_dim;
+  const KV* vc = static_cast<const KV*>(a.v) + int64_t{g} * a.v_head_dim;
+  float m[Tile::kWarpRows], l[Tile::kWarpRows], acc[kRows][Tile::kCols];
+#pragma unroll
+  for (int r = 0; r < Tile::kWarpRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int c = 0; c < Tile::kCols; ++c) acc[i][c] = 0.f;
+  for (int64_t j0 = kmin; j0 <= kmax; j0 += kKeys) {
+    const int nk = kmax - j0 + 1 < kKeys ? static_cast<int>(kmax - j0 + 1) : kKeys;
+    __syncthreads();  // (the chunk before is read)
+    for (int idx = tid; idx < kKeys * a.head_dim; idx += kThreads) {
+      const int j = idx / a.head_dim, d = idx % a.head_dim;
+      float v = 0.f;
+      if (j < nk) {
+        const int64_t key = j0 + j;
+        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size;
+        v = KvLoad(kc, slot * a.k_stride + d);
+      }
+      k_s[j][d] = v;
+    }
+    if constexpr (!kLatent) {
+      for (int idx = tid; idx < kKeys * a.v_head_dim; idx += kThreads) {
+        const int j = idx / a.v_head_dim, d = idx % a.v_head_dim;
+        float v = 0.f;
+        if (j < nk) {
+          const int64_t key = j0 + j;
+          const int64_t slot =
+              int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size;
+          v = KvLoad(vc, slot * a.v_stride + d);
+        }
+        v_s[j][d] = v;
+      }
+    }
+    __syncthreads();
+    // Scores: kPer a thread, or one by kSplit threads (neighbouring lanes) summed by shuffles.
+#pragma unroll
+    for (int e = 0; e < Tile::kPer; ++e) {
+      const int sc = (tid / Tile::kSplit) + e * (kThreads / Tile::kSplit);
+      const int i = sc / kKeys, j = sc % kKeys;
+      float dot = 0.f;
+      for (int d = tid % Tile::kSplit; d < a.head_dim; d += Tile::kSplit)
+        dot += q_s[i][d] * k_s[j][d];
+      if constexpr (Tile::kSplit > 1) dot = WarpButterfly<Tile::kSplit / 2>(dot, AddOp{});
+      const int64_t key = j0 + j;
+      float v = -INFINITY;
+      if (j < nk && tok_s[i] >= 0 && key >= start_s[i] && key <= pos_s[i]) {
+        v = dot * a.scale;
+        if (a.softcap > 0.f) v = a.softcap * tanhf(v / a.softcap);
+      }
+      if (tid % Tile::kSplit == 0) p_s[i][j] = v;
+    }
+    __syncthreads();
+    // The online softmax, a warp a row: lane j holds key j's score.
+#pragma unroll
+    for (int r = 0; r < Tile::kWarpRows; ++r) {
+      const int i = warp + r * kAttnWarps;
+      const float sc = lane < kKeys ? p_s[i][lane] : -INFINITY;
+      const float m_new = fmaxf(m[r], WarpMax(sc));
+      float corr = 1.f, e = 0.f;
+      if (m_new != -INFINITY) {  // (else no key of the row yet)
+        corr = expf(m[r] - m_new);  // 0 for the row's first keys (m = -inf)
+        e = sc == -INFINITY ? 0.f : expf(sc - m_new);
+      }
+      l[r] = l[r] * corr + WarpSum(e);
+      m[r] = m_new;
+      if (lane < kKeys) p_s[i][lane] = e;
+      if (lane == 0) c_s[i] = corr;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float corr = c_s[i];
+#pragma unroll
+      for (int c = 0; c < Tile::kCols; ++c) {
+        const int d = tid + c * kThreads;
+        if (d >= a.v_head_dim) continue;
+        float o = acc[i][c] * corr;
+        for (int j = 0; j < nk; ++j) o += p_s[i][j] * (kLatent ? k_s[j][d] : v_s[j][d]);
+        acc[i][c] = o;
+      }
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < Tile::kWarpRows; ++r) l_s[warp + r * kAttnWarps] = l[r];
+  }
+  __syncthreads();
+  const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {  // (every thread every round: the quantizer's shuffles)
+    const int64_t t = tok_s[i];
+    const int h = head_s[i];
+#pragma unroll
+    for (int c = 0; c < Tile::kCols; ++c) {
+      const int d = tid + c * kThreads;
+      const bool valid = t >= 0 && d < a.v_head_dim;
+      float v = 0.f;
+      if (valid) a.out[(t * a.n_heads + h) * a.v_head_dim + d] = v = acc[i][c] / l_s[i];
+      if (a.quant.qs)
+        QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
+    }
   }
 }
 

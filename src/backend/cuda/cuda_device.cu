@@ -804,6 +804,13 @@ class CudaDevice final : public Device {
   // One block per (token, head) over an F16 or F32 cache.
   template <int kMaxK, int kMaxV>
   void LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads);
+  // Steps with prompt tokens (a sequence of more than one token; not with RoPE inside): the
+  // tiles of (token, head) rows instead (AttentionTileKernel), unless PENG_CUDA_TILED_ATTENTION=0.
+  bool Tiled(const StepBatch& b, const AttnArgs& a) const {
+    return tiled_attention_ && b.d_seq_first_token && b.n_tokens > b.n_seqs && !a.rope.k;
+  }
+  template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
+  void LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b);
   AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b);
   static Status Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return OkStatus();
@@ -846,6 +853,7 @@ class CudaDevice final : public Device {
   bool fused_input_ = EnvOn("PENG_CUDA_FUSED_INPUT");  // ProductsAfter's input inside the GEMV
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
+  bool tiled_attention_ = EnvOn("PENG_CUDA_TILED_ATTENTION");  // Tiled()
   unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
   bool fused_moe_down_ = EnvOn("PENG_CUDA_FUSED_MOE_DOWN");  // MoeDown in one kernel
   // MoeDownKernel's counts of finished blocks, a token's rows at a time (0 between).

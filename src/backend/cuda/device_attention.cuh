@@ -98,7 +98,11 @@ void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, co
   a.n_kv_heads = 1;
   a.v_head_dim = p.kv_lora_rank;
   a.scale = p.scale;
-  LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
+  if (Tiled(b, a)) {
+    LaunchAttentionTiles<kMaxMlaRow, kMaxMlaLatent, 8, 8, true>(a, kv.dtype, b);
+  } else {
+    LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
+  }
 }
 
 void CudaDevice::MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
@@ -185,7 +189,13 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
   a.sliding_window = p.sliding_window;
   a.quant = quant;
   a.rope = rope;
-  LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+  if (!Tiled(b, a)) {
+    LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+  } else if (kv.head_dim <= 128 && kv.v_head_dim <= 128) {
+    LaunchAttentionTiles<128, 128, 16, 32, false>(a, kv.dtype, b);
+  } else {
+    LaunchAttentionTiles<kMaxHeadDim, kMaxHeadDim, 8, 16, false>(a, kv.dtype, b);
+  }
 }
 
 template <int kMaxK, int kMaxV>
@@ -195,6 +205,25 @@ void CudaDevice::LaunchAttention(const AttnArgs& a, DType cache, int64_t n_token
     Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
   } else {
     Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
+  }
+  Note(cudaGetLastError());
+}
+
+template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
+void CudaDevice::LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b) {
+  a.seq_first = b.d_seq_first_token;
+  a.n_seqs = static_cast<int>(b.n_seqs);
+  // At most this many tiles, whatever the sequences' lengths (SeqTiles): a recorded step's
+  // shape fixes the grid.
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  const int64_t tiles = (b.n_tokens * group - b.n_seqs) / kRows + b.n_seqs;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_kv_heads));
+  if (cache == DType::kF16) {
+    Launch(AttentionTileKernel<uint16_t, kDk, kDv, kRows, kKeys, kLatent>, grid,
+           kAttnWarps * kWarp, launch_, a);
+  } else {
+    Launch(AttentionTileKernel<float, kDk, kDv, kRows, kKeys, kLatent>, grid, kAttnWarps * kWarp,
+           launch_, a);
   }
   Note(cudaGetLastError());
 }
