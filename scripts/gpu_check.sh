@@ -32,8 +32,9 @@
 #        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
 #        INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
 #        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
-#        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0); the prefills of V2-Lite
-#        and Qwen2.5 with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0);
+#        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0), and with MLA's products
+#        a block a (token, head) (PENG_CUDA_MLA_GEMM=0); the prefills of V2-Lite and Qwen2.5
+#        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
@@ -298,10 +299,15 @@ run() {
       "$RES/deepseek-fp32.json" --tg 8
     summarize_bench "$RES/deepseek-fp32.json"
     # What the tiled attention of prompts is worth (AttentionTileKernel): pp512 of V2-Lite
-    # (MLA's latent rows) and of Qwen2.5 (GQA) with a block a (token, head) instead.
+    # (MLA's latent rows) and of Qwen2.5 (GQA) with a block a (token, head) instead; and what
+    # MLA's products with kv_b as batched GEMMs are (CudaDevice::MlaGemm): V2-Lite's pp512 with
+    # a block a (token, head) there.
     PENG_CUDA_TILED_ATTENTION=0 STEP_TIMEOUT=90 step bench-deepseek-untiled bench_json "$ds" \
       "$RES/deepseek-untiled.json" --tg 8
     summarize_bench "$RES/deepseek-untiled.json"
+    PENG_CUDA_MLA_GEMM=0 STEP_TIMEOUT=90 step bench-deepseek-mla-kernels bench_json "$ds" \
+      "$RES/deepseek-mla-kernels.json" --tg 8
+    summarize_bench "$RES/deepseek-mla-kernels.json"
     PENG_CUDA_TILED_ATTENTION=0 step bench-untiled-qwen bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/untiled-qwen.json" --tg 8
     summarize_bench "$RES/untiled-qwen.json"

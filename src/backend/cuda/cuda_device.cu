@@ -656,6 +656,13 @@ class CudaDevice final : public Device {
                          std::initializer_list<MatMulOut> outs) override;
   // Whether MLA's stored per-head products quantize their input rows (mla_kernels.cuh).
   bool MlaInputsQuantized() const { return quantized_gemv_ && !kernels::ExactActivations(); }
+  // MLA's products with the FP32 copy of kv_b in a prefill (more than kGemvMaxTokens tokens):
+  // one strided batched FP32 GEMM over the heads (cuBLAS) for every token, instead of a block a
+  // (token, head) that reads the head's matrix again for each token; LaunchMla then does what
+  // is left (q_pe, RoPE and the KV write; the decode tokens' stored per-head products, which
+  // replace the GEMM's rows). False: not taken (PENG_CUDA_MLA_GEMM=0, no FP32 copy).
+  bool MlaGemm(bool absorb, const float* x, const StepBatch& b, const MlaWeights& w,
+               const kernels::MlaParams& p, float* out);
   // --- mixture of experts (defined in device_moe.cuh)
   void MoeRoute(const float* logits, const float* bias, int64_t T, const kernels::MoeRouting& p,
                 int32_t* ids, float* w) override;
@@ -854,6 +861,7 @@ class CudaDevice final : public Device {
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
   bool tiled_attention_ = EnvOn("PENG_CUDA_TILED_ATTENTION");  // Tiled()
+  bool mla_gemm_ = EnvOn("PENG_CUDA_MLA_GEMM");  // MlaGemm()
   unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
   bool fused_moe_down_ = EnvOn("PENG_CUDA_FUSED_MOE_DOWN");  // MoeDown in one kernel
   // MoeDownKernel's counts of finished blocks, a token's rows at a time (0 between).

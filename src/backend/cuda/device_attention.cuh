@@ -105,9 +105,35 @@ void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, co
   }
 }
 
+bool CudaDevice::MlaGemm(bool absorb, const float* x, const StepBatch& b, const MlaWeights& w,
+                         const kernels::MlaParams& p, float* out) {
+  if (!mla_gemm_ || !w.kvb || b.n_tokens <= kGemvMaxTokens) return false;
+  const int T = static_cast<int>(b.n_tokens), H = p.n_heads, r = p.kv_lora_rank;
+  const int dn = p.d_nope, dr = p.d_rope, dv = p.d_v;
+  const long long head = static_cast<long long>(dn + dv) * r;  // kv_b's rows of a head
+  const float one = 1.f, zero = 0.f;
+  // Column-major, a head a matrix: absorb, out^T [r, T] (rows r + dr apart in the token's row
+  // of H) = W_UK [r, dn] (kv_b's rows 0..dn of the head, r values each) x q_nope^T [dn, T];
+  // project, out^T [dv, T] = W_UV^T [dv, r] (rows dn.. of the head) x o_lat^T [r, T].
+  const cublasStatus_t s =
+      absorb ? cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, r, T, dn, &one, w.kvb,
+                                          CUDA_R_32F, r, head, x, CUDA_R_32F, H * (dn + dr),
+                                          dn + dr, &zero, out, CUDA_R_32F, H * (r + dr), r + dr,
+                                          H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+             : cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T, r, &one,
+                                          w.kvb + int64_t{dn} * r, CUDA_R_32F, r, head, x,
+                                          CUDA_R_32F, H * r, r, &zero, out, CUDA_R_32F, H * dv,
+                                          dv, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  ++launches_;  // (counted as one kernel)
+  if (s != CUBLAS_STATUS_SUCCESS)
+    Keep(Internal(name_ + ": cublasGemmStridedBatchedEx failed (" + std::to_string(s) + ")"));
+  return true;
+}
+
 void CudaDevice::MlaAbsorbQuery(const float* q, const StepBatch& b, const MlaWeights& w,
                                 const kernels::MlaParams& p, float* out) {
-  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {});
+  const bool gemm = MlaGemm(true, q, b, w, p, out);
+  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, {}, gemm);
   Note(cudaGetLastError());
 }
 
@@ -135,13 +161,15 @@ void CudaDevice::RopeMlaAbsorbQuery(const RopeKv& r, const kernels::KvLayerView&
   m.slot = b.d_slot;
   m.pos = b.d_pos;
   m.rot = Rotation(*r.cfg, r.inv_freq);
-  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m);
+  const bool gemm = MlaGemm(true, q, b, w, p, out);
+  LaunchMla(launch_, MlaInputsQuantized(), true, q, b, w, p, out, {}, m, gemm);
   Note(cudaGetLastError());
 }
 
 void CudaDevice::MlaProjectOutput(const float* o_lat, const StepBatch& b, const MlaWeights& w,
                                   const kernels::MlaParams& p, float* out) {
-  LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, {});
+  const bool gemm = MlaGemm(false, o_lat, b, w, p, out);
+  LaunchMla(launch_, MlaInputsQuantized(), false, o_lat, b, w, p, out, {}, {}, gemm);
   Note(cudaGetLastError());
 }
 

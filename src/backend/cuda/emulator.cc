@@ -737,35 +737,56 @@ float At(const void* m, cudaDataType t, cublasOperation_t op, int ld, int i, int
   return t == CUDA_R_16F ? F16ToF32(static_cast<const uint16_t*>(m)[idx])
                          : static_cast<const float*>(m)[idx];
 }
+
+// The element `stride` elements of type t past m.
+const void* Offset(const void* m, cudaDataType t, long long stride) {
+  return static_cast<const char*>(m) + stride * (t == CUDA_R_16F ? 2 : 4);
+}
 }  // namespace
 
-// C = alpha op(A) op(B) + beta C, FP32 sums (C not read when beta is 0).
+// C = alpha op(A) op(B) + beta C for each matrix of the batch, FP32 sums (C not read when beta
+// is 0).
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+    const void* alpha, const void* a, cudaDataType type_a, int lda, long long stride_a,
+    const void* b, cudaDataType type_b, int ldb, long long stride_b, const void* beta, void* c,
+    cudaDataType type_c, int ldc, long long stride_c, int batch, cublasComputeType_t,
+    cublasGemmAlgo_t) {
+  if (type_c != CUDA_R_32F || m < 0 || n < 0 || k < 0 || batch < 0)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  emu::Submit(*h, [=] {
+    for (int g = 0; g < batch; ++g) {
+      const void* ag = Offset(a, type_a, g * stride_a);
+      const void* bg = Offset(b, type_b, g * stride_b);
+      float* cm = static_cast<float*>(c) + g * stride_c;
+      // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.
+      std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
+      for (int i = 0; i < m; ++i)
+        for (int l = 0; l < k; ++l) ar[size_t(i) * k + l] = At(ag, type_a, op_a, lda, i, l);
+      for (int j = 0; j < n; ++j)
+        for (int l = 0; l < k; ++l) bc[size_t(j) * k + l] = At(bg, type_b, op_b, ldb, l, j);
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) {
+          const float* x = &ar[size_t(i) * k];
+          const float* y = &bc[size_t(j) * k];
+          float s = 0.f;
+          for (int l = 0; l < k; ++l) s += x[l] * y[l];
+          float& out = cm[i + int64_t{j} * ldc];
+          out = al * s + (be != 0.f ? be * out : 0.f);
+        }
+    }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m,
                             int n, int k, const void* alpha, const void* a, cudaDataType type_a,
                             int lda, const void* b, cudaDataType type_b, int ldb, const void* beta,
-                            void* c, cudaDataType type_c, int ldc, cublasComputeType_t,
-                            cublasGemmAlgo_t) {
-  if (type_c != CUDA_R_32F || m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  emu::Submit(*h, [=] {
-    // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.
-    std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
-    for (int i = 0; i < m; ++i)
-      for (int l = 0; l < k; ++l) ar[size_t(i) * k + l] = At(a, type_a, op_a, lda, i, l);
-    for (int j = 0; j < n; ++j)
-      for (int l = 0; l < k; ++l) bc[size_t(j) * k + l] = At(b, type_b, op_b, ldb, l, j);
-    float* cm = static_cast<float*>(c);
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) {
-        const float* x = &ar[size_t(i) * k];
-        const float* y = &bc[size_t(j) * k];
-        float s = 0.f;
-        for (int l = 0; l < k; ++l) s += x[l] * y[l];
-        float& out = cm[i + int64_t{j} * ldc];
-        out = al * s + (be != 0.f ? be * out : 0.f);
-      }
-  });
-  return CUBLAS_STATUS_SUCCESS;
+                            void* c, cudaDataType type_c, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(h, op_a, op_b, m, n, k, alpha, a, type_a, lda, 0, b, type_b,
+                                    ldb, 0, beta, c, type_c, ldc, 0, 1, compute, algo);
 }
 
 }  // namespace peng::backend::cuda

@@ -150,7 +150,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
 
-// ---- cuBLAS: cublasGemmEx over FP16 / FP32 column-major matrices, FP32 results
+// ---- cuBLAS: cublasGemmEx (and strided batches of it) over FP16 / FP32 column-major matrices,
+// FP32 results
 using cublasHandle_t = emu::Stream**;  // (the stream it runs on)
 enum cublasStatus_t {
   CUBLAS_STATUS_SUCCESS = 0,
@@ -169,6 +170,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t op_a, cublasOper
                             int lda, const void* b, cudaDataType type_b, int ldb, const void* beta,
                             void* c, cudaDataType type_c, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo);
+// cublasGemmEx for each of `batch` matrices, A, B and C stride_a / _b / _c elements apart.
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+    const void* alpha, const void* a, cudaDataType type_a, int lda, long long stride_a,
+    const void* b, cudaDataType type_b, int ldb, long long stride_b, const void* beta, void* c,
+    cudaDataType type_c, int ldc, long long stride_c, int batch, cublasComputeType_t compute,
+    cublasGemmAlgo_t algo);
 
 // ---- threads, barriers and launches
 namespace emu {

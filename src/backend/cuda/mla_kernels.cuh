@@ -43,6 +43,9 @@ struct MlaArgs {
   int64_t n_tokens = 0;
   int H = 0, r = 0, dn = 0, dr = 0, dv = 0;
   MlaRopeKv rope;  // (the absorption)
+  // The FP32 copy's products are in out already (CudaDevice::MlaGemm): the blocks of tokens
+  // that take it do only q_pe's part (the absorption's blocks y = 0).
+  bool gemm_done = false;
   // Whether token t takes the stored matrices: they exist and t is its sequence's only token
   // (the tokens of a sequence are consecutive).
   __device__ bool Stored(int64_t t) const {
@@ -170,6 +173,7 @@ __global__ void MlaAbsorbKernel(const float* q, MlaArgs a, float* out) {
     if (lane % 8 == 0 && j < r) o[j] = s;
     return;
   }
+  if (a.gemm_done) return;
   const int j = blockIdx.y * kWarp + lane;
   const float* w = a.kvb + int64_t{h} * (dn + a.dv) * r;
   float s = 0.f;
@@ -201,8 +205,10 @@ __global__ void MlaProjectKernel(const float* o_lat, MlaArgs a, float* out, QAct
   const int r = a.r, dv = a.dv;
   const float* ol = o_lat + th * r;
   const int64_t r0 = int64_t{blockIdx.y} * kWarp;
+  const bool stored = a.Stored(t);
+  if (a.gemm_done && !stored) return;
   float s;
-  if (a.Stored(t)) {
+  if (stored) {
     LoadHeadRow<T, kQ>(ol, r, &in, warp_max);
     s = HeadRowsDot<T, kQ>(a.heads[h], a.row_bytes, dv, r0, in, r, warp, lane);
   } else {
@@ -229,10 +235,12 @@ __global__ void MlaProjectKernel(const float* o_lat, MlaArgs a, float* out, QAct
 // into q where q.qs is set. The kernel is instantiated for the stored per-head matrices' type
 // (k_b or v_b) and, for the block formats, whether their input row is quantized (`quantize`:
 // unless exact mode or PENG_CUDA_QGEMV=0; in shared memory, so at any T). Without per-head
-// matrices, or with rows past kMaxMlaIn, every token takes the FP32 copy.
+// matrices, or with rows past kMaxMlaIn, every token takes the FP32 copy. gemm_done: the FP32
+// copy's products are done (MlaArgs::gemm_done); the launch covers only q_pe's part where no
+// token takes the stored matrices -- or nothing, for the projection.
 void LaunchMla(LaunchStream ls, bool quantize, bool absorb, const float* x, const StepBatch& b,
                const MlaWeights& w, const kernels::MlaParams& p, float* out, const QActOut& q,
-               const MlaRopeKv& rope = {}) {
+               const MlaRopeKv& rope = {}, bool gemm_done = false) {
   const int64_t T = b.n_tokens;
   if (T == 0) return;
   const DeviceExperts& heads = absorb ? w.k_b : w.v_b;
@@ -247,13 +255,18 @@ void LaunchMla(LaunchStream ls, bool quantize, bool absorb, const float* x, cons
   a.dr = p.d_rope;
   a.dv = p.d_v;
   a.rope = rope;
+  a.gemm_done = gemm_done;
   const bool stored = heads.rows > 0 && n <= kMaxMlaIn && p.kv_lora_rank <= kMaxMlaIn &&
                       heads.dtype != DType::kI8;
   if (stored) {
     a.heads = heads.data;
     a.row_bytes = heads.row_bytes;
   }
-  const dim3 grid(T * p.n_heads, Blocks(absorb ? p.kv_lora_rank : p.d_v, kWarp));
+  bool decode_token = !b.seq_n_tokens;  // (Stored's tokens: unknown here without the counts)
+  for (int64_t s = 0; b.seq_n_tokens && s < b.n_seqs; ++s) decode_token |= b.seq_n_tokens[s] == 1;
+  const bool all_done = gemm_done && !(stored && decode_token);
+  if (all_done && !absorb) return;
+  const dim3 grid(T * p.n_heads, all_done ? 1 : Blocks(absorb ? p.kv_lora_rank : p.d_v, kWarp));
   auto launch = [&]<DType D, bool Q>() {
     if (absorb) {
       Launch(MlaAbsorbKernel<D, Q>, grid, kRowsPerBlock * kWarp, ls, x, a, out);
