@@ -40,8 +40,9 @@
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
 #        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
-#     6. profile (only when STEPS names it): ncu's time of every kernel in decode steps of
-#        Qwen2.5 and V2-Lite, summed by kernel and grid (PROFILE="qwen deepseek",
+#     6. profile (only when STEPS names it): ncu's time of every kernel in V2-Lite's pp512 and
+#        in decode steps of Qwen2.5 and V2-Lite, summed by kernel and grid
+#        (PROFILE="deepseek-prefill qwen deepseek",
 #        PROFILE_KERNELS: how many launches ncu times)
 #   Steps 3-6 run even when a test fails; the exit status is non-zero if any step failed. Each
 #   step stops after STEP_TIMEOUT seconds (default 150).
@@ -145,11 +146,20 @@ serve_bench() {  # model port name
 # model n_tokens: ncu's time of every kernel in n decode steps from an empty context, summed by
 # kernel and grid, the largest first.
 profile_decode() {
-  local csv=$RES/profile-$(basename "$1" .gguf).csv
+  profile_kernels "$1" "$RES/profile-$(basename "$1" .gguf).csv" "$2" --pp 0 --tg "$2"
+}
+# model: the same for a prefill of 512 tokens (after peng bench's two warm-up decode steps).
+profile_prefill() {
+  profile_kernels "$1" "$RES/profile-prefill-$(basename "$1" .gguf).csv" 3 --pp 512 --tg 0
+}
+# model csv steps bench-args...: ncu over peng bench, summed by kernel and grid.
+profile_kernels() {
+  local model=$1 csv=$2 steps=$3
+  shift 3
   ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --log-file "$csv" \
-    --launch-count ${PROFILE_KERNELS:-6000} "$BUNDLE/bin/peng" bench -m "$1" --device cuda --pp 0 --tg "$2" --reps 1 \
+    --launch-count ${PROFILE_KERNELS:-6000} "$BUNDLE/bin/peng" bench -m "$model" --device cuda "$@" --reps 1 \
     > /dev/null || return 1
-  python3 - "$csv" "$2" <<'PY'
+  python3 - "$csv" "$steps" <<'PY'
 import collections, csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 head, rows = rows[0], rows[1:]
@@ -222,7 +232,7 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64${cublas:+:$cublas}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   ldd "$BUNDLE/bin/peng" | grep "not found" && echo "gpu_check: libraries missing (above)"
   export BUNDLE RES
-  export -f bench_json serve_bench wait_health profile_decode
+  export -f bench_json serve_bench wait_health profile_decode profile_prefill profile_kernels
   local mdir=/tmp/peng-models ds=/tmp/peng-models/deepseek-v2-lite-random-q4_0.gguf ds_pid=
   mkdir -p "$mdir"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
@@ -364,11 +374,14 @@ run() {
     fi
   fi
   if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
-    # Each kernel's time in decode steps (asked for by name in STEPS only: ncu serializes).
+    # Each kernel's time in V2-Lite's prefill and in decode steps (asked for by name in STEPS
+    # only: ncu serializes).
     wait "$ds_pid" 2> /dev/null
-    [[ " ${PROFILE:-qwen deepseek} " == *" qwen "* ]] &&
+    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" deepseek-prefill "* ]] &&
+      STEP_TIMEOUT=100 step profile-deepseek-prefill profile_prefill "$ds"
+    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" qwen "* ]] &&
       STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
-    [[ " ${PROFILE:-qwen deepseek} " == *" deepseek "* ]] &&
+    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" deepseek "* ]] &&
       STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
   fi
   [[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-results.tgz" -C "$RES" .
