@@ -573,70 +573,81 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
 // the absorption kernel (MlaRopeKv) in any step -- the attention that reads the cache is the next
 // launch: one launch less, and the same bits as RopeKvKernel before it (PENG_CUDA_FUSED_ROPE=0)
 // -- the absorbed query and every byte of the latent cache --, and the absorbed query within
-// 1e-4 of the host device's. V2-Lite's shapes over a prefill, a decode and a chunk; F32 and F16
-// caches; DeepSeek's interleaved pairs and half-apart ones with YaRN's attention factor.
+// 1e-4 of the host device's. V2-Lite's shapes over a prefill, a decode and a chunk, and over a
+// step of 71 tokens (the products one batched GEMM); F32 and F16 caches; DeepSeek's
+// interleaved pairs and half-apart ones with YaRN's attention factor.
 TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
   const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_ROPE");
   ASSERT_NE(unfused, nullptr);
   Device* plain = unfused.get();
-  AttnBatch a, b;  // (the same batch on the two CUDA devices)
-  BuildBatch(cuda_.get(), &a);
-  BuildBatch(plain, &b);
-  const int64_t T = a.host.n_tokens;
-  const kernels::MlaParams p = LiteMla();
-  const int64_t H = p.n_heads, r = p.kv_lora_rank, dr = p.d_rope;
-  const int64_t row = r + dr, dqk = p.d_nope + dr;
-  const std::vector<float> kvb = Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f);
-  const std::vector<float> q = Random(T * H * dqk), ckv = Random(T * row), nw = Random(r);
-  for (DType kv_type : {DType::kF32, DType::kF16}) {
-    for (bool interleaved : {true, false}) {
-      kernels::RopeConfig rope;
-      rope.rot_dim = static_cast<int>(dr);
-      rope.style = interleaved ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox;
-      rope.theta = 10000.f;
-      rope.attention_factor = interleaved ? 1.f : 1.2f;
-      std::vector<float> inv(dr / 2);
-      kernels::ComputeRopeInvFreq(rope, inv.data());
-      const std::string tag = std::string(DTypeName(kv_type)) +
-                              (interleaved ? " interleaved" : " half apart, factor 1.2");
-      kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
-      RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
-      const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
-      kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
-      kp.k = *plain->Alloc(bytes);
-      ASSERT_TRUE(plain->CopyToDevice(kp.k, kh.k, bytes).ok());
-      std::vector<float> out[3];  // fused, plain, host
-      std::vector<uint8_t> cache[2];
-      int64_t launches[2] = {0, 0};
-      for (int which = 0; which < 3; ++which) {
-        Device* d = which == 0 ? cuda_.get() : which == 1 ? plain : host_.get();
-        const kernels::KvLayerView& kv = which == 0 ? kc : which == 1 ? kp : kh;
-        const backend::StepBatch& sb = which == 0 ? a.cuda : which == 1 ? b.cuda : a.host;
-        auto up = [&](const std::vector<float>& x) { return *d->UploadFloats(x.data(), x.size()); };
-        backend::MlaWeights w;  // the FP32 copy only
-        w.kvb = up(kvb);
-        float* Q = up(q);
-        float* C = up(ckv);
-        float* NW = up(nw);
-        float* F = up(inv);
-        float* O = up(std::vector<float>(T * H * row));
-        const Device::RopeKv rk{{Q + p.d_nope, H, dqk, H * dqk}, {C + r, 1, row, row}, &rope, F,
-                                C, nullptr, {C, NW, 1e-6f, r, row}, {}};
-        const int64_t k0 = d->KernelLaunches();
-        d->RopeMlaAbsorbQuery(rk, kv, Q, sb, w, p, O);
-        if (which < 2) launches[which] = d->KernelLaunches() - k0;
-        ASSERT_TRUE(d->Synchronize().ok()) << tag;
-        out[which].resize(T * H * row);
-        ASSERT_TRUE(d->CopyToHost(out[which].data(), O, T * H * row * 4).ok());
-        if (which == 2) continue;
-        cache[which].resize(bytes);
-        ASSERT_TRUE(d->CopyToHost(cache[which].data(), kv.k, bytes).ok());
+  for (bool prefill : {false, true}) {
+    AttnBatch a, b;  // (the same batch on the two CUDA devices)
+    if (prefill) {  // (the absorption's products one batched GEMM: CudaDevice::MlaGemm)
+      BuildBatch(cuda_.get(), &a, {0, 3, 9}, {40, 1, 30});
+      BuildBatch(plain, &b, {0, 3, 9}, {40, 1, 30});
+    } else {
+      BuildBatch(cuda_.get(), &a);
+      BuildBatch(plain, &b);
+    }
+    const int64_t T = a.host.n_tokens;
+    const kernels::MlaParams p = LiteMla();
+    const int64_t H = p.n_heads, r = p.kv_lora_rank, dr = p.d_rope;
+    const int64_t row = r + dr, dqk = p.d_nope + dr;
+    const std::vector<float> kvb = Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f);
+    const std::vector<float> q = Random(T * H * dqk), ckv = Random(T * row), nw = Random(r);
+    for (DType kv_type : {DType::kF32, DType::kF16}) {
+      for (bool interleaved : {true, false}) {
+        kernels::RopeConfig rope;
+        rope.rot_dim = static_cast<int>(dr);
+        rope.style = interleaved ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox;
+        rope.theta = 10000.f;
+        rope.attention_factor = interleaved ? 1.f : 1.2f;
+        std::vector<float> inv(dr / 2);
+        kernels::ComputeRopeInvFreq(rope, inv.data());
+        const std::string tag = std::string(DTypeName(kv_type)) +
+                                (interleaved ? " interleaved" : " half apart, factor 1.2") +
+                                (prefill ? ", 71 tokens" : "");
+        kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
+        RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
+        const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
+        kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
+        kp.k = *plain->Alloc(bytes);
+        ASSERT_TRUE(plain->CopyToDevice(kp.k, kh.k, bytes).ok());
+        std::vector<float> out[3];  // fused, plain, host
+        std::vector<uint8_t> cache[2];
+        int64_t launches[2] = {0, 0};
+        for (int which = 0; which < 3; ++which) {
+          Device* d = which == 0 ? cuda_.get() : which == 1 ? plain : host_.get();
+          const kernels::KvLayerView& kv = which == 0 ? kc : which == 1 ? kp : kh;
+          const backend::StepBatch& sb = which == 0 ? a.cuda : which == 1 ? b.cuda : a.host;
+          auto up = [&](const std::vector<float>& x) {
+            return *d->UploadFloats(x.data(), x.size());
+          };
+          backend::MlaWeights w;  // the FP32 copy only
+          w.kvb = up(kvb);
+          float* Q = up(q);
+          float* C = up(ckv);
+          float* NW = up(nw);
+          float* F = up(inv);
+          float* O = up(std::vector<float>(T * H * row));
+          const Device::RopeKv rk{{Q + p.d_nope, H, dqk, H * dqk}, {C + r, 1, row, row}, &rope, F,
+                                  C, nullptr, {C, NW, 1e-6f, r, row}, {}};
+          const int64_t k0 = d->KernelLaunches();
+          d->RopeMlaAbsorbQuery(rk, kv, Q, sb, w, p, O);
+          if (which < 2) launches[which] = d->KernelLaunches() - k0;
+          ASSERT_TRUE(d->Synchronize().ok()) << tag;
+          out[which].resize(T * H * row);
+          ASSERT_TRUE(d->CopyToHost(out[which].data(), O, T * H * row * 4).ok());
+          if (which == 2) continue;
+          cache[which].resize(bytes);
+          ASSERT_TRUE(d->CopyToHost(cache[which].data(), kv.k, bytes).ok());
+        }
+        EXPECT_EQ(launches[0], launches[1] - 1) << tag;
+        EXPECT_EQ(out[0], out[1]) << tag << ": the absorbed query";
+        EXPECT_TRUE(cache[0] == cache[1]) << tag << ": the latent cache";
+        EXPECT_LE(device_test::RelativeDistance({out[2]}, {out[0]}), 1e-4)
+            << tag << ": against the host device";
       }
-      EXPECT_EQ(launches[0], launches[1] - 1) << tag;
-      EXPECT_EQ(out[0], out[1]) << tag << ": the absorbed query";
-      EXPECT_TRUE(cache[0] == cache[1]) << tag << ": the latent cache";
-      EXPECT_LE(device_test::RelativeDistance({out[2]}, {out[0]}), 1e-4)
-          << tag << ": against the host device";
     }
   }
 }
