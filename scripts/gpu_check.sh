@@ -40,9 +40,9 @@
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
 #        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
-#     6. profile (only when STEPS names it): ncu's time of every kernel in V2-Lite's pp512 and
-#        in decode steps of Qwen2.5 and V2-Lite, summed by kernel and grid
-#        (PROFILE="deepseek-prefill qwen deepseek",
+#     6. profile (only when STEPS names it): ncu's time of every kernel in the pp512 of V2-Lite
+#        and of Qwen2.5 and in decode steps of both, summed by kernel and grid
+#        (PROFILE="deepseek-prefill qwen-prefill qwen deepseek",
 #        PROFILE_KERNELS: how many launches ncu times)
 #   Steps 3-6 run even when a test fails; the exit status is non-zero if any step failed. Each
 #   step stops after STEP_TIMEOUT seconds (default 150).
@@ -377,11 +377,14 @@ run() {
     # Each kernel's time in V2-Lite's prefill and in decode steps (asked for by name in STEPS
     # only: ncu serializes).
     wait "$ds_pid" 2> /dev/null
-    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" deepseek-prefill "* ]] &&
+    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" deepseek-prefill "* ]] &&
       STEP_TIMEOUT=100 step profile-deepseek-prefill profile_prefill "$ds"
-    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" qwen "* ]] &&
+    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" qwen-prefill "* ]] &&
+      STEP_TIMEOUT=100 step profile-qwen-prefill profile_prefill \
+        "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" qwen "* ]] &&
       STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
-    [[ " ${PROFILE:-deepseek-prefill qwen deepseek} " == *" deepseek "* ]] &&
+    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" deepseek "* ]] &&
       STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
   fi
   [[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-results.tgz" -C "$RES" .
