@@ -508,6 +508,8 @@ void SetReversedOrder(bool reversed) { reversed_order.store(reversed); }
 
 uint64_t KernelsRun() { return kernels_run.load(std::memory_order_relaxed); }
 
+bool IsCapturing(cudaStream_t s) { return Of(s)->capturing; }
+
 void Misaligned(const void* p, int bytes) {
   if (!runner || !current_thread) return;  // (host code reading the same layout)
   char where[32];

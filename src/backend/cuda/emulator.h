@@ -216,6 +216,8 @@ void SetReversedOrder(bool reversed);
 uint64_t KernelsRun();
 // A kernel's load of `bytes` at p, not aligned to its size (a GPU faults there): a finding.
 void Misaligned(const void* p, int bytes);
+// Whether s is being captured into a graph.
+bool IsCapturing(cudaStream_t s);
 }  // namespace emu
 
 #define threadIdx (::peng::backend::cuda::emu::current_thread->idx)

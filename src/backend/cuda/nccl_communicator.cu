@@ -1,6 +1,10 @@
 #include "backend/cuda/nccl_communicator.h"
 
+#if defined(PENG_CUDA_EMULATOR)
+#include "backend/cuda/nccl_emulator.h"
+#else
 #include <nccl.h>
+#endif
 
 #include <cstdlib>
 #include <string>

@@ -1,10 +1,14 @@
 // NCCL behind the Communicator interface (built when CMake finds NCCL next to the CUDA toolkit):
 // the collectives of a group of ranks, one GPU each, on device memory and a CUDA stream. Used by
 // CudaDevice::CreateCommunicator; the group's host communicator (Open MPI) carries the NCCL id
-// at creation and the barrier.
+// at creation and the barrier. The CUDA emulator's build of it runs over nccl_emulator.h's NCCL.
 #pragma once
 
+#if defined(PENG_CUDA_EMULATOR)
+#include "backend/cuda/emulator.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include <memory>
 
