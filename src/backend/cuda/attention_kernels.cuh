@@ -358,7 +358,7 @@ __device__ __forceinline__ int64_t SeqTiles(const int32_t* seq_first, int s, int
 // row's maximum, sum and output through the key chunks (a warp a row for the maximum and the
 // sum, a thread kCols output values of every row).
 template <typename KV, int kDk, int kDv, int kRows, int kKeys, bool kLatent>
-__global__ void __launch_bounds__(kAttnWarps * kWarp) AttentionTileKernel(AttnArgs a) {
+__global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(AttnArgs a) {
   KernelStart();
   using Tile = AttnTile<kDk, kDv, kRows, kKeys, kLatent>;
   constexpr int kThreads = Tile::kThreads;
@@ -404,10 +404,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) AttentionTileKernel(AttnAr
     kmin = start_s[i] < kmin ? start_s[i] : kmin;
     kmax = pos_s[i] > kmax ? pos_s[i] : kmax;
   }
-  for (int idx = tid; idx < kRows * a.head_dim; idx += kThreads) {
-    const int i = idx / a.head_dim, d = idx % a.head_dim;
-    q_s[i][d] = tok_s[i] < 0 ? 0.f
-                             : a.q[(tok_s[i] * a.n_heads + head_s[i]) * a.head_dim + d];
+  for (int i = warp; i < kRows; i += kAttnWarps) {  // (a warp a row)
+    const int64_t t = tok_s[i];
+    for (int d = lane; d < a.head_dim; d += kWarp)
+      q_s[i][d] = t < 0 ? 0.f : a.q[(t * a.n_heads + head_s[i]) * a.head_dim + d];
   }
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
   const KV* kc = static_cast<const KV*>(a.k) + int64_t{g} * a.head_dim;
@@ -422,27 +422,15 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) AttentionTileKernel(AttnAr
   for (int64_t j0 = kmin; j0 <= kmax; j0 += kKeys) {
     const int nk = kmax - j0 + 1 < kKeys ? static_cast<int>(kmax - j0 + 1) : kKeys;
     __syncthreads();  // (the chunk before is read)
-    for (int idx = tid; idx < kKeys * a.head_dim; idx += kThreads) {
-      const int j = idx / a.head_dim, d = idx % a.head_dim;
-      float v = 0.f;
-      if (j < nk) {
-        const int64_t key = j0 + j;
-        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size;
-        v = KvLoad(kc, slot * a.k_stride + d);
-      }
-      k_s[j][d] = v;
-    }
-    if constexpr (!kLatent) {
-      for (int idx = tid; idx < kKeys * a.v_head_dim; idx += kThreads) {
-        const int j = idx / a.v_head_dim, d = idx % a.v_head_dim;
-        float v = 0.f;
-        if (j < nk) {
-          const int64_t key = j0 + j;
-          const int64_t slot =
-              int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size;
-          v = KvLoad(vc, slot * a.v_stride + d);
-        }
-        v_s[j][d] = v;
+    for (int j = warp; j < kKeys; j += kAttnWarps) {  // (a warp a key; 0 past the last)
+      const int64_t key = j0 + j;
+      const int64_t slot =
+          j < nk ? int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size : -1;
+      for (int d = lane; d < a.head_dim; d += kWarp)
+        k_s[j][d] = slot < 0 ? 0.f : KvLoad(kc, slot * a.k_stride + d);
+      if constexpr (!kLatent) {
+        for (int d = lane; d < a.v_head_dim; d += kWarp)
+          v_s[j][d] = slot < 0 ? 0.f : KvLoad(vc, slot * a.v_stride + d);
       }
     }
     __syncthreads();
@@ -481,16 +469,18 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) AttentionTileKernel(AttnAr
       if (lane == 0) c_s[i] = corr;
     }
     __syncthreads();
+    // The output: each row's sum corrected, then the chunk's values added in key order (a
+    // value read once for all rows).
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      const float corr = c_s[i];
+    for (int c = 0; c < Tile::kCols; ++c) {
+      const int d = tid + c * kThreads;
+      if (d >= a.v_head_dim) continue;
 #pragma unroll
-      for (int c = 0; c < Tile::kCols; ++c) {
-        const int d = tid + c * kThreads;
-        if (d >= a.v_head_dim) continue;
-        float o = acc[i][c] * corr;
-        for (int j = 0; j < nk; ++j) o += p_s[i][j] * (kLatent ? k_s[j][d] : v_s[j][d]);
-        acc[i][c] = o;
+      for (int i = 0; i < kRows; ++i) acc[i][c] *= c_s[i];
+      for (int j = 0; j < nk; ++j) {
+        const float v = kLatent ? k_s[j][d] : v_s[j][d];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) acc[i][c] += p_s[i][j] * v;
       }
     }
   }
