@@ -41,8 +41,9 @@
 #        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in the pp512 of V2-Lite
-#        and of Qwen2.5 and in decode steps of both, summed by kernel and grid
-#        (PROFILE="deepseek-prefill qwen-prefill qwen deepseek",
+#        and of Qwen2.5, in decode steps of both, and in Qwen2.5's decode of 32 sequences,
+#        summed by kernel and grid (PROFILE="deepseek-prefill qwen-prefill qwen deepseek
+#        qwen-batch",
 #        PROFILE_KERNELS: how many launches ncu times)
 #   Steps 3-6 run even when a test fails; the exit status is non-zero if any step failed. Each
 #   step stops after STEP_TIMEOUT seconds (default 150).
@@ -374,18 +375,23 @@ run() {
     fi
   fi
   if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
-    # Each kernel's time in V2-Lite's prefill and in decode steps (asked for by name in STEPS
-    # only: ncu serializes).
+    # Each kernel's time in the prefills, decode steps and a batched decode (asked for by name
+    # in STEPS only: ncu serializes).
     wait "$ds_pid" 2> /dev/null
-    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" deepseek-prefill "* ]] &&
+    local qwen=$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    local profiles=" ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek qwen-batch} "
+    [[ $profiles == *" deepseek-prefill "* ]] &&
       STEP_TIMEOUT=100 step profile-deepseek-prefill profile_prefill "$ds"
-    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" qwen-prefill "* ]] &&
-      STEP_TIMEOUT=100 step profile-qwen-prefill profile_prefill \
-        "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" qwen "* ]] &&
-      STEP_TIMEOUT=100 step profile-qwen profile_decode "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 16
-    [[ " ${PROFILE:-deepseek-prefill qwen-prefill qwen deepseek} " == *" deepseek "* ]] &&
+    [[ $profiles == *" qwen-prefill "* ]] &&
+      STEP_TIMEOUT=100 step profile-qwen-prefill profile_prefill "$qwen"
+    [[ $profiles == *" qwen "* ]] && STEP_TIMEOUT=100 step profile-qwen profile_decode "$qwen" 16
+    [[ $profiles == *" deepseek "* ]] &&
       STEP_TIMEOUT=100 step profile-deepseek profile_decode "$ds" 8
+    # (32 sequences decoding together: their kernels are the ones with 32-token grids; the
+    # single sequence's steps of peng bench come before and after them)
+    [[ $profiles == *" qwen-batch "* ]] &&
+      STEP_TIMEOUT=100 step profile-qwen-batch profile_kernels "$qwen" \
+        "$RES/profile-qwen-batch32.csv" 12 --pp 0 --tg 4 --batch 32
   fi
   [[ -n ${OUT:-} ]] && tar czf "$OUT/gpu-results.tgz" -C "$RES" .
   if ((${#FAILED[@]})); then
