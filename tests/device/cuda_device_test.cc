@@ -280,31 +280,6 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
   const std::unique_ptr<Device> untiled = DeviceWithout("PENG_CUDA_TILED_ATTENTION");
   ASSERT_NE(untiled, nullptr);
   Device* plain = untiled.get();
-  // x (on `d`) against the host's ref within tol of the largest |ref|.
-  auto near = [&](Device* d, const float* x, const std::vector<float>& ref, double tol,
-                  const std::string& what) {
-    ASSERT_TRUE(d->Synchronize().ok()) << what;
-    std::vector<float> got(ref.size());
-    ASSERT_TRUE(d->CopyToHost(got.data(), x, got.size() * 4).ok());
-    double scale = 1e-20, worst = 0;
-    for (float r : ref) scale = std::max(scale, std::abs(double{r}));
-    for (size_t i = 0; i < ref.size(); ++i)
-      worst = std::max(worst, std::abs(double{got[i]} - ref[i]));
-    std::printf("[cuda] %-44s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
-    EXPECT_LE(worst / scale, tol) << what;
-  };
-  // The host's cache copied to `d`.
-  auto copy_cache = [](Device* d, const kernels::KvLayerView& from, int64_t k_bytes,
-                       int64_t v_bytes) {
-    kernels::KvLayerView to = from;
-    to.k = *d->Alloc(k_bytes);
-    EXPECT_TRUE(d->CopyToDevice(to.k, from.k, k_bytes).ok());
-    if (v_bytes > 0) {
-      to.v = *d->Alloc(v_bytes);
-      EXPECT_TRUE(d->CopyToDevice(to.v, from.v, v_bytes).ok());
-    }
-    return to;
-  };
   for (int shape = 0; shape < 2; ++shape) {
     const std::array<int64_t, 3> pos0 = shape ? std::array<int64_t, 3>{0, 3, 9}
                                               : std::array<int64_t, 3>{0, 40, 30};
@@ -320,7 +295,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
         kernels::KvLayerView kc, kh;
         RandomCache(kv_type, KV, hd, hd, &kc, &kh);
         const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
-        const kernels::KvLayerView kp = copy_cache(plain, kh, bytes, bytes);
+        const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, bytes);
         const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
         const std::vector<float> q = Random(T * H * hd);
         float* dq[2];
@@ -344,7 +319,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
             Device* d = i ? plain : cuda_.get();
             float* o = *d->UploadFloats(std::vector<float>(T * H * hd).data(), T * H * hd);
             d->PagedAttention(dq[i], i ? kp : kc, i ? b.cuda : a.cuda, p, o);
-            near(d, o, ref, 1e-4,
+            ExpectNear(d, o, ref, 1e-4,
                  std::string(i ? "per token " : "tiled ") + batch + " " + DTypeName(kv_type) +
                      " H" + std::to_string(H) + "/" + std::to_string(KV) + " hd" +
                      std::to_string(hd) + " window " + std::to_string(window) +
@@ -358,7 +333,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
       kernels::KvLayerView kc, kh;
       RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
       const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
-      const kernels::KvLayerView kp = copy_cache(plain, kh, bytes, 0);
+      const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, 0);
       const std::vector<float> ckv = Random(T * row), qa = Random(T * H * row);
       std::vector<float> ref(T * H * r);
       host_->KvWrite(kh, a.host, ckv.data(), nullptr);
@@ -370,9 +345,121 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
         float* o = *d->UploadFloats(std::vector<float>(T * H * r).data(), T * H * r);
         d->MlaAttention(*d->UploadFloats(qa.data(), T * H * row), i ? kp : kc,
                         i ? b.cuda : a.cuda, p, o);
-        near(d, o, ref, 1e-4,
-             std::string(i ? "per token " : "tiled ") + batch + " MLA " + DTypeName(kv_type));
+        ExpectNear(d, o, ref, 1e-4,
+                   std::string(i ? "per token " : "tiled ") + batch + " MLA " +
+                       DTypeName(kv_type));
       }
+    }
+  }
+}
+
+// Decode over long contexts, the keys split over blocks (AttentionKernel's parts, merged by the
+// last to finish) and not (PENG_CUDA_ATTN_SPLIT=0), each against the host device: three decode
+// tokens at positions 1000, 300 and 40 (4, 2 and 1 parts of at least 256 keys), tables spread
+// over 96 blocks, head sizes 64 and 128, both caches, a sliding window of 300; the output
+// quantized for o (AttentionMatMuls) with RoPE and the KV write inside, whose cache rows the two
+// paths store alike; MLA's latent rows. Each case twice: a count of parts not set back fails it.
+TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
+  const std::unique_ptr<Device> unsplit = DeviceWithout("PENG_CUDA_ATTN_SPLIT");
+  ASSERT_NE(unsplit, nullptr);
+  Device* plain = unsplit.get();
+  std::vector<std::vector<int32_t>> tables(3);
+  for (int32_t b = 0; b < 63; ++b) tables[0].push_back(62 - b);  // (reversed)
+  for (int32_t b = 63; b < 82; ++b) tables[1].push_back(b);
+  for (int32_t b = 82; b < 85; ++b) tables[2].push_back(b);
+  AttnBatch a, b;  // (the same batch on the two CUDA devices)
+  BuildBatch(cuda_.get(), &a, {1000, 300, 40}, {1, 1, 1}, tables);
+  BuildBatch(plain, &b, {1000, 300, 40}, {1, 1, 1}, tables);
+  const int64_t T = 3, n_blocks = 96;
+  for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (int hd : {64, 128}) {
+      const int H = 8, KV = 2;
+      kernels::KvLayerView kc, kh;
+      RandomCache(kv_type, KV, hd, hd, &kc, &kh, n_blocks);
+      const int64_t bytes = n_blocks * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
+      const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, bytes);
+      const std::vector<float> q = Random(T * H * hd);
+      for (int window : {0, 300}) {
+        kernels::AttentionParams p;
+        p.n_heads = H;
+        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        p.sliding_window = window;
+        const std::string tag = std::string(DTypeName(kv_type)) + " hd " + std::to_string(hd) +
+                                " window " + std::to_string(window);
+        std::vector<float> ref(T * H * hd);
+        host_->PagedAttention(q.data(), kh, a.host, p, ref.data());
+        for (int i = 0; i < 2; ++i) {
+          Device* d = i ? plain : cuda_.get();
+          float* dq = *d->UploadFloats(q.data(), q.size());
+          float* o = *d->UploadFloats(std::vector<float>(T * H * hd).data(), T * H * hd);
+          for (int twice = 0; twice < 2; ++twice) {
+            d->PagedAttention(dq, i ? kp : kc, i ? b.cuda : a.cuda, p, o);
+            ExpectNear(d, o, ref, 1e-4, std::string(i ? "unsplit " : "split ") + tag);
+          }
+        }
+      }
+      // RoPE and the KV write inside, the output quantized for a Q8_0 o (quantized mode): the
+      // cache rows stored alike, the outputs within the quantization's noise of each other.
+      kernels::SetExactActivations(false);
+      kernels::RopeConfig rope;
+      rope.rot_dim = hd;
+      rope.theta = 10000.f;
+      std::vector<float> inv(hd / 2);
+      kernels::ComputeRopeInvFreq(rope, inv.data());
+      std::vector<std::vector<uint8_t>> keep;
+      const Uploaded wo = UploadRandom(cuda_.get(), plain, DType::kQ8_0, 96, H * hd, &rng_, &keep);
+      const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
+      float* ys[2];
+      std::vector<uint8_t> caches[2];
+      for (int i = 0; i < 2; ++i) {
+        Device* d = i ? plain : cuda_.get();
+        const kernels::KvLayerView& kv = i ? kp : kc;
+        auto up = [&](const std::vector<float>& x) {
+          return *d->UploadFloats(x.data(), x.size());
+        };
+        float* Q = up(q);
+        float* K = up(k);
+        float* V = up(v);
+        float* F = up(inv);
+        float* O = up(std::vector<float>(T * H * hd));
+        float* Y = up(std::vector<float>(T * 96));
+        const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {}, {}};
+        kernels::AttentionParams p;
+        p.n_heads = H;
+        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        d->AttentionMatMuls(Q, kv, i ? b.cuda : a.cuda, p, O,
+                            {{i ? &wo.host : &wo.cuda, Y, nullptr, true}}, &r);
+        ASSERT_TRUE(d->Synchronize().ok());
+        ys[i] = Y;
+        caches[i].resize(2 * bytes);
+        ASSERT_TRUE(d->CopyToHost(caches[i].data(), kv.k, bytes).ok());
+        ASSERT_TRUE(d->CopyToHost(caches[i].data() + bytes, kv.v, bytes).ok());
+      }
+      kernels::SetExactActivations(true);
+      EXPECT_TRUE(caches[0] == caches[1]) << "the cache rows stored inside the attention";
+      std::vector<float> y_unsplit(T * 96);
+      ASSERT_TRUE(plain->CopyToHost(y_unsplit.data(), ys[1], T * 96 * 4).ok());
+      ExpectNear(cuda_.get(), ys[0], y_unsplit, 3e-3,
+                 "o after split / unsplit " + std::string(DTypeName(kv_type)) + " hd " +
+                     std::to_string(hd));
+    }
+    // MLA: the latent rows (key = row, value = its first r values), 16 heads.
+    const kernels::MlaParams p = LiteMla();
+    const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
+    kernels::KvLayerView kc, kh;
+    RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh, n_blocks);
+    const int64_t bytes = n_blocks * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
+    const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, 0);
+    const std::vector<float> qa = Random(T * H * row);
+    std::vector<float> ref(T * H * r);
+    host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());
+    for (int i = 0; i < 2; ++i) {
+      Device* d = i ? plain : cuda_.get();
+      float* o = *d->UploadFloats(std::vector<float>(T * H * r).data(), T * H * r);
+      d->MlaAttention(*d->UploadFloats(qa.data(), qa.size()), i ? kp : kc, i ? b.cuda : a.cuda, p,
+                      o);
+      ExpectNear(d, o, ref, 1e-4,
+                 std::string(i ? "unsplit MLA " : "split MLA ") + DTypeName(kv_type));
     }
   }
 }

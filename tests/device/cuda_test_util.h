@@ -163,11 +163,14 @@ inline kernels::MlaParams LiteMla() {
   return p;
 }
 
-// Three sequences over blocks of 16 (tables {4, 1, 0}, {2, 5, 3}, {7, 6, 8}): n[s] tokens of
-// sequence s from position pos0[s] (by default a 21-token prefill, a decode and a 5-token chunk).
+// Three sequences over blocks of 16 (tables {4, 1, 0}, {2, 5, 3}, {7, 6, 8}, or `tables`): n[s]
+// tokens of sequence s from position pos0[s] (by default a 21-token prefill, a decode and a
+// 5-token chunk).
 inline void BuildBatch(Device* cuda, AttnBatch* a, std::array<int64_t, 3> pos0 = {0, 40, 30},
-                       std::array<int64_t, 3> n = {21, 1, 5}) {
-  a->tables = {{4, 1, 0}, {2, 5, 3}, {7, 6, 8}};
+                       std::array<int64_t, 3> n = {21, 1, 5},
+                       std::vector<std::vector<int32_t>> tables = {}) {
+  a->tables = tables.empty() ? std::vector<std::vector<int32_t>>{{4, 1, 0}, {2, 5, 3}, {7, 6, 8}}
+                             : std::move(tables);
   for (int s = 0; s < 3; ++s) {
     a->first.push_back(static_cast<int32_t>(a->pos.size()));
     a->count.push_back(static_cast<int32_t>(n[s]));
@@ -257,14 +260,39 @@ class CudaTest : public ::testing::Test {
     EXPECT_LE(worst / scale, tol) << what << " at " << at << ": " << got[at] << " vs "
                                   << p.host[at];
   }
-  // A KV layer of 9 blocks of 16 tokens on the device under test (*kc) and on the host device
-  // (*kh), K (and V when v_head_dim > 0) holding the same random values in `t`.
+  // x (n = ref.size() values on device d) against ref within tol of the largest |ref|.
+  static void ExpectNear(Device* d, const float* x, const std::vector<float>& ref, double tol,
+                         const std::string& what) {
+    ASSERT_TRUE(d->Synchronize().ok()) << what;
+    std::vector<float> got(ref.size());
+    ASSERT_TRUE(d->CopyToHost(got.data(), x, got.size() * 4).ok());
+    double scale = 1e-20, worst = 0;
+    for (float r : ref) scale = std::max(scale, std::abs(double{r}));
+    for (size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, std::abs(double{got[i]} - ref[i]));
+    std::printf("[cuda] %-44s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
+    EXPECT_LE(worst / scale, tol) << what;
+  }
+  // The KV layer `from` (host memory: the host device's) copied to device d.
+  static kernels::KvLayerView CopyCache(Device* d, const kernels::KvLayerView& from,
+                                        int64_t k_bytes, int64_t v_bytes) {
+    kernels::KvLayerView to = from;
+    to.k = *d->Alloc(k_bytes);
+    EXPECT_TRUE(d->CopyToDevice(to.k, from.k, k_bytes).ok());
+    if (v_bytes > 0) {
+      to.v = *d->Alloc(v_bytes);
+      EXPECT_TRUE(d->CopyToDevice(to.v, from.v, v_bytes).ok());
+    }
+    return to;
+  }
+  // A KV layer of 9 (n_blocks) blocks of 16 tokens on the device under test (*kc) and on the
+  // host device (*kh), K (and V when v_head_dim > 0) holding the same random values in `t`.
   void RandomCache(DType t, int kv_heads, int head_dim, int v_head_dim, kernels::KvLayerView* kc,
-                   kernels::KvLayerView* kh) {
+                   kernels::KvLayerView* kh, int64_t n_blocks = 9) {
     KvCacheSpec spec;
     spec.layers.push_back({kv_heads, head_dim, v_head_dim});
     int64_t k_bytes, v_bytes;
-    *kc = *kh = spec.LayerView(0, 9, 16, t, &k_bytes, &v_bytes);
+    *kc = *kh = spec.LayerView(0, n_blocks, 16, t, &k_bytes, &v_bytes);
     for (auto [part, bytes] : {std::pair{&kernels::KvLayerView::k, k_bytes},
                                std::pair{&kernels::KvLayerView::v, v_bytes}}) {
       if (bytes == 0) continue;

@@ -159,7 +159,15 @@ struct AttnArgs {
   // AttentionTileKernel: the first token of each sequence [n_seqs + 1] (StepBatch).
   const int32_t* seq_first = nullptr;
   int n_seqs = 0;
+  // AttentionKernel with gridDim.z > 1 (a long context split over blocks): each part's maximum,
+  // sum and unnormalized output [(t n_heads + h) gridDim.z + z][2 + v_head_dim], and each
+  // (token, head)'s count of parts done (0 between launches).
+  float* part = nullptr;
+  unsigned* done = nullptr;
 };
+
+// A decode token's keys are split into parts of at least this many, over up to gridDim.z blocks.
+constexpr int kAttnSplitMin = 256;
 
 // q . k over n values: 16-byte loads where `wide` (the cache row is 16-byte aligned; k then is).
 template <typename KV>
@@ -194,7 +202,8 @@ __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool
 // head.
 template <typename KV>
 __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float* q_s,
-                             float* k_s, KV* k_self, KV* v_self, float (*cs)[kMaxRopeHalf]) {
+                             float* k_s, KV* k_self, KV* v_self, float (*cs)[kMaxRopeHalf],
+                             bool store) {
   const AttnRope& r = a.rope;
   const float* k = r.k + (t * a.n_kv_heads + kvh) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) k_s[i] = k[i];
@@ -219,7 +228,7 @@ __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) KvStore(k_self, i, k_s[i]);
   for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) KvStore(v_self, i, v[i]);
   __syncthreads();
-  if (h % (a.n_heads / a.n_kv_heads) != 0) return;
+  if (!store || h % (a.n_heads / a.n_kv_heads) != 0) return;
   const int64_t slot = r.slot[t];
   KV* kc = static_cast<KV*>(r.k_cache) + slot * a.k_stride + int64_t{kvh} * a.head_dim;
   KV* vc = static_cast<KV*>(r.v_cache) + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
@@ -227,11 +236,14 @@ __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float
   for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) vc[i] = v_self[i];
 }
 
-// One block per (token, head). Warp w takes the keys in chunks of 32 (chunk w, w + kAttnWarps,
+// One block per (token, head) -- or, with gridDim.z > 1, per part of a long context's keys
+// (kAttnSplitMin keys a part at least, up to gridDim.z parts; blocks past the token's parts
+// return at once). Warp w takes the block's keys in chunks of 32 (chunk w, w + kAttnWarps,
 // ...): each lane scores one key of the chunk, the warp updates its running maximum, sum and
 // accumulator once a chunk, then adds the chunk's values (lane d holds output values d, d + 32,
-// ...). The warps' states are merged at the end. With a.rope, the token's own key and value
-// (position p) come from the block's shared memory (AttnRopeSelf), not the cache.
+// ...). The warps' states are merged at the end; the parts' by the last part to finish
+// (AttnArgs::part, done). With a.rope, the token's own key and value (position p) come from the
+// block's shared memory (AttnRopeSelf), not the cache, and the last part stores them.
 template <typename KV, int kMaxK, int kMaxV>
 __global__ void AttentionKernel(AttnArgs a) {
   KernelStart();
@@ -244,6 +256,18 @@ __global__ void AttentionKernel(AttnArgs a) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t p = a.pos[t];
+  const int64_t first = p - a.sliding_window + 1;
+  const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
+  // The block's keys: part z of `parts`, lo..hi.
+  const int64_t len = p - start + 1;
+  int64_t parts = 1;
+  if (gridDim.z > 1) {
+    parts = (len + kAttnSplitMin - 1) / kAttnSplitMin;
+    parts = parts < gridDim.z ? parts : gridDim.z;
+  }
+  const int z = static_cast<int>(blockIdx.z);
+  if (z >= parts) return;
+  const int64_t lo = start + len * z / parts, hi = start + len * (z + 1) / parts - 1;
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[t]];
   const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) q_s[i] = q[i];
@@ -253,21 +277,19 @@ __global__ void AttentionKernel(AttnArgs a) {
   if (rope) {
     __shared__ float k_s[kMaxK];
     __shared__ float cs[2][kMaxRopeHalf];
-    AttnRopeSelf(a, t, h, kvh, q_s, k_s, k_self, v_self, cs);
+    AttnRopeSelf(a, t, h, kvh, q_s, k_s, k_self, v_self, cs, z == parts - 1);
   }
   __syncthreads();
-  const int64_t first = p - a.sliding_window + 1;
-  const int64_t start = a.sliding_window > 0 && first > 0 ? first : 0;
   const KV* kc = static_cast<const KV*>(a.k);
   const KV* vc = static_cast<const KV*>(a.v);
   float m = -INFINITY, l = 0.f, acc[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
-  for (int64_t j0 = start + int64_t{warp} * kWarp; j0 <= p; j0 += kAttnWarps * kWarp) {
+  for (int64_t j0 = lo + int64_t{warp} * kWarp; j0 <= hi; j0 += kAttnWarps * kWarp) {
     const int64_t j = j0 + lane;
     float s = -INFINITY;
     int64_t slot = 0;
-    if (j <= p) {
+    if (j <= hi) {
       slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
       const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
       const bool self = rope && j == p;
@@ -278,11 +300,11 @@ __global__ void AttentionKernel(AttnArgs a) {
     }
     const float m_new = fmaxf(m, WarpMax(s));  // finite: key j0 exists
     const float corr = expf(m - m_new);  // 0 for the first chunk (m = -inf)
-    const float e = j <= p ? expf(s - m_new) : 0.f;
+    const float e = j <= hi ? expf(s - m_new) : 0.f;
     l = l * corr + WarpSum(e);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] *= corr;
-    const int n_chunk = p - j0 + 1 < kWarp ? static_cast<int>(p - j0 + 1) : kWarp;
+    const int n_chunk = hi - j0 + 1 < kWarp ? static_cast<int>(hi - j0 + 1) : kWarp;
     for (int c = 0; c < n_chunk; ++c) {
       const float ec = __shfl_sync(0xffffffffu, e, c);
       const long long sc = __shfl_sync(0xffffffffu, static_cast<long long>(slot), c);
@@ -310,7 +332,40 @@ __global__ void AttentionKernel(AttnArgs a) {
   float ll = 0.f;
   for (int w = 0; w < kAttnWarps; ++w)
     if (l_s[w] > 0.f) ll += l_s[w] * expf(m_s[w] - mm);
-  float* out = a.out + (t * a.n_heads + h) * a.v_head_dim;
+  // The block's unnormalized output value d.
+  auto sum = [&](int d) {
+    float s = 0.f;
+    for (int w = 0; w < kAttnWarps; ++w)
+      if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
+    return s;
+  };
+  const int64_t th = t * a.n_heads + h;
+  const int64_t part_len = 2 + a.v_head_dim;
+  const float* parts_of = parts > 1 ? a.part + th * gridDim.z * part_len : nullptr;
+  if (parts > 1) {  // this part's state out; the last part to finish merges them all
+    float* mine = a.part + (th * gridDim.z + z) * part_len;
+    if (threadIdx.x == 0) {
+      mine[0] = mm;
+      mine[1] = ll;
+    }
+    for (int d = threadIdx.x; d < a.v_head_dim; d += blockDim.x) mine[2 + d] = sum(d);
+    __threadfence();  // (visible to the last part before this one is counted)
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = atomicAdd(a.done + th, 1u) == static_cast<unsigned>(parts - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    mm = -INFINITY;  // (the parts' own, read past L1: __ldcg)
+    for (int64_t y = 0; y < parts; ++y) mm = fmaxf(mm, __ldcg(parts_of + y * part_len));
+    ll = 0.f;
+    for (int64_t y = 0; y < parts; ++y) {
+      const float ly = __ldcg(parts_of + y * part_len + 1);
+      if (ly > 0.f) ll += ly * expf(__ldcg(parts_of + y * part_len) - mm);
+    }
+    if (threadIdx.x == 0) a.done[th] = 0;
+  }
+  float* out = a.out + th * a.v_head_dim;
   const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
   for (int d0 = 0; d0 < a.v_head_dim; d0 += blockDim.x) {  // (every thread every round)
     const int d = d0 + threadIdx.x;
@@ -318,8 +373,14 @@ __global__ void AttentionKernel(AttnArgs a) {
     float v = 0.f;
     if (valid) {
       float s = 0.f;
-      for (int w = 0; w < kAttnWarps; ++w)
-        if (l_s[w] > 0.f) s += acc_s[w][d] * expf(m_s[w] - mm);
+      if (parts == 1) {
+        s = sum(d);
+      } else {
+        for (int64_t y = 0; y < parts; ++y) {
+          const float* py = parts_of + y * part_len;
+          if (__ldcg(py + 1) > 0.f) s += __ldcg(py + 2 + d) * expf(__ldcg(py) - mm);
+        }
+      }
       out[d] = v = s / ll;
     }
     if (a.quant.qs)

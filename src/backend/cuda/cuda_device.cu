@@ -93,6 +93,13 @@ class CudaDevice final : public Device {
     d->route_done_ = static_cast<unsigned*>(done);
     d->moe_down_done_ = d->route_done_ + 1;
     d->Fill(done, 0, sizeof(unsigned) * (1 + kMoeDownCounts));
+    // The parts of split decode attention (AttnArgs::part, done), for the steps that split.
+    PENG_ASSIGN_OR_RETURN(void* part, d->Alloc(sizeof(float) * kAttnSplitRows * kAttnMaxSplits *
+                                              (2 + kMaxMlaLatent)));
+    PENG_ASSIGN_OR_RETURN(void* counts, d->Alloc(sizeof(unsigned) * kAttnSplitRows));
+    d->attn_part_ = static_cast<float*>(part);
+    d->attn_done_ = static_cast<unsigned*>(counts);
+    d->Fill(counts, 0, sizeof(unsigned) * kAttnSplitRows);
     return std::unique_ptr<Device>(std::move(d));
   }
 
@@ -867,6 +874,19 @@ class CudaDevice final : public Device {
   // MoeDownKernel's counts of finished blocks, a token's rows at a time (0 between).
   static constexpr int64_t kMoeDownCounts = 4096;
   unsigned* moe_down_done_ = nullptr;
+  // Decode attention over long contexts split over blocks (AttentionKernel's gridDim.z): where
+  // a step has at most kAttnSplitRows (token, head) pairs, into up to kAttnMaxSplits parts
+  // (AttnSplits); PENG_CUDA_ATTN_SPLIT=0: never.
+  static constexpr int64_t kAttnSplitRows = 256;
+  static constexpr int kAttnMaxSplits = 16;
+  bool attn_split_ = EnvOn("PENG_CUDA_ATTN_SPLIT");
+  float* attn_part_ = nullptr;
+  unsigned* attn_done_ = nullptr;
+  int AttnSplits(int64_t n_tokens, int n_heads) const {
+    const int64_t rows = n_tokens * n_heads;
+    if (!attn_split_ || rows > kAttnSplitRows) return 1;
+    return static_cast<int>(std::clamp<int64_t>(2 * sm_count_ / rows, 1, kAttnMaxSplits));
+  }
   struct RecordedGraph {
     cudaGraphExec_t exec;
     int64_t launches;  // the kernels it runs

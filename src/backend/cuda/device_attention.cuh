@@ -227,8 +227,14 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
 }
 
 template <int kMaxK, int kMaxV>
-void CudaDevice::LaunchAttention(const AttnArgs& a, DType cache, int64_t n_tokens, int n_heads) {
-  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+void CudaDevice::LaunchAttention(const AttnArgs& args, DType cache, int64_t n_tokens,
+                                 int n_heads) {
+  AttnArgs a = args;
+  const int splits = AttnSplits(n_tokens, n_heads);  // (the step's shape alone: graph-safe)
+  a.part = attn_part_;
+  a.done = attn_done_;
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
+                  static_cast<unsigned>(splits));
   if (cache == DType::kF16) {
     Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
   } else {
