@@ -38,7 +38,9 @@
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
-#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
+#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0); one client's decode
+#        after 4000-token prompts, the attention split over blocks and not
+#        (PENG_CUDA_ATTN_SPLIT=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in the pp512 of V2-Lite
 #        and of Qwen2.5, in decode steps of both, and in Qwen2.5's decode of 32 sequences,
@@ -131,13 +133,17 @@ bench_json() {  # model out.json args...: peng bench's JSON document into out.js
   "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
 }
 
-serve_bench() {  # model port name
-  "$BUNDLE/bin/peng" serve "$1" --device cuda --host 127.0.0.1 --port "$2" --max-num-seqs 64 \
-    > "$RES/$3-server.log" 2>&1 &
+serve_bench() {  # model port name [peng bench serve's load: 256 requests, 64 at a time]
+  local model=$1 port=$2 name=$3
+  shift 3
+  local load=(-n 256 --max-concurrency 64 --input-len 128 --output-len 128)
+  (($#)) && load=("$@")
+  "$BUNDLE/bin/peng" serve "$model" --device cuda --host 127.0.0.1 --port "$port" \
+    --max-num-seqs 64 --max-model-len 8192 > "$RES/$name-server.log" 2>&1 &
   local pid=$!
-  wait_health "http://127.0.0.1:$2" || { kill $pid; return 1; }
-  "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$2" -n 256 --max-concurrency 64 \
-    --input-len 128 --output-len 128 --out "$RES/$3.json"
+  wait_health "http://127.0.0.1:$port" || { kill $pid; return 1; }
+  "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$port" "${load[@]}" \
+    --out "$RES/$name.json"
   local rc=$?
   kill -TERM $pid
   wait $pid
@@ -360,6 +366,15 @@ run() {
     PENG_DEVICE_TOP_LOGITS=0 step serve-64-whole-rows serve_bench \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18301 serve-64-whole-rows
     head -n 25 "$RES/serve-64-whole-rows.log"
+    # Decode after a 4000-token prompt, one request at a time (TPOT): the attention's keys split
+    # over blocks (AttnSplits), and not (PENG_CUDA_ATTN_SPLIT=0).
+    local m
+    for m in split unsplit; do
+      PENG_CUDA_ATTN_SPLIT=$([[ $m == split ]] && echo 1 || echo 0) step serve-long-$m \
+        serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18302 serve-long-$m \
+        -n 8 --max-concurrency 1 --input-len 4000 --output-len 64
+      head -n 25 "$RES/serve-long-$m.log"
+    done
   fi
   if want e2e; then
     if [[ -d $BUNDLE/whl ]]; then
