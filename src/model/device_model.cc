@@ -161,13 +161,12 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   int32_t* firsts = offs + S;  // [S + 1]
   int32_t* rows = firsts + S + 1;  // (before the tables: their count then places nothing)
   int32_t* tables = rows + logit_rows_;
-  seq_first_.resize(S);
   seq_n_.resize(S);
   tables_.resize(S);
   int64_t t = 0, off = 0, r = 0;
   for (int64_t si = 0; si < S; ++si) {
     const SeqBatchEntry& s = batch.seqs[si];
-    seq_first_[si] = firsts[si] = static_cast<int32_t>(t);
+    firsts[si] = static_cast<int32_t>(t);
     seq_n_[si] = static_cast<int32_t>(s.n_tokens);
     tables_[si] = s.block_table;
     offs[si] = static_cast<int32_t>(off);
@@ -195,7 +194,7 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   b.n_seqs = S;
   b.pos = p32;
   b.seq_of_token = sot;
-  b.seq_first_token = seq_first_.data();
+  b.seq_first_token = firsts;
   b.seq_n_tokens = seq_n_.data();
   b.block_tables = tables_.data();
   b.d_tokens = meta_;

@@ -154,12 +154,12 @@ class DeviceModel {
   int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
   int32_t* meta_ = nullptr;
-  // This step: tokens, pos, slot, seq_of_token, table offsets, logit rows, tables -- uploaded
-  // in one copy (the host side of step_ points into it).
+  // This step: tokens, pos, slot, seq_of_token, table offsets, the sequences' first tokens,
+  // logit rows, tables -- uploaded in one copy (the host side of step_ points into it).
   std::vector<int32_t> meta_host_;
   std::vector<int64_t> pos_;           // PrepareStep's scratch (reused)
   std::vector<int32_t> seq_of_token_;
-  std::vector<int32_t> seq_first_, seq_n_;
+  std::vector<int32_t> seq_n_;
   std::vector<const int32_t*> tables_;
   int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;

@@ -294,8 +294,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
       for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {7, 1, 128}, {4, 4, 256}}) {
         kernels::KvLayerView kc, kh;
         RandomCache(kv_type, KV, hd, hd, &kc, &kh);
-        const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
-        const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, bytes);
+        const kernels::KvLayerView kp = CopyCache(plain, kh);
         const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
         const std::vector<float> q = Random(T * H * hd);
         float* dq[2];
@@ -332,8 +331,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
       const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
       kernels::KvLayerView kc, kh;
       RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
-      const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
-      const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, 0);
+      const kernels::KvLayerView kp = CopyCache(plain, kh);
       const std::vector<float> ckv = Random(T * row), qa = Random(T * H * row);
       std::vector<float> ref(T * H * r);
       host_->KvWrite(kh, a.host, ckv.data(), nullptr);
@@ -376,8 +374,8 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
       const int H = 8, KV = 2;
       kernels::KvLayerView kc, kh;
       RandomCache(kv_type, KV, hd, hd, &kc, &kh, n_blocks);
-      const int64_t bytes = n_blocks * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
-      const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, bytes);
+      const int64_t bytes = CacheBytes(kh, false);  // (K and V alike)
+      const kernels::KvLayerView kp = CopyCache(plain, kh);
       const std::vector<float> q = Random(T * H * hd);
       for (int window : {0, 300}) {
         kernels::AttentionParams p;
@@ -448,8 +446,7 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
     const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
     kernels::KvLayerView kc, kh;
     RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh, n_blocks);
-    const int64_t bytes = n_blocks * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
-    const kernels::KvLayerView kp = CopyCache(plain, kh, bytes, 0);
+    const kernels::KvLayerView kp = CopyCache(plain, kh);
     const std::vector<float> qa = Random(T * H * row);
     std::vector<float> ref(T * H * r);
     host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());

@@ -503,12 +503,8 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
           kernels::ComputeRopeInvFreq(rope, inv.data());
           kernels::KvLayerView kc, kh;
           RandomCache(kv_type, KV, hd, hd, &kc, &kh);
-          const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
-          kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
-          for (auto [part, from] : {std::pair{&kp.k, kh.k}, {&kp.v, kh.v}}) {
-            *part = *plain->Alloc(bytes);
-            ASSERT_TRUE(plain->CopyToDevice(*part, from, bytes).ok());
-          }
+          const int64_t bytes = CacheBytes(kh, false);  // (K and V alike)
+          const kernels::KvLayerView kp = CopyCache(plain, kh);  // (the plain device's copy)
           std::vector<float> scales;
           std::vector<uint8_t> wo_bytes = RandomMatrix(DType::kQ8_0, 96, H * hd, &rng_, &scales);
           const std::vector<float> q = Random(T * H * hd), k = Random(T * KV * hd),
@@ -609,10 +605,8 @@ TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
                                 (prefill ? ", 71 tokens" : "");
         kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
         RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
-        const int64_t bytes = 9 * 16 * row * static_cast<int64_t>(RowBytes(kv_type, 1));
-        kernels::KvLayerView kp = kc;  // (the plain device's copy of the cache)
-        kp.k = *plain->Alloc(bytes);
-        ASSERT_TRUE(plain->CopyToDevice(kp.k, kh.k, bytes).ok());
+        const int64_t bytes = CacheBytes(kh, false);
+        const kernels::KvLayerView kp = CopyCache(plain, kh);  // (the plain device's copy)
         std::vector<float> out[3];  // fused, plain, host
         std::vector<uint8_t> cache[2];
         int64_t launches[2] = {0, 0};

@@ -243,45 +243,42 @@ class CudaTest : public ::testing::Test {
   }
   // The CUDA result of `p` against the host's, within tol of the largest |host value|.
   void Expect(const Pair& p, int64_t n, double tol, const std::string& what) {
-    const Status s = cuda_->Synchronize();
-    ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
-    const std::vector<float> got = Download(p.cuda, n);
-    double scale = 1e-20, worst = 0;
-    for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(double{p.host[i]}));
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double d = std::abs(double{got[i]} - p.host[i]);
-      if (!(d <= worst)) {
-        worst = d;
-        at = i;
-      }
-    }
-    std::printf("[cuda] %-28s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
-    EXPECT_LE(worst / scale, tol) << what << " at " << at << ": " << got[at] << " vs "
-                                  << p.host[at];
+    ExpectNear(cuda_.get(), p.cuda, std::vector<float>(p.host, p.host + n), tol, what);
   }
   // x (n = ref.size() values on device d) against ref within tol of the largest |ref|.
   static void ExpectNear(Device* d, const float* x, const std::vector<float>& ref, double tol,
                          const std::string& what) {
-    ASSERT_TRUE(d->Synchronize().ok()) << what;
+    const Status s = d->Synchronize();
+    ASSERT_TRUE(s.ok()) << what << ": " << s.ToString();
     std::vector<float> got(ref.size());
     ASSERT_TRUE(d->CopyToHost(got.data(), x, got.size() * 4).ok());
     double scale = 1e-20, worst = 0;
     for (float r : ref) scale = std::max(scale, std::abs(double{r}));
-    for (size_t i = 0; i < ref.size(); ++i)
-      worst = std::max(worst, std::abs(double{got[i]} - ref[i]));
+    size_t at = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double diff = std::abs(double{got[i]} - ref[i]);
+      if (!(diff <= worst)) {  // (a NaN is the worst)
+        worst = diff;
+        at = i;
+      }
+    }
     std::printf("[cuda] %-44s max |d| / max |ref| = %.2e\n", what.c_str(), worst / scale);
-    EXPECT_LE(worst / scale, tol) << what;
+    EXPECT_LE(worst / scale, tol) << what << " at " << at << ": " << got[at] << " vs " << ref[at];
   }
-  // The KV layer `from` (host memory: the host device's) copied to device d.
-  static kernels::KvLayerView CopyCache(Device* d, const kernels::KvLayerView& from,
-                                        int64_t k_bytes, int64_t v_bytes) {
+  // The bytes of a KV layer's keys (or values: 0 where it has none).
+  static int64_t CacheBytes(const kernels::KvLayerView& v, bool values) {
+    return v.num_blocks * v.block_size * v.n_kv_heads * (values ? v.v_head_dim : v.head_dim) *
+           static_cast<int64_t>(RowBytes(v.dtype, 1));
+  }
+  // The KV layer `from` (the host device's memory) copied to device d.
+  static kernels::KvLayerView CopyCache(Device* d, const kernels::KvLayerView& from) {
     kernels::KvLayerView to = from;
-    to.k = *d->Alloc(k_bytes);
-    EXPECT_TRUE(d->CopyToDevice(to.k, from.k, k_bytes).ok());
-    if (v_bytes > 0) {
-      to.v = *d->Alloc(v_bytes);
-      EXPECT_TRUE(d->CopyToDevice(to.v, from.v, v_bytes).ok());
+    for (auto [part, values] : {std::pair{&kernels::KvLayerView::k, false},
+                                std::pair{&kernels::KvLayerView::v, true}}) {
+      const int64_t bytes = CacheBytes(from, values);
+      if (bytes == 0) continue;
+      to.*part = *d->Alloc(bytes);
+      EXPECT_TRUE(d->CopyToDevice(to.*part, from.*part, bytes).ok());
     }
     return to;
   }
@@ -292,18 +289,15 @@ class CudaTest : public ::testing::Test {
     KvCacheSpec spec;
     spec.layers.push_back({kv_heads, head_dim, v_head_dim});
     int64_t k_bytes, v_bytes;
-    *kc = *kh = spec.LayerView(0, n_blocks, 16, t, &k_bytes, &v_bytes);
+    *kh = spec.LayerView(0, n_blocks, 16, t, &k_bytes, &v_bytes);
     for (auto [part, bytes] : {std::pair{&kernels::KvLayerView::k, k_bytes},
                                std::pair{&kernels::KvLayerView::v, v_bytes}}) {
       if (bytes == 0) continue;
-      std::vector<uint8_t> init(bytes);
-      ASSERT_TRUE(FillRandomWeights(t, bytes / static_cast<int64_t>(RowBytes(t, 1)), init.data(),
-                                    &rng_).ok());
-      for (auto [view, dev] : {std::pair{kc, cuda_.get()}, std::pair{kh, host_.get()}}) {
-        view->*part = *dev->Alloc(bytes);
-        ASSERT_TRUE(dev->CopyToDevice(view->*part, init.data(), bytes).ok());
-      }
+      kh->*part = *host_->Alloc(bytes);
+      ASSERT_TRUE(FillRandomWeights(t, bytes / static_cast<int64_t>(RowBytes(t, 1)),
+                                    static_cast<uint8_t*>(kh->*part), &rng_).ok());
     }
+    *kc = CopyCache(cuda_.get(), *kh);
   }
   // The device under test made with the environment variable `name` set to "0" (a fusion off):
   // the path a fused one must equal.

@@ -166,8 +166,10 @@ struct AttnArgs {
   unsigned* done = nullptr;
 };
 
-// A decode token's keys are split into parts of at least this many, over up to gridDim.z blocks.
+// A decode token's keys are split into parts of at least this many, over up to gridDim.z
+// (<= kAttnMaxSplits) blocks.
 constexpr int kAttnSplitMin = 256;
+constexpr int kAttnMaxSplits = 16;
 
 // q . k over n values: 16-byte loads where `wide` (the cache row is 16-byte aligned; k then is).
 template <typename KV>
@@ -342,6 +344,7 @@ __global__ void AttentionKernel(AttnArgs a) {
   const int64_t th = t * a.n_heads + h;
   const int64_t part_len = 2 + a.v_head_dim;
   const float* parts_of = parts > 1 ? a.part + th * gridDim.z * part_len : nullptr;
+  __shared__ float part_w[kAttnMaxSplits];
   if (parts > 1) {  // this part's state out; the last part to finish merges them all
     float* mine = a.part + (th * gridDim.z + z) * part_len;
     if (threadIdx.x == 0) {
@@ -356,13 +359,17 @@ __global__ void AttentionKernel(AttnArgs a) {
     __syncthreads();
     if (!last) return;
     __threadfence();
-    mm = -INFINITY;  // (the parts' own, read past L1: __ldcg)
+    // Each part's weight exp(m_y - M) once (0 for a part without keys), M the parts' maximum
+    // (their states read past L1: __ldcg).
+    mm = -INFINITY;
     for (int64_t y = 0; y < parts; ++y) mm = fmaxf(mm, __ldcg(parts_of + y * part_len));
-    ll = 0.f;
-    for (int64_t y = 0; y < parts; ++y) {
-      const float ly = __ldcg(parts_of + y * part_len + 1);
-      if (ly > 0.f) ll += ly * expf(__ldcg(parts_of + y * part_len) - mm);
+    if (threadIdx.x < parts) {
+      const float* py = parts_of + threadIdx.x * part_len;
+      part_w[threadIdx.x] = __ldcg(py + 1) > 0.f ? expf(__ldcg(py) - mm) : 0.f;
     }
+    __syncthreads();
+    ll = 0.f;
+    for (int64_t y = 0; y < parts; ++y) ll += __ldcg(parts_of + y * part_len + 1) * part_w[y];
     if (threadIdx.x == 0) a.done[th] = 0;
   }
   float* out = a.out + th * a.v_head_dim;
@@ -376,10 +383,8 @@ __global__ void AttentionKernel(AttnArgs a) {
       if (parts == 1) {
         s = sum(d);
       } else {
-        for (int64_t y = 0; y < parts; ++y) {
-          const float* py = parts_of + y * part_len;
-          if (__ldcg(py + 1) > 0.f) s += __ldcg(py + 2 + d) * expf(__ldcg(py) - mm);
-        }
+        for (int64_t y = 0; y < parts; ++y)
+          s += __ldcg(parts_of + y * part_len + 2 + d) * part_w[y];
       }
       out[d] = v = s / ll;
     }

@@ -876,9 +876,8 @@ class CudaDevice final : public Device {
   unsigned* moe_down_done_ = nullptr;
   // Decode attention over long contexts split over blocks (AttentionKernel's gridDim.z): where
   // a step has at most kAttnSplitRows (token, head) pairs, into up to kAttnMaxSplits parts
-  // (AttnSplits); PENG_CUDA_ATTN_SPLIT=0: never.
+  // (attention_kernels.cuh; AttnSplits); PENG_CUDA_ATTN_SPLIT=0: never.
   static constexpr int64_t kAttnSplitRows = 256;
-  static constexpr int kAttnMaxSplits = 16;
   bool attn_split_ = EnvOn("PENG_CUDA_ATTN_SPLIT");
   float* attn_part_ = nullptr;
   unsigned* attn_done_ = nullptr;

@@ -758,12 +758,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     return CUBLAS_STATUS_NOT_SUPPORTED;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   emu::Submit(*h, [=] {
+    // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.
+    std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
     for (int g = 0; g < batch; ++g) {
       const void* ag = Offset(a, type_a, g * stride_a);
       const void* bg = Offset(b, type_b, g * stride_b);
       float* cm = static_cast<float*>(c) + g * stride_c;
-      // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.
-      std::vector<float> ar(static_cast<size_t>(m) * k), bc(static_cast<size_t>(n) * k);
       for (int i = 0; i < m; ++i)
         for (int l = 0; l < k; ++l) ar[size_t(i) * k + l] = At(ag, type_a, op_a, lda, i, l);
       for (int j = 0; j < n; ++j)
