@@ -3,14 +3,14 @@
 
 Repetitions alternate (peng, llama-bench, peng, ...), each in a fresh process, so both see
 the same machine noise; the peer runs at its defaults (weight repacking on, its own choice of
-batch sizes), only -t, -p, -n and -r 1 are given. Every peng repetition also measures the
+batch sizes), only -t, -p, -n, -d and -r 1 are given. Every peng repetition also measures the
 machine's read bandwidth with the widest loads on all threads (`peng bench`'s probe), so
 decode is reported as a share of the bandwidth measured in the same run:
 share = tg tokens/s x weight bytes read per token / bandwidth.
 
 Usage (from the repository root; bench/build_llama_server.sh builds llama-bench):
   python3 bench/vs_llama_bench.py -m models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-      -t 2 --pp 512 --tg 128 --reps 5 [--json out/vs.json] [--markdown]
+      -t 2 --pp 512 --tg 128 --reps 5 [--depth 4096] [--json out/vs.json] [--markdown]
 
 Needs only the Python standard library.
 """
@@ -23,9 +23,9 @@ import subprocess
 import sys
 
 
-def run_peng(peng, model, threads, pp, tg):
+def run_peng(peng, model, threads, pp, tg, depth):
     cmd = [peng, "bench", "-m", model, "-t", str(threads), "--pp", str(pp), "--tg", str(tg),
-           "--reps", "1", "--json"]
+           "--depth", str(depth), "--reps", "1", "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
     return {
@@ -36,9 +36,9 @@ def run_peng(peng, model, threads, pp, tg):
     }
 
 
-def run_llama_bench(llama_bench, model, threads, pp, tg):
+def run_llama_bench(llama_bench, model, threads, pp, tg, depth):
     cmd = [llama_bench, "-m", model, "-t", str(threads), "-r", "1", "-o", "json",
-           "-p", str(pp), "-n", str(tg)]
+           "-p", str(pp), "-n", str(tg), "-d", str(depth)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     res = {"pp": None, "tg": None}
     for row in json.loads(out):
@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("-d", "--depth", type=int, default=0,
+                    help="tokens of context before each test (llama-bench -d; peng --depth)")
     ap.add_argument("--peng", default="build/tools/peng")
     ap.add_argument("--llama-bench", default="out/llama.cpp/bin/llama-bench")
     ap.add_argument("--json", help="write all repetitions and medians here")
@@ -72,15 +74,16 @@ def main():
 
     peng_runs, peer_runs = [], []
     for rep in range(a.reps):
-        peng_runs.append(run_peng(a.peng, a.model, a.threads, a.pp, a.tg))
-        peer_runs.append(run_llama_bench(a.llama_bench, a.model, a.threads, a.pp, a.tg))
+        peng_runs.append(run_peng(a.peng, a.model, a.threads, a.pp, a.tg, a.depth))
+        peer_runs.append(run_llama_bench(a.llama_bench, a.model, a.threads, a.pp, a.tg, a.depth))
         p, q = peng_runs[-1], peer_runs[-1]
         print(f"rep {rep + 1}/{a.reps}: peng pp {p['pp']} tg {p['tg']} (bw {p['bw_gbs']:.1f} GB/s)"
               f" | llama-bench pp {q['pp']} tg {q['tg']}", file=sys.stderr)
 
     bw = med([r["bw_gbs"] for r in peng_runs])
     bpt = peng_runs[0]["bytes_per_token"]
-    res = {"model": a.model, "threads": a.threads, "pp": a.pp, "tg": a.tg, "reps": a.reps,
+    res = {"model": a.model, "threads": a.threads, "pp": a.pp, "tg": a.tg, "depth": a.depth,
+           "reps": a.reps,
            "weight_bytes_per_token": bpt, "bandwidth_gbs_median": bw,
            "peng": peng_runs, "llama_bench": peer_runs}
     for test in ("pp", "tg"):
@@ -95,20 +98,23 @@ def main():
     res["tg_bandwidth_share_median"] = med(shares)
 
     name = os.path.basename(a.model)
+    at = f" @ d{a.depth}" if a.depth else ""
     for test, n in (("pp", a.pp), ("tg", a.tg)):
         m = res[test + "_median"]
         if m["peng"] is None:
             continue
         ratio = f"{m['ratio']:.2f}x" if m["ratio"] else "-"
         peer = f"{m['llama_bench']:.1f}" if m["llama_bench"] else "-"
-        print(f"{name} {test}{n}: peng {m['peng']:.1f} tok/s, llama-bench {peer} tok/s, {ratio}")
+        print(f"{name} {test}{n}{at}: peng {m['peng']:.1f} tok/s, llama-bench {peer} tok/s, {ratio}")
     if tg:
-        print(f"{name} decode: {bpt / 1e6:.1f} MB/token, read bandwidth median {bw:.1f} GB/s, "
-              f"share {100 * res['tg_bandwidth_share_median']:.0f}% (median over reps)")
+        # (after a context decode also reads its keys and values, not counted here)
+        print(f"{name} decode{at}: {bpt / 1e6:.1f} MB of weights/token, read bandwidth median "
+              f"{bw:.1f} GB/s, share {100 * res['tg_bandwidth_share_median']:.0f}% "
+              "(median over reps)")
     if a.markdown:
         pp, tgm = res["pp_median"], res["tg_median"]
         share = res["tg_bandwidth_share_median"]
-        print(f"| {name} | {pp['peng']:.1f} | {pp['llama_bench']:.1f} | **{pp['ratio']:.2f}** | "
+        print(f"| {name}{at} | {pp['peng']:.1f} | {pp['llama_bench']:.1f} | **{pp['ratio']:.2f}** | "
               f"{tgm['peng']:.1f} | {tgm['llama_bench']:.1f} | **{tgm['ratio']:.2f}** | "
               f"{bw:.1f} | {100 * share:.0f}% |")
     if a.json:

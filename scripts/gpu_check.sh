@@ -34,13 +34,13 @@
 #        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
 #        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0), and with MLA's products
 #        a block a (token, head) (PENG_CUDA_MLA_GEMM=0); the prefills of V2-Lite and Qwen2.5
-#        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0);
+#        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
+#        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
+#        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
-#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0); one client's decode
-#        after 4000-token prompts, the attention split over blocks and not
-#        (PENG_CUDA_ATTN_SPLIT=0)
+#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in the pp512 of V2-Lite
 #        and of Qwen2.5, in decode steps of both, and in Qwen2.5's decode of 32 sequences,
@@ -133,17 +133,14 @@ bench_json() {  # model out.json args...: peng bench's JSON document into out.js
   "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
 }
 
-serve_bench() {  # model port name [peng bench serve's load: 256 requests, 64 at a time]
+serve_bench() {  # model port name: 256 requests, 64 at a time
   local model=$1 port=$2 name=$3
-  shift 3
-  local load=(-n 256 --max-concurrency 64 --input-len 128 --output-len 128)
-  (($#)) && load=("$@")
   "$BUNDLE/bin/peng" serve "$model" --device cuda --host 127.0.0.1 --port "$port" \
-    --max-num-seqs 64 --max-model-len 8192 > "$RES/$name-server.log" 2>&1 &
+    --max-num-seqs 64 > "$RES/$name-server.log" 2>&1 &
   local pid=$!
   wait_health "http://127.0.0.1:$port" || { kill $pid; return 1; }
-  "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$port" "${load[@]}" \
-    --out "$RES/$name.json"
+  "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$port" -n 256 --max-concurrency 64 \
+    --input-len 128 --output-len 128 --out "$RES/$name.json"
   local rc=$?
   kill -TERM $pid
   wait $pid
@@ -201,7 +198,9 @@ for f in sys.argv[1:]:
     pp = statistics.median(j["pp"]["tokens_per_s"])
     tg = statistics.median(j["tg"]["tokens_per_s"])
     bound = j["bandwidth_bound_tokens_per_s"]
-    line = (f"{f.split('/')[-1]}: pp{j['pp']['n']} {pp:.0f} tok/s, tg{j['tg']['n']} {tg:.1f} tok/s"
+    at = f" @ d{j['depth']}" if "depth" in j else ""
+    line = (f"{f.split('/')[-1]}: pp{j['pp']['n']}{at} {pp:.0f} tok/s, tg{j['tg']['n']}{at} "
+            f"{tg:.1f} tok/s"
             f" = {100 * tg / bound:.0f}% of {bound:.0f} ({j['mem_bandwidth_gbs']:.0f} GB/s,"
             f" {j['weight_bytes_per_token'] / 1e6:.0f} MB a token)")
     if "kernels_per_step" in j["tg"]:
@@ -328,6 +327,16 @@ run() {
     PENG_CUDA_TILED_ATTENTION=0 step bench-untiled-qwen bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/untiled-qwen.json" --tg 8
     summarize_bench "$RES/untiled-qwen.json"
+    # Prefill and decode after a context of 4096 tokens (peng bench --depth, llama-bench's -d):
+    # the decode attention's keys split over blocks (AttnSplits), and not
+    # (PENG_CUDA_ATTN_SPLIT=0).
+    local m
+    for m in split unsplit; do
+      PENG_CUDA_ATTN_SPLIT=$([[ $m == split ]] && echo 1 || echo 0) step bench-depth-$m \
+        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/depth-$m-qwen.json" \
+        --tg 128 --depth 4096
+      summarize_bench "$RES/depth-$m-qwen.json"
+    done
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
@@ -366,15 +375,6 @@ run() {
     PENG_DEVICE_TOP_LOGITS=0 step serve-64-whole-rows serve_bench \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18301 serve-64-whole-rows
     head -n 25 "$RES/serve-64-whole-rows.log"
-    # Decode after a 4000-token prompt, one request at a time (TPOT): the attention's keys split
-    # over blocks (AttnSplits), and not (PENG_CUDA_ATTN_SPLIT=0).
-    local m
-    for m in split unsplit; do
-      PENG_CUDA_ATTN_SPLIT=$([[ $m == split ]] && echo 1 || echo 0) step serve-long-$m \
-        serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18302 serve-long-$m \
-        -n 8 --max-concurrency 1 --input-len 4000 --output-len 64
-      head -n 25 "$RES/serve-long-$m.log"
-    done
   fi
   if want e2e; then
     if [[ -d $BUNDLE/whl ]]; then

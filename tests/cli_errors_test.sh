@@ -129,6 +129,16 @@ PY
     echo "FAIL: bench bound ratios: $bench_out"
   fi
   expect "bench bad batch" 2 "batch" "$peng" bench -m "$model" --batch -1
+  # peng bench --depth (llama-bench -d): the context once, then every run after it from the
+  # prefix cache (a run that computed other than its pp tokens fails the bench).
+  expect "bench at a depth" 0 '"depth": 32' \
+    "$peng" bench -m "$model" --pp 16 --tg 3 --reps 2 --depth 32 --json
+  expect "bench depth of part of a block" 1 "--depth 17 is not a multiple of the KV block size 16" \
+    "$peng" bench -m "$model" --pp 16 --tg 3 --reps 1 --depth 17
+  expect "bench depth with batch" 1 "not --batch" \
+    "$peng" bench -m "$model" --pp 0 --tg 3 --reps 1 --depth 16 --batch 2
+  expect "bench depth past the context" 1 "exceed the model's context length (8192)" \
+    "$peng" bench -m "$model" --pp 16 --tg 3 --reps 1 --depth 8192
   # peng eval compare: the honest INT8 model passes, one corrupted scale (x10) fails and is named.
   "$peng" quantize -q "$model" "$tmp/smol_w8a8" --scheme w8a8 > /dev/null
   cp -r "$tmp/smol_w8a8" "$tmp/smol_bad"

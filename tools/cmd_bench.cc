@@ -1,5 +1,6 @@
 // peng bench: prompt-processing and generation speed, like llama-bench (pp N: one prefill of N
-// tokens; tg N: N single-token decode steps from an empty context), repeated --reps times,
+// tokens; tg N: N single-token decode steps; both from an empty context, or after --depth D
+// tokens of context, `pp N @ dD` as llama-bench -d writes it), repeated --reps times,
 // plus the machine's memory read bandwidth (measured with the widest loads the active ISA has,
 // on every thread) and the bandwidth bound of decoding (weight bytes read per token /
 // bandwidth).
@@ -99,12 +100,22 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.model_path = a.model_path;
   o.threads = a.threads;
   o.device = a.device;
-  o.max_model_len = std::max<int64_t>(o.max_model_len, a.pp + a.tg + 1);
+  o.max_model_len = std::max<int64_t>(o.max_model_len, int64_t{a.depth} + a.pp + a.tg + 1);
   o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
   o.tensor_parallel_size = a.tensor_parallel_size;
   o.enable_expert_parallel = a.enable_expert_parallel;
   o.data_parallel_size = a.data_parallel_size;
   o.huge_pages = a.huge_pages;
+  // --depth: the context is computed once; later runs find it in the prefix cache, whole
+  // blocks only, so only a depth of whole blocks leaves exactly the test's tokens to compute.
+  o.enable_prefix_caching = a.depth > 0;
+  if (a.depth < 0) return InvalidArgument("--depth must be >= 0");
+  if (a.depth % o.block_size != 0)
+    return InvalidArgument("--depth " + std::to_string(a.depth) +
+                           " is not a multiple of the KV block size " +
+                           std::to_string(o.block_size));
+  if (a.depth > 0 && a.batch > 0)
+    return InvalidArgument("--depth times the pp and tg tests only, not --batch");
   EngineOptions eo;  // --batch: the serving engine
   eo.model_path = a.model_path;
   eo.threads = a.threads;
@@ -125,25 +136,43 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   auto llm = Llm::Load(o);
   if (!llm.ok()) return llm.status();
   Llm& m = **llm;
-  if (a.pp + 1 > m.max_model_len() || a.tg + 1 > m.max_model_len())
-    return InvalidArgument("--pp/--tg exceed the model's context length");
+  if (a.depth + a.pp + 1 > m.max_model_len() || a.depth + a.tg + 1 > m.max_model_len())
+    return InvalidArgument("--depth + --pp/--tg exceed the model's context length (" +
+                           std::to_string(m.max_model_len()) + ")");
   std::mt19937 rng(1234);
   const int64_t V = m.model().config().vocab_size;
-  std::vector<int32_t> prompt(a.pp);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % V);
+    return t;
+  };
+  const std::vector<int32_t> context = random_tokens(a.depth);
+  std::vector<int32_t> prompt = random_tokens(a.pp);
   // Warm-up: touches all weights once.
   if (auto w = m.BenchDecode(2); !w.ok()) return w.status();
+  if (a.depth > 0) {  // the context, into the prefix cache
+    if (auto w = m.BenchPrefill(context); !w.ok()) return w.status();
+  }
   std::vector<double> pp_tps, tg_tps;
   int64_t tg_kernels = 0;  // kernels the decode steps launched on a device
   for (int r = 0; r < a.reps; ++r) {
     if (a.pp > 0) {
-      auto s = m.BenchPrefill(prompt);
+      // After a context each run's tokens are new ones (the last run's are cached too).
+      if (a.depth > 0 && r > 0) prompt = random_tokens(a.pp);
+      std::vector<int32_t> tokens = context;
+      tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+      int64_t computed = 0;
+      auto s = m.BenchPrefill(tokens, &computed);
       if (!s.ok()) return s.status();
+      if (computed != a.pp)
+        return Internal("pp after --depth computed " + std::to_string(computed) +
+                        " tokens, not " + std::to_string(a.pp) +
+                        ": the context was not in the prefix cache");
       pp_tps.push_back(a.pp / *s);
     }
     if (a.tg > 0) {
       const int64_t k0 = m.DeviceKernelLaunches();
-      auto s = m.BenchDecode(a.tg);
+      auto s = m.BenchDecode(a.tg, context);
       if (!s.ok()) return s.status();
       tg_tps.push_back(a.tg / *s);
       tg_kernels += m.DeviceKernelLaunches() - k0;
@@ -169,9 +198,12 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["threads"] = m.pool().num_threads();
   j["isa"] = kernels::IsaName(kernels::ActiveIsa());
   j["device"] = device_name;
+  if (a.depth > 0) j["depth"] = a.depth;
   j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
   j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
-  if (tg_kernels > 0)  // (a run is tg + 1 one-token steps: the first from the 1-token prompt)
+  // (a run is tg + 1 steps: tg decode steps after the prompt's step, which has one token, or
+  // after --depth the context's last block)
+  if (tg_kernels > 0)
     j["tg"]["kernels_per_step"] = static_cast<double>(tg_kernels) / ((a.tg + 1) * a.reps);
   if (kernel_floor > 0) j["kernel_floor_us"] = kernel_floor * 1e6;
   j["weight_bytes_per_token"] = bytes;
@@ -227,15 +259,19 @@ int RunBench(const BenchArgs& a) {
   std::printf("model: %s\nthreads: %d  isa: %s  device: %s\n", a.bench.model_path.c_str(),
               j["threads"].get<int>(), j["isa"].get<std::string>().c_str(),
               j["device"].get<std::string>().c_str());
-  std::printf("%-8s %10s %10s %10s\n", "test", "median", "min", "max");
-  if (!pp_tps.empty()) {
-    Stats s = Summarize(pp_tps);
-    std::printf("pp%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.bench.pp, s.median, s.min, s.max);
-  }
-  if (!tg_tps.empty()) {
-    Stats s = Summarize(tg_tps);
-    std::printf("tg%-6d %10.1f %10.1f %10.1f  tokens/s\n", a.bench.tg, s.median, s.min, s.max);
-  }
+  // llama-bench's names: pp512, tg128, and "pp512 @ d4096" after a context.
+  const std::string at = a.bench.depth > 0 ? " @ d" + std::to_string(a.bench.depth) : "";
+  auto row = [&](const char* test, int n, const std::vector<double>& tps) {
+    if (tps.empty()) return;
+    const Stats s = Summarize(tps);
+    const std::string name = test + std::to_string(n) + at;
+    std::printf("%-*s %10.1f %10.1f %10.1f  tokens/s\n", static_cast<int>(at.size()) + 8,
+                name.c_str(), s.median, s.min, s.max);
+  };
+  std::printf("%-*s %10s %10s %10s\n", static_cast<int>(at.size()) + 8, "test", "median", "min",
+              "max");
+  row("pp", a.bench.pp, pp_tps);
+  row("tg", a.bench.tg, tg_tps);
   std::printf("weights read per token: %.1f MB; read bandwidth: %.1f GB/s; bound: %.1f tok/s\n",
               bytes / 1e6, bw, bw * 1e9 / bytes);
   if (j["tg"].contains("kernels_per_step") && j.contains("kernel_floor_us") && !tg_tps.empty()) {
@@ -279,6 +315,10 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("--tg", a->bench.tg, "Generated tokens per decode test (0 = skip)")
       ->check(CLI::Range(0, 1 << 20));
   c->add_option("--reps", a->bench.reps, "Repetitions")->check(CLI::Range(1, 1000));
+  c->add_option("-d,--depth", a->bench.depth,
+                "Run pp and tg after a context of this many tokens (a multiple of the KV block "
+                "size, 16; computed once, then found in the prefix cache), as llama-bench -d")
+      ->check(CLI::Range(0, 1 << 20));
   c->add_option("--tensor-parallel-size", a->bench.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));

@@ -27,7 +27,10 @@ CLI::App* RegisterBenchSuite(CLI::App& bench, int* exit_code);
 // weight_bytes_per_token, mem_bandwidth_gbs, bandwidth_bound_tokens_per_s; on a device also
 // tg.kernels_per_step and kernel_floor_us (Device::MeasureKernelFloor); with batch > 0
 // also batch {n, tg, tokens_per_s, batch1_tokens_per_s}: decoding through the engine (the
-// serving path) with `batch` sequences at once and, for the scaling, with one.
+// serving path) with `batch` sequences at once and, for the scaling, with one. With depth > 0
+// (llama-bench's -d), every prefill and decode run follows the same context of `depth` random
+// tokens, computed once before the repetitions and found in the prefix cache after that (the
+// document then has "depth"); `depth` must be a multiple of the KV block size.
 struct OfflineBenchOptions {
   std::string model_path;
   int threads = 0;  // 0 = physical cores
@@ -40,6 +43,7 @@ struct OfflineBenchOptions {
   int data_parallel_size = 1;    // > 1: under mpirun (with --batch: requests spread over replicas)
   std::string device = "cpu";    // --device
   bool huge_pages = false;       // --huge-pages
+  int depth = 0;                 // > 0: pp and tg run after a context of this many tokens
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);

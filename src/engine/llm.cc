@@ -36,7 +36,7 @@ EngineOptions Llm::CoreOptions(const LlmOptions& o) {
   e.max_num_batched_tokens = o.max_num_batched_tokens;
   e.block_size = o.block_size;
   e.num_kv_blocks = o.block_size > 0 ? (o.max_model_len + o.block_size - 1) / o.block_size : 0;
-  e.enable_prefix_caching = false;  // one request at a time; repeated prompts are re-computed
+  e.enable_prefix_caching = o.enable_prefix_caching;
   e.kv_dtype = o.kv_dtype;
   e.measure_peaks = false;
   e.tensor_parallel_size = o.tensor_parallel_size;
@@ -161,20 +161,32 @@ Status Llm::Generate(const std::vector<int32_t>& prompt, const SamplingParams& p
   return OkStatus();
 }
 
-StatusOr<double> Llm::BenchPrefill(std::span<const int32_t> tokens) {
+StatusOr<double> Llm::BenchPrefill(std::span<const int32_t> tokens, int64_t* computed) {
   GenerateRequest r;
   r.prompt.assign(tokens.begin(), tokens.end());
   r.params.temperature = 0;
   r.params.max_tokens = 1;
   r.params.ignore_eos = true;
+  EngineStats before;
+  core_->FillStats(&before);
   const double t0 = Now();
   PENG_RETURN_IF_ERROR(Run(std::move(r), [](const RequestOutput&) { return true; }));
-  return Now() - t0;
+  const double s = Now() - t0;
+  if (computed) {
+    EngineStats after;
+    core_->FillStats(&after);
+    *computed = static_cast<int64_t>(tokens.size()) -
+                (after.prefix_cache_hits - before.prefix_cache_hits);
+  }
+  return s;
 }
 
-StatusOr<double> Llm::BenchDecode(int64_t n_tokens) {
+StatusOr<double> Llm::BenchDecode(int64_t n_tokens, std::span<const int32_t> context) {
   GenerateRequest r;
-  r.prompt = {std::max(0, model().config().bos_id)};
+  if (context.empty())
+    r.prompt = {std::max(0, model().config().bos_id)};
+  else
+    r.prompt.assign(context.begin(), context.end());
   r.params.temperature = 0;
   r.params.max_tokens = static_cast<int>(n_tokens + 1);
   r.params.ignore_eos = true;

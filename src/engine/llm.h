@@ -33,6 +33,9 @@ struct LlmOptions {
   bool enable_expert_parallel = false;   // (EngineOptions)
   int data_parallel_size = 1;            // (EngineOptions; one request at a time uses replica 0)
   bool huge_pages = false;               // (EngineOptions)
+  // Keep finished sequences' full KV blocks for later prompts with the same prefix (off: every
+  // prompt is computed whole; `peng bench --depth` turns it on to prefill its context once).
+  bool enable_prefix_caching = false;
 };
 
 struct GenerateStats {
@@ -50,7 +53,7 @@ size_t StopHoldback(const std::string& text, const std::vector<std::string>& sto
 class Llm {
  public:
   static StatusOr<std::unique_ptr<Llm>> Load(const LlmOptions& options);
-  // The options of Llm's engine core (max_num_seqs 1, no prefix caching, KV for one sequence);
+  // The options of Llm's engine core (max_num_seqs 1, KV for one sequence);
   // what the worker ranks of a tensor-parallel job pass to RunParallelWorker().
   static EngineOptions CoreOptions(const LlmOptions& options);
 
@@ -82,11 +85,13 @@ class Llm {
                   const TokenCallback& on_text, GenerateStats* stats,
                   std::vector<int32_t>* output_ids = nullptr);
 
-  // Timed primitives for `peng bench`: prefill n tokens as a fresh sequence (to its first
-  // sampled token); decode n single tokens after a one-token prompt (greedy, EOS ignored).
-  // Both return seconds.
-  StatusOr<double> BenchPrefill(std::span<const int32_t> tokens);
-  StatusOr<double> BenchDecode(int64_t n_tokens);
+  // Timed primitives for `peng bench`; both return seconds. BenchPrefill: prefill `tokens` as a
+  // fresh sequence (to its first sampled token); `computed` gets the prompt tokens the engine
+  // computed (fewer than the prompt when prefix caching found a prefix). BenchDecode: decode n
+  // single tokens (greedy, EOS ignored) after `context`, or after a one-token prompt when it is
+  // empty; the clock starts at the prompt's first sampled token.
+  StatusOr<double> BenchPrefill(std::span<const int32_t> tokens, int64_t* computed = nullptr);
+  StatusOr<double> BenchDecode(int64_t n_tokens, std::span<const int32_t> context = {});
 
  private:
   explicit Llm(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {}
