@@ -5,8 +5,8 @@
 //   attention of one layer in a B-sequence decode step);
 // - BM_AttentionPrefill/N: a prefill chunk of N tokens from position 0.
 // Items/s counts (query token, key) pairs.
-// - BM_AttentionDecodeStep/B/C: the decode case in 30 layers whose blocks lie spread over
-//   larger pools (from memory, as in a model's step).
+// - BM_AttentionDecodeStep/B/C/T: the decode case in 30 layers whose blocks lie spread over
+//   larger pools (from memory, as in a model's step), on T threads (0: single threaded).
 //   peng_micro_bench --benchmark_filter=Attention
 #include <benchmark/benchmark.h>
 
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/thread_pool.h"
 #include "kernels/ops.h"
 
 namespace peng::kernels {
@@ -87,10 +88,11 @@ BENCHMARK(BM_AttentionDecode)->Args({1, 512})->Args({32, 64})->Unit(benchmark::k
 
 // A whole step's attention: B sequences x C keys in each of 30 layers, every layer its own
 // pool of 8 x the blocks in use (the step's 30 x B x C x 768 bytes of keys and values come from
-// memory, not cache).
+// memory, not cache). On T threads of a pool (T = 0: the calling thread alone).
 void BM_AttentionDecodeStep(benchmark::State& state) {
   const int seqs = static_cast<int>(state.range(0));
   const int64_t len = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
   constexpr int kLayers = 30;
   std::vector<std::unique_ptr<Cache>> layers;
   for (int l = 0; l < kLayers; ++l)
@@ -103,14 +105,25 @@ void BM_AttentionDecodeStep(benchmark::State& state) {
       batch[l].push_back({q.data() + s * kHeads * kDim, 1, len, layers[l]->tables[s].data(),
                           out.data() + s * kHeads * kDim});
   const AttentionParams p = Params();
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 0) pool = std::make_unique<ThreadPool>(threads);
   for (auto _ : state) {
     for (int l = 0; l < kLayers; ++l)
-      PagedAttentionBatch(batch[l].data(), seqs, layers[l]->view, p, nullptr);
+      PagedAttentionBatch(batch[l].data(), seqs, layers[l]->view, p, pool.get());
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * kLayers * seqs * (len + 1));
+  // Keys and values read a step (F16): the bytes a bandwidth bound divides.
+  state.counters["kv_bytes/s"] = benchmark::Counter(
+      static_cast<double>(kLayers) * seqs * (len + 1) * kKvHeads * kDim * 2 * 2,
+      benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttentionDecodeStep)->Args({32, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionDecodeStep)
+    ->Args({32, 64, 0})
+    ->Args({1, 2048, 0})
+    ->Args({1, 2048, 2})
+    ->Args({4, 2048, 2})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_AttentionPrefill(benchmark::State& state) {
   const int64_t n = state.range(0);

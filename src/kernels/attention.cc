@@ -1,9 +1,10 @@
 // Paged attention over a block-table KV cache, walking a sequence's blocks in logical order
 // (ForBlocks), in two forms:
-// - decode (one query token a sequence): a work item is the token and the heads that share a kv
-//   head (or one head, PagedAttentionBatch says when); two passes over the blocks -- every
-//   score (vectorised dot products over head_dim), one softmax a head over the whole row, then
-//   the value rows weighted by it -- AttendHeads;
+// - decode (one query token a sequence): a work item is the token, a part of up to kPartKeys of
+//   its keys and the heads that share a kv head (or one head, PagedAttentionBatch says when);
+//   two passes over the part's blocks -- every score (vectorised dot products over head_dim),
+//   one maximum and sum a head over the whole part, then the value rows weighted by it --
+//   AttendHeadsPart; the parts of a longer context are merged in order after;
 // - prefill chunks: the (token, head) rows of a kv head go 16 to a tile, one row a SIMD lane,
 //   so a block's keys are scored for all 16 rows by FMAs against the transposed queries and
 //   folded into the rows' online softmax (running max m, running sum l, FP32 accumulator of V
@@ -79,29 +80,37 @@ void ForBlocks(const KvLayerView& kv, const int32_t* block_table, int64_t lo, in
   }
 }
 
-// out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
-// [lo, pos] of kv head kvh, for h < n_heads (heads that share kv head kvh): each block's keys
-// and values are read from memory once for all of them. Two passes over the blocks (one query
-// row's scores fit any cache): every score first, then one softmax a head over the whole row,
-// then the value rows weighted by it -- no per-block maximum, rescaling or call overhead.
-void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int kvh,
-                 const KvLayerView& kv, const int32_t* block_table, const AttentionParams& p,
-                 const AttnOps& ops, float* out, int64_t out_stride) {
+// Keys a part of a decode token's attention at most: a longer context is attended in parts of
+// kPartKeys keys (from the first key it sees), each part one work item with its own maximum and
+// sum, merged in part order afterwards (MergeParts). The parts depend on nothing but the
+// context's length, so a token's result is the same bits alone, in any batch and on any number
+// of threads; contexts of up to kPartKeys keys are one part, attended as a whole.
+constexpr int64_t kPartKeys = 256;
+
+// Attention of query q + h * q_stride over keys [key_lo, key_hi] of kv head kvh, for h <
+// n_heads (heads that share kv head kvh): each block's keys and values are read from memory once
+// for all of them. Two passes over the blocks (one query row's scores fit any cache): every
+// score first, then one maximum m[h] and sum l[h] = sum_j exp(s_j - m[h]) a head over the whole
+// range, then the value rows weighted by exp(s_j - m[h]) into acc + h * dv (unnormalized) -- no
+// per-block maximum, rescaling or call overhead.
+void AttendHeadsPart(const float* q, int64_t q_stride, int n_heads, int64_t key_lo,
+                     int64_t key_hi, int kvh, const KvLayerView& kv, const int32_t* block_table,
+                     const AttentionParams& p, const AttnOps& ops, float* acc, float* m,
+                     float* l) {
   const int dk = kv.head_dim;
   const int dv = VHeadDim(kv);
-  const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-  const int64_t len = pos - lo + 1;
+  const int64_t len = key_hi - key_lo + 1;
   const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
   const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
   const bool f16 = kv.dtype == DType::kF16;
-  thread_local std::vector<float> acc, scores, inv;
-  acc.assign(static_cast<size_t>(n_heads) * dv, 0.f);
+  thread_local std::vector<float> scores;
+  std::fill_n(acc, static_cast<size_t>(n_heads) * dv, 0.f);
   scores.resize(static_cast<size_t>(n_heads) * len);
-  inv.resize(n_heads);
-  ForBlocks(kv, block_table, lo, pos, [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
+  ForBlocks(kv, block_table, key_lo, key_hi,
+            [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dk);
     for (int h = 0; h < n_heads; ++h) {
-      float* s = scores.data() + h * len + (key - lo);
+      float* s = scores.data() + h * len + (key - key_lo);
       if (f16) {
         ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + off, k_stride, n, dk, s);
       } else {
@@ -115,15 +124,16 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
     if (p.softcap > 0.f) {
       for (int64_t j = 0; j < len; ++j) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
     }
-    float m = s[0];
-    for (int64_t j = 1; j < len; ++j) m = std::max(m, s[j]);
-    inv[h] = 1.0f / ops.exp_shift_sum(s, len, m);
+    m[h] = s[0];
+    for (int64_t j = 1; j < len; ++j) m[h] = std::max(m[h], s[j]);
+    l[h] = ops.exp_shift_sum(s, len, m[h]);
   }
-  ForBlocks(kv, block_table, lo, pos, [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
+  ForBlocks(kv, block_table, key_lo, key_hi,
+            [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dv);
     for (int h = 0; h < n_heads; ++h) {
-      const float* w = scores.data() + h * len + (key - lo);
-      float* a = acc.data() + h * dv;
+      const float* w = scores.data() + h * len + (key - key_lo);
+      float* a = acc + h * dv;
       if (f16) {
         ops.axpy_f16(w, static_cast<const uint16_t*>(kv.v) + off, v_stride, n, dv, a);
       } else {
@@ -131,10 +141,26 @@ void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int
       }
     }
   });
+}
+
+// out + h * out_stride = attention of query q + h * q_stride (at position pos) over keys
+// [lo, pos] of kv head kvh, for h < n_heads: AttendHeadsPart over all of them, normalized.
+void AttendHeads(const float* q, int64_t q_stride, int n_heads, int64_t pos, int kvh,
+                 const KvLayerView& kv, const int32_t* block_table, const AttentionParams& p,
+                 const AttnOps& ops, float* out, int64_t out_stride) {
+  const int dv = VHeadDim(kv);
+  const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  thread_local std::vector<float> acc, m, l;
+  acc.resize(static_cast<size_t>(n_heads) * dv);
+  m.resize(n_heads);
+  l.resize(n_heads);
+  AttendHeadsPart(q, q_stride, n_heads, lo, pos, kvh, kv, block_table, p, ops, acc.data(),
+                  m.data(), l.data());
   for (int h = 0; h < n_heads; ++h) {
     const float* a = acc.data() + h * dv;
+    const float inv = 1.0f / l[h];
     float* o = out + h * out_stride;
-    for (int d = 0; d < dv; ++d) o[d] = a[d] * inv[h];
+    for (int d = 0; d < dv; ++d) o[d] = a[d] * inv;
   }
 }
 
@@ -284,72 +310,137 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
                        static_cast<int64_t>(RowBytes(kv.dtype, int64_t{kv.n_kv_heads} * (dk + dv))),
                        2 * int64_t{p.n_heads} * (dk + dv));
   }
-  bool decode = true;
-  for (int64_t s = 0; s < n_seqs; ++s) decode = decode && seqs[s].n_q == 1;
-  if (!decode) {
-    // A batch with prefill chunks: each chunk's rows in tile items (AttendTiles), each decode
-    // token one item of a kv head's heads (AttendHeads), all dealt round-robin so that a
-    // chunk's long rows (its last tokens see the most keys) spread over all workers.
-    struct Item {
-      int64_t seq, row0;  // the item's first row (AttendTiles); 0 for a decode token
-      int kvh;
-    };
-    // The calling thread's list, kept between layers; the workers reach it through this
-    // reference (a thread_local named in the lambda would be each worker's own).
-    thread_local std::vector<Item> items_buf;
-    std::vector<Item>& items = items_buf;
-    items.clear();
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      const int64_t rows = seqs[s].n_q == 1 ? 1 : seqs[s].n_q * group;
-      for (int kvh = 0; kvh < kv.n_kv_heads; ++kvh)
-        for (int64_t r = 0; r < rows; r += kTilesPerItem * kLanes) items.push_back({s, r, kvh});
-    }
-    auto attend = [&](int64_t begin, int64_t step) {
-      for (int64_t i = begin; i < static_cast<int64_t>(items.size()); i += step) {
-        const Item& it = items[i];
-        const AttentionSeq& sq = seqs[it.seq];
-        if (sq.n_q == 1) {
-          const int h = it.kvh * group;
-          AttendHeads(sq.q + h * dk, dk, group, sq.pos0, it.kvh, kv, sq.block_table, p, ops,
-                      sq.out + h * dv, dv);
-        } else {
-          const int64_t end = std::min(sq.n_q * group, it.row0 + kTilesPerItem * kLanes);
-          AttendTiles(sq, it.row0, end, it.kvh, group, kv, p, ops);
-        }
-      }
-    };
-    if (pool == nullptr || pool->num_threads() == 1 || items.size() <= 1) {
-      attend(0, 1);
-    } else {
-      pool->Run([&](int ti, int nt) { attend(ti, nt); });
-    }
-    return;
-  }
-  // Decode (one token a sequence): a work item is one token and the heads of one kv head (their
-  // keys and values are read from memory once) -- or a single head when that leaves fewer than
-  // 4 items a thread (one decode token of a model with few kv heads still spreads over every
-  // thread). Item i = (token i / items_per_row, heads from (i % items_per_row) * per_item). The
-  // threads take contiguous ranges of tokens: thread k then attends for the tokens whose RoPE
-  // and cache rows it has just written (the model's per-token step splits tokens the same way,
-  // ThreadPool::ParallelFor), so their queries and new keys are in its own cache, not the
-  // other core's.
+  // Work items, in order of sequence:
+  // - a prefill chunk (n_q > 1): its rows in items of up to kTilesPerItem tiles a kv head
+  //   (AttendTiles);
+  // - a decode token (n_q == 1): one part of its keys (kPartKeys) and the heads of one kv head
+  //   (each block's keys and values are read from memory once for them), in order of heads,
+  //   part -- or a single head when the step is all decode tokens and the heads of a kv head
+  //   would leave fewer than 4 items a thread (one decode token of a model with few kv heads and
+  //   a short context still spreads over every thread). A token of one part writes its output;
+  //   the parts of a longer context write their heads' sums to part_* and are merged after.
+  // The calling thread's lists, kept between layers; the workers reach them through these
+  // references (a thread_local named in the lambda would be each worker's own).
+  struct Item {
+    int64_t seq;
+    int64_t row0;  // prefill: the item's first row; decode: its part
+    int h0;        // prefill: the kv head; decode: the first head
+    int n_parts;   // decode: the token's parts
+    int64_t slot;  // decode of several parts: the token's first (part, head) slot in part_*
+  };
+  thread_local std::vector<Item> items_buf;
+  thread_local std::vector<float> part_acc_buf, part_m_buf, part_l_buf;
+  std::vector<Item>& items = items_buf;
+  std::vector<float>& part_acc = part_acc_buf;
+  std::vector<float>& part_m = part_m_buf;
+  std::vector<float>& part_l = part_l_buf;
   const int threads = pool ? pool->num_threads() : 1;
-  const int per_item = n_seqs * kv.n_kv_heads >= 4 * threads ? group : 1;
-  const int items_per_row = p.n_heads / per_item;
-  auto run = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const AttentionSeq& sq = seqs[i / items_per_row];
-      const int h = static_cast<int>(i % items_per_row) * per_item;
-      AttendHeads(sq.q + h * dk, dk, per_item, sq.pos0, h / group, kv, sq.block_table, p, ops,
-                  sq.out + h * dv, dv);
+  auto key_lo = [&](const AttentionSeq& sq) {
+    return p.sliding_window > 0 ? std::max<int64_t>(0, sq.pos0 - p.sliding_window + 1) : 0;
+  };
+  auto parts_of = [&](const AttentionSeq& sq) {
+    return static_cast<int>((sq.pos0 - key_lo(sq) + kPartKeys) / kPartKeys);
+  };
+  bool decode = true;
+  int64_t units = 0;  // decode tokens' (token, kv head, part)s
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    decode = decode && seqs[s].n_q == 1;
+    if (seqs[s].n_q == 1) units += int64_t{parts_of(seqs[s])} * kv.n_kv_heads;
+  }
+  const int per_item = !decode || units >= 4 * threads ? group : 1;
+  items.clear();
+  int64_t slots = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const AttentionSeq& sq = seqs[s];
+    if (sq.n_q > 1) {
+      for (int kvh = 0; kvh < kv.n_kv_heads; ++kvh)
+        for (int64_t r = 0; r < sq.n_q * group; r += kTilesPerItem * kLanes)
+          items.push_back({s, r, kvh, 0, 0});
+      continue;
+    }
+    const int n_parts = parts_of(sq);
+    for (int h0 = 0; h0 < p.n_heads; h0 += per_item)
+      for (int part = 0; part < n_parts; ++part) items.push_back({s, part, h0, n_parts, slots});
+    if (n_parts > 1) slots += int64_t{n_parts} * p.n_heads;
+  }
+  part_acc.resize(slots * dv);
+  part_m.resize(slots);
+  part_l.resize(slots);
+  auto attend = [&](const Item& it) {
+    const AttentionSeq& sq = seqs[it.seq];
+    if (sq.n_q > 1) {
+      const int64_t end = std::min(sq.n_q * group, it.row0 + kTilesPerItem * kLanes);
+      AttendTiles(sq, it.row0, end, it.h0, group, kv, p, ops);
+    } else if (it.n_parts == 1) {
+      AttendHeads(sq.q + it.h0 * dk, dk, per_item, sq.pos0, it.h0 / group, kv, sq.block_table, p,
+                  ops, sq.out + it.h0 * dv, dv);
+    } else {
+      const int64_t lo = key_lo(sq) + it.row0 * kPartKeys;
+      const int64_t hi = std::min(lo + kPartKeys - 1, sq.pos0);
+      const int64_t at = it.slot + it.row0 * p.n_heads + it.h0;
+      AttendHeadsPart(sq.q + it.h0 * dk, dk, per_item, lo, hi, it.h0 / group, kv,
+                      sq.block_table, p, ops, part_acc.data() + at * dv, part_m.data() + at,
+                      part_l.data() + at);
     }
   };
-  if (pool == nullptr || pool->num_threads() == 1 || n_seqs * items_per_row <= 1) {
-    run(0, n_seqs * items_per_row);
-  } else {
-    pool->ParallelFor(n_seqs, [&](int64_t b, int64_t e) {
-      run(b * items_per_row, e * items_per_row);
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  if (pool == nullptr || pool->num_threads() == 1 || n_items <= 1) {
+    for (const Item& it : items) attend(it);
+  } else if (!decode) {
+    // Dealt round-robin, so that a chunk's long rows (its last tokens see the most keys) spread
+    // over all workers.
+    pool->Run([&](int ti, int nt) {
+      for (int64_t i = ti; i < n_items; i += nt) attend(items[i]);
     });
+  } else {
+    // Contiguous ranges: thread k attends for the tokens whose RoPE and cache rows it has just
+    // written (the model's per-token step splits tokens the same way, ThreadPool::ParallelFor),
+    // so their queries and new keys are in its own cache, not the other core's.
+    pool->ParallelFor(n_items, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) attend(items[i]);
+    });
+  }
+  if (slots == 0) return;
+  // The split tokens' heads: out = sum_p e_p acc_p / sum_p e_p l_p, e_p = exp(m_p - M) with M
+  // the largest m_p, summed in part order.
+  struct SplitToken {
+    int64_t seq;
+    int n_parts;
+    int64_t slot;
+  };
+  thread_local std::vector<SplitToken> split_buf;
+  std::vector<SplitToken>& split = split_buf;
+  split.clear();
+  for (const Item& it : items) {
+    if (it.n_parts > 1 && it.row0 == 0 && it.h0 == 0)
+      split.push_back({it.seq, it.n_parts, it.slot});
+  }
+  auto merge = [&](int64_t begin, int64_t end) {  // (split token, head) pairs
+    for (int64_t j = begin; j < end; ++j) {
+      const SplitToken& t = split[j / p.n_heads];
+      const int h = static_cast<int>(j % p.n_heads);
+      const int64_t first = t.slot + h;  // part k's slot: first + k * n_heads
+      float mx = part_m[first];
+      for (int k = 1; k < t.n_parts; ++k) mx = std::max(mx, part_m[first + k * p.n_heads]);
+      float* o = seqs[t.seq].out + h * dv;
+      std::fill_n(o, dv, 0.f);
+      float sum = 0.f;
+      for (int k = 0; k < t.n_parts; ++k) {
+        const int64_t at = first + int64_t{k} * p.n_heads;
+        const float e = std::exp(part_m[at] - mx);
+        sum += e * part_l[at];
+        const float* a = part_acc.data() + at * dv;
+        for (int d = 0; d < dv; ++d) o[d] += e * a[d];
+      }
+      const float inv = 1.0f / sum;
+      for (int d = 0; d < dv; ++d) o[d] *= inv;
+    }
+  };
+  const int64_t pairs = static_cast<int64_t>(split.size()) * p.n_heads;
+  if (pool == nullptr || pool->num_threads() == 1 || slots * dv < (int64_t{1} << 15)) {
+    merge(0, pairs);
+  } else {
+    pool->ParallelFor(pairs, merge);
   }
 }
 

@@ -158,6 +158,16 @@ void RunCase(const Case& c) {
 TEST(PagedAttention, MhaDecode) { RunCase({"mha", 4, 4, 64, 64, 1, 200, DType::kF32}); }
 TEST(PagedAttention, MhaDecodeF16) { RunCase({"mha16", 4, 4, 64, 64, 1, 200, DType::kF16}); }
 TEST(PagedAttention, GqaDecodeLong) { RunCase({"gqa", 8, 2, 128, 128, 1, 1500, DType::kF16}); }
+// A decode token's keys past kPartKeys (256) go in parts of 256, merged after: 256 keys are one
+// part, 257 two (the last of one key), 1501 six; a window of 300 from key 401 two; MHA (one
+// head a kv head) and an F32 cache.
+TEST(PagedAttention, DecodeInParts) {
+  RunCase({"one_part", 8, 2, 64, 64, 1, 255, DType::kF16});
+  RunCase({"two_parts", 8, 2, 64, 64, 1, 256, DType::kF16});
+  RunCase({"window_parts", 8, 2, 64, 64, 1, 700, DType::kF16, /*sliding_window=*/300});
+  RunCase({"mha_parts", 4, 4, 64, 64, 1, 900, DType::kF32});
+  RunCase({"softcap_parts", 8, 4, 128, 128, 1, 600, DType::kF16, 0, /*softcap=*/2.f});
+}
 TEST(PagedAttention, GqaPrefillFromZero) {
   RunCase({"gqa_prefill", 8, 2, 64, 64, 40, 0, DType::kF32});
 }
@@ -291,6 +301,50 @@ TEST(PagedAttention, DecodeBatchEqualsEachSequence) {
     for (auto& g : got) std::fill(g.begin(), g.end(), -1.f);
     PagedAttentionBatch(seqs.data(), 7, pc.view, params, tp);
     for (int i = 0; i < 7; ++i) EXPECT_EQ(got[i], want[i]) << "seq " << i << " pool " << !!tp;
+  }
+}
+
+// Decode tokens whose keys go in parts (kPartKeys) and tokens of one part give the same bits
+// alone, together in a decode batch and in a batch with a prefill chunk, with and without a pool
+// (the parts depend only on the token's own context).
+TEST(PagedAttention, DecodeInPartsIsTheSameBitsInAnyBatch) {
+  const Case c{"parts_batch", 8, 2, 64, 64, 1, 1100, DType::kF16};
+  const Data data = MakeData(c, 12);
+  PagedCache pc = MakeCache(c, 13);
+  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
+    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+            &data.v[p * c.n_kv_heads * c.v_head_dim]);
+  AttentionParams params;
+  params.n_heads = c.n_heads;
+  params.scale = 0.125f;
+  const int64_t row = c.n_heads * c.head_dim;
+  const int64_t positions[] = {1100, 520, 256, 255, 90};
+  constexpr int kN = 5;
+  std::vector<std::vector<float>> qs(kN), want(kN), got(kN);
+  std::vector<AttentionSeq> seqs;
+  for (int i = 0; i < kN; ++i) {
+    qs[i] = data.q;
+    for (float& x : qs[i]) x *= 1.f - 0.1f * static_cast<float>(i);
+    want[i].assign(row, 0.f);
+    PagedAttention(qs[i].data(), 1, positions[i], pc.view, pc.block_table.data(), params,
+                   want[i].data(), nullptr);
+    got[i].assign(row, -1.f);
+    seqs.push_back({qs[i].data(), 1, positions[i], pc.block_table.data(), got[i].data()});
+  }
+  // A prefill chunk of 4 tokens at 600 (queries from the decode rows) for the mixed batch.
+  std::vector<float> chunk_q(4 * row), chunk_out(4 * row);
+  for (int64_t i = 0; i < 4 * row; ++i) chunk_q[i] = qs[i / row][i % row];
+  ThreadPool pool(3);
+  for (const bool mixed : {false, true}) {
+    std::vector<AttentionSeq> batch = seqs;
+    if (mixed) batch.insert(batch.begin() + 2, {chunk_q.data(), 4, 600, pc.block_table.data(),
+                                                chunk_out.data()});
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      for (auto& g : got) std::fill(g.begin(), g.end(), -1.f);
+      PagedAttentionBatch(batch.data(), static_cast<int64_t>(batch.size()), pc.view, params, tp);
+      for (int i = 0; i < kN; ++i)
+        EXPECT_EQ(got[i], want[i]) << "seq " << i << " mixed " << mixed << " pool " << !!tp;
+    }
   }
 }
 
