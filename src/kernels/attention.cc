@@ -82,7 +82,7 @@ void ForBlocks(const KvLayerView& kv, const int32_t* block_table, int64_t lo, in
 
 // Keys a part of a decode token's attention at most: a longer context is attended in parts of
 // kPartKeys keys (from the first key it sees), each part one work item with its own maximum and
-// sum, merged in part order afterwards (MergeParts). The parts depend on nothing but the
+// sum, merged in part order after the parallel region. The parts depend on nothing but the
 // context's length, so a token's result is the same bits alone, in any batch and on any number
 // of threads; contexts of up to kPartKeys keys are one part, attended as a whole.
 constexpr int64_t kPartKeys = 256;

@@ -175,7 +175,8 @@ struct AttentionParams {
 // Causal attention for one sequence: n_q query tokens at positions pos0 .. pos0 + n_q - 1 whose
 // K/V (and all earlier positions') are already in the cache. q: [n_q, n_heads, head_dim],
 // out: [n_q, n_heads, v_head_dim]. Work is split across the pool: a prefill chunk (n_q > 1) in
-// tiles of 16 (token, head) rows of a kv head, a decode token by (token, kv head) items.
+// tiles of 16 (token, head) rows of a kv head, a decode token by (token, kv head, part of 256
+// keys) items, the parts merged after.
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                     const int32_t* block_table, const AttentionParams& p, float* out,
                     ThreadPool* pool);
