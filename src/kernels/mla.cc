@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -190,6 +191,16 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   });
 }
 
+// The expanded form in query tiles, as prefill's paged attention (attention.cc): the rows of one
+// head -- consecutive query tokens, whose keys (k_nope of the head, k_pe shared) are the same --
+// go 16 to a tile, one a SIMD lane. A chunk of keys is scored for all 16 rows by FMAs against the
+// transposed, pre-scaled queries (no horizontal sums), masked per lane only where a key lies
+// past some row's position, and folded into the rows' online softmax; masked keys add exact
+// zeros, so a row's result does not depend on the other rows of its tile. A work item is one
+// tile of one head.
+constexpr int kLanes = 16;
+constexpr int64_t kChunkKeys = 32;
+
 void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float* kv,
                           const float* rows, const MlaParams& p, float* out, ThreadPool* pool) {
   PENG_CHECK(p.n_heads > 0 && p.d_nope > 0 && p.d_rope > 0 && p.d_v > 0 && p.d_v <= kMaxLatent);
@@ -200,39 +211,43 @@ void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float
   // head a (dn + dr)-dot and a dv-axpy.
   CountAttentionWork(n_q, pos0, 0, (kv_stride + dr) * static_cast<int64_t>(sizeof(float)),
                      2 * H * (dqk + dv));
-  ForItems(pool, n_q * H, [&](int64_t i) {
-    const int64_t h = i % H, pos = pos0 + i / H;
-    const float* qn = q + i * dqk;
+  const int64_t tiles = (n_q + kLanes - 1) / kLanes;
+  ForItems(pool, H * tiles, [&](int64_t item) {
+    const int64_t h = item % H, t0 = item / H * kLanes;
+    const int64_t n_rows = std::min<int64_t>(kLanes, n_q - t0);
+    thread_local std::vector<float> qt, acc;
+    qt.assign(static_cast<size_t>(dqk) * kLanes, 0.f);  // padding lanes keep zero queries
+    acc.assign(static_cast<size_t>(dv) * kLanes, 0.f);
+    float m[kLanes], l[kLanes], corr[kLanes], s[kChunkKeys * kLanes], pe[kChunkKeys * kLanes];
+    int64_t pos[kLanes];
+    for (int i = 0; i < kLanes; ++i) {
+      m[i] = -std::numeric_limits<float>::infinity();
+      l[i] = 0.f;
+      pos[i] = pos0 + t0 + std::min<int64_t>(i, n_rows - 1);  // padding lanes repeat the last
+      if (i >= n_rows) continue;
+      const float* qi = q + ((t0 + i) * H + h) * dqk;
+      for (int64_t d = 0; d < dqk; ++d) qt[d * kLanes + i] = qi[d] * p.scale;
+    }
     const float* k_nope = kv + h * (dn + dv);
     const float* v = k_nope + dn;
-    float scores[kMaxBlockSize], pe[kMaxBlockSize];
-    float acc[kMaxLatent];
-    std::fill(acc, acc + dv, 0.f);
-    float m = -std::numeric_limits<float>::infinity();
-    float l = 0.f;
-    for (int64_t u0 = 0; u0 <= pos; u0 += kMaxBlockSize) {
-      const int64_t n = std::min<int64_t>(kMaxBlockSize, pos + 1 - u0);
-      ops.dot_f32(qn, k_nope + u0 * kv_stride, kv_stride, n, dn, scores);
-      ops.dot_f32(qn + dn, rows + u0 * row + r, row, n, dr, pe);
-      float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        scores[j] = (scores[j] + pe[j]) * p.scale;
-        block_max = std::max(block_max, scores[j]);
+    for (int64_t u0 = 0; u0 <= pos[kLanes - 1]; u0 += kChunkKeys) {
+      const int64_t n = std::min(kChunkKeys, pos[kLanes - 1] + 1 - u0);
+      ops.score_tile(qt.data(), k_nope + u0 * kv_stride, kv_stride, n, dn, s);
+      ops.score_tile(qt.data() + dn * kLanes, rows + u0 * row + r, row, n, dr, pe);
+      for (int64_t i = 0; i < n * kLanes; ++i) s[i] += pe[i];
+      if (u0 + n - 1 > pos[0]) {  // a key past some row's position
+        for (int64_t j = 0; j < n; ++j)
+          for (int i = 0; i < kLanes; ++i)
+            if (u0 + j > pos[i]) s[j * kLanes + i] = -std::numeric_limits<float>::infinity();
       }
-      if (block_max > m) {
-        if (l > 0.f) {
-          const float corr = std::exp(m - block_max);
-          ops.scale(acc, corr, dv);
-          l *= corr;
-        }
-        m = block_max;
-      }
-      l += ops.exp_shift_sum(scores, n, m);
-      ops.axpy_f32(scores, v + u0 * kv_stride, kv_stride, n, dv, acc);
+      ops.softmax_tile(s, n, m, l, corr);
+      ops.accum_tile(s, v + u0 * kv_stride, kv_stride, n, dv, corr, acc.data());
     }
-    const float inv = 1.0f / l;
-    float* o = out + i * dv;
-    for (int64_t k = 0; k < dv; ++k) o[k] = acc[k] * inv;
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const float inv = 1.0f / l[i];
+      float* o = out + ((t0 + i) * H + h) * dv;
+      for (int64_t d = 0; d < dv; ++d) o[d] = acc[d * kLanes + i] * inv;
+    }
   });
 }
 

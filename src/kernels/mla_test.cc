@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/isa.h"
 
 namespace peng::kernels {
 namespace {
@@ -125,7 +127,10 @@ TEST(MlaTest, AttentionMatchesReference) {
 }
 
 // Absorbed (MlaAbsorbQuery -> MlaPagedAttention -> MlaProjectOutput) and expanded
-// (MlaExpandedAttention over k_nope / v = kv_b . c) forms against the plain per-head formula.
+// (MlaExpandedAttention over k_nope / v = kv_b . c) forms against the plain per-head formula:
+// 5 queries (one part-filled tile of the expanded form) from 0 and 6, and 40 queries (tiles of
+// 16, 16 and 8) from 70 (chunks of keys past some rows' positions), the expanded form on every
+// ISA this CPU runs.
 TEST(MlaTest, AbsorbedAndExpandedFormsMatchPlainAttention) {
   const int H = 3, r = 20, dn = 8, dr = 6, dv = 5, row = r + dr, dqk = dn + dr;
   const float scale = 0.25f;
@@ -137,9 +142,10 @@ TEST(MlaTest, AbsorbedAndExpandedFormsMatchPlainAttention) {
   p.d_v = dv;
   p.scale = scale;
   ThreadPool pool(2);
-  for (int64_t pos0 : {0, 6}) {
-    const int64_t n_q = 5, end = pos0 + n_q;
-    Cache c = MakeCache(DType::kF32, 4, 8, row);
+  const Isa saved = ActiveIsa();
+  for (const auto& [n_q, pos0] : {std::pair<int64_t, int64_t>{5, 0}, {5, 6}, {40, 70}}) {
+    const int64_t end = pos0 + n_q;
+    Cache c = MakeCache(DType::kF32, 4, (end + 3) / 4, row);
     std::mt19937 rng(static_cast<unsigned>(pos0 + 3));
     std::normal_distribution<float> nd;
     std::vector<float> rows(end * row), w_kvb(H * (dn + dv) * r), q(n_q * H * dqk);
@@ -183,11 +189,20 @@ TEST(MlaTest, AbsorbedAndExpandedFormsMatchPlainAttention) {
     MlaAbsorbQuery(q.data(), n_q, w_kvb.data(), p, ql.data(), &pool);
     MlaPagedAttention(ql.data(), n_q, pos0, c.view, c.table.data(), p, ol.data(), &pool);
     MlaProjectOutput(ol.data(), n_q, w_kvb.data(), p, absorbed.data(), &pool);
-    MlaExpandedAttention(q.data(), n_q, pos0, kv.data(), rows.data(), p, expanded.data(), &pool);
-    for (size_t i = 0; i < want.size(); ++i) {
+    for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(absorbed[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "absorbed " << i;
-      ASSERT_NEAR(expanded[i], want[i], 2e-5 * (1 + std::abs(want[i]))) << "expanded " << i;
+    for (Isa isa : kAllIsas) {
+      if (!IsaSupported(isa)) continue;
+      SetActiveIsa(isa);
+      std::fill(expanded.begin(), expanded.end(), -1.f);
+      MlaExpandedAttention(q.data(), n_q, pos0, kv.data(), rows.data(), p, expanded.data(),
+                           &pool);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(expanded[i], want[i], 2e-5 * (1 + std::abs(want[i])))
+            << "expanded " << i << " n_q " << n_q << " " << IsaName(isa);
+      }
     }
+    SetActiveIsa(saved);
   }
 }
 
