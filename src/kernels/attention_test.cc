@@ -125,25 +125,36 @@ PagedCache MakeCache(const Case& c, uint32_t seed) {
   return pc;
 }
 
+// The case's heads, window and softcap with softmax scale `scale`.
+AttentionParams Params(const Case& c, float scale) {
+  AttentionParams p;
+  p.n_heads = c.n_heads;
+  p.scale = scale;
+  p.sliding_window = c.sliding_window;
+  p.softcap = c.softcap;
+  return p;
+}
+
+// MakeCache with every position's keys and values of `data` written (KvWrite).
+PagedCache FilledCache(const Case& c, const Data& data, uint32_t seed) {
+  PagedCache pc = MakeCache(c, seed);
+  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
+    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
+            &data.v[p * c.n_kv_heads * c.v_head_dim]);
+  return pc;
+}
+
 void RunCase(const Case& c) {
   SCOPED_TRACE(c.name);
   const Data data = MakeData(c, 7);
-  AttentionParams params;
-  params.n_heads = c.n_heads;
-  params.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  params.sliding_window = c.sliding_window;
-  params.softcap = c.softcap;
+  const AttentionParams params = Params(c, 1.f / std::sqrt(static_cast<float>(c.head_dim)));
   const std::vector<double> want = NaiveAttention(c, data, params.scale);
   const Isa saved = ActiveIsa();
   ThreadPool pool(3);
   for (Isa isa : AllIsas()) {
     SCOPED_TRACE(IsaName(isa));
     SetActiveIsa(isa);
-    PagedCache pc = MakeCache(c, 11);
-    for (int64_t p = 0; p < c.pos0 + c.n_q; ++p) {
-      KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
-              &data.v[p * c.n_kv_heads * c.v_head_dim]);
-    }
+    PagedCache pc = FilledCache(c, data, 11);
     for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
       std::vector<float> out(want.size(), -1.f);
       PagedAttention(data.q.data(), c.n_q, c.pos0, pc.view, pc.block_table.data(), params,
@@ -201,13 +212,8 @@ TEST(PagedAttention, OddDimsAndBlockSize) {
 TEST(PagedAttention, BatchEqualsEachSequence) {
   const Case c{"batch", 8, 2, 64, 64, 5, 40, DType::kF16};
   const Data data = MakeData(c, 3);
-  PagedCache pc = MakeCache(c, 5);
-  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
-    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
-            &data.v[p * c.n_kv_heads * c.v_head_dim]);
-  AttentionParams params;
-  params.n_heads = c.n_heads;
-  params.scale = 0.125f;
+  PagedCache pc = FilledCache(c, data, 5);
+  const AttentionParams params = Params(c, 0.125f);
   const int64_t row = c.n_heads * c.head_dim;
   struct S {
     int64_t first_q, n_q;
@@ -240,14 +246,8 @@ TEST(PagedAttention, PrefillRowsDoNotDependOnTheirTile) {
     Case c{"tiles", 6, 2, 64, 64, 40, 0, DType::kF16, window};
     SCOPED_TRACE(window);
     const Data data = MakeData(c, 9);
-    PagedCache pc = MakeCache(c, 10);
-    for (int64_t p = 0; p < c.n_q; ++p)
-      KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
-              &data.v[p * c.n_kv_heads * c.v_head_dim]);
-    AttentionParams params;
-    params.n_heads = c.n_heads;
-    params.scale = 0.125f;
-    params.sliding_window = window;
+    PagedCache pc = FilledCache(c, data, 10);
+    const AttentionParams params = Params(c, 0.125f);
     const int64_t row = c.n_heads * c.head_dim;
     const Isa saved = ActiveIsa();
     for (Isa isa : AllIsas()) {
@@ -276,13 +276,8 @@ TEST(PagedAttention, PrefillRowsDoNotDependOnTheirTile) {
 TEST(PagedAttention, DecodeBatchEqualsEachSequence) {
   const Case c{"decode_batch", 8, 2, 64, 64, 1, 60, DType::kF16};
   const Data data = MakeData(c, 4);
-  PagedCache pc = MakeCache(c, 6);
-  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
-    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
-            &data.v[p * c.n_kv_heads * c.v_head_dim]);
-  AttentionParams params;
-  params.n_heads = c.n_heads;
-  params.scale = 0.125f;
+  PagedCache pc = FilledCache(c, data, 6);
+  const AttentionParams params = Params(c, 0.125f);
   const int64_t row = c.n_heads * c.head_dim;
   const int64_t positions[] = {60, 3, 17, 0, 33, 48, 16};  // 7 sequences sharing the cache
   std::vector<std::vector<float>> want(7), got(7), qs(7);
@@ -310,13 +305,8 @@ TEST(PagedAttention, DecodeBatchEqualsEachSequence) {
 TEST(PagedAttention, DecodeInPartsIsTheSameBitsInAnyBatch) {
   const Case c{"parts_batch", 8, 2, 64, 64, 1, 1100, DType::kF16};
   const Data data = MakeData(c, 12);
-  PagedCache pc = MakeCache(c, 13);
-  for (int64_t p = 0; p < c.pos0 + c.n_q; ++p)
-    KvWrite(pc.view, pc.block_table.data(), p, &data.k[p * c.n_kv_heads * c.head_dim],
-            &data.v[p * c.n_kv_heads * c.v_head_dim]);
-  AttentionParams params;
-  params.n_heads = c.n_heads;
-  params.scale = 0.125f;
+  PagedCache pc = FilledCache(c, data, 13);
+  const AttentionParams params = Params(c, 0.125f);
   const int64_t row = c.n_heads * c.head_dim;
   const int64_t positions[] = {1100, 520, 256, 255, 90};
   constexpr int kN = 5;
