@@ -25,6 +25,8 @@ namespace {
 
 constexpr int kMaxBlockSize = 256;
 constexpr int kMaxLatent = 4096;
+constexpr int kLanes = 16;          // rows of a query tile (one a SIMD lane)
+constexpr int64_t kPartKeys = 128;  // keys of a part of a decode token's attention
 
 void CheckLayout(const KvLayerView& kv) {
   PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
@@ -173,6 +175,108 @@ void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, con
   MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
 }
 
+// One decode token's attention (query rows q + h * dk at position pos, out + h * r): the heads,
+// which all read the same latent rows, are the lanes of query tiles, so a key's row is read and
+// widened from F16 once for 16 heads, its scores for all of them are FMAs against the
+// transposed, pre-scaled queries (no horizontal sums) and the softmax is lane-wise. The keys go
+// in parts of kPartKeys, each with its own maximum and sum, merged in part order; a work item is
+// (tile, part). The parts depend only on the position, and a lane's result does not depend on
+// the other lanes of its tile, so when there are fewer items than threads the heads go in
+// smaller tiles (more items, the same bits).
+namespace {
+
+void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32_t* block_table,
+                 const MlaParams& p, const AttnOps& ops, float* out, ThreadPool* pool) {
+  const int H = p.n_heads, dk = kv.head_dim, r = p.kv_lora_rank, bs = kv.block_size;
+  const int n_parts = static_cast<int>(pos / kPartKeys + 1);
+  const int threads = pool ? pool->num_threads() : 1;
+  int lanes = kLanes;
+  while (lanes > 1 && int64_t{(H + lanes - 1) / lanes} * n_parts < threads)
+    lanes = (lanes + 1) / 2;
+  const int tiles = (H + lanes - 1) / lanes;
+  // Each (tile, part)'s m and l (16 lanes) and acc ([r][16]), merged after when n_parts > 1.
+  thread_local std::vector<float> part_buf;
+  std::vector<float>& part = part_buf;
+  const int64_t slot = 2 * kLanes + int64_t{r} * kLanes;
+  if (n_parts > 1) part.resize(static_cast<size_t>(tiles) * n_parts * slot);
+  ForItems(pool, int64_t{tiles} * n_parts, [&](int64_t item) {
+    const int tile = static_cast<int>(item / n_parts), k = static_cast<int>(item % n_parts);
+    const int h0 = tile * lanes, n_heads = std::min(lanes, H - h0);
+    thread_local std::vector<float> qt, keys, acc_buf;
+    qt.assign(static_cast<size_t>(dk) * kLanes, 0.f);  // lanes past n_heads keep zero queries
+    for (int i = 0; i < n_heads; ++i) {
+      const float* qi = q + int64_t{h0 + i} * dk;
+      for (int d = 0; d < dk; ++d) qt[d * kLanes + i] = qi[d] * p.scale;
+    }
+    float* m = n_parts > 1 ? part.data() + item * slot : nullptr;
+    float m_own[kLanes], l_own[kLanes];
+    if (m == nullptr) {
+      acc_buf.resize(static_cast<size_t>(r) * kLanes);
+    }
+    float* mm = m ? m : m_own;
+    float* l = m ? m + kLanes : l_own;
+    float* acc = m ? m + 2 * kLanes : acc_buf.data();
+    std::fill_n(mm, kLanes, -std::numeric_limits<float>::infinity());
+    std::fill_n(l, kLanes, 0.f);
+    std::fill_n(acc, static_cast<size_t>(r) * kLanes, 0.f);
+    keys.resize(static_cast<size_t>(bs) * dk);
+    float s[kMaxBlockSize * kLanes], corr[kLanes];
+    const int64_t lo = int64_t{k} * kPartKeys, hi = std::min(lo + kPartKeys - 1, pos);
+    for (int64_t key0 = lo; key0 <= hi;) {
+      const int64_t b = key0 / bs, first = key0 - b * bs;
+      const int64_t n = std::min(hi + 1, (b + 1) * bs) - key0;
+      const int64_t phys = block_table[b];
+      PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
+      const int64_t off = RowOffset(kv, phys, first);
+      const float* rows;
+      if (kv.dtype == DType::kF16) {
+        const uint16_t* c = static_cast<const uint16_t*>(kv.k) + off;
+        for (int64_t j = 0; j < n; ++j) ops.to_f32(c + j * dk, keys.data() + j * dk, dk);
+        rows = keys.data();
+      } else {
+        rows = static_cast<const float*>(kv.k) + off;
+      }
+      ops.score_tile(qt.data(), rows, dk, n, dk, s);
+      ops.softmax_tile(s, n, mm, l, corr);
+      // The values are the latent part (the first r values) of the same rows.
+      ops.accum_tile(s, rows, dk, n, r, corr, acc);
+      key0 += n;
+    }
+    if (n_parts > 1) return;
+    for (int i = 0; i < n_heads; ++i) {
+      const float inv = 1.0f / l[i];
+      float* o = out + int64_t{h0 + i} * r;
+      for (int d = 0; d < r; ++d) o[d] = acc[d * kLanes + i] * inv;
+    }
+  });
+  if (n_parts == 1) return;
+  // out = sum_k e_k acc_k / sum_k e_k l_k, e_k = exp(m_k - M) with M the largest m_k, in order.
+  ForItems(pool, threads > 1 ? H : 1, [&](int64_t item) {
+    const int h_begin = threads > 1 ? static_cast<int>(item) : 0;
+    const int h_end = threads > 1 ? h_begin + 1 : H;
+    for (int h = h_begin; h < h_end; ++h) {
+      const int tile = h / lanes, lane = h % lanes;
+      const float* first = part.data() + int64_t{tile} * n_parts * slot;
+      float mx = first[lane];
+      for (int k = 1; k < n_parts; ++k) mx = std::max(mx, first[k * slot + lane]);
+      float* o = out + int64_t{h} * r;
+      std::fill_n(o, r, 0.f);
+      float sum = 0.f;
+      for (int k = 0; k < n_parts; ++k) {
+        const float* pk = first + k * slot;
+        const float e = std::exp(pk[lane] - mx);
+        sum += e * pk[kLanes + lane];
+        const float* acc = pk + 2 * kLanes;
+        for (int d = 0; d < r; ++d) o[d] += e * acc[d * kLanes + lane];
+      }
+      const float inv = 1.0f / sum;
+      for (int d = 0; d < r; ++d) o[d] *= inv;
+    }
+  });
+}
+
+}  // namespace
+
 void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                        const int32_t* block_table, const MlaParams& p, float* out,
                        ThreadPool* pool) {
@@ -185,6 +289,10 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   // Per (query, key) in every head: a dk-dot for the score and an r-axpy for the latent output.
   CountAttentionWork(n_q, pos0, 0, static_cast<int64_t>(RowBytes(kv.dtype, dk)),
                      2 * int64_t{p.n_heads} * (dk + r));
+  if (n_q == 1) {
+    DecodeTiles(q, pos0, kv, block_table, p, ops, out, pool);
+    return;
+  }
   ForItems(pool, n_q * p.n_heads, [&](int64_t i) {
     const int64_t t = i / p.n_heads;
     AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
@@ -198,7 +306,6 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
 // past some row's position, and folded into the rows' online softmax; masked keys add exact
 // zeros, so a row's result does not depend on the other rows of its tile. A work item is one
 // tile of one head.
-constexpr int kLanes = 16;
 constexpr int64_t kChunkKeys = 32;
 
 void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float* kv,

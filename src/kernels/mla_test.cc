@@ -74,56 +74,90 @@ TEST(MlaTest, WriteReadRoundTrip) {
   }
 }
 
-TEST(MlaTest, AttentionMatchesReference) {
-  const int H = 3, r = 20, dr = 6, row = r + dr;
+// MlaPagedAttention of n_q queries from pos0 (H heads, rows of r = 20 latent values and 6 of
+// k_pe, F32 or F16 cache in shuffled blocks of `block_size`) against a float64 softmax over the
+// rows the cache holds; returns its output.
+std::vector<float> ExpectMatchesReference(DType dt, int H, int64_t n_q, int64_t pos0,
+                                          int block_size, ThreadPool* pool) {
+  const int r = 20, dr = 6, row = r + dr;
   const float scale = 0.3f;
+  const int64_t end = pos0 + n_q;
+  int64_t blocks = (end + block_size - 1) / block_size;
+  if (blocks % 5 == 0) ++blocks;  // (MakeCache's table, (5 b + 2) mod blocks, a permutation)
+  Cache c = MakeCache(dt, block_size, blocks, row);
+  std::mt19937 rng(static_cast<unsigned>(pos0 + 17));
+  std::normal_distribution<float> nd;
+  std::vector<float> rows(end * row);
+  for (float& v : rows) v = nd(rng);
+  for (int64_t p = 0; p < end; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
+  std::vector<float> stored(end * row);
+  MlaKvRead(c.view, c.table.data(), 0, end, stored.data());
+  std::vector<float> q(n_q * H * row), out(n_q * H * r, -1.f);
+  for (float& v : q) v = nd(rng);
+  MlaParams p;
+  p.n_heads = H;
+  p.kv_lora_rank = r;
+  p.scale = scale;
+  MlaPagedAttention(q.data(), n_q, pos0, c.view, c.table.data(), p, out.data(), pool);
+  for (int64_t t = 0; t < n_q; ++t) {
+    for (int h = 0; h < H; ++h) {
+      const float* qh = q.data() + (t * H + h) * row;
+      const int64_t pos = pos0 + t;
+      std::vector<double> s(pos + 1);
+      double m = -INFINITY, sum = 0;
+      for (int64_t u = 0; u <= pos; ++u) {
+        double d = 0;
+        for (int j = 0; j < row; ++j) d += double{qh[j]} * stored[u * row + j];
+        s[u] = d * scale;
+        m = std::max(m, s[u]);
+      }
+      for (double& v : s) sum += v = std::exp(v - m);
+      for (int j = 0; j < r; ++j) {
+        double want = 0;
+        for (int64_t u = 0; u <= pos; ++u) want += s[u] / sum * stored[u * row + j];
+        EXPECT_NEAR(out[(t * H + h) * r + j], want, 2e-5 * (1 + std::abs(want)))
+            << "token " << t << " head " << h << " dim " << j;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MlaTest, AttentionMatchesReference) {
   for (DType dt : {DType::kF32, DType::kF16}) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       for (int64_t pos0 : {0, 5, 9}) {
         SCOPED_TRACE(std::string(DTypeName(dt)) + " threads " + std::to_string(threads) + " pos0 " +
                      std::to_string(pos0));
-        const int64_t n_q = 7, end = pos0 + n_q;
-        Cache c = MakeCache(dt, 4, 8, row);
-        std::mt19937 rng(static_cast<unsigned>(pos0 + 17));
-        std::normal_distribution<float> nd;
-        std::vector<float> rows(end * row);
-        for (float& v : rows) v = nd(rng);
-        for (int64_t p = 0; p < end; ++p)
-          MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
-        std::vector<float> stored(end * row);
-        MlaKvRead(c.view, c.table.data(), 0, end, stored.data());
-        std::vector<float> q(n_q * H * row), out(n_q * H * r);
-        for (float& v : q) v = nd(rng);
-        MlaParams p;
-        p.n_heads = H;
-        p.kv_lora_rank = r;
-        p.scale = scale;
-        MlaPagedAttention(q.data(), n_q, pos0, c.view, c.table.data(), p, out.data(), &pool);
-        for (int64_t t = 0; t < n_q; ++t) {
-          for (int h = 0; h < H; ++h) {
-            const float* qh = q.data() + (t * H + h) * row;
-            const int64_t pos = pos0 + t;
-            std::vector<double> s(pos + 1);
-            double m = -INFINITY, sum = 0;
-            for (int64_t u = 0; u <= pos; ++u) {
-              double d = 0;
-              for (int j = 0; j < row; ++j) d += double{qh[j]} * stored[u * row + j];
-              s[u] = d * scale;
-              m = std::max(m, s[u]);
-            }
-            for (double& v : s) sum += v = std::exp(v - m);
-            for (int j = 0; j < r; ++j) {
-              double want = 0;
-              for (int64_t u = 0; u <= pos; ++u) want += s[u] / sum * stored[u * row + j];
-              ASSERT_NEAR(out[(t * H + h) * r + j], want, 2e-5 * (1 + std::abs(want)))
-                  << "token " << t << " head " << h << " dim " << j;
-            }
-          }
+        ExpectMatchesReference(dt, 3, 7, pos0, 4, &pool);
+      }
+    }
+  }
+}
+
+// A decode token's heads as the lanes of query tiles, its keys in parts of 128: positions 0, 127
+// (one part), 128 (a last part of one key) and 300 (three parts), 3 heads and 20 (tiles of 16
+// and 4), F32 and F16 caches, on every ISA this CPU runs; with a pool of 3 the heads go in
+// smaller tiles (more items) and the results are the same bits.
+TEST(MlaTest, DecodeInTilesMatchesReference) {
+  ThreadPool pool(3);
+  const Isa saved = ActiveIsa();
+  for (Isa isa : kAllIsas) {
+    if (!IsaSupported(isa)) continue;
+    SetActiveIsa(isa);
+    for (DType dt : {DType::kF32, DType::kF16}) {
+      for (int H : {3, 20}) {
+        for (int64_t pos : {0, 127, 128, 300}) {
+          SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dt) + " heads " +
+                       std::to_string(H) + " pos " + std::to_string(pos));
+          const std::vector<float> alone = ExpectMatchesReference(dt, H, 1, pos, 16, nullptr);
+          EXPECT_EQ(ExpectMatchesReference(dt, H, 1, pos, 16, &pool), alone);
         }
       }
     }
   }
+  SetActiveIsa(saved);
 }
 
 // Absorbed (MlaAbsorbQuery -> MlaPagedAttention -> MlaProjectOutput) and expanded
