@@ -1,9 +1,14 @@
-// Absorbed MLA attention over the paged latent cache (see mla.h). Each (query token, head) pair
-// is one work item: it walks the sequence's blocks in logical order, scores the block's cache
-// rows against [q_abs | q_pe] (dot products over the whole row), folds them into an online
-// softmax (running max, running sum, FP32 accumulator of latent rows rescaled when the max
-// grows) and finally divides by the sum. The inner loops are the per-ISA attention primitives
-// of ref/ops_ref.h and cpu/ops_simd.h (the scalar ones when no SIMD ISA is active).
+// MLA attention (see mla.h), in three forms:
+// - absorbed, prefill chunk: each (query token, head) pair is one work item: it walks the
+//   sequence's blocks in logical order, scores the block's cache rows against [q_abs | q_pe]
+//   (dot products over the whole row), folds them into an online softmax (running max, running
+//   sum, FP32 accumulator of latent rows rescaled when the max grows) and finally divides by the
+//   sum (AttendOne);
+// - absorbed, decode token: its heads are the lanes of query tiles over the same rows, its keys
+//   in parts merged after (DecodeTiles);
+// - expanded (long prefill chunks): a head's query tokens in tiles over its k_nope / v.
+// The inner loops are the per-ISA attention primitives of ref/ops_ref.h and cpu/ops_simd.h (the
+// scalar ones when no SIMD ISA is active).
 #include "kernels/mla.h"
 
 #include <algorithm>

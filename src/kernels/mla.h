@@ -63,8 +63,9 @@ void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, con
 
 // Causal absorbed attention for one sequence: n_q query tokens at positions pos0 .. pos0+n_q-1
 // whose cache rows (and all earlier positions') are already written. q: [n_q, n_heads,
-// kv.head_dim] (MlaAbsorbQuery's output), out: [n_q, n_heads, kv_lora_rank]. Work is split
-// over (token, head) pairs across the pool.
+// kv.head_dim] (MlaAbsorbQuery's output), out: [n_q, n_heads, kv_lora_rank]. A decode token
+// (n_q == 1) runs its heads as the lanes of query tiles, its keys in parts of 128 over the pool;
+// a prefill chunk is split over (token, head) pairs.
 void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                        const int32_t* block_table, const MlaParams& p, float* out,
                        ThreadPool* pool);
