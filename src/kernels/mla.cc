@@ -213,15 +213,13 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
       const float* qi = q + int64_t{h0 + i} * dk;
       for (int d = 0; d < dk; ++d) qt[d * kLanes + i] = qi[d] * p.scale;
     }
-    float* m = n_parts > 1 ? part.data() + item * slot : nullptr;
+    float* shared = n_parts > 1 ? part.data() + item * slot : nullptr;  // else this item's own
     float m_own[kLanes], l_own[kLanes];
-    if (m == nullptr) {
-      acc_buf.resize(static_cast<size_t>(r) * kLanes);
-    }
-    float* mm = m ? m : m_own;
-    float* l = m ? m + kLanes : l_own;
-    float* acc = m ? m + 2 * kLanes : acc_buf.data();
-    std::fill_n(mm, kLanes, -std::numeric_limits<float>::infinity());
+    if (shared == nullptr) acc_buf.resize(static_cast<size_t>(r) * kLanes);
+    float* m = shared ? shared : m_own;
+    float* l = shared ? shared + kLanes : l_own;
+    float* acc = shared ? shared + 2 * kLanes : acc_buf.data();
+    std::fill_n(m, kLanes, -std::numeric_limits<float>::infinity());
     std::fill_n(l, kLanes, 0.f);
     std::fill_n(acc, static_cast<size_t>(r) * kLanes, 0.f);
     keys.resize(static_cast<size_t>(bs) * dk);
@@ -242,7 +240,7 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
         rows = static_cast<const float*>(kv.k) + off;
       }
       ops.score_tile(qt.data(), rows, dk, n, dk, s);
-      ops.softmax_tile(s, n, mm, l, corr);
+      ops.softmax_tile(s, n, m, l, corr);
       // The values are the latent part (the first r values) of the same rows.
       ops.accum_tile(s, rows, dk, n, r, corr, acc);
       key0 += n;
