@@ -328,9 +328,16 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
     int n_parts;   // decode: the token's parts
     int64_t slot;  // decode of several parts: the token's first (part, head) slot in part_*
   };
+  struct SplitToken {  // a decode token of several parts
+    int64_t seq;
+    int n_parts;
+    int64_t slot;
+  };
   thread_local std::vector<Item> items_buf;
+  thread_local std::vector<SplitToken> split_buf;
   thread_local std::vector<float> part_acc_buf, part_m_buf, part_l_buf;
   std::vector<Item>& items = items_buf;
+  std::vector<SplitToken>& split = split_buf;
   std::vector<float>& part_acc = part_acc_buf;
   std::vector<float>& part_m = part_m_buf;
   std::vector<float>& part_l = part_l_buf;
@@ -349,6 +356,7 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   }
   const int per_item = !decode || units >= 4 * threads ? group : 1;
   items.clear();
+  split.clear();
   int64_t slots = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     const AttentionSeq& sq = seqs[s];
@@ -361,7 +369,10 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
     const int n_parts = parts_of(sq);
     for (int h0 = 0; h0 < p.n_heads; h0 += per_item)
       for (int part = 0; part < n_parts; ++part) items.push_back({s, part, h0, n_parts, slots});
-    if (n_parts > 1) slots += int64_t{n_parts} * p.n_heads;
+    if (n_parts > 1) {
+      split.push_back({s, n_parts, slots});
+      slots += int64_t{n_parts} * p.n_heads;
+    }
   }
   part_acc.resize(slots * dv);
   part_m.resize(slots);
@@ -401,39 +412,15 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
     });
   }
   if (slots == 0) return;
-  // The split tokens' heads: out = sum_p e_p acc_p / sum_p e_p l_p, e_p = exp(m_p - M) with M
-  // the largest m_p, summed in part order.
-  struct SplitToken {
-    int64_t seq;
-    int n_parts;
-    int64_t slot;
-  };
-  thread_local std::vector<SplitToken> split_buf;
-  std::vector<SplitToken>& split = split_buf;
-  split.clear();
-  for (const Item& it : items) {
-    if (it.n_parts > 1 && it.row0 == 0 && it.h0 == 0)
-      split.push_back({it.seq, it.n_parts, it.slot});
-  }
+  // The split tokens' heads, their parts merged in order (MergeParts).
   auto merge = [&](int64_t begin, int64_t end) {  // (split token, head) pairs
     for (int64_t j = begin; j < end; ++j) {
       const SplitToken& t = split[j / p.n_heads];
       const int h = static_cast<int>(j % p.n_heads);
       const int64_t first = t.slot + h;  // part k's slot: first + k * n_heads
-      float mx = part_m[first];
-      for (int k = 1; k < t.n_parts; ++k) mx = std::max(mx, part_m[first + k * p.n_heads]);
-      float* o = seqs[t.seq].out + h * dv;
-      std::fill_n(o, dv, 0.f);
-      float sum = 0.f;
-      for (int k = 0; k < t.n_parts; ++k) {
-        const int64_t at = first + int64_t{k} * p.n_heads;
-        const float e = std::exp(part_m[at] - mx);
-        sum += e * part_l[at];
-        const float* a = part_acc.data() + at * dv;
-        for (int d = 0; d < dv; ++d) o[d] += e * a[d];
-      }
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < dv; ++d) o[d] *= inv;
+      MergeParts(t.n_parts, part_m.data() + first, part_l.data() + first, p.n_heads,
+                 part_acc.data() + first * dv, int64_t{p.n_heads} * dv, 1, dv,
+                 seqs[t.seq].out + h * dv);
     }
   };
   const int64_t pairs = static_cast<int64_t>(split.size()) * p.n_heads;

@@ -30,6 +30,28 @@ struct AttnOps {
 // The primitives of kernels::ActiveIsa() (attention.cc).
 AttnOps SelectAttnOps();
 
+// A softmax-weighted sum computed in parts of its keys (each part k with its own maximum m_k,
+// sum l_k = sum_j exp(s_j - m_k) and unnormalized acc_k), merged in part order:
+// out[d] = sum_k e_k acc_k[d] / sum_k e_k l_k, e_k = exp(m_k - M), M the largest m_k.
+// Part k's m and l are m[k * ml_stride] and l[k * ml_stride], its value d acc[k * acc_stride +
+// d * d_stride]. The decode attentions of attention.cc and mla.cc merge their parts with it.
+inline void MergeParts(int n_parts, const float* m, const float* l, int64_t ml_stride,
+                       const float* acc, int64_t acc_stride, int64_t d_stride, int dim,
+                       float* out) {
+  float mx = m[0];
+  for (int k = 1; k < n_parts; ++k) mx = std::max(mx, m[k * ml_stride]);
+  std::fill_n(out, dim, 0.f);
+  float sum = 0.f;
+  for (int k = 0; k < n_parts; ++k) {
+    const float e = std::exp(m[k * ml_stride] - mx);
+    sum += e * l[k * ml_stride];
+    const float* a = acc + k * acc_stride;
+    for (int d = 0; d < dim; ++d) out[d] += e * a[d * d_stride];
+  }
+  const float inv = 1.0f / sum;
+  for (int d = 0; d < dim; ++d) out[d] *= inv;
+}
+
 // Streaming (flash-attention style) softmax-weighted sum over blocks of keys: Add() takes one
 // block's final scores (scaled, soft-capped) and its value rows, rescaling the running sum when
 // the maximum grows; Finish() writes acc / l. acc holds `dim` floats, zeroed by the caller.

@@ -180,6 +180,17 @@ void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, con
   MatMulGroup(heads, static_cast<int>(H), nullptr, 1, pool);
 }
 
+namespace {
+
+// qt[d][lane] = q[lane * stride + d] * scale for the n rows of a query tile (d < dim), lanes
+// past n zero: the transposed, pre-scaled queries the tile ops take.
+void TransposeQueries(const float* q, int64_t stride, int n, int64_t dim, float scale,
+                      std::vector<float>* qt) {
+  qt->assign(static_cast<size_t>(dim) * kLanes, 0.f);
+  for (int i = 0; i < n; ++i)
+    for (int64_t d = 0; d < dim; ++d) (*qt)[d * kLanes + i] = q[i * stride + d] * scale;
+}
+
 // One decode token's attention (query rows q + h * dk at position pos, out + h * r): the heads,
 // which all read the same latent rows, are the lanes of query tiles, so a key's row is read and
 // widened from F16 once for 16 heads, its scores for all of them are FMAs against the
@@ -188,8 +199,6 @@ void MlaProjectOutputHeads(const float* o_lat, const TensorView* const* v_b, con
 // (tile, part). The parts depend only on the position, and a lane's result does not depend on
 // the other lanes of its tile, so when there are fewer items than threads the heads go in
 // smaller tiles (more items, the same bits).
-namespace {
-
 void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32_t* block_table,
                  const MlaParams& p, const AttnOps& ops, float* out, ThreadPool* pool) {
   const int H = p.n_heads, dk = kv.head_dim, r = p.kv_lora_rank, bs = kv.block_size;
@@ -208,11 +217,7 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
     const int tile = static_cast<int>(item / n_parts), k = static_cast<int>(item % n_parts);
     const int h0 = tile * lanes, n_heads = std::min(lanes, H - h0);
     thread_local std::vector<float> qt, keys, acc_buf;
-    qt.assign(static_cast<size_t>(dk) * kLanes, 0.f);  // lanes past n_heads keep zero queries
-    for (int i = 0; i < n_heads; ++i) {
-      const float* qi = q + int64_t{h0 + i} * dk;
-      for (int d = 0; d < dk; ++d) qt[d * kLanes + i] = qi[d] * p.scale;
-    }
+    TransposeQueries(q + int64_t{h0} * dk, dk, n_heads, dk, p.scale, &qt);
     float* shared = n_parts > 1 ? part.data() + item * slot : nullptr;  // else this item's own
     float m_own[kLanes], l_own[kLanes];
     if (shared == nullptr) acc_buf.resize(static_cast<size_t>(r) * kLanes);
@@ -253,28 +258,11 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
     }
   });
   if (n_parts == 1) return;
-  // out = sum_k e_k acc_k / sum_k e_k l_k, e_k = exp(m_k - M) with M the largest m_k, in order.
-  ForItems(pool, threads > 1 ? H : 1, [&](int64_t item) {
-    const int h_begin = threads > 1 ? static_cast<int>(item) : 0;
-    const int h_end = threads > 1 ? h_begin + 1 : H;
-    for (int h = h_begin; h < h_end; ++h) {
-      const int tile = h / lanes, lane = h % lanes;
-      const float* first = part.data() + int64_t{tile} * n_parts * slot;
-      float mx = first[lane];
-      for (int k = 1; k < n_parts; ++k) mx = std::max(mx, first[k * slot + lane]);
-      float* o = out + int64_t{h} * r;
-      std::fill_n(o, r, 0.f);
-      float sum = 0.f;
-      for (int k = 0; k < n_parts; ++k) {
-        const float* pk = first + k * slot;
-        const float e = std::exp(pk[lane] - mx);
-        sum += e * pk[kLanes + lane];
-        const float* acc = pk + 2 * kLanes;
-        for (int d = 0; d < r; ++d) o[d] += e * acc[d * kLanes + lane];
-      }
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < r; ++d) o[d] *= inv;
-    }
+  // Each head's parts, merged in order (MergeParts).
+  ForItems(pool, H, [&](int64_t h) {
+    const float* first = part.data() + h / lanes * n_parts * slot + h % lanes;
+    MergeParts(n_parts, first, first + kLanes, slot, first + 2 * kLanes, slot, kLanes, r,
+               out + h * r);
   });
 }
 
@@ -326,7 +314,8 @@ void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float
     const int64_t h = item % H, t0 = item / H * kLanes;
     const int64_t n_rows = std::min<int64_t>(kLanes, n_q - t0);
     thread_local std::vector<float> qt, acc;
-    qt.assign(static_cast<size_t>(dqk) * kLanes, 0.f);  // padding lanes keep zero queries
+    TransposeQueries(q + (t0 * H + h) * dqk, H * dqk, static_cast<int>(n_rows), dqk, p.scale,
+                     &qt);
     acc.assign(static_cast<size_t>(dv) * kLanes, 0.f);
     float m[kLanes], l[kLanes], corr[kLanes], s[kChunkKeys * kLanes], pe[kChunkKeys * kLanes];
     int64_t pos[kLanes];
@@ -334,9 +323,6 @@ void MlaExpandedAttention(const float* q, int64_t n_q, int64_t pos0, const float
       m[i] = -std::numeric_limits<float>::infinity();
       l[i] = 0.f;
       pos[i] = pos0 + t0 + std::min<int64_t>(i, n_rows - 1);  // padding lanes repeat the last
-      if (i >= n_rows) continue;
-      const float* qi = q + ((t0 + i) * H + h) * dqk;
-      for (int64_t d = 0; d < dqk; ++d) qt[d * kLanes + i] = qi[d] * p.scale;
     }
     const float* k_nope = kv + h * (dn + dv);
     const float* v = k_nope + dn;
