@@ -186,9 +186,9 @@ StatusOr<DeviceExperts> Device::UploadExperts(const std::vector<const TensorView
 }
 
 void Device::CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst) {
-  const int64_t es = static_cast<int64_t>(RowBytes(kv.dtype, 1));
-  const int64_t kb = int64_t{kv.block_size} * kv.n_kv_heads * kv.head_dim * es;
-  const int64_t vb = int64_t{kv.block_size} * kv.n_kv_heads * kv.v_head_dim * es;
+  const int64_t rows = int64_t{kv.block_size} * kv.n_kv_heads;
+  const auto kb = static_cast<int64_t>(RowBytes(kv.dtype, rows * kv.head_dim));
+  const auto vb = static_cast<int64_t>(RowBytes(kv.dtype, rows * kv.v_head_dim));
   char* k = static_cast<char*>(kv.k);
   char* v = static_cast<char*>(kv.v);
   CopyOnDevice(k + dst * kb, k + src * kb, kb);

@@ -314,6 +314,7 @@ int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
 }
 
 StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t memory_cap) {
+  PENG_RETURN_IF_ERROR(model.kv_spec().CheckDtype(o.kv_dtype));
   const int64_t max_len = EffectiveMaxModelLen(o, model.config());
   int64_t blocks;
   if (o.num_kv_blocks > 0) {

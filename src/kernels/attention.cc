@@ -9,7 +9,8 @@
 //   so a block's keys are scored for all 16 rows by FMAs against the transposed queries and
 //   folded into the rows' online softmax (running max m, running sum l, FP32 accumulator of V
 //   rows rescaled by exp(m_old - m_new) when the max grows); each block's keys and values are
-//   converted from F16 once for up to four tiles -- AttendTiles.
+//   widened from F16 / Q8_0 once for up to four tiles -- AttendTiles.
+// The cache is F32, F16 or Q8_0 (attention_ops.h: DotCacheRows and the other row helpers).
 // The inner loops are the per-ISA primitives of ref/ops_ref.h and cpu/ops_simd.h.
 #include <algorithm>
 #include <cmath>
@@ -33,9 +34,10 @@ constexpr int kMaxVHeadDim = 2048;
 
 #define PENG_ATTN_OPS_(ns)                                                                 \
   AttnOps {                                                                                \
-    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::ExpShiftSum,     \
-        ns::ScaleInPlace, ns::F32ToF16Row, ns::F16ToF32Row, ns::ScoreTile16,               \
-        ns::SoftmaxTile16, ns::AccumTile16                                                 \
+    ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::DotRowsQ8_0,     \
+        ns::AxpyRowsQ8_0, ns::ExpShiftSum, ns::ScaleInPlace, ns::F32ToF16Row,              \
+        ns::F16ToF32Row, ns::Q8_0ToF32Row, ns::ScoreTile16, ns::SoftmaxTile16,             \
+        ns::AccumTile16                                                                    \
   }
 
 }  // namespace
@@ -102,7 +104,6 @@ void AttendHeadsPart(const float* q, int64_t q_stride, int n_heads, int64_t key_
   const int64_t len = key_hi - key_lo + 1;
   const int64_t k_stride = static_cast<int64_t>(kv.n_kv_heads) * dk;
   const int64_t v_stride = static_cast<int64_t>(kv.n_kv_heads) * dv;
-  const bool f16 = kv.dtype == DType::kF16;
   thread_local std::vector<float> scores;
   std::fill_n(acc, static_cast<size_t>(n_heads) * dv, 0.f);
   scores.resize(static_cast<size_t>(n_heads) * len);
@@ -110,12 +111,8 @@ void AttendHeadsPart(const float* q, int64_t q_stride, int n_heads, int64_t key_
             [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dk);
     for (int h = 0; h < n_heads; ++h) {
-      float* s = scores.data() + h * len + (key - key_lo);
-      if (f16) {
-        ops.dot_f16(q + h * q_stride, static_cast<const uint16_t*>(kv.k) + off, k_stride, n, dk, s);
-      } else {
-        ops.dot_f32(q + h * q_stride, static_cast<const float*>(kv.k) + off, k_stride, n, dk, s);
-      }
+      DotCacheRows(ops, kv.dtype, q + h * q_stride, kv.k, off, k_stride, n, dk,
+                   scores.data() + h * len + (key - key_lo));
     }
   });
   for (int h = 0; h < n_heads; ++h) {
@@ -132,13 +129,8 @@ void AttendHeadsPart(const float* q, int64_t q_stride, int n_heads, int64_t key_
             [&](int64_t phys, int64_t first, int64_t key, int64_t n) {
     const int64_t off = CacheOffset(kv, phys, first, kvh, dv);
     for (int h = 0; h < n_heads; ++h) {
-      const float* w = scores.data() + h * len + (key - key_lo);
-      float* a = acc + h * dv;
-      if (f16) {
-        ops.axpy_f16(w, static_cast<const uint16_t*>(kv.v) + off, v_stride, n, dv, a);
-      } else {
-        ops.axpy_f32(w, static_cast<const float*>(kv.v) + off, v_stride, n, dv, a);
-      }
+      AxpyCacheRows(ops, kv.dtype, scores.data() + h * len + (key - key_lo), kv.v, off, v_stride,
+                    n, dv, acc + h * dv);
     }
   });
 }
@@ -211,13 +203,11 @@ void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh,
     const float* keys;
     const float* values;
     int64_t ks = k_stride, vs = v_stride;
-    if (kv.dtype == DType::kF16) {
-      const uint16_t* kc = static_cast<const uint16_t*>(kv.k);
-      const uint16_t* vc = static_cast<const uint16_t*>(kv.v);
-      for (int64_t j = 0; j < n_keys; ++j) {
-        ops.to_f32(kc + CacheOffset(kv, phys, first + j, kvh, dk), k_f32.data() + j * dk, dk);
-        ops.to_f32(vc + CacheOffset(kv, phys, first + j, kvh, dv), v_f32.data() + j * dv, dv);
-      }
+    if (kv.dtype != DType::kF32) {  // widened once for all the item's tiles
+      CacheRowsToF32(ops, kv.dtype, kv.k, CacheOffset(kv, phys, first, kvh, dk), k_stride, n_keys,
+                     dk, k_f32.data());
+      CacheRowsToF32(ops, kv.dtype, kv.v, CacheOffset(kv, phys, first, kvh, dv), v_stride, n_keys,
+                     dv, v_f32.data());
       keys = k_f32.data();
       values = v_f32.data();
       ks = dk;
@@ -260,9 +250,12 @@ void AttendTiles(const AttentionSeq& sq, int64_t row0, int64_t row_end, int kvh,
 }
 
 void CheckLayout(const KvLayerView& kv) {
-  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
+  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kQ8_0,
+                 "KV cache must be F32/F16/Q8_0");
   PENG_CHECK(kv.block_size > 0 && kv.block_size <= kMaxBlockSize);
   PENG_CHECK(kv.n_kv_heads > 0 && kv.head_dim > 0 && VHeadDim(kv) <= kMaxVHeadDim);
+  PENG_CHECK_MSG(kv.dtype != DType::kQ8_0 || (kv.head_dim % 32 == 0 && VHeadDim(kv) % 32 == 0),
+                 "a Q8_0 KV cache needs head dimensions that are multiples of 32");
 }
 
 }  // namespace
@@ -279,14 +272,9 @@ void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, con
   const int64_t nv = static_cast<int64_t>(kv.n_kv_heads) * dv;
   const int64_t k_off = CacheOffset(kv, phys, slot, 0, kv.head_dim);
   const int64_t v_off = CacheOffset(kv, phys, slot, 0, dv);
-  if (kv.dtype == DType::kF16) {
-    const AttnOps ops = SelectAttnOps();
-    ops.to_f16(k, static_cast<uint16_t*>(kv.k) + k_off, nk);
-    ops.to_f16(v, static_cast<uint16_t*>(kv.v) + v_off, nv);
-  } else {
-    std::memcpy(static_cast<float*>(kv.k) + k_off, k, nk * sizeof(float));
-    std::memcpy(static_cast<float*>(kv.v) + v_off, v, nv * sizeof(float));
-  }
+  const AttnOps ops = SelectAttnOps();
+  WriteCacheRow(ops, kv.dtype, k, kv.k, k_off, nk);
+  WriteCacheRow(ops, kv.dtype, v, kv.v, v_off, nv);
 }
 
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,

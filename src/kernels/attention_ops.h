@@ -18,10 +18,13 @@ struct AttnOps {
   decltype(&ref::DotRowsF16) dot_f16;
   decltype(&ref::AxpyRowsF32) axpy_f32;
   decltype(&ref::AxpyRowsF16) axpy_f16;
+  decltype(&ref::DotRowsQ8_0) dot_q8_0;
+  decltype(&ref::AxpyRowsQ8_0) axpy_q8_0;
   decltype(&ref::ExpShiftSum) exp_shift_sum;
   decltype(&ref::ScaleInPlace) scale;
   decltype(&ref::F32ToF16Row) to_f16;
   decltype(&ref::F16ToF32Row) to_f32;
+  decltype(&ref::Q8_0ToF32Row) q8_0_to_f32;
   decltype(&ref::ScoreTile16) score_tile;
   decltype(&ref::SoftmaxTile16) softmax_tile;
   decltype(&ref::AccumTile16) accum_tile;
@@ -29,6 +32,70 @@ struct AttnOps {
 
 // The primitives of kernels::ActiveIsa() (attention.cc).
 AttnOps SelectAttnOps();
+
+// The rows of a KV cache of type F32, F16 or Q8_0 are addressed in values, as if every value
+// had its own slot: value `off` of the cache starts at byte CacheBytes(t, off). A Q8_0 cache's
+// rows are whole 32-value blocks (its head dimensions are multiples of 32), so every row's
+// offset is a block boundary. These are the only places that tell the cache types apart.
+inline int64_t CacheBytes(DType t, int64_t off) {
+  switch (t) {
+    case DType::kF16: return off * 2;
+    case DType::kQ8_0: return off / 32 * 34;
+    default: return off * 4;
+  }
+}
+
+// out[j] = dot(q[0..dim), row j) for the n rows at values off + j * stride of `cache`.
+inline void DotCacheRows(const AttnOps& ops, DType t, const float* q, const void* cache,
+                         int64_t off, int64_t stride, int64_t n, int64_t dim, float* out) {
+  const auto* base = static_cast<const uint8_t*>(cache) + CacheBytes(t, off);
+  switch (t) {
+    case DType::kF16:
+      ops.dot_f16(q, reinterpret_cast<const uint16_t*>(base), stride, n, dim, out);
+      break;
+    case DType::kQ8_0: ops.dot_q8_0(q, base, CacheBytes(t, stride), n, dim, out); break;
+    default: ops.dot_f32(q, reinterpret_cast<const float*>(base), stride, n, dim, out);
+  }
+}
+
+// acc[0..dim) += sum_j w[j] * row j, the rows as in DotCacheRows.
+inline void AxpyCacheRows(const AttnOps& ops, DType t, const float* w, const void* cache,
+                          int64_t off, int64_t stride, int64_t n, int64_t dim, float* acc) {
+  const auto* base = static_cast<const uint8_t*>(cache) + CacheBytes(t, off);
+  switch (t) {
+    case DType::kF16:
+      ops.axpy_f16(w, reinterpret_cast<const uint16_t*>(base), stride, n, dim, acc);
+      break;
+    case DType::kQ8_0: ops.axpy_q8_0(w, base, CacheBytes(t, stride), n, dim, acc); break;
+    default: ops.axpy_f32(w, reinterpret_cast<const float*>(base), stride, n, dim, acc);
+  }
+}
+
+// y[j * dim + i] = value i of row j (exact), the rows as in DotCacheRows.
+inline void CacheRowsToF32(const AttnOps& ops, DType t, const void* cache, int64_t off,
+                           int64_t stride, int64_t n, int64_t dim, float* y) {
+  const auto* base = static_cast<const uint8_t*>(cache) + CacheBytes(t, off);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = base + CacheBytes(t, j * stride);
+    switch (t) {
+      case DType::kF16: ops.to_f32(reinterpret_cast<const uint16_t*>(row), y + j * dim, dim); break;
+      case DType::kQ8_0: ops.q8_0_to_f32(row, y + j * dim, dim); break;
+      default: std::copy_n(reinterpret_cast<const float*>(row), dim, y + j * dim);
+    }
+  }
+}
+
+// Stores x[0..n) at value `off` of `cache`: F16 rounded to nearest even, Q8_0 by
+// ref::F32ToQ8_0Row (the same bits on every ISA).
+inline void WriteCacheRow(const AttnOps& ops, DType t, const float* x, void* cache, int64_t off,
+                          int64_t n) {
+  auto* base = static_cast<uint8_t*>(cache) + CacheBytes(t, off);
+  switch (t) {
+    case DType::kF16: ops.to_f16(x, reinterpret_cast<uint16_t*>(base), n); break;
+    case DType::kQ8_0: ref::F32ToQ8_0Row(x, base, n); break;
+    default: std::copy_n(x, n, reinterpret_cast<float*>(base));
+  }
+}
 
 // A softmax-weighted sum computed in parts of its keys (each part k with its own maximum m_k,
 // sum l_k = sum_j exp(s_j - m_k) and unnormalized acc_k), merged in part order:
@@ -59,9 +126,10 @@ struct OnlineSoftmax {
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.f;
 
-  // scores[0..n) are overwritten; values: n rows of `dim` values, `stride` apart, F16 or F32.
-  void Add(const AttnOps& ops, float* scores, int64_t n, const void* values, DType dtype,
-           int64_t stride, int dim, float* acc) {
+  // scores[0..n) are overwritten; values: the n cache rows at values off + j * stride of
+  // `cache` (DotCacheRows), of which the first `dim` values are summed.
+  void Add(const AttnOps& ops, float* scores, int64_t n, const void* cache, DType dtype,
+           int64_t off, int64_t stride, int dim, float* acc) {
     float block_max = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scores[j]);
     if (block_max > m) {
@@ -73,11 +141,7 @@ struct OnlineSoftmax {
       m = block_max;
     }
     l += ops.exp_shift_sum(scores, n, m);
-    if (dtype == DType::kF16) {
-      ops.axpy_f16(scores, static_cast<const uint16_t*>(values), stride, n, dim, acc);
-    } else {
-      ops.axpy_f32(scores, static_cast<const float*>(values), stride, n, dim, acc);
-    }
+    AxpyCacheRows(ops, dtype, scores, cache, off, stride, n, dim, acc);
   }
   void Finish(const float* acc, int dim, float* out) const {
     const float inv = 1.0f / l;

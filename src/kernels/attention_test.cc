@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -36,7 +38,9 @@ std::vector<Isa> AllIsas() {
 }
 
 // Contiguous K [T, n_kv, dk] / V [T, n_kv, dv] and queries [n_q, n_heads, dk]; the values are
-// rounded through fp16 when the cache is F16 so that the oracle sees what the cache holds.
+// rounded through fp16 when the cache is F16, and each head's row through Q8_0 blocks when it
+// is Q8_0 (writing such a row again gives the same blocks), so that the oracle sees what the
+// cache holds.
 struct Data {
   std::vector<float> q, k, v;
 };
@@ -54,6 +58,15 @@ Data MakeData(const Case& c, uint32_t seed) {
     for (float& x : *vec) {
       x = d(rng);
       if (c.dtype == DType::kF16) x = F16ToF32(F32ToF16(x));
+    }
+  }
+  if (c.dtype == DType::kQ8_0) {
+    for (auto [vec, dim] : {std::pair{&data.k, c.head_dim}, std::pair{&data.v, c.v_head_dim}}) {
+      std::vector<uint8_t> blocks(RowBytes(DType::kQ8_0, dim));
+      for (size_t i = 0; i < vec->size(); i += dim) {
+        ref::F32ToQ8_0Row(vec->data() + i, blocks.data(), dim);
+        ref::Q8_0ToF32Row(blocks.data(), vec->data() + i, dim);
+      }
     }
   }
   return data;
@@ -108,12 +121,13 @@ PagedCache MakeCache(const Case& c, uint32_t seed) {
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
   pc.block_table.assign(perm.begin(), perm.begin() + n_logical);
-  const size_t elt = c.dtype == DType::kF16 ? 2 : 4;
   const int64_t slots = num_blocks * c.block_size * c.n_kv_heads;
-  pc.k_bytes.resize(slots * c.head_dim * elt);
-  pc.v_bytes.resize(slots * c.v_head_dim * elt);
+  pc.k_bytes.resize(RowBytes(c.dtype, slots * c.head_dim));
+  pc.v_bytes.resize(RowBytes(c.dtype, slots * c.v_head_dim));
   for (auto* bytes : {&pc.k_bytes, &pc.v_bytes}) {
-    if (c.dtype == DType::kF16) {
+    if (c.dtype == DType::kQ8_0) {  // every block's scale 0x7e7e: an fp16 NaN
+      std::fill(bytes->begin(), bytes->end(), 0x7e);
+    } else if (c.dtype == DType::kF16) {
       std::fill_n(reinterpret_cast<uint16_t*>(bytes->data()), bytes->size() / 2, 0x7e00);
     } else {
       std::fill_n(reinterpret_cast<float*>(bytes->data()), bytes->size() / 4,
@@ -196,6 +210,20 @@ TEST(PagedAttention, Softcap) {
 TEST(PagedAttention, VHeadDimDiffers) {
   RunCase({"mla_like", 4, 4, 192, 128, 6, 70, DType::kF32});
   RunCase({"mla_like16", 4, 1, 192, 128, 1, 90, DType::kF16});
+}
+// A Q8_0 cache (32-value blocks with an fp16 scale, the values' rows rounded through it in
+// MakeData): decode in one part and in parts, prefill tiles (from zero and chunked, the blocks
+// widened once for the tiles), head_dim 256 and 32, a window, a softcap, V narrower than K.
+TEST(PagedAttention, Q8_0Cache) {
+  RunCase({"q8_decode", 8, 2, 64, 64, 1, 200, DType::kQ8_0});
+  RunCase({"q8_parts", 8, 2, 128, 128, 1, 700, DType::kQ8_0});
+  RunCase({"q8_mha_parts", 4, 4, 64, 64, 1, 300, DType::kQ8_0, /*sliding_window=*/290});
+  RunCase({"q8_prefill", 8, 2, 64, 64, 40, 0, DType::kQ8_0});
+  RunCase({"q8_chunk256", 8, 2, 256, 256, 37, 45, DType::kQ8_0});
+  RunCase({"q8_dim32_window", 6, 3, 32, 32, 20, 100, DType::kQ8_0, /*sliding_window=*/50});
+  RunCase({"q8_softcap", 8, 4, 128, 128, 5, 60, DType::kQ8_0, 0, /*softcap=*/2.f});
+  RunCase({"q8_v_narrower", 4, 1, 192, 128, 1, 90, DType::kQ8_0});
+  RunCase({"q8_v_narrower_prefill", 4, 4, 192, 128, 6, 70, DType::kQ8_0});
 }
 TEST(PagedAttention, OddDimsAndBlockSize) {
   Case c{"odd", 6, 3, 20, 12, 9, 33, DType::kF16};
@@ -356,6 +384,49 @@ TEST(KvWrite, F16BitsMatchScalarConversion) {
       EXPECT_EQ(kc[2 * n_kv * dim + i], F32ToF16(k[i])) << IsaName(isa) << " " << i;
       EXPECT_EQ(vc[2 * n_kv * dim + i], F32ToF16(v[i])) << IsaName(isa) << " " << i;
     }
+  }
+  SetActiveIsa(saved);
+}
+
+// The Q8_0 rows KvWrite stores: per 32 values an fp16 scale d = fp16(amax / 127) and q =
+// round-to-nearest-even(x * 127 / amax) (a row of 0 .. 31 / 4 and one of zeros: exact values),
+// the same bytes on every ISA, each value within d / 2 of x.
+TEST(KvWrite, Q8_0Blocks) {
+  const Isa saved = ActiveIsa();
+  const int n_kv = 2, dim = 64;
+  std::vector<float> k(n_kv * dim), v(n_kv * dim, 0.f);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  for (int i = 0; i < n_kv * dim; ++i) k[i] = i < 32 ? 0.25f * static_cast<float>(i) : u(rng);
+  const size_t row = RowBytes(DType::kQ8_0, n_kv * dim);
+  std::vector<uint8_t> first;
+  for (Isa isa : AllIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetActiveIsa(isa);
+    std::vector<uint8_t> kc(2 * 4 * row, 0xee), vc(kc.size(), 0xee);
+    const KvLayerView view{kc.data(), vc.data(), DType::kQ8_0, 2, 4, n_kv, dim, dim};
+    const int32_t table[2] = {1, 0};
+    KvWrite(view, table, 6, k.data(), v.data());  // logical block 1 -> physical 0, slot 2
+    const uint8_t* kr = kc.data() + 2 * row;
+    const uint8_t* vr = vc.data() + 2 * row;
+    uint16_t d0;
+    std::memcpy(&d0, kr, 2);
+    EXPECT_EQ(d0, F32ToF16(7.75f / 127.f));  // amax of the first block: 31 / 4
+    for (int i = 0; i < 32; ++i)
+      EXPECT_EQ(static_cast<int8_t>(kr[2 + i]), std::nearbyint(0.25f * i * (127.f / 7.75f))) << i;
+    for (size_t b = 0; b < row; ++b) EXPECT_EQ(vr[b], 0) << b;  // zeros: d = 0, q = 0
+    EXPECT_EQ(kc[row - 1], 0xee);  // slot 1 untouched
+    EXPECT_EQ(kc[3 * row], 0xee);  // slot 3 untouched
+    std::vector<float> back(n_kv * dim);
+    ref::Q8_0ToF32Row(kr, back.data(), n_kv * dim);
+    for (int i = 0; i < n_kv * dim; ++i) {
+      uint16_t d;
+      std::memcpy(&d, kr + i / 32 * 34, 2);
+      EXPECT_LE(std::fabs(back[i] - k[i]), 0.5f * F16ToF32(d) * 1.01f) << i;
+    }
+    const std::vector<uint8_t> got(kr, kr + row);
+    if (first.empty()) first = got;
+    EXPECT_EQ(got, first);
   }
   SetActiveIsa(saved);
 }

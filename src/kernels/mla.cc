@@ -34,7 +34,10 @@ constexpr int kLanes = 16;          // rows of a query tile (one a SIMD lane)
 constexpr int64_t kPartKeys = 128;  // keys of a part of a decode token's attention
 
 void CheckLayout(const KvLayerView& kv) {
-  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16, "KV cache must be F32/F16");
+  PENG_CHECK_MSG(kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kQ8_0,
+                 "KV cache must be F32/F16/Q8_0");
+  PENG_CHECK_MSG(kv.dtype != DType::kQ8_0 || kv.head_dim % 32 == 0,
+                 "a Q8_0 KV cache needs rows of whole 32-value blocks");
   PENG_CHECK_MSG(kv.n_kv_heads == 1 && kv.v_head_dim == 0 && kv.head_dim > 0,
                  "MLA cache layer must have one kv head and no V");
   PENG_CHECK(kv.block_size > 0 && kv.block_size <= kMaxBlockSize);
@@ -60,17 +63,10 @@ void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t
     PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
     const int64_t n = std::min(pos + 1, (b + 1) * bs) - b * bs;
     const int64_t off = RowOffset(kv, phys, 0);
-    if (kv.dtype == DType::kF16) {
-      ops.dot_f16(q, static_cast<const uint16_t*>(kv.k) + off, dk, n, dk, scores);
-    } else {
-      ops.dot_f32(q, static_cast<const float*>(kv.k) + off, dk, n, dk, scores);
-    }
+    DotCacheRows(ops, kv.dtype, q, kv.k, off, dk, n, dk, scores);
     for (int64_t j = 0; j < n; ++j) scores[j] *= p.scale;
     // The values are the latent part (the first r values) of the same cache rows.
-    const void* values = kv.dtype == DType::kF16
-                             ? static_cast<const void*>(static_cast<const uint16_t*>(kv.k) + off)
-                             : static_cast<const void*>(static_cast<const float*>(kv.k) + off);
-    sm.Add(ops, scores, n, values, kv.dtype, dk, r, acc);
+    sm.Add(ops, scores, n, kv.k, kv.dtype, off, dk, r, acc);
   }
   sm.Finish(acc, r, out);
 }
@@ -78,7 +74,8 @@ void AttendOne(const float* q, int64_t pos, const KvLayerView& kv, const int32_t
 }  // namespace
 
 bool IsMlaLayout(const KvLayerView& kv, int row_dim) {
-  return (kv.dtype == DType::kF32 || kv.dtype == DType::kF16) && kv.n_kv_heads == 1 &&
+  return (kv.dtype == DType::kF32 || kv.dtype == DType::kF16 || kv.dtype == DType::kQ8_0) &&
+         kv.n_kv_heads == 1 &&
          kv.v_head_dim == 0 && kv.head_dim == row_dim && kv.block_size > 0 &&
          kv.block_size <= kMaxBlockSize;
 }
@@ -88,29 +85,20 @@ void MlaKvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, 
   const int64_t phys = block_table[pos / kv.block_size];
   PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
   const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
-  if (kv.dtype == DType::kF16) {
-    SelectAttnOps().to_f16(row, static_cast<uint16_t*>(kv.k) + off, kv.head_dim);
-  } else {
-    std::memcpy(static_cast<float*>(kv.k) + off, row, kv.head_dim * sizeof(float));
-  }
+  WriteCacheRow(SelectAttnOps(), kv.dtype, row, kv.k, off, kv.head_dim);
 }
 
 void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, int64_t n,
                float* out) {
   CheckLayout(kv);
+  const AttnOps ops = SelectAttnOps();
   const int dk = kv.head_dim;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t pos = pos0 + i;
     const int64_t phys = block_table[pos / kv.block_size];
     PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
     const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
-    float* o = out + i * dk;
-    if (kv.dtype == DType::kF16) {
-      const uint16_t* src = static_cast<const uint16_t*>(kv.k) + off;
-      for (int j = 0; j < dk; ++j) o[j] = F16ToF32(src[j]);
-    } else {
-      std::memcpy(o, static_cast<const float*>(kv.k) + off, dk * sizeof(float));
-    }
+    CacheRowsToF32(ops, kv.dtype, kv.k, off, dk, 1, dk, out + i * dk);
   }
 }
 
@@ -193,7 +181,7 @@ void TransposeQueries(const float* q, int64_t stride, int n, int64_t dim, float 
 
 // One decode token's attention (query rows q + h * dk at position pos, out + h * r): the heads,
 // which all read the same latent rows, are the lanes of query tiles, so a key's row is read and
-// widened from F16 once for 16 heads, its scores for all of them are FMAs against the
+// widened from F16 / Q8_0 once for 16 heads, its scores for all of them are FMAs against the
 // transposed, pre-scaled queries (no horizontal sums) and the softmax is lane-wise. The keys go
 // in parts of kPartKeys, each with its own maximum and sum, merged in part order; a work item is
 // (tile, part). The parts depend only on the position, and a lane's result does not depend on
@@ -237,9 +225,8 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
       PENG_DCHECK(phys >= 0 && phys < kv.num_blocks);
       const int64_t off = RowOffset(kv, phys, first);
       const float* rows;
-      if (kv.dtype == DType::kF16) {
-        const uint16_t* c = static_cast<const uint16_t*>(kv.k) + off;
-        for (int64_t j = 0; j < n; ++j) ops.to_f32(c + j * dk, keys.data() + j * dk, dk);
+      if (kv.dtype != DType::kF32) {
+        CacheRowsToF32(ops, kv.dtype, kv.k, off, dk, n, dk, keys.data());
         rows = keys.data();
       } else {
         rows = static_cast<const float*>(kv.k) + off;
@@ -274,6 +261,8 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
   CheckLayout(kv);
   PENG_CHECK(p.n_heads > 0 && p.kv_lora_rank > 0 && p.kv_lora_rank <= kv.head_dim &&
              p.kv_lora_rank <= kMaxLatent);
+  PENG_CHECK_MSG(kv.dtype != DType::kQ8_0 || p.kv_lora_rank % 32 == 0,
+                 "a Q8_0 KV cache needs kv_lora_rank a multiple of 32");
   const AttnOps ops = SelectAttnOps();
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;

@@ -1,5 +1,6 @@
 // MLA latent-cache kernels against a plain double-precision reference: rows written through a
-// scrambled block table read back unchanged (F32) or fp16-rounded (F16), and the absorbed
+// scrambled block table read back unchanged (F32), fp16-rounded (F16) or through 32-value
+// blocks (Q8_0), and the absorbed
 // attention equals softmax(scale * q . row) weighted sums of the rows' latent parts.
 #include "kernels/mla.h"
 
@@ -12,6 +13,7 @@
 
 #include "core/half.h"
 #include "kernels/isa.h"
+#include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels {
 namespace {
@@ -24,8 +26,7 @@ struct Cache {
 
 Cache MakeCache(DType dtype, int block_size, int64_t blocks, int row) {
   Cache c;
-  const int64_t elem = dtype == DType::kF16 ? 2 : 4;
-  c.bytes.assign(blocks * block_size * row * elem, 0);
+  c.bytes.assign(RowBytes(dtype, blocks * block_size * row), 0);
   c.view.k = c.bytes.data();
   c.view.v = c.bytes.data() + c.bytes.size();
   c.view.dtype = dtype;
@@ -51,9 +52,24 @@ TEST(MlaTest, LayoutCheck) {
   EXPECT_FALSE(IsMlaLayout(dense, 24));
 }
 
+// What a cache row holds: F32 the values, F16 each rounded to fp16, Q8_0 the row's 32-value
+// blocks (ref::F32ToQ8_0Row) read back.
+std::vector<float> Stored(DType dt, const float* x, int n) {
+  std::vector<float> out(x, x + n);
+  if (dt == DType::kF16) {
+    for (float& v : out) v = F16ToF32(F32ToF16(v));
+  } else if (dt == DType::kQ8_0) {
+    std::vector<uint8_t> blocks(RowBytes(dt, n));
+    ref::F32ToQ8_0Row(x, blocks.data(), n);
+    ref::Q8_0ToF32Row(blocks.data(), out.data(), n);
+  }
+  return out;
+}
+
 TEST(MlaTest, WriteReadRoundTrip) {
-  for (DType dt : {DType::kF32, DType::kF16}) {
-    const int row = 13;
+  for (DType dt : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const int row = dt == DType::kQ8_0 ? 96 : 13;
     Cache c = MakeCache(dt, 4, 8, row);
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
@@ -61,26 +77,22 @@ TEST(MlaTest, WriteReadRoundTrip) {
     for (float& v : rows) v = nd(rng);
     for (int p = 0; p < 30; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
     MlaKvRead(c.view, c.table.data(), 0, 30, back.data());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const float want = dt == DType::kF16 ? F16ToF32(F32ToF16(rows[i])) : rows[i];
-      ASSERT_EQ(back[i], want) << i;
-    }
+    EXPECT_EQ(back, Stored(dt, rows.data(), 30 * row));
+    back.resize(5 * row);
     MlaKvRead(c.view, c.table.data(), 7, 5, back.data());
-    for (int i = 0; i < 5 * row; ++i) {
-      const float want =
-          dt == DType::kF16 ? F16ToF32(F32ToF16(rows[7 * row + i])) : rows[7 * row + i];
-      ASSERT_EQ(back[i], want) << i;
-    }
+    EXPECT_EQ(back, Stored(dt, rows.data() + 7 * row, 5 * row));
   }
 }
 
 // MlaPagedAttention of n_q queries from pos0 (H heads, rows of r = 20 latent values and 6 of
-// k_pe, F32 or F16 cache in shuffled blocks of `block_size`) against a float64 softmax over the
-// rows the cache holds; returns its output.
+// k_pe -- 64 and 32 for a Q8_0 cache, whose rows are whole 32-value blocks --, an F32, F16 or
+// Q8_0 cache in shuffled blocks of `block_size`) against a float64 softmax over the rows the
+// cache holds; returns its output.
 std::vector<float> ExpectMatchesReference(DType dt, int H, int64_t n_q, int64_t pos0,
                                           int block_size, ThreadPool* pool) {
-  const int r = 20, dr = 6, row = r + dr;
-  const float scale = 0.3f;
+  const bool q8 = dt == DType::kQ8_0;
+  const int r = q8 ? 64 : 20, dr = q8 ? 32 : 6, row = r + dr;
+  const float scale = q8 ? 0.15f : 0.3f;
   const int64_t end = pos0 + n_q;
   int64_t blocks = (end + block_size - 1) / block_size;
   if (blocks % 5 == 0) ++blocks;  // (MakeCache's table, (5 b + 2) mod blocks, a permutation)
@@ -90,8 +102,7 @@ std::vector<float> ExpectMatchesReference(DType dt, int H, int64_t n_q, int64_t 
   std::vector<float> rows(end * row);
   for (float& v : rows) v = nd(rng);
   for (int64_t p = 0; p < end; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
-  std::vector<float> stored(end * row);
-  MlaKvRead(c.view, c.table.data(), 0, end, stored.data());
+  const std::vector<float> stored = Stored(dt, rows.data(), static_cast<int>(end * row));
   std::vector<float> q(n_q * H * row), out(n_q * H * r, -1.f);
   for (float& v : q) v = nd(rng);
   MlaParams p;
@@ -124,7 +135,7 @@ std::vector<float> ExpectMatchesReference(DType dt, int H, int64_t n_q, int64_t 
 }
 
 TEST(MlaTest, AttentionMatchesReference) {
-  for (DType dt : {DType::kF32, DType::kF16}) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kQ8_0}) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       for (int64_t pos0 : {0, 5, 9}) {
@@ -138,7 +149,7 @@ TEST(MlaTest, AttentionMatchesReference) {
 
 // A decode token's heads as the lanes of query tiles, its keys in parts of 128: positions 0, 127
 // (one part), 128 (a last part of one key) and 300 (three parts), 3 heads and 20 (tiles of 16
-// and 4), F32 and F16 caches, on every ISA this CPU runs; with a pool of 3 the heads go in
+// and 4), F32, F16 and Q8_0 caches, on every ISA this CPU runs; with a pool of 3 the heads go in
 // smaller tiles (more items) and the results are the same bits.
 TEST(MlaTest, DecodeInTilesMatchesReference) {
   ThreadPool pool(3);
@@ -146,7 +157,7 @@ TEST(MlaTest, DecodeInTilesMatchesReference) {
   for (Isa isa : kAllIsas) {
     if (!IsaSupported(isa)) continue;
     SetActiveIsa(isa);
-    for (DType dt : {DType::kF32, DType::kF16}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kQ8_0}) {
       for (int H : {3, 20}) {
         for (int64_t pos : {0, 127, 128, 300}) {
           SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dt) + " heads " +

@@ -93,8 +93,10 @@ int DeviceModel::top_logits_max() const {
 
 Status DeviceModel::AllocateKvCache(int64_t num_blocks, int block_size, DType dtype) {
   if (!kv_.empty()) return Internal("the device KV cache is already allocated");
-  if (dtype != DType::kF16 && dtype != DType::kF32)
-    return InvalidArgument(std::string("KV cache type ") + DTypeName(dtype));
+  if (dtype != DType::kF16 && dtype != DType::kF32)  // (the device kernels read F32 / F16)
+    return InvalidArgument(std::string("a ") + DTypeName(dtype) +
+                           " KV cache is for --device cpu only; use --kv-cache-dtype f16 with "
+                           "--device " + dev_->Name());
   const KvCacheSpec spec = host_.kv_spec();
   for (size_t il = 0; il < spec.layers.size(); ++il) {
     int64_t k_bytes, v_bytes;

@@ -5,10 +5,28 @@
 
 namespace peng {
 
+Status KvCacheSpec::CheckDtype(DType dtype) const {
+  if (dtype != DType::kF16 && dtype != DType::kF32 && dtype != DType::kQ8_0)
+    return InvalidArgument(std::string("KV cache dtype must be f16, f32 or q8_0, got ") +
+                           DTypeName(dtype));
+  if (dtype != DType::kQ8_0) return OkStatus();
+  for (size_t il = 0; il < layers.size(); ++il) {
+    const Layer& l = layers[il];
+    for (int dim : {l.head_dim, l.v_head_dim, l.latent_dim}) {
+      if (dim % 32 != 0)
+        return InvalidArgument("a q8_0 KV cache needs head dimensions that are multiples of 32; "
+                               "layer " + std::to_string(il) + " has " + std::to_string(dim) +
+                               " (use --kv-cache-dtype f16)");
+    }
+  }
+  return OkStatus();
+}
+
 int64_t KvCacheSpec::BytesPerToken(DType dtype) const {
-  const int64_t elem = GetDTypeInfo(dtype).block_bytes;
   int64_t total = 0;
-  for (const Layer& l : layers) total += int64_t{l.n_kv_heads} * (l.head_dim + l.v_head_dim) * elem;
+  for (const Layer& l : layers)
+    total += static_cast<int64_t>(RowBytes(dtype, int64_t{l.n_kv_heads} * l.head_dim) +
+                                  RowBytes(dtype, int64_t{l.n_kv_heads} * l.v_head_dim));
   return total;
 }
 
@@ -20,9 +38,7 @@ int64_t KvCache::BlocksForBudget(const KvCacheSpec& spec, int block_size, DType 
 
 StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheSpec& spec, int64_t num_blocks,
                                                    int block_size, DType dtype) {
-  if (dtype != DType::kF16 && dtype != DType::kF32)
-    return InvalidArgument(std::string("KV cache dtype must be F16 or F32, got ") +
-                           DTypeName(dtype));
+  PENG_RETURN_IF_ERROR(spec.CheckDtype(dtype));
   if (num_blocks <= 0 || block_size <= 0)
     return InvalidArgument("KV cache needs at least one block (num_blocks=" +
                            std::to_string(num_blocks) +
@@ -61,19 +77,19 @@ kernels::KvLayerView KvCacheSpec::LayerView(int il, int64_t num_blocks, int bloc
   v.n_kv_heads = l.n_kv_heads;
   v.head_dim = l.head_dim;
   v.v_head_dim = l.v_head_dim;
-  const int64_t per_head_token = num_blocks * block_size * l.n_kv_heads *
-                                 static_cast<int64_t>(GetDTypeInfo(dtype).block_bytes);
-  *k_bytes = per_head_token * l.head_dim;
-  *v_bytes = per_head_token * l.v_head_dim;
+  const int64_t tokens = num_blocks * block_size;
+  *k_bytes = tokens * static_cast<int64_t>(RowBytes(dtype, int64_t{l.n_kv_heads} * l.head_dim));
+  *v_bytes = tokens * static_cast<int64_t>(RowBytes(dtype, int64_t{l.n_kv_heads} * l.v_head_dim));
   return v;
 }
 
 void KvCache::CopyBlock(int32_t src, int32_t dst) {
   if (src == dst) return;
-  const int64_t elem = GetDTypeInfo(dtype_).block_bytes;
   for (const kernels::KvLayerView& l : layers_) {
-    const int64_t k_bytes = int64_t{block_size_} * l.n_kv_heads * l.head_dim * elem;
-    const int64_t v_bytes = int64_t{block_size_} * l.n_kv_heads * l.v_head_dim * elem;
+    const auto k_bytes =
+        static_cast<int64_t>(RowBytes(dtype_, int64_t{block_size_} * l.n_kv_heads * l.head_dim));
+    const auto v_bytes =
+        static_cast<int64_t>(RowBytes(dtype_, int64_t{block_size_} * l.n_kv_heads * l.v_head_dim));
     auto* k = static_cast<uint8_t*>(l.k);
     auto* v = static_cast<uint8_t*>(l.v);
     std::memcpy(k + dst * k_bytes, k + src * k_bytes, k_bytes);

@@ -1,5 +1,6 @@
 // KvCache: the tensors of a paged KV cache -- for every layer, K and V arrays of
-// [num_blocks][block_size][n_kv_heads][head_dim] elements -- allocated once at start-up from a
+// [num_blocks][block_size][n_kv_heads][head_dim] values (F32, F16, or Q8_0 blocks of 32 along
+// head_dim: `--kv-cache-dtype`) -- allocated once at start-up from a
 // memory budget. Which sequence owns which block is decided elsewhere (kv/block_pool.h); this
 // class only owns the memory. Not thread-safe; owned by the engine thread.
 #pragma once
@@ -19,8 +20,12 @@ struct KvCacheSpec {
     int n_kv_heads = 0;
     int head_dim = 0;
     int v_head_dim = 0;
+    int latent_dim = 0;  // MLA (no V): the first latent_dim values of a K row are its value
   };
   std::vector<Layer> layers;
+  // OK if a cache of `dtype` can hold these layers: F32 and F16 any, Q8_0 (32-value blocks, an
+  // fp16 scale each) rows whose dimensions are multiples of 32.
+  Status CheckDtype(DType dtype) const;
   // Bytes one token occupies across all layers (K + V).
   int64_t BytesPerToken(DType dtype) const;
   // The view of layer `il` for a cache of num_blocks blocks, without its K / V pointers, and

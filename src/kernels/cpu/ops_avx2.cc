@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
@@ -15,6 +16,17 @@ constexpr int kW = 8;
 inline __m256i TailMask(int64_t rem) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rem)),
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Values i .. i + 7 (i a multiple of 8) of a row of Q8_0 blocks (34 bytes: an fp16 scale d, then
+// 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
+inline __m256 LoadQ8_0(const uint8_t* row, int64_t i) {
+  const uint8_t* b = row + i / 32 * 34;
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
 }
 
 inline float HSum(__m256 v) {
@@ -263,6 +275,21 @@ void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_r
   }
 }
 
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint8_t* kr = k + r * k_stride;
+    const auto load = [&](int j, int64_t i) { return LoadQ8_0(kr + j * k_stride, i); };
+    DotRowsN<4>(q, dim, out + r, load, load);
+  }
+  for (; r < n_rows; ++r) {
+    const uint8_t* kr = k + r * k_stride;
+    const auto load = [&](int, int64_t i) { return LoadQ8_0(kr, i); };
+    DotRowsN<1>(q, dim, out + r, load, load);
+  }
+}
+
 namespace {
 
 // acc[0..dim) += sum_r w[r] * row_r; 32 accumulator floats stay in registers across rows.
@@ -315,6 +342,12 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
   AxpyRows(
       w, n_rows, dim, acc, [&](int64_t r, int64_t i) { return LoadF16(v + r * v_stride + i); },
       [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
+}
+
+void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                  float* acc) {
+  const auto load = [&](int64_t r, int64_t i) { return LoadQ8_0(v + r * v_stride, i); };
+  AxpyRows(w, n_rows, dim, acc, load, load);
 }
 
 // As the AVX-512 version: the largest value (vmaxps skips a NaN first operand), then its first
@@ -373,6 +406,10 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) _mm256_storeu_ps(y + i, LoadF16(x + i));
   for (; i < n; ++i) y[i] = _cvtsh_ss(x[i]);
+}
+
+void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) _mm256_storeu_ps(y + i, LoadQ8_0(x, i));
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

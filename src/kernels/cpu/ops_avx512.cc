@@ -3,6 +3,7 @@
 #include "kernels/cpu/avx512.h"
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/fold_avx512.h"
@@ -59,6 +60,16 @@ inline __m512 GeluTanh(__m512 z) {
 inline __m512 LoadF32(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 LoadF16(const uint16_t* p, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+// Values i .. i + 15 (i a multiple of 16) of a row of Q8_0 blocks (34 bytes: an fp16 scale d,
+// then 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
+inline __m512 LoadQ8_0(const uint8_t* row, int64_t i) {
+  const uint8_t* b = row + i / 32 * 34;
+  short h;
+  std::memcpy(&h, b, 2);
+  const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(h));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 
 template <typename Op>
@@ -274,6 +285,19 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
            [&](int64_t r, int64_t i, __mmask16 m) { return LoadF16(v + r * v_stride + i, m); });
 }
 
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out) {
+  const auto load = [&](int64_t j, int64_t i) { return LoadQ8_0(k + j * k_stride, i); };
+  DotRowsAll(
+      q, n_rows, dim, out, [&](int64_t j, int64_t i, __mmask16) { return load(j, i); }, load);
+}
+
+void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                  float* acc) {
+  AxpyRows(w, n_rows, dim, acc,
+           [&](int64_t r, int64_t i, __mmask16) { return LoadQ8_0(v + r * v_stride, i); });
+}
+
 // Two passes: the largest value (vmaxps returns its second operand when the first is NaN, so
 // NaN is skipped), then its first position.
 int64_t ArgMax(const float* x, int64_t n) {
@@ -325,6 +349,10 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
     const __mmask16 m = TailMask(n - i);
     _mm512_mask_storeu_ps(y + i, m, LoadF16(x + i, m));
   }
+}
+
+void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) _mm512_storeu_ps(y + i, LoadQ8_0(x, i));
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

@@ -5,6 +5,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
@@ -287,6 +288,44 @@ void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_r
   }
 }
 
+namespace {
+
+// Values i .. i + 3 (i a multiple of 4) of a row of Q8_0 blocks (34 bytes: an fp16 scale d, then
+// 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
+inline float32x4_t LoadQ8_0(const uint8_t* row, int64_t i) {
+  const uint8_t* b = row + i / 32 * 34;
+  uint16_t h;
+  int32_t q4;
+  std::memcpy(&h, b, 2);
+  std::memcpy(&q4, b + 2 + i % 32, 4);
+  const float d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+  const int8x8_t q8 = vreinterpret_s8_s32(vdup_n_s32(q4));
+  return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(q8)))), d);
+}
+
+}  // namespace
+
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint8_t* kr = k + r * k_stride;
+    const auto load = [&](int j, int64_t i) { return LoadQ8_0(kr + j * k_stride, i); };
+    DotRowsN<4>(q, dim, out + r, load, load);
+  }
+  for (; r < n_rows; ++r) {
+    const uint8_t* kr = k + r * k_stride;
+    const auto load = [&](int, int64_t i) { return LoadQ8_0(kr, i); };
+    DotRowsN<1>(q, dim, out + r, load, load);
+  }
+}
+
+void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                  float* acc) {
+  const auto load = [&](int64_t r, int64_t i) { return LoadQ8_0(v + r * v_stride, i); };
+  AxpyRows(w, n_rows, dim, acc, load, load);
+}
+
 void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
                  float* acc) {
   const int64_t rem = dim % kW;
@@ -355,6 +394,10 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + kW <= n; i += kW) vst1q_f32(y + i, LoadF16(x + i));
   if (i < n) StoreTail(y + i, LoadF16Tail(x + i, n - i), n - i);
+}
+
+void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kW) vst1q_f32(y + i, LoadQ8_0(x, i));
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

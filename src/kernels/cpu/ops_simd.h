@@ -27,9 +27,14 @@ namespace peng::kernels {
                    int64_t dim, float* acc);                                                    \
   void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows,         \
                    int64_t dim, float* acc);                                                    \
+  void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows,         \
+                   int64_t dim, float* out);                                                    \
+  void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows,        \
+                    int64_t dim, float* acc);                                                   \
   float ExpShiftSum(float* x, int64_t n, float m);                                              \
   void F32ToF16Row(const float* x, uint16_t* y, int64_t n);                                     \
   void F16ToF32Row(const uint16_t* x, float* y, int64_t n);                                     \
+  void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n);                                     \
   void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,   \
                    float* s);                                                                   \
   void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr);                     \

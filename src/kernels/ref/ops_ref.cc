@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "kernels/quant_blocks.h"
 
 namespace peng::kernels::ref {
 
@@ -157,6 +159,57 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint16_t* vr = v + r * v_stride;
     for (int64_t i = 0; i < dim; ++i) acc[i] += w[r] * F16ToF32(vr[i]);
+  }
+}
+
+namespace {
+
+// Value i of a row of Q8_0 blocks.
+inline float Q8_0Value(const uint8_t* row, int64_t i) {
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i / kQK;
+  return F16ToF32(b->d) * static_cast<float>(b->qs[i % kQK]);
+}
+
+}  // namespace
+
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out) {
+  PENG_DCHECK(dim % kQK == 0);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float s = 0.f;
+    for (int64_t i = 0; i < dim; ++i) s += q[i] * Q8_0Value(k + r * k_stride, i);
+    out[r] = s;
+  }
+}
+
+void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                  float* acc) {
+  PENG_DCHECK(dim % kQK == 0);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) acc[i] += w[r] * Q8_0Value(v + r * v_stride, i);
+  }
+}
+
+void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
+  PENG_DCHECK(n % kQK == 0);
+  for (int64_t i = 0; i < n; ++i) y[i] = Q8_0Value(x, i);
+}
+
+void F32ToQ8_0Row(const float* x, uint8_t* y, int64_t n) {
+  PENG_CHECK(n % kQK == 0);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* xb = x + b * kQK;
+    float amax = 0.f;
+    for (int i = 0; i < kQK; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    float d, id;
+    ActBlockScale(amax, kQK, &d, &id);
+    BlockQ8_0 blk;
+    blk.d = F32ToF16(d);
+    for (int i = 0; i < kQK; ++i) {
+      const float v = std::nearbyint(xb[i] * id);
+      blk.qs[i] = static_cast<int8_t>(std::fmin(127.f, std::fmax(-127.f, v)));
+    }
+    std::memcpy(y + b * sizeof(BlockQ8_0), &blk, sizeof(BlockQ8_0));
   }
 }
 

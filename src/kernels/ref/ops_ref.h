@@ -3,7 +3,7 @@
 // active. Plain loops, float32 values with double accumulators where a sum is taken, libm exp.
 // Stateless and re-entrant.
 //
-// The attention primitives (DotRows*, AxpyRows*, ExpShiftSum, F32ToF16Row) are the inner loops
+// The attention primitives (DotRows*, AxpyRows*, ExpShiftSum, the row conversions) are the inner loops
 // of PagedAttention (attention.cc); every ISA provides the same set (cpu/ops_simd.h), and
 // attention.cc drives whichever is active.
 #pragma once
@@ -41,12 +41,25 @@ void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_row
                  float* acc);
 void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
                  float* acc);
+// The same over rows of Q8_0 blocks (GGUF's: an fp16 scale d, then 32 int8 q; value d * q): dim
+// a multiple of 32, strides in bytes. A value d * q is exact in FP32, so these are DotRowsF32 /
+// AxpyRowsF32 on the dequantized rows.
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out);
+void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
+                  float* acc);
 // x[i] = exp(x[i] - m) for i < n; returns the sum of the new x[i].
 float ExpShiftSum(float* x, int64_t n, float m);
 // y[i] = fp16(x[i]), round to nearest even.
 void F32ToF16Row(const float* x, uint16_t* y, int64_t n);
 // y[i] = float(x[i]) (exact).
 void F16ToF32Row(const uint16_t* x, float* y, int64_t n);
+// y[0..n) = the values of the n / 32 Q8_0 blocks at x (exact).
+void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n);
+// x[0..n) (n a multiple of 32) as n / 32 Q8_0 blocks at y: per block d = fp16(amax / 127), q =
+// round-to-nearest-even(x * 127 / amax), the activation quantizer's rounding (ActBlockScale).
+// Scalar on every ISA (a KV cache row is written once), so the bits do not depend on the ISA.
+void F32ToQ8_0Row(const float* x, uint8_t* y, int64_t n);
 
 // The query-tile primitives of prefill attention (attention.cc): a tile is 16 query rows, one a
 // lane, with the queries transposed (qt[d * 16 + lane]) and every per-key quantity stored as 16

@@ -638,7 +638,8 @@ Status DeepseekV2Model::BindExperts(int il, Layer* L) {
 KvCacheSpec DeepseekV2Model::kv_spec() const {
   KvCacheSpec spec;
   for (int il = 0; il < cfg_.base.n_layers; ++il)
-    spec.layers.push_back({1, static_cast<int>(cfg_.cache_row()), 0});
+    spec.layers.push_back({1, static_cast<int>(cfg_.cache_row()), 0,
+                           static_cast<int>(cfg_.kv_lora_rank)});
   return spec;
 }
 
