@@ -3,9 +3,9 @@
 // active. Plain loops, float32 values with double accumulators where a sum is taken, libm exp.
 // Stateless and re-entrant.
 //
-// The attention primitives (DotRows*, AxpyRows*, ExpShiftSum, the row conversions) are the inner loops
-// of PagedAttention (attention.cc); every ISA provides the same set (cpu/ops_simd.h), and
-// attention.cc drives whichever is active.
+// The attention primitives (DotRows*, AxpyRows*, ExpShiftSum, the row conversions) are the inner
+// loops of PagedAttention (attention.cc) and MLA (mla.cc); every ISA provides the same set
+// (cpu/ops_simd.h) but F32ToQ8_0Row, and attention.cc selects whichever is active.
 #pragma once
 
 #include <cstdint>
