@@ -106,6 +106,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.enable_expert_parallel = a.enable_expert_parallel;
   o.data_parallel_size = a.data_parallel_size;
   o.huge_pages = a.huge_pages;
+  o.kv_dtype = a.kv_dtype;
   // --depth: the context is computed once; later runs find it in the prefix cache, whole
   // blocks only, so only a depth of whole blocks leaves exactly the test's tokens to compute.
   o.enable_prefix_caching = a.depth > 0;
@@ -129,6 +130,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   eo.enable_expert_parallel = a.enable_expert_parallel;
   eo.data_parallel_size = a.data_parallel_size;
   eo.huge_pages = a.huge_pages;
+  eo.kv_dtype = a.kv_dtype;
   const bool batched = a.batch > 0 && a.tg > 1;
   // Tensor-parallel ranks > 0 serve rank 0's engine cores (Llm's, then the batched engine's).
   PENG_ASSIGN_OR_RETURN(const bool worker, RunParallelWorker(Llm::CoreOptions(o)));
@@ -199,6 +201,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["isa"] = kernels::IsaName(kernels::ActiveIsa());
   j["device"] = device_name;
   if (a.depth > 0) j["depth"] = a.depth;
+  j["kv_cache_dtype"] = KvCacheDtypeName(a.kv_dtype);
   j["pp"] = {{"n", a.pp}, {"tokens_per_s", pp_tps}};
   j["tg"] = {{"n", a.tg}, {"tokens_per_s", tg_tps}};
   // (a run is tg + 1 steps: tg decode steps after the prompt's step, which has one token, or
@@ -256,9 +259,10 @@ int RunBench(const BenchArgs& a) {
   const std::vector<double> pp_tps = j["pp"]["tokens_per_s"], tg_tps = j["tg"]["tokens_per_s"];
   const double bw = j["mem_bandwidth_gbs"];
   const int64_t bytes = j["weight_bytes_per_token"];
-  std::printf("model: %s\nthreads: %d  isa: %s  device: %s\n", a.bench.model_path.c_str(),
-              j["threads"].get<int>(), j["isa"].get<std::string>().c_str(),
-              j["device"].get<std::string>().c_str());
+  std::printf("model: %s\nthreads: %d  isa: %s  device: %s  kv cache: %s\n",
+              a.bench.model_path.c_str(), j["threads"].get<int>(),
+              j["isa"].get<std::string>().c_str(), j["device"].get<std::string>().c_str(),
+              j["kv_cache_dtype"].get<std::string>().c_str());
   // llama-bench's names: pp512, tg128, and "pp512 @ d4096" after a context.
   const std::string at = a.bench.depth > 0 ? " @ d" + std::to_string(a.bench.depth) : "";
   auto row = [&](const char* test, int n, const std::vector<double>& tps) {
@@ -330,6 +334,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->bench.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   AddDeviceOptions(c, &a->bench.device, &a->bench.huge_pages);
+  AddKvCacheDtypeOption(c, &a->bench.kv_dtype);
   c->add_option("--batch", a->bench.batch,
                 "Also decode --tg tokens in this many sequences at once through the engine "
                 "(and in one, for the scaling)")

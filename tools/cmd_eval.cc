@@ -29,6 +29,7 @@ struct EvalArgs {
   int64_t ctx = 512, stride = 256, max_tokens = 0;
   int threads = 0;
   bool exact = false, exact_reference = false, json = false, diagnose = false;
+  DType kv_dtype = DType::kF16;  // --kv-cache-dtype of --model (the reference keeps f16)
   double max_deviation = 0.03, max_weight_deviation = 0.10;
 };
 
@@ -41,13 +42,14 @@ StatusOr<std::string> ReadText(const std::string& path) {
   return ss.str();
 }
 
+// `path` with an F32 KV cache when exact, else one of kv_dtype.
 StatusOr<std::unique_ptr<Llm>> LoadModel(const std::string& path, const EvalArgs& a,
-                                         bool exact) {
+                                         bool exact, DType kv_dtype) {
   LlmOptions o;
   o.model_path = path;
   o.threads = a.threads;
   o.max_model_len = a.ctx;
-  if (exact) o.kv_dtype = DType::kF32;
+  o.kv_dtype = exact ? DType::kF32 : kv_dtype;
   return Llm::Load(o);
 }
 
@@ -81,7 +83,9 @@ StatusOr<std::vector<int32_t>> Tokens(Llm& llm, EvalArgs& a) {
 
 int RunPpl(EvalArgs a) {
   if (a.exact) kernels::SetExactActivations(true);  // before loading: any load-time choices
-  auto llm = LoadModel(a.model, a, a.exact);
+  if (a.exact && a.kv_dtype != DType::kF16)
+    return Fail("--exact runs with an f32 KV cache; leave out --kv-cache-dtype");
+  auto llm = LoadModel(a.model, a, a.exact, a.kv_dtype);
   kernels::SetExactActivations(false);
   if (!llm.ok()) return Fail(llm.status().ToString());
   auto ids = Tokens(**llm, a);
@@ -93,6 +97,7 @@ int RunPpl(EvalArgs a) {
     nlohmann::json j = {{"model", a.model},          {"text", a.text},
                         {"tokens", ids->size()},      {"ctx", a.ctx},
                         {"stride", a.stride},         {"exact", a.exact},
+                        {"kv_cache_dtype", KvCacheDtypeName(a.exact ? DType::kF32 : a.kv_dtype)},
                         {"tokens_scored", r->tokens_scored}, {"mean_nll", r->MeanNll()},
                         {"ppl", r->Ppl()}};
     std::printf("%s\n", j.dump(2).c_str());
@@ -107,9 +112,9 @@ int RunPpl(EvalArgs a) {
 }
 
 int RunCompare(EvalArgs a) {
-  auto model = LoadModel(a.model, a, false);
+  auto model = LoadModel(a.model, a, false, a.kv_dtype);
   if (!model.ok()) return Fail(model.status().ToString());
-  auto ref = LoadModel(a.reference, a, a.exact_reference);
+  auto ref = LoadModel(a.reference, a, a.exact_reference, DType::kF16);
   if (!ref.ok()) return Fail(ref.status().ToString());
   const int64_t vocab = (*model)->model().config().vocab_size;
   if ((*ref)->model().config().vocab_size != vocab) {
@@ -236,6 +241,7 @@ void AddCommon(CLI::App* c, EvalArgs* a) {
   c->add_option("-t,--threads", a->threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_flag("--json", a->json, "Print JSON");
+  AddKvCacheDtypeOption(c, &a->kv_dtype);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // peng generate: stream a completion of a prompt to stdout; timings to stderr.
+#include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "core/cpu_features.h"
@@ -18,6 +20,33 @@ void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages) {
               "Read the weight files into private transparent huge pages instead of mapping "
               "them in place (one-process CPU jobs whose files take at most a quarter of the "
               "available memory; the packed panels of Q4_0/Q4_1/Q8_0 use huge pages anyway)");
+}
+
+namespace {
+const std::map<std::string, DType>& KvCacheDtypes() {
+  static const std::map<std::string, DType> names = {
+      {"f16", DType::kF16}, {"f32", DType::kF32}, {"q8_0", DType::kQ8_0}};
+  return names;
+}
+}  // namespace
+
+void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype) {
+  c->add_option_function<std::string>(
+       "--kv-cache-dtype",
+       [kv_dtype](const std::string& name) {
+         std::string lower = name;
+         for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+         *kv_dtype = KvCacheDtypes().at(lower);
+       },
+       "KV cache values: f16 (default), f32, or q8_0 (32-value blocks of int8 with an fp16 "
+       "scale: about half the memory of f16; CPU only, head dimensions multiples of 32)")
+      ->check(CLI::IsMember({"f16", "f32", "q8_0"}, CLI::ignore_case));
+}
+
+std::string KvCacheDtypeName(DType kv_dtype) {
+  for (const auto& [name, t] : KvCacheDtypes())
+    if (t == kv_dtype) return name;
+  return DTypeName(kv_dtype);
 }
 
 int Fail(const std::string& what) {
@@ -107,6 +136,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   AddDeviceOptions(c, &a->llm.device, &a->llm.huge_pages);
+  AddKvCacheDtypeOption(c, &a->llm.kv_dtype);
   c->add_option("-c,--ctx-size", a->llm.max_model_len, "Context length")
       ->check(CLI::Range(1, 1 << 24));
   c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,

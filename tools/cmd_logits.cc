@@ -47,6 +47,8 @@ int RunLogits(const LogitsArgs& a) {
     ids = *parsed;
   }
   LlmOptions o = a.llm;
+  if (a.exact && o.kv_dtype != DType::kF16)
+    return Fail("--exact runs with an f32 KV cache; leave out --kv-cache-dtype");
   if (a.exact) {
     kernels::SetExactActivations(true);
     o.kv_dtype = DType::kF32;
@@ -84,6 +86,7 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
               "FP32 activations and KV cache (no 8-bit activation quantization): for comparing "
               "with FP32 references");
   AddDeviceOptions(c, &a->llm.device, &a->llm.huge_pages);
+  AddKvCacheDtypeOption(c, &a->llm.kv_dtype);
   c->add_option("-t,--threads", a->llm.threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->callback([a, exit_code, p, t] {

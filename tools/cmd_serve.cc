@@ -154,6 +154,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   AddDeviceOptions(c, &a->engine.device, &a->engine.huge_pages);
+  AddKvCacheDtypeOption(c, &a->engine.kv_dtype);
   c->add_option("--max-waiting", a->engine.max_waiting,
                 "Queued requests at most; beyond that requests get 429")
       ->check(CLI::Range(0, 1 << 20))

@@ -7,6 +7,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace peng::tools {
@@ -44,6 +45,7 @@ struct OfflineBenchOptions {
   std::string device = "cpu";    // --device
   bool huge_pages = false;       // --huge-pages
   int depth = 0;                 // > 0: pp and tg run after a context of this many tokens
+  DType kv_dtype = DType::kF16;  // --kv-cache-dtype
 };
 StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& options);
 void RegisterInfo(CLI::App& app, int* exit_code);
@@ -55,6 +57,10 @@ void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 // --device (EngineOptions::device) and --huge-pages (EngineOptions::huge_pages) on a
 // subcommand.
 void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages);
+// --kv-cache-dtype f16 (default) | f32 | q8_0 (EngineOptions::kv_dtype): the KV cache's values.
+void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype);
+// The option's name of a KV cache type ("f16", "f32", "q8_0").
+std::string KvCacheDtypeName(DType kv_dtype);
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);
 // Writes `text` to `path` (replacing it); IoError naming the path when that fails.
