@@ -273,8 +273,8 @@ void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, con
   const int64_t k_off = CacheOffset(kv, phys, slot, 0, kv.head_dim);
   const int64_t v_off = CacheOffset(kv, phys, slot, 0, dv);
   const AttnOps ops = SelectAttnOps();
-  WriteCacheRow(ops, kv.dtype, k, kv.k, k_off, nk);
-  WriteCacheRow(ops, kv.dtype, v, kv.v, v_off, nv);
+  WriteCacheRow(ops, kv.dtype, k, kv.k, k_off, nk, RotationBlock(kv.head_dim));
+  WriteCacheRow(ops, kv.dtype, v, kv.v, v_off, nv, RotationBlock(dv));
 }
 
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
@@ -284,9 +284,10 @@ void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView
   PagedAttentionBatch(&seq, 1, kv, p, pool);
 }
 
-void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
-                         const AttentionParams& p, ThreadPool* pool) {
-  CheckLayout(kv);
+namespace {
+
+void AttendBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
+                 const AttentionParams& p, ThreadPool* pool) {
   PENG_CHECK(p.n_heads > 0 && p.n_heads % kv.n_kv_heads == 0);
   const AttnOps ops = SelectAttnOps();
   const int group = p.n_heads / kv.n_kv_heads;
@@ -417,6 +418,38 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
   } else {
     pool->ParallelFor(pairs, merge);
   }
+}
+
+}  // namespace
+
+void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayerView& kv,
+                         const AttentionParams& p, ThreadPool* pool) {
+  CheckLayout(kv);
+  if (kv.dtype != DType::kQ8_0) {
+    AttendBatch(seqs, n_seqs, kv, p, pool);
+    return;
+  }
+  // A Q8_0 cache's rows are rotated (RotationBlock): the queries are rotated alike, in a copy,
+  // and the outputs rotated back.
+  const int dk = kv.head_dim;
+  const int dv = VHeadDim(kv);
+  thread_local std::vector<float> q_rot;
+  thread_local std::vector<AttentionSeq> rot_seqs;
+  int64_t rows = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) rows += seqs[s].n_q * p.n_heads;
+  q_rot.resize(static_cast<size_t>(rows) * dk);
+  rot_seqs.assign(seqs, seqs + n_seqs);
+  float* q = q_rot.data();
+  for (AttentionSeq& sq : rot_seqs) {
+    const int64_t n = sq.n_q * p.n_heads * dk;
+    std::copy_n(sq.q, n, q);
+    sq.q = q;
+    q += n;
+  }
+  ref::HadamardRows(q_rot.data(), rows, dk, RotationBlock(dk));
+  AttendBatch(rot_seqs.data(), n_seqs, kv, p, pool);
+  for (int64_t s = 0; s < n_seqs; ++s)
+    ref::HadamardRows(seqs[s].out, seqs[s].n_q * p.n_heads, dv, RotationBlock(dv));
 }
 
 }  // namespace peng::kernels

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/ref/ops_ref.h"
@@ -85,14 +86,30 @@ inline void CacheRowsToF32(const AttnOps& ops, DType t, const void* cache, int64
   }
 }
 
-// Stores x[0..n) at value `off` of `cache`: F16 rounded to nearest even, Q8_0 by
-// ref::F32ToQ8_0Row (the same bits on every ISA).
+// A Q8_0 cache holds its rows rotated: each run of `block` values (RotationBlock) multiplied by
+// the orthonormal Walsh-Hadamard matrix H (ref::HadamardRows) before it is quantized. That
+// spreads a row's few large values (Qwen2's keys have some in every layer) over the run, so a
+// 32-value block's scale no longer leaves its other values a handful of steps. Scores are
+// unchanged when the queries are rotated alike (q . k = Hq . Hk), and a weighted sum of rotated
+// values is the rotated sum, so the attention's output is rotated back (H is its own inverse).
+// llama.cpp rotates its quantized caches too. The runs are 64 values where the dimensions allow
+// (every head dimension of the models peng runs), else 32.
+inline int RotationBlock(int64_t dim) { return dim % 64 == 0 ? 64 : 32; }
+
+// Stores x[0..n) at value `off` of `cache`: F16 rounded to nearest even; Q8_0 rotated in runs of
+// `block` values, then ref::F32ToQ8_0Row (the same bits on every ISA).
 inline void WriteCacheRow(const AttnOps& ops, DType t, const float* x, void* cache, int64_t off,
-                          int64_t n) {
+                          int64_t n, int block) {
   auto* base = static_cast<uint8_t*>(cache) + CacheBytes(t, off);
   switch (t) {
     case DType::kF16: ops.to_f16(x, reinterpret_cast<uint16_t*>(base), n); break;
-    case DType::kQ8_0: ref::F32ToQ8_0Row(x, base, n); break;
+    case DType::kQ8_0: {
+      thread_local std::vector<float> rotated;
+      rotated.assign(x, x + n);
+      ref::HadamardRows(rotated.data(), 1, n, block);
+      ref::F32ToQ8_0Row(rotated.data(), base, n);
+      break;
+    }
     default: std::copy_n(x, n, reinterpret_cast<float*>(base));
   }
 }

@@ -85,7 +85,8 @@ void MlaKvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, 
   const int64_t phys = block_table[pos / kv.block_size];
   PENG_CHECK(phys >= 0 && phys < kv.num_blocks);
   const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
-  WriteCacheRow(SelectAttnOps(), kv.dtype, row, kv.k, off, kv.head_dim);
+  WriteCacheRow(SelectAttnOps(), kv.dtype, row, kv.k, off, kv.head_dim,
+                RotationBlock(kv.head_dim));
 }
 
 void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, int64_t n,
@@ -100,6 +101,7 @@ void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, 
     const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
     CacheRowsToF32(ops, kv.dtype, kv.k, off, dk, 1, dk, out + i * dk);
   }
+  if (kv.dtype == DType::kQ8_0) ref::HadamardRows(out, n, dk, RotationBlock(dk));  // (rotated)
 }
 
 // Runs fn(i) for i < n_items, dealt round-robin over the pool (long causal rows at the end of
@@ -253,17 +255,10 @@ void DecodeTiles(const float* q, int64_t pos, const KvLayerView& kv, const int32
   });
 }
 
-}  // namespace
-
-void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
-                       const int32_t* block_table, const MlaParams& p, float* out,
-                       ThreadPool* pool) {
-  CheckLayout(kv);
-  PENG_CHECK(p.n_heads > 0 && p.kv_lora_rank > 0 && p.kv_lora_rank <= kv.head_dim &&
-             p.kv_lora_rank <= kMaxLatent);
-  PENG_CHECK_MSG(kv.dtype != DType::kQ8_0 || p.kv_lora_rank % 32 == 0,
-                 "a Q8_0 KV cache needs kv_lora_rank a multiple of 32");
-  const AttnOps ops = SelectAttnOps();
+// The absorbed attention of n_q queries from pos0 over the cache as it is (MlaPagedAttention).
+void AttendLatents(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
+                   const int32_t* block_table, const MlaParams& p, const AttnOps& ops, float* out,
+                   ThreadPool* pool) {
   const int dk = kv.head_dim;
   const int r = p.kv_lora_rank;
   // Per (query, key) in every head: a dk-dot for the score and an r-axpy for the latent output.
@@ -277,6 +272,32 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
     const int64_t t = i / p.n_heads;
     AttendOne(q + i * dk, pos0 + t, kv, block_table, p, ops, out + i * r);
   });
+}
+
+}  // namespace
+
+void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
+                       const int32_t* block_table, const MlaParams& p, float* out,
+                       ThreadPool* pool) {
+  CheckLayout(kv);
+  PENG_CHECK(p.n_heads > 0 && p.kv_lora_rank > 0 && p.kv_lora_rank <= kv.head_dim &&
+             p.kv_lora_rank <= kMaxLatent);
+  const AttnOps ops = SelectAttnOps();
+  if (kv.dtype != DType::kQ8_0) {
+    AttendLatents(q, n_q, pos0, kv, block_table, p, ops, out, pool);
+    return;
+  }
+  // The rows are rotated in runs of RotationBlock(dk) (attention_ops.h), which must not straddle
+  // the latent's end: the queries are rotated alike, in a copy, and the outputs rotated back.
+  const int dk = kv.head_dim;
+  const int block = RotationBlock(dk);
+  PENG_CHECK_MSG(p.kv_lora_rank % block == 0,
+                 "a Q8_0 MLA cache needs kv_lora_rank a multiple of its rotation's runs");
+  thread_local std::vector<float> q_rot;
+  q_rot.assign(q, q + n_q * p.n_heads * dk);
+  ref::HadamardRows(q_rot.data(), n_q * p.n_heads, dk, block);
+  AttendLatents(q_rot.data(), n_q, pos0, kv, block_table, p, ops, out, pool);
+  ref::HadamardRows(out, n_q * p.n_heads, p.kv_lora_rank, block);
 }
 
 // The expanded form in query tiles, as prefill's paged attention (attention.cc): the rows of one

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "kernels/attention_ops.h"
 #include "kernels/isa.h"
 #include "kernels/ref/ops_ref.h"
 
@@ -52,16 +53,21 @@ TEST(MlaTest, LayoutCheck) {
   EXPECT_FALSE(IsMlaLayout(dense, 24));
 }
 
-// What a cache row holds: F32 the values, F16 each rounded to fp16, Q8_0 the row's 32-value
-// blocks (ref::F32ToQ8_0Row) read back.
-std::vector<float> Stored(DType dt, const float* x, int n) {
+// What a cache row holds, read back: F32 the values, F16 each rounded to fp16, Q8_0 the row
+// rotated (ref::HadamardRows in runs of RotationBlock), in 32-value blocks (ref::F32ToQ8_0Row),
+// read back and rotated back.
+std::vector<float> Stored(DType dt, const float* x, int n, int row) {
   std::vector<float> out(x, x + n);
   if (dt == DType::kF16) {
     for (float& v : out) v = F16ToF32(F32ToF16(v));
   } else if (dt == DType::kQ8_0) {
-    std::vector<uint8_t> blocks(RowBytes(dt, n));
-    ref::F32ToQ8_0Row(x, blocks.data(), n);
-    ref::Q8_0ToF32Row(blocks.data(), out.data(), n);
+    std::vector<uint8_t> blocks(RowBytes(dt, row));
+    for (int i = 0; i < n; i += row) {
+      ref::HadamardRows(out.data() + i, 1, row, RotationBlock(row));
+      ref::F32ToQ8_0Row(out.data() + i, blocks.data(), row);
+      ref::Q8_0ToF32Row(blocks.data(), out.data() + i, row);
+      ref::HadamardRows(out.data() + i, 1, row, RotationBlock(row));
+    }
   }
   return out;
 }
@@ -77,10 +83,10 @@ TEST(MlaTest, WriteReadRoundTrip) {
     for (float& v : rows) v = nd(rng);
     for (int p = 0; p < 30; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
     MlaKvRead(c.view, c.table.data(), 0, 30, back.data());
-    EXPECT_EQ(back, Stored(dt, rows.data(), 30 * row));
+    EXPECT_EQ(back, Stored(dt, rows.data(), 30 * row, row));
     back.resize(5 * row);
     MlaKvRead(c.view, c.table.data(), 7, 5, back.data());
-    EXPECT_EQ(back, Stored(dt, rows.data() + 7 * row, 5 * row));
+    EXPECT_EQ(back, Stored(dt, rows.data() + 7 * row, 5 * row, row));
   }
 }
 
@@ -102,7 +108,7 @@ std::vector<float> ExpectMatchesReference(DType dt, int H, int64_t n_q, int64_t 
   std::vector<float> rows(end * row);
   for (float& v : rows) v = nd(rng);
   for (int64_t p = 0; p < end; ++p) MlaKvWrite(c.view, c.table.data(), p, rows.data() + p * row);
-  const std::vector<float> stored = Stored(dt, rows.data(), static_cast<int>(end * row));
+  const std::vector<float> stored = Stored(dt, rows.data(), static_cast<int>(end * row), row);
   std::vector<float> q(n_q * H * row), out(n_q * H * r, -1.f);
   for (float& v : q) v = nd(rng);
   MlaParams p;

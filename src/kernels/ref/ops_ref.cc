@@ -213,6 +213,24 @@ void F32ToQ8_0Row(const float* x, uint8_t* y, int64_t n) {
   }
 }
 
+void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block) {
+  PENG_CHECK(block > 0 && (block & (block - 1)) == 0 && dim % block == 0);
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
+  for (int64_t b = 0; b < n_rows * dim; b += block) {
+    float* v = x + b;
+    for (int h = 1; h < block; h *= 2) {
+      for (int i = 0; i < block; i += 2 * h) {
+        for (int j = i; j < i + h; ++j) {
+          const float a = v[j], c = v[j + h];
+          v[j] = a + c;
+          v[j + h] = a - c;
+        }
+      }
+    }
+    for (int i = 0; i < block; ++i) v[i] *= norm;
+  }
+}
+
 float ExpShiftSum(float* x, int64_t n, float m) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {

@@ -60,6 +60,11 @@ void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n);
 // round-to-nearest-even(x * 127 / amax), the activation quantizer's rounding (ActBlockScale).
 // Scalar on every ISA (a KV cache row is written once), so the bits do not depend on the ISA.
 void F32ToQ8_0Row(const float* x, uint8_t* y, int64_t n);
+// Each run of `block` values (a power of two dividing dim) of the n_rows rows of `dim` values at
+// x multiplied by the orthonormal Walsh-Hadamard matrix H (Sylvester's order: H[i][j] =
+// (-1)^popcount(i & j) / sqrt(block)), in place, by the fast transform's butterflies. H is
+// symmetric and its own inverse. Scalar on every ISA (the same bits everywhere).
+void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block);
 
 // The query-tile primitives of prefill attention (attention.cc): a tile is 16 query rows, one a
 // lane, with the queries transposed (qt[d * 16 + lane]) and every per-key quantity stored as 16
