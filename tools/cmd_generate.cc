@@ -35,7 +35,8 @@ void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype) {
        "--kv-cache-dtype",
        [kv_dtype](const std::string& name) {
          std::string lower = name;
-         for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+         for (char& ch : lower)
+           ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
          *kv_dtype = KvCacheDtypes().at(lower);
        },
        "KV cache values: f16 (default), f32, or q8_0 (32-value blocks of int8 with an fp16 "
