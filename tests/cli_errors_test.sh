@@ -87,6 +87,15 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   expect "cuda without a gpu" 1 "CUDA" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device cuda
 fi
 expect "host device" 0 "" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device host
+# --kv-cache-dtype: an unknown type is a usage error; q8_0 needs head dimensions of whole 32-value
+# blocks (the tiny llama's are 16), and --exact keeps its f32 cache.
+expect "unknown kv cache dtype" 2 "q4 not in {f16,f32,q8_0}" \
+  "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --kv-cache-dtype q4
+expect "q8_0 kv cache, head_dim 16" 1 "multiples of 32; layer 0 has 16" \
+  "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --kv-cache-dtype q8_0
+expect "q8_0 kv cache with --exact" 1 "--exact runs with an f32 KV cache" \
+  "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --kv-cache-dtype q8_0 --exact
+expect "f32 kv cache" 0 "" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --kv-cache-dtype F32
 
 model="${PENG_MODELS_DIR:-$src/models}/smollm2-135m-instruct-q4_1.gguf"
 if [ -f "$model" ]; then
@@ -151,6 +160,13 @@ with open(sys.argv[1], 'r+b') as f:
     f.seek(off); f.write(struct.pack('<f', v * 10))
 PY
   text="$src/tests/data/eval/gpl3_excerpt.txt"
+  # A q8_0 KV cache: CPU only; its logits within --max-deviation (3%) of the f16 cache's.
+  expect "q8_0 kv cache on a device" 1 "is for --device cpu only" \
+    "$peng" bench -m "$model" --pp 16 --tg 2 --reps 1 --device host --kv-cache-dtype q8_0
+  expect "bench q8_0 kv cache" 0 '"kv_cache_dtype": "q8_0"' \
+    "$peng" bench -m "$model" --pp 16 --tg 3 --reps 1 --depth 16 --kv-cache-dtype q8_0 --json
+  expect "eval compare q8_0 kv cache" 0 "relative logit deviation: mean 0.0" \
+    "$peng" eval compare -m "$model" --reference "$model" --kv-cache-dtype q8_0 --text "$text" --ctx 128 --max-tokens 256
   expect "eval compare honest int8" 0 "relative logit deviation: mean 0.0" \
     "$peng" eval compare -m "$tmp/smol_w8a8" --reference "$model" --exact-reference --text "$text" --ctx 128 --max-tokens 256
   expect "eval compare corrupted scale" 1 "tensor blk.10.ffn_down.weight (relative error 0.37" \
