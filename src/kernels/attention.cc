@@ -36,8 +36,8 @@ constexpr int kMaxVHeadDim = 2048;
   AttnOps {                                                                                \
     ns::DotRowsF32, ns::DotRowsF16, ns::AxpyRowsF32, ns::AxpyRowsF16, ns::DotRowsQ8_0,     \
         ns::AxpyRowsQ8_0, ns::ExpShiftSum, ns::ScaleInPlace, ns::F32ToF16Row,              \
-        ns::F16ToF32Row, ns::Q8_0ToF32Row, ns::ScoreTile16, ns::SoftmaxTile16,             \
-        ns::AccumTile16                                                                    \
+        ns::F16ToF32Row, ns::Q8_0ToF32Row, ns::HadamardRows, ns::ScoreTile16,              \
+        ns::SoftmaxTile16, ns::AccumTile16                                                 \
   }
 
 }  // namespace
@@ -446,10 +446,11 @@ void PagedAttentionBatch(const AttentionSeq* seqs, int64_t n_seqs, const KvLayer
     sq.q = q;
     q += n;
   }
-  ref::HadamardRows(q_rot.data(), rows, dk, RotationBlock(dk));
+  const AttnOps ops = SelectAttnOps();
+  ops.hadamard(q_rot.data(), rows, dk, RotationBlock(dk));
   AttendBatch(rot_seqs.data(), n_seqs, kv, p, pool);
   for (int64_t s = 0; s < n_seqs; ++s)
-    ref::HadamardRows(seqs[s].out, seqs[s].n_q * p.n_heads, dv, RotationBlock(dv));
+    ops.hadamard(seqs[s].out, seqs[s].n_q * p.n_heads, dv, RotationBlock(dv));
 }
 
 }  // namespace peng::kernels

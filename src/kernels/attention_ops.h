@@ -26,6 +26,7 @@ struct AttnOps {
   decltype(&ref::F32ToF16Row) to_f16;
   decltype(&ref::F16ToF32Row) to_f32;
   decltype(&ref::Q8_0ToF32Row) q8_0_to_f32;
+  decltype(&ref::HadamardRows) hadamard;
   decltype(&ref::ScoreTile16) score_tile;
   decltype(&ref::SoftmaxTile16) softmax_tile;
   decltype(&ref::AccumTile16) accum_tile;
@@ -97,7 +98,8 @@ inline void CacheRowsToF32(const AttnOps& ops, DType t, const void* cache, int64
 inline int RotationBlock(int64_t dim) { return dim % 64 == 0 ? 64 : 32; }
 
 // Stores x[0..n) at value `off` of `cache`: F16 rounded to nearest even; Q8_0 rotated in runs of
-// `block` values, then ref::F32ToQ8_0Row (the same bits on every ISA).
+// `block` values, then ref::F32ToQ8_0Row (the same bits on every ISA: every ISA's HadamardRows
+// computes the reference's sums).
 inline void WriteCacheRow(const AttnOps& ops, DType t, const float* x, void* cache, int64_t off,
                           int64_t n, int block) {
   auto* base = static_cast<uint8_t*>(cache) + CacheBytes(t, off);
@@ -106,7 +108,7 @@ inline void WriteCacheRow(const AttnOps& ops, DType t, const float* x, void* cac
     case DType::kQ8_0: {
       thread_local std::vector<float> rotated;
       rotated.assign(x, x + n);
-      ref::HadamardRows(rotated.data(), 1, n, block);
+      ops.hadamard(rotated.data(), 1, n, block);
       ref::F32ToQ8_0Row(rotated.data(), base, n);
       break;
     }

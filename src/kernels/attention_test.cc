@@ -441,6 +441,28 @@ TEST(HadamardRows, IsTheOrthonormalMatrixAndItsOwnInverse) {
   }
 }
 
+// Every ISA's HadamardRows (the attentions' rotation of queries and outputs, and of the rows a
+// Q8_0 cache stores) gives the reference's bits: runs of 64 and 32 (vectorised) and of 16 and
+// 128 (the reference's loops).
+TEST(HadamardRows, EveryIsaGivesTheReferenceBits) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  std::vector<float> x(5 * 128);
+  for (float& v : x) v = u(rng);
+  const Isa saved = ActiveIsa();
+  for (Isa isa : AllIsas()) {
+    SetActiveIsa(isa);
+    const AttnOps ops = SelectAttnOps();
+    for (const int block : {64, 32, 16, 128}) {
+      std::vector<float> want = x, got = x;
+      ref::HadamardRows(want.data(), 5, 128, block);
+      ops.hadamard(got.data(), 5, 128, block);
+      EXPECT_EQ(got, want) << IsaName(isa) << " block " << block;
+    }
+  }
+  SetActiveIsa(saved);
+}
+
 // KvWrite into a Q8_0 cache stores each head's row rotated in runs of 64 (head_dim 64) and then
 // in Q8_0 blocks -- the same bytes on every ISA, neighbouring slots untouched -- and the row
 // read back and rotated back is within the blocks' rounding of the input (an outlier of 40 in

@@ -101,7 +101,7 @@ void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, 
     const int64_t off = RowOffset(kv, phys, pos % kv.block_size);
     CacheRowsToF32(ops, kv.dtype, kv.k, off, dk, 1, dk, out + i * dk);
   }
-  if (kv.dtype == DType::kQ8_0) ref::HadamardRows(out, n, dk, RotationBlock(dk));  // (rotated)
+  if (kv.dtype == DType::kQ8_0) ops.hadamard(out, n, dk, RotationBlock(dk));  // (rotated)
 }
 
 // Runs fn(i) for i < n_items, dealt round-robin over the pool (long causal rows at the end of
@@ -295,9 +295,9 @@ void MlaPagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerV
                  "a Q8_0 MLA cache needs kv_lora_rank a multiple of its rotation's runs");
   thread_local std::vector<float> q_rot;
   q_rot.assign(q, q + n_q * p.n_heads * dk);
-  ref::HadamardRows(q_rot.data(), n_q * p.n_heads, dk, block);
+  ops.hadamard(q_rot.data(), n_q * p.n_heads, dk, block);
   AttendLatents(q_rot.data(), n_q, pos0, kv, block_table, p, ops, out, pool);
-  ref::HadamardRows(out, n_q * p.n_heads, p.kv_lora_rank, block);
+  ops.hadamard(out, n_q * p.n_heads, p.kv_lora_rank, block);
 }
 
 // The expanded form in query tiles, as prefill's paged attention (attention.cc): the rows of one

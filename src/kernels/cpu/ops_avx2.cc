@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
+#include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels::avx2 {
 namespace {
@@ -410,6 +411,55 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
 
 void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) _mm256_storeu_ps(y + i, LoadQ8_0(x, i));
+}
+
+namespace {
+
+// One butterfly stage inside a vector: the partner of lane i is lane i ^ h (p), a lower lane
+// (bit h clear) becomes self + partner and an upper one partner - self, as the reference's
+// a + c and a - c.
+template <int kUpper>
+inline __m256 Butterfly(__m256 v, __m256 p) {
+  return _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), kUpper);
+}
+
+// ref::HadamardRows on one run of 8 * V values: the stages in the reference's order (within
+// each vector for h = 1, 2, 4, then across vectors), so every value is the same sums.
+template <int V>
+inline void HadamardRun(float* x, __m256 norm) {
+  __m256 v[V];
+  for (int i = 0; i < V; ++i) {
+    __m256 a = _mm256_loadu_ps(x + i * kW);
+    a = Butterfly<0xAA>(a, _mm256_permute_ps(a, 0xB1));
+    a = Butterfly<0xCC>(a, _mm256_permute_ps(a, 0x4E));
+    v[i] = Butterfly<0xF0>(a, _mm256_permute2f128_ps(a, a, 0x01));
+  }
+  for (int h = 1; h < V; h *= 2) {
+    for (int i = 0; i < V; ++i) {
+      if (i & h) continue;
+      const __m256 a = v[i], c = v[i + h];
+      v[i] = _mm256_add_ps(a, c);
+      v[i + h] = _mm256_sub_ps(a, c);
+    }
+  }
+  for (int i = 0; i < V; ++i) _mm256_storeu_ps(x + i * kW, _mm256_mul_ps(v[i], norm));
+}
+
+}  // namespace
+
+void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block) {
+  if (block != 32 && block != 64) {
+    ref::HadamardRows(x, n_rows, dim, block);
+    return;
+  }
+  const __m256 norm = _mm256_set1_ps(1.0f / __builtin_sqrtf(static_cast<float>(block)));
+  for (int64_t b = 0; b < n_rows * dim; b += block) {
+    if (block == 64) {
+      HadamardRun<8>(x + b, norm);
+    } else {
+      HadamardRun<4>(x + b, norm);
+    }
+  }
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

@@ -8,6 +8,7 @@
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/fold_avx512.h"
 #include "kernels/cpu/ops_simd.h"
+#include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels::avx512 {
 namespace {
@@ -353,6 +354,55 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
 
 void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) _mm512_storeu_ps(y + i, LoadQ8_0(x, i));
+}
+
+namespace {
+
+// One butterfly stage inside a vector: the partner of lane i is lane i ^ h (p), a lower lane
+// (bit h clear) becomes self + partner and an upper one partner - self, as the reference's
+// a + c and a - c.
+inline __m512 Butterfly(__m512 v, __m512 p, __mmask16 upper) {
+  return _mm512_mask_sub_ps(_mm512_add_ps(v, p), upper, p, v);
+}
+
+// ref::HadamardRows on one run of 16 * V values: the stages in the reference's order (within
+// each vector for h = 1, 2, 4, 8, then across vectors), so every value is the same sums.
+template <int V>
+inline void HadamardRun(float* x, __m512 norm) {
+  __m512 v[V];
+  for (int i = 0; i < V; ++i) {
+    __m512 a = _mm512_loadu_ps(x + i * kW);
+    a = Butterfly(a, _mm512_permute_ps(a, 0xB1), 0xAAAA);
+    a = Butterfly(a, _mm512_permute_ps(a, 0x4E), 0xCCCC);
+    a = Butterfly(a, _mm512_shuffle_f32x4(a, a, 0xB1), 0xF0F0);
+    v[i] = Butterfly(a, _mm512_shuffle_f32x4(a, a, 0x4E), 0xFF00);
+  }
+  for (int h = 1; h < V; h *= 2) {
+    for (int i = 0; i < V; ++i) {
+      if (i & h) continue;
+      const __m512 a = v[i], c = v[i + h];
+      v[i] = _mm512_add_ps(a, c);
+      v[i + h] = _mm512_sub_ps(a, c);
+    }
+  }
+  for (int i = 0; i < V; ++i) _mm512_storeu_ps(x + i * kW, _mm512_mul_ps(v[i], norm));
+}
+
+}  // namespace
+
+void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block) {
+  if (block != 32 && block != 64) {
+    ref::HadamardRows(x, n_rows, dim, block);
+    return;
+  }
+  const __m512 norm = _mm512_set1_ps(1.0f / __builtin_sqrtf(static_cast<float>(block)));
+  for (int64_t b = 0; b < n_rows * dim; b += block) {
+    if (block == 64) {
+      HadamardRun<4>(x + b, norm);
+    } else {
+      HadamardRun<2>(x + b, norm);
+    }
+  }
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

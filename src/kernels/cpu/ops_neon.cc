@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/ops_simd.h"
+#include "kernels/ref/ops_ref.h"
 
 namespace peng::kernels::neon {
 namespace {
@@ -398,6 +399,55 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
 
 void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kW) vst1q_f32(y + i, LoadQ8_0(x, i));
+}
+
+namespace {
+
+// One butterfly stage inside a vector: the partner of lane i is lane i ^ h (p), a lower lane
+// (bit h clear) becomes self + partner and an upper one partner - self, as the reference's
+// a + c and a - c.
+inline float32x4_t Butterfly(float32x4_t v, float32x4_t p, uint32x4_t upper) {
+  return vbslq_f32(upper, vsubq_f32(p, v), vaddq_f32(v, p));
+}
+
+// ref::HadamardRows on one run of 4 * V values: the stages in the reference's order (within
+// each vector for h = 1, 2, then across vectors), so every value is the same sums.
+template <int V>
+inline void HadamardRun(float* x, float32x4_t norm) {
+  const uint32_t odd[4] = {0, ~0u, 0, ~0u}, high[4] = {0, 0, ~0u, ~0u};
+  const uint32x4_t upper1 = vld1q_u32(odd), upper2 = vld1q_u32(high);
+  float32x4_t v[V];
+  for (int i = 0; i < V; ++i) {
+    float32x4_t a = vld1q_f32(x + i * kW);
+    a = Butterfly(a, vrev64q_f32(a), upper1);
+    v[i] = Butterfly(a, vextq_f32(a, a, 2), upper2);
+  }
+  for (int h = 1; h < V; h *= 2) {
+    for (int i = 0; i < V; ++i) {
+      if (i & h) continue;
+      const float32x4_t a = v[i], c = v[i + h];
+      v[i] = vaddq_f32(a, c);
+      v[i + h] = vsubq_f32(a, c);
+    }
+  }
+  for (int i = 0; i < V; ++i) vst1q_f32(x + i * kW, vmulq_f32(v[i], norm));
+}
+
+}  // namespace
+
+void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block) {
+  if (block != 32 && block != 64) {
+    ref::HadamardRows(x, n_rows, dim, block);
+    return;
+  }
+  const float32x4_t norm = vdupq_n_f32(1.0f / __builtin_sqrtf(static_cast<float>(block)));
+  for (int64_t b = 0; b < n_rows * dim; b += block) {
+    if (block == 64) {
+      HadamardRun<16>(x + b, norm);
+    } else {
+      HadamardRun<8>(x + b, norm);
+    }
+  }
 }
 
 PENG_DEFINE_ATTN_TILE_OPS(Lanes)

@@ -1,6 +1,7 @@
 // SIMD versions of the element-wise ops and of the attention inner loops, one namespace per
 // ISA (avx2, avx512, neon), each with exactly the functions and contracts of kernels/ref/
-// ops_ref.h (except ApplyRope, which is scalar only). Each namespace is compiled into its own
+// ops_ref.h (except ApplyRope and F32ToQ8_0Row, which are scalar only; HadamardRows gives the
+// reference's bits, its runs of 32 and 64 vectorised and others by the reference). Each namespace is compiled into its own
 // translation unit with per-file target flags (cpu/ops_<isa>.cc), so callers must only call a
 // namespace when kernels::IsaSupported() says so; the dispatchers in elementwise.cc and
 // attention.cc do. The SIMD files include no shared inline code (only intrinsics) so that no
@@ -35,6 +36,7 @@ namespace peng::kernels {
   void F32ToF16Row(const float* x, uint16_t* y, int64_t n);                                     \
   void F16ToF32Row(const uint16_t* x, float* y, int64_t n);                                     \
   void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n);                                     \
+  void HadamardRows(float* x, int64_t n_rows, int64_t dim, int block);                          \
   void ScoreTile16(const float* qt, const float* k, int64_t k_stride, int64_t n, int64_t dim,   \
                    float* s);                                                                   \
   void SoftmaxTile16(float* s, int64_t n, float* m, float* l, float* corr);                     \

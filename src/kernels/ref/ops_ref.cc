@@ -199,15 +199,15 @@ void F32ToQ8_0Row(const float* x, uint8_t* y, int64_t n) {
   PENG_CHECK(n % kQK == 0);
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float* xb = x + b * kQK;
-    float amax = 0.f;
-    for (int i = 0; i < kQK; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    float amax = 0.f;  // (plain comparisons: std::fmax is a library call)
+    for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(xb[i]));
     float d, id;
     ActBlockScale(amax, kQK, &d, &id);
     BlockQ8_0 blk;
     blk.d = F32ToF16(d);
     for (int i = 0; i < kQK; ++i) {
-      const float v = std::nearbyint(xb[i] * id);
-      blk.qs[i] = static_cast<int8_t>(std::fmin(127.f, std::fmax(-127.f, v)));
+      const float v = std::nearbyint(xb[i] * id);  // |v| <= 127 but for rounding: clamped
+      blk.qs[i] = static_cast<int8_t>(std::min(127.f, std::max(-127.f, v)));
     }
     std::memcpy(y + b * sizeof(BlockQ8_0), &blk, sizeof(BlockQ8_0));
   }
