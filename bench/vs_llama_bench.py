@@ -3,14 +3,17 @@
 
 Repetitions alternate (peng, llama-bench, peng, ...), each in a fresh process, so both see
 the same machine noise; the peer runs at its defaults (weight repacking on, its own choice of
-batch sizes), only -t, -p, -n, -d and -r 1 are given. Every peng repetition also measures the
+batch sizes), only -t, -p, -n, -d and -r 1 are given, and with --kv-cache-dtype q8_0 the same
+KV cache type on both sides (llama-bench -ctk q8_0 -ctv q8_0; llama.cpp then rotates the rows by a
+Hadamard transform as peng does). Every peng repetition also measures the
 machine's read bandwidth with the widest loads on all threads (`peng bench`'s probe), so
 decode is reported as a share of the bandwidth measured in the same run:
 share = tg tokens/s x weight bytes read per token / bandwidth.
 
 Usage (from the repository root; bench/build_llama_server.sh builds llama-bench):
   python3 bench/vs_llama_bench.py -m models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-      -t 2 --pp 512 --tg 128 --reps 5 [--depth 4096] [--json out/vs.json] [--markdown]
+      -t 2 --pp 512 --tg 128 --reps 5 [--depth 4096] [--kv-cache-dtype q8_0] \
+      [--json out/vs.json] [--markdown]
 
 Needs only the Python standard library.
 """
@@ -23,9 +26,9 @@ import subprocess
 import sys
 
 
-def run_peng(peng, model, threads, pp, tg, depth):
+def run_peng(peng, model, threads, pp, tg, depth, kv):
     cmd = [peng, "bench", "-m", model, "-t", str(threads), "--pp", str(pp), "--tg", str(tg),
-           "--depth", str(depth), "--reps", "1", "--json"]
+           "--depth", str(depth), "--reps", "1", "--json", "--kv-cache-dtype", kv]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
     return {
@@ -36,9 +39,11 @@ def run_peng(peng, model, threads, pp, tg, depth):
     }
 
 
-def run_llama_bench(llama_bench, model, threads, pp, tg, depth):
+def run_llama_bench(llama_bench, model, threads, pp, tg, depth, kv):
     cmd = [llama_bench, "-m", model, "-t", str(threads), "-r", "1", "-o", "json",
            "-p", str(pp), "-n", str(tg), "-d", str(depth)]
+    if kv != "f16":  # (f16 is llama-bench's default)
+        cmd += ["-ctk", kv, "-ctv", kv]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     res = {"pp": None, "tg": None}
     for row in json.loads(out):
@@ -63,6 +68,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("-d", "--depth", type=int, default=0,
                     help="tokens of context before each test (llama-bench -d; peng --depth)")
+    ap.add_argument("--kv-cache-dtype", default="f16", choices=["f16", "q8_0"],
+                    help="the KV cache's type on both sides")
     ap.add_argument("--peng", default="build/tools/peng")
     ap.add_argument("--llama-bench", default="out/llama.cpp/bin/llama-bench")
     ap.add_argument("--json", help="write all repetitions and medians here")
@@ -74,8 +81,10 @@ def main():
 
     peng_runs, peer_runs = [], []
     for rep in range(a.reps):
-        peng_runs.append(run_peng(a.peng, a.model, a.threads, a.pp, a.tg, a.depth))
-        peer_runs.append(run_llama_bench(a.llama_bench, a.model, a.threads, a.pp, a.tg, a.depth))
+        peng_runs.append(run_peng(a.peng, a.model, a.threads, a.pp, a.tg, a.depth,
+                                  a.kv_cache_dtype))
+        peer_runs.append(run_llama_bench(a.llama_bench, a.model, a.threads, a.pp, a.tg, a.depth,
+                                         a.kv_cache_dtype))
         p, q = peng_runs[-1], peer_runs[-1]
         print(f"rep {rep + 1}/{a.reps}: peng pp {p['pp']} tg {p['tg']} (bw {p['bw_gbs']:.1f} GB/s)"
               f" | llama-bench pp {q['pp']} tg {q['tg']}", file=sys.stderr)
@@ -83,7 +92,7 @@ def main():
     bw = med([r["bw_gbs"] for r in peng_runs])
     bpt = peng_runs[0]["bytes_per_token"]
     res = {"model": a.model, "threads": a.threads, "pp": a.pp, "tg": a.tg, "depth": a.depth,
-           "reps": a.reps,
+           "kv_cache_dtype": a.kv_cache_dtype, "reps": a.reps,
            "weight_bytes_per_token": bpt, "bandwidth_gbs_median": bw,
            "peng": peng_runs, "llama_bench": peer_runs}
     for test in ("pp", "tg"):
@@ -98,7 +107,8 @@ def main():
     res["tg_bandwidth_share_median"] = med(shares)
 
     name = os.path.basename(a.model)
-    at = f" @ d{a.depth}" if a.depth else ""
+    at = (f" @ d{a.depth}" if a.depth else "") + \
+        (f" (KV {a.kv_cache_dtype})" if a.kv_cache_dtype != "f16" else "")
     for test, n in (("pp", a.pp), ("tg", a.tg)):
         m = res[test + "_median"]
         if m["peng"] is None:
