@@ -79,11 +79,14 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
       for (const KvCacheSpec::Layer& l : kv.layers)
         values += static_cast<int64_t>(l.n_kv_heads) * (l.head_dim + l.v_head_dim);
       std::printf("model: %s\nweights: %s\nweight bytes per token: %lld\n"
-                  "kv cache per token: %lld values over %zu layers = %lld bytes (F16)\n",
+                  "kv cache per token: %lld values over %zu layers = %lld bytes (F16)",
                   (*m)->config().Summary().c_str(), (*m)->WeightSummary().c_str(),
                   static_cast<long long>((*m)->WeightBytesPerToken()),
                   static_cast<long long>(values), kv.layers.size(),
                   static_cast<long long>(kv.BytesPerToken(DType::kF16)));
+      if (kv.CheckDtype(DType::kQ8_0).ok())  // --kv-cache-dtype q8_0
+        std::printf(", %lld (Q8_0)", static_cast<long long>(kv.BytesPerToken(DType::kQ8_0)));
+      std::printf("\n");
       std::fflush(stdout);
     }
     if (*tp * *dp == 1) return;

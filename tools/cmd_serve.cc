@@ -96,6 +96,9 @@ int RunServe(ServeArgs& a) {
                a.server.host.c_str(), srv.port(),
                static_cast<long long>((*engine)->max_model_len()));
   const EngineStats peaks = (*engine)->GetStats();
+  std::fprintf(stderr, "peng: KV cache: %lld blocks of %d tokens, %s\n",
+               static_cast<long long>(peaks.kv_blocks_total), a.engine.block_size,
+               KvCacheDtypeName(a.engine.kv_dtype).c_str());
   std::fprintf(stderr,
                "peng: machine peaks (utilization denominators): read %.1f GB/s, FP32 %.0f "
                "GFLOP/s, int8 %.0f GOP/s\n",

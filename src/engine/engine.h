@@ -41,7 +41,8 @@ struct EngineOptions {
                                         // capped at 25% of physical memory
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
-  DType kv_dtype = DType::kF16;         // F32 for exact-mode scoring (`peng logits --exact`)
+  DType kv_dtype = DType::kF16;         // --kv-cache-dtype: F16, F32 (exact-mode scoring,
+                                        // `peng logits --exact`) or Q8_0 (CPU)
   // Tensor parallelism over the processes of an MPI job (`mpirun -np N peng ... -tp N`):
   // rank 0 runs the engine, the other ranks run RunParallelWorker() (engine_core.h).
   int tensor_parallel_size = 1;

@@ -27,7 +27,7 @@ struct LlmOptions {
   std::string device = "cpu";            // (EngineOptions)
   int64_t max_model_len = 4096;          // tokens per sequence (capped by the model's context)
   int block_size = 16;                   // tokens per KV block
-  DType kv_dtype = DType::kF16;          // F32: exact mode
+  DType kv_dtype = DType::kF16;          // --kv-cache-dtype (EngineOptions::kv_dtype)
   int64_t max_num_batched_tokens = 512;  // tokens per forward (prefill chunk)
   int tensor_parallel_size = 1;          // > 1: under mpirun (EngineOptions)
   bool enable_expert_parallel = false;   // (EngineOptions)

@@ -19,13 +19,15 @@
 namespace peng::kernels {
 
 // True if `kv` is laid out as an MLA latent cache for `row_dim` = kv_lora_rank + rope_dim
-// values per token (F32 or F16, one kv head, no V).
+// values per token (F32, F16 or Q8_0, one kv head, no V). A Q8_0 row is stored rotated by a
+// Walsh-Hadamard transform (attention_ops.h); MlaKvRead and the attention rotate back.
 bool IsMlaLayout(const KvLayerView& kv, int row_dim);
 
 // Writes the cache row [c | k_pe] (kv.head_dim values) of the token at position `pos`.
 void MlaKvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* row);
 
-// out[i * kv.head_dim ..] = the cache rows of positions pos0 .. pos0 + n - 1, as FP32.
+// out[i * kv.head_dim ..] = the cache rows of positions pos0 .. pos0 + n - 1, as FP32 (a Q8_0
+// cache's rows rotated back).
 void MlaKvRead(const KvLayerView& kv, const int32_t* block_table, int64_t pos0, int64_t n,
                float* out);
 

@@ -148,8 +148,10 @@ void ApplyRopeCosSin(float* x, int64_t n_heads, int64_t head_dim, const RopeConf
 // Paged attention (attention.cc)
 
 // One layer's KV cache: K and V each [num_blocks][block_size][n_kv_heads][head_dim] in dtype
-// (F32 or F16). Block b holds the K/V of token positions b_idx*block_size ... of a sequence
-// whose block table maps logical block b_idx -> physical block b.
+// (F32, F16, or Q8_0: 32-value blocks along head_dim, which must then be a multiple of 32, each
+// row rotated by a Walsh-Hadamard transform before it is quantized -- attention_ops.h). Block b
+// holds the K/V of token positions b_idx*block_size ... of a sequence whose block table maps
+// logical block b_idx -> physical block b.
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -176,7 +178,8 @@ struct AttentionParams {
 // K/V (and all earlier positions') are already in the cache. q: [n_q, n_heads, head_dim],
 // out: [n_q, n_heads, v_head_dim]. Work is split across the pool: a prefill chunk (n_q > 1) in
 // tiles of 16 (token, head) rows of a kv head, a decode token by (token, kv head, part of 256
-// keys) items, the parts merged after.
+// keys) items, the parts merged after. With a Q8_0 cache the queries are rotated as its rows
+// are and the outputs rotated back.
 void PagedAttention(const float* q, int64_t n_q, int64_t pos0, const KvLayerView& kv,
                     const int32_t* block_table, const AttentionParams& p, float* out,
                     ThreadPool* pool);
