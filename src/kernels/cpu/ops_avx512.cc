@@ -286,17 +286,94 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
            [&](int64_t r, int64_t i, __mmask16 m) { return LoadF16(v + r * v_stride + i, m); });
 }
 
-void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
-                 float* out) {
-  const auto load = [&](int64_t j, int64_t i) { return LoadQ8_0(k + j * k_stride, i); };
-  DotRowsAll(
-      q, n_rows, dim, out, [&](int64_t j, int64_t i, __mmask16) { return load(j, i); }, load);
+namespace {
+
+// The 16 int8 values at p as floats.
+inline __m512 Int8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
+// The fp16 scale of the Q8_0 block at b.
+inline float BlockScale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q8_0 rows' dot products, 16 rows at a time: each 32-value block's two products with the
+// query summed, then scaled by the block's d once (not each value), folded as DotRows16Fixed.
+// G blocks a row (0: dim / 32 from the loop).
+template <int G>
+inline void DotRows16Q8_0(const float* q, const uint8_t* k, int64_t k_stride, int n,
+                          int64_t dim, float* out) {
+  const int64_t groups = G > 0 ? G : dim / 32;
+  const auto z = [&](int r) {
+    __m512 acc = _mm512_setzero_ps();
+    if (r >= n) return acc;
+    const uint8_t* row = k + r * k_stride;
+#pragma GCC unroll 8
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* b = row + g * 34;
+      __m512 t = _mm512_mul_ps(_mm512_loadu_ps(q + g * 32), Int8x16(b + 2));
+      t = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * 32 + kW), Int8x16(b + 2 + kW), t);
+      acc = _mm512_fmadd_ps(t, _mm512_set1_ps(BlockScale(b)), acc);
+    }
+    return acc;
+  };
+  _mm512_mask_storeu_ps(out, TailMask(n),
+                        Fold16(z, [](__m512 a, __m512 b) { return _mm512_add_ps(a, b); }));
+}
+
+}  // namespace
+
+void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
+                 float* out) {
+  for (int64_t r = 0; r < n_rows; r += 16) {
+    const int n = static_cast<int>(n_rows - r < 16 ? n_rows - r : 16);
+    const uint8_t* kr = k + r * k_stride;
+    switch (dim) {
+      case 64: DotRows16Q8_0<2>(q, kr, k_stride, n, dim, out + r); break;
+      case 128: DotRows16Q8_0<4>(q, kr, k_stride, n, dim, out + r); break;
+      case 256: DotRows16Q8_0<8>(q, kr, k_stride, n, dim, out + r); break;
+      default: DotRows16Q8_0<0>(q, kr, k_stride, n, dim, out + r);
+    }
+  }
+}
+
+// acc += sum_r w[r] * row_r over Q8_0 rows: w[r] times a block's d once, then 16 FMAs a block's
+// 32 values; 64 accumulator floats stay in registers across rows.
 void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
                   float* acc) {
-  AxpyRows(w, n_rows, dim, acc,
-           [&](int64_t r, int64_t i, __mmask16) { return LoadQ8_0(v + r * v_stride, i); });
+  int64_t i = 0;
+  for (; i + 64 <= dim; i += 64) {
+    __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + kW);
+    __m512 a2 = _mm512_loadu_ps(acc + i + 2 * kW), a3 = _mm512_loadu_ps(acc + i + 3 * kW);
+    const uint8_t* b = v + i / 32 * 34;
+    for (int64_t r = 0; r < n_rows; ++r, b += v_stride) {
+      const __m512 c0 = _mm512_set1_ps(w[r] * BlockScale(b));
+      const __m512 c1 = _mm512_set1_ps(w[r] * BlockScale(b + 34));
+      a0 = _mm512_fmadd_ps(c0, Int8x16(b + 2), a0);
+      a1 = _mm512_fmadd_ps(c0, Int8x16(b + 2 + kW), a1);
+      a2 = _mm512_fmadd_ps(c1, Int8x16(b + 36), a2);
+      a3 = _mm512_fmadd_ps(c1, Int8x16(b + 36 + kW), a3);
+    }
+    _mm512_storeu_ps(acc + i, a0);
+    _mm512_storeu_ps(acc + i + kW, a1);
+    _mm512_storeu_ps(acc + i + 2 * kW, a2);
+    _mm512_storeu_ps(acc + i + 3 * kW, a3);
+  }
+  for (; i < dim; i += 32) {
+    __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + kW);
+    const uint8_t* b = v + i / 32 * 34;
+    for (int64_t r = 0; r < n_rows; ++r, b += v_stride) {
+      const __m512 c = _mm512_set1_ps(w[r] * BlockScale(b));
+      a0 = _mm512_fmadd_ps(c, Int8x16(b + 2), a0);
+      a1 = _mm512_fmadd_ps(c, Int8x16(b + 2 + kW), a1);
+    }
+    _mm512_storeu_ps(acc + i, a0);
+    _mm512_storeu_ps(acc + i + kW, a1);
+  }
 }
 
 // Two passes: the largest value (vmaxps returns its second operand when the first is NaN, so
