@@ -502,7 +502,9 @@ TEST(KvWrite, Q8_0RowsRotated) {
       std::memcpy(&d, kr + i / 32 * 34, 2);
       err2 += (back[i] - k[i]) * (back[i] - k[i]);
       bound2 += 0.25 * F16ToF32(d) * F16ToF32(d);
-      if (i != 5) EXPECT_LT(std::fabs(back[i] - k[i]), 0.08f) << i;
+      if (i != 5) {
+        EXPECT_LT(std::fabs(back[i] - k[i]), 0.08f) << i;
+      }
     }
     EXPECT_LE(err2, bound2 * 1.01);  // the rotation keeps the blocks' error's length
   }
