@@ -276,19 +276,51 @@ void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_r
   }
 }
 
+namespace {
+
+// The 8 int8 values at p as floats.
+inline __m256 Int8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The fp16 scale of the Q8_0 block at b.
+inline float BlockScale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+
+// Dot products of q with R Q8_0 rows at once: each 32-value block's four products with the
+// query summed, then scaled by the block's d once (not each value).
+template <int R>
+inline void DotRowsQ8_0N(const float* q, const uint8_t* k, int64_t k_stride, int64_t dim,
+                         float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < dim / 32; ++g) {
+    const __m256 q0 = _mm256_loadu_ps(q + g * 32), q1 = _mm256_loadu_ps(q + g * 32 + kW);
+    const __m256 q2 = _mm256_loadu_ps(q + g * 32 + 2 * kW);
+    const __m256 q3 = _mm256_loadu_ps(q + g * 32 + 3 * kW);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = k + r * k_stride + g * 34;
+      __m256 t = _mm256_mul_ps(q0, Int8x8(b + 2));
+      t = _mm256_fmadd_ps(q1, Int8x8(b + 2 + kW), t);
+      t = _mm256_fmadd_ps(q2, Int8x8(b + 2 + 2 * kW), t);
+      t = _mm256_fmadd_ps(q3, Int8x8(b + 2 + 3 * kW), t);
+      acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(BlockScale(b)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = HSum(acc[r]);
+}
+
+}  // namespace
+
 void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                  float* out) {
   int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
-    const uint8_t* kr = k + r * k_stride;
-    const auto load = [&](int j, int64_t i) { return LoadQ8_0(kr + j * k_stride, i); };
-    DotRowsN<4>(q, dim, out + r, load, load);
-  }
-  for (; r < n_rows; ++r) {
-    const uint8_t* kr = k + r * k_stride;
-    const auto load = [&](int, int64_t i) { return LoadQ8_0(kr, i); };
-    DotRowsN<1>(q, dim, out + r, load, load);
-  }
+  for (; r + 4 <= n_rows; r += 4) DotRowsQ8_0N<4>(q, k + r * k_stride, k_stride, dim, out + r);
+  for (; r < n_rows; ++r) DotRowsQ8_0N<1>(q, k + r * k_stride, k_stride, dim, out + r);
 }
 
 namespace {
@@ -345,10 +377,26 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
       [&](int64_t r, int64_t i) { return LoadF16Tail(v + r * v_stride + i, rem); });
 }
 
+// acc += sum_r w[r] * row_r over Q8_0 rows, a block (32 accumulator floats in registers) at a
+// time: w[r] times the block's d once, then 4 FMAs.
 void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
                   float* acc) {
-  const auto load = [&](int64_t r, int64_t i) { return LoadQ8_0(v + r * v_stride, i); };
-  AxpyRows(w, n_rows, dim, acc, load, load);
+  for (int64_t i = 0; i < dim; i += 32) {
+    __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + kW);
+    __m256 a2 = _mm256_loadu_ps(acc + i + 2 * kW), a3 = _mm256_loadu_ps(acc + i + 3 * kW);
+    const uint8_t* b = v + i / 32 * 34;
+    for (int64_t r = 0; r < n_rows; ++r, b += v_stride) {
+      const __m256 c = _mm256_set1_ps(w[r] * BlockScale(b));
+      a0 = _mm256_fmadd_ps(c, Int8x8(b + 2), a0);
+      a1 = _mm256_fmadd_ps(c, Int8x8(b + 2 + kW), a1);
+      a2 = _mm256_fmadd_ps(c, Int8x8(b + 2 + 2 * kW), a2);
+      a3 = _mm256_fmadd_ps(c, Int8x8(b + 2 + 3 * kW), a3);
+    }
+    _mm256_storeu_ps(acc + i, a0);
+    _mm256_storeu_ps(acc + i + kW, a1);
+    _mm256_storeu_ps(acc + i + 2 * kW, a2);
+    _mm256_storeu_ps(acc + i + 3 * kW, a3);
+  }
 }
 
 // As the AVX-512 version: the largest value (vmaxps skips a NaN first operand), then its first

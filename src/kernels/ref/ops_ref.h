@@ -43,7 +43,8 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
                  float* acc);
 // The same over rows of Q8_0 blocks (GGUF's: an fp16 scale d, then 32 int8 q; value d * q): dim
 // a multiple of 32, strides in bytes. A value d * q is exact in FP32, so these are DotRowsF32 /
-// AxpyRowsF32 on the dequantized rows (AVX-512's apply d once a block: the same to rounding).
+// AxpyRowsF32 on the dequantized rows (AVX-512's and AVX2's apply d once a block: the same to
+// rounding).
 void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                  float* out);
 void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
