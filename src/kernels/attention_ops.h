@@ -94,8 +94,7 @@ inline void CacheRowsToF32(const AttnOps& ops, DType t, const void* cache, int64
 // unchanged when the queries are rotated alike (q . k = Hq . Hk), and a weighted sum of rotated
 // values is the rotated sum, so the attention's output is rotated back (H is its own inverse).
 // llama.cpp rotates its quantized caches too. The runs are 64 values where the dimensions allow
-// (every head dimension of the models peng runs), else 32.
-inline int RotationBlock(int64_t dim) { return dim % 64 == 0 ? 64 : 32; }
+// (every head dimension of the models peng runs), else 32: RotationBlock in ops.h.
 
 // Stores x[0..n) at value `off` of `cache`: F16 rounded to nearest even; Q8_0 rotated in runs of
 // `block` values, then ref::F32ToQ8_0Row (the same bits on every ISA: every ISA's HadamardRows

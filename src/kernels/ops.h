@@ -163,6 +163,10 @@ struct KvLayerView {
   int v_head_dim = 0;   // of V (== head_dim for MHA/GQA)
 };
 
+// The runs a Q8_0 cache's rows of `dim` values are rotated in (attention_ops.h): 64 values where
+// dim allows, else 32. KvCacheSpec::CheckDtype holds an MLA latent to the same runs.
+inline int RotationBlock(int64_t dim) { return dim % 64 == 0 ? 64 : 32; }
+
 // Writes k [n_kv_heads, head_dim] and v [n_kv_heads, v_head_dim] of the token at position pos.
 void KvWrite(const KvLayerView& kv, const int32_t* block_table, int64_t pos, const float* k,
              const float* v);

@@ -18,9 +18,9 @@ Status KvCacheSpec::CheckDtype(DType dtype) const {
                                "layer " + std::to_string(il) + " has " + std::to_string(dim) +
                                " (use --kv-cache-dtype f16)");
     }
-    // The rows are rotated in runs of 64 values where head_dim allows (kernels' RotationBlock),
-    // and an MLA row's runs must not straddle its latent's end.
-    if (l.latent_dim > 0 && l.head_dim % 64 == 0 && l.latent_dim % 64 != 0)
+    // The rows are rotated in runs (kernels::RotationBlock), and an MLA row's runs must not
+    // straddle its latent's end.
+    if (l.latent_dim > 0 && l.latent_dim % kernels::RotationBlock(l.head_dim) != 0)
       return InvalidArgument("a q8_0 KV cache needs the MLA latent (" +
                              std::to_string(l.latent_dim) + " of layer " + std::to_string(il) +
                              ") a multiple of 64 when its rows are (use --kv-cache-dtype f16)");
