@@ -36,7 +36,8 @@
 #        a block a (token, head) (PENG_CUDA_MLA_GEMM=0); the prefills of V2-Lite and Qwen2.5
 #        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
 #        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
-#        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0);
+#        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), and with the 8-bit KV cache
+#        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
@@ -337,6 +338,14 @@ run() {
         --tg 128 --depth 4096
       summarize_bench "$RES/depth-$m-qwen.json"
     done
+    # The same after 4096 tokens with the 8-bit KV cache (--kv-cache-dtype q8_0), and V2-Lite's
+    # latent rows in it.
+    step bench-depth-q8_0 bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+      "$RES/depth-q8_0-qwen.json" --tg 128 --depth 4096 --kv-cache-dtype q8_0
+    summarize_bench "$RES/depth-q8_0-qwen.json"
+    STEP_TIMEOUT=150 step bench-deepseek-q8_0 bench_json "$ds" "$RES/deepseek-q8_0.json" \
+      --tg 64 --depth 1024 --kv-cache-dtype q8_0
+    summarize_bench "$RES/deepseek-q8_0.json"
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128

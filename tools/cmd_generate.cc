@@ -40,7 +40,7 @@ void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype) {
          *kv_dtype = KvCacheDtypes().at(lower);
        },
        "KV cache values: f16 (default), f32, or q8_0 (32-value blocks of int8 with an fp16 "
-       "scale: about half the memory of f16; CPU only, head dimensions multiples of 32)")
+       "scale: about half the memory of f16; head dimensions multiples of 32)")
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}, CLI::ignore_case));
 }
 

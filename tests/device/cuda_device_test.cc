@@ -37,6 +37,7 @@
 #include "core/half.h"
 #include "cuda_test_util.h"
 #include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
 #include "model/kv_cache.h"
 #include "quant/random_weights.h"
 
@@ -187,7 +188,7 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
   AttnBatch a;
   BuildBatch(cuda_.get(), &a);
   const int64_t T = a.host.n_tokens;
-  for (DType kv_type : {DType::kF32, DType::kF16}) {
+  for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
     for (int hd : {64, 128, 256}) {
       const int H = 8, KV = 2;
       const std::string tag = std::string(DTypeName(kv_type)) + " hd=" + std::to_string(hd);
@@ -208,7 +209,7 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       // before it, then the batch's own K/V written by KvWrite.
       kernels::KvLayerView kc, kh;
       RandomCache(kv_type, KV, hd, hd, &kc, &kh);
-      const int64_t bytes = 9 * 16 * KV * hd * static_cast<int64_t>(RowBytes(kv_type, 1));
+      const int64_t bytes = static_cast<int64_t>(RowBytes(kv_type, 9 * 16 * KV * hd));
       const Pair k = Upload(Random(T * KV * hd)), v = Upload(Random(T * KV * hd));
       cuda_->KvWrite(kc, a.cuda, k.cuda, v.cuda);
       host_->KvWrite(kh, a.host, k.host, v.host);
@@ -254,6 +255,23 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       std::vector<uint8_t> kcache(bytes), vcache(bytes);
       ASSERT_TRUE(cuda_->CopyToHost(kcache.data(), kc.k, bytes).ok());
       ASSERT_TRUE(cuda_->CopyToHost(vcache.data(), kc.v, bytes).ok());
+      if (kv_type == DType::kQ8_0) {
+        // A Q8_0 cache's rows: the rotated, quantized bytes of the reference's functions.
+        const size_t row_bytes = RowBytes(kv_type, KV * hd);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int part = 0; part < 2; ++part) {
+            std::vector<float> x((part ? v_rows : k_rot).begin() + t * KV * hd,
+                                 (part ? v_rows : k_rot).begin() + (t + 1) * KV * hd);
+            kernels::ref::HadamardRows(x.data(), 1, KV * hd, kernels::RotationBlock(hd));
+            std::vector<uint8_t> want(row_bytes);
+            kernels::ref::F32ToQ8_0Row(x.data(), want.data(), KV * hd);
+            const uint8_t* got = (part ? vcache : kcache).data() + a.slot[t] * row_bytes;
+            ASSERT_EQ(std::memcmp(got, want.data(), row_bytes), 0)
+                << tag << (part ? " v " : " k ") << t;
+          }
+        }
+        continue;
+      }
       auto stored = [&](const std::vector<uint8_t>& c, int64_t i) {
         return kv_type == DType::kF16 ? F16ToF32(reinterpret_cast<const uint16_t*>(c.data())[i])
                                       : reinterpret_cast<const float*>(c.data())[i];
@@ -290,7 +308,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
     BuildBatch(plain, &b, pos0, n);
     const int64_t T = a.host.n_tokens;
     const std::string batch = shape ? "prompts of 40 and 30" : "mixed";
-    for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
       for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {7, 1, 128}, {4, 4, 256}}) {
         kernels::KvLayerView kc, kh;
         RandomCache(kv_type, KV, hd, hd, &kc, &kh);
@@ -369,7 +387,7 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
   BuildBatch(cuda_.get(), &a, {1000, 300, 40}, {1, 1, 1}, tables);
   BuildBatch(plain, &b, {1000, 300, 40}, {1, 1, 1}, tables);
   const int64_t T = 3, n_blocks = 96;
-  for (DType kv_type : {DType::kF32, DType::kF16}) {
+  for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
     for (int hd : {64, 128}) {
       const int H = 8, KV = 2;
       kernels::KvLayerView kc, kh;
@@ -493,7 +511,7 @@ TEST_F(CudaTest, MlaOps) {
   host_->Rope(q.host + p.d_nope, H, dqk, H * dqk, a.host, rope, f.host);
   Expect(ckv, T * row, 1e-5, "strided RmsNorm + RoPE (k_pe)");
   Expect(q, T * H * dqk, 1e-5, "strided RoPE (q_pe)");
-  for (DType kv_type : {DType::kF32, DType::kF16}) {
+  for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
     kernels::KvLayerView kc, kh;  // the latent cache: one row of r + d_rope values, no V
     RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh);
     cuda_->KvWrite(kc, a.cuda, ckv.cuda, nullptr);

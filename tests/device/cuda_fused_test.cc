@@ -481,7 +481,7 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
     BuildBatch(cuda_.get(), &a, {0, 40, 30}, n);
     BuildBatch(plain, &b, {0, 40, 30}, n);
     const int64_t T = a.host.n_tokens;
-    for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
       for (int hd : {64, 128, 256}) {
         for (int variant = 0; variant < 3; ++variant) {
           kernels::RopeConfig rope;
@@ -570,7 +570,7 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
 // launch: one launch less, and the same bits as RopeKvKernel before it (PENG_CUDA_FUSED_ROPE=0)
 // -- the absorbed query and every byte of the latent cache --, and the absorbed query within
 // 1e-4 of the host device's. V2-Lite's shapes over a prefill, a decode and a chunk, and over a
-// step of 71 tokens (the products one batched GEMM); F32 and F16 caches; DeepSeek's
+// step of 71 tokens (the products one batched GEMM); F32, F16 and Q8_0 caches; DeepSeek's
 // interleaved pairs and half-apart ones with YaRN's attention factor.
 TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
   const std::unique_ptr<Device> unfused = DeviceWithout("PENG_CUDA_FUSED_ROPE");
@@ -591,7 +591,7 @@ TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
     const int64_t row = r + dr, dqk = p.d_nope + dr;
     const std::vector<float> kvb = Random(H * (p.d_nope + p.d_v) * r, -0.05f, 0.05f);
     const std::vector<float> q = Random(T * H * dqk), ckv = Random(T * row), nw = Random(r);
-    for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (DType kv_type : {DType::kF32, DType::kF16, DType::kQ8_0}) {
       for (bool interleaved : {true, false}) {
         kernels::RopeConfig rope;
         rope.rot_dim = static_cast<int>(dr);

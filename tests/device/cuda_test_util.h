@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -267,8 +268,8 @@ class CudaTest : public ::testing::Test {
   }
   // The bytes of a KV layer's keys (or values: 0 where it has none).
   static int64_t CacheBytes(const kernels::KvLayerView& v, bool values) {
-    return v.num_blocks * v.block_size * v.n_kv_heads * (values ? v.v_head_dim : v.head_dim) *
-           static_cast<int64_t>(RowBytes(v.dtype, 1));
+    return static_cast<int64_t>(RowBytes(
+        v.dtype, v.num_blocks * v.block_size * v.n_kv_heads * (values ? v.v_head_dim : v.head_dim)));
   }
   // The KV layer `from` (the host device's memory) copied to device d.
   static kernels::KvLayerView CopyCache(Device* d, const kernels::KvLayerView& from) {
@@ -290,11 +291,11 @@ class CudaTest : public ::testing::Test {
     spec.layers.push_back({kv_heads, head_dim, v_head_dim});
     int64_t k_bytes, v_bytes;
     *kh = spec.LayerView(0, n_blocks, 16, t, &k_bytes, &v_bytes);
-    for (auto [part, bytes] : {std::pair{&kernels::KvLayerView::k, k_bytes},
-                               std::pair{&kernels::KvLayerView::v, v_bytes}}) {
+    for (auto [part, bytes, dim] : {std::tuple{&kernels::KvLayerView::k, k_bytes, head_dim},
+                                    std::tuple{&kernels::KvLayerView::v, v_bytes, v_head_dim}}) {
       if (bytes == 0) continue;
       kh->*part = *host_->Alloc(bytes);
-      ASSERT_TRUE(FillRandomWeights(t, bytes / static_cast<int64_t>(RowBytes(t, 1)),
+      ASSERT_TRUE(FillRandomWeights(t, n_blocks * 16 * kv_heads * dim,
                                     static_cast<uint8_t*>(kh->*part), &rng_).ok());
     }
     *kc = CopyCache(cuda_.get(), *kh);

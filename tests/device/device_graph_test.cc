@@ -41,6 +41,23 @@ TEST_P(DeviceGraphTest, HostDeviceEqualsCpuPathBitForBit) {
 INSTANTIATE_TEST_SUITE_P(KvTypes, DeviceGraphTest, ::testing::Values(DType::kF16, DType::kF32),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
+// A Q8_0 cache (--kv-cache-dtype q8_0; head dimensions of whole 32-value blocks: the real
+// models, not the tiny fixtures) on the host device: the same bits as the CPU path too.
+TEST(DeviceGraph, Q8_0CacheOnTheHostDeviceEqualsTheCpuPath) {
+  const std::vector<std::string> paths = ModelPaths(false);
+  if (paths.empty()) GTEST_SKIP() << "no real model files (scripts/fetch_models.sh)";
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    const device_test::Run cpu = RunSteps(path, "cpu", DType::kQ8_0);
+    const device_test::Run dev = RunSteps(path, "host", DType::kQ8_0);
+    ASSERT_EQ(cpu.logits.size(), dev.logits.size());
+    ASSERT_FALSE(cpu.logits.empty());
+    for (size_t i = 0; i < cpu.logits.size(); ++i)
+      ASSERT_EQ(cpu.logits[i], dev.logits[i]) << "step " << i;
+    ASSERT_EQ(cpu.hidden, dev.hidden);
+  }
+}
+
 // DeepSeek-V2: the device graph runs MLA absorbed for every step (the CPU picks the expanded
 // form for some prefills) and sums the routed experts per token in slot order, so the results
 // differ by rounding only: within 1e-5 of the largest |logit|, in exact mode and F32 KV.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/kernels.cuh"
 
@@ -14,9 +15,33 @@ namespace {
 
 constexpr int kMaxRopeHalf = 128;  // rot_dim / 2 (rot_dim <= head_dim <= 256)
 
+// A Q8_0 cache's element: GGUF's block_q8_0 (an fp16 scale and 32 int8 values), the unit a
+// pointer into a Q8_0 cache steps by. The rows it holds are rotated (kernels/attention_ops.h):
+// runs of AttnArgs::rot_k / rot_v values multiplied by the orthonormal Walsh-Hadamard matrix
+// before they are quantized, so the attention rotates its queries alike and its output back.
+struct KvQ8 {
+  uint16_t d;
+  int8_t qs[32];
+};
+static_assert(sizeof(KvQ8) == 34);
+template <typename KV>
+constexpr bool kKvQ8 = std::is_same_v<std::remove_const_t<KV>, KvQ8>;
+// Values an element of the cache type holds.
+template <typename KV>
+constexpr int kKvValues = kKvQ8<KV> ? 32 : 1;
+
+// p advanced by `off` values (for Q8_0 a multiple of 32: rows and heads start at blocks).
+template <typename KV>
+__device__ __forceinline__ KV* KvAt(KV* p, int64_t off) {
+  return p + off / kKvValues<KV>;
+}
+
 template <typename KV>
 __device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
-  if constexpr (sizeof(KV) == 2) {
+  if constexpr (kKvQ8<KV>) {
+    const KvQ8& b = p[i / 32];
+    return layout::HalfBits(b.d) * static_cast<float>(b.qs[i % 32]);
+  } else if constexpr (sizeof(KV) == 2) {
     return __half2float(reinterpret_cast<const __half*>(p)[i]);
   } else {
     return p[i];
@@ -31,7 +56,60 @@ __device__ __forceinline__ void KvStore(KV* p, int64_t i, float v) {
   }
 }
 
-// The rows KvWrite stores (k_cache null: none): token t's k [kd] and v [vd] into its slot.
+// kernels::ref::HadamardRows over one run of n values (a power of two) by one thread: its
+// butterflies in its order, then the scale, so the same bits.
+__device__ __forceinline__ void HadamardRun(float* v, int n) {
+  for (int h = 1; h < n; h *= 2) {
+    for (int i = 0; i < n; i += 2 * h) {
+      for (int j = i; j < i + h; ++j) {
+        const float a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+    }
+  }
+  const float norm = 1.0f / sqrtf(static_cast<float>(n));
+  for (int i = 0; i < n; ++i) v[i] *= norm;
+}
+
+// n_rows rows of n values, `stride` apart, rotated in runs of `run` (0: none) by the block's
+// threads, a run a thread; the caller syncs before and after.
+__device__ __forceinline__ void HadamardRows(float* x, int n_rows, int n, int stride, int run) {
+  if (run == 0) return;
+  const int runs = n / run;
+  for (int j = threadIdx.x; j < n_rows * runs; j += blockDim.x)
+    HadamardRun(x + (j / runs) * stride + (j % runs) * run, run);
+}
+
+// x[0..32) into the block b: kernels::ref::F32ToQ8_0Row's arithmetic (ActBlockScale), so the
+// same bytes.
+__device__ __forceinline__ void QuantizeQ8(const float* x, KvQ8* b) {
+  float amax = 0.f;
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  const layout::ActScale s = layout::ActBlockScale<32>(amax);
+  KvQ8 q;
+#if defined(__CUDA_ARCH__)
+  q.d = __half_as_ushort(__float2half_rn(s.d));
+#else
+  q.d = F32ToF16(s.d);
+#endif
+  for (int i = 0; i < 32; ++i) q.qs[i] = layout::QuantizeActValue(x[i], s.iscale);
+  *b = q;
+}
+
+// x[0..n) (shared memory; n a multiple of 32) rotated in runs of `run`, then quantized into the
+// blocks from `out` on, by the block's threads; x is left rotated. Every thread calls it; it
+// syncs before it returns (out may be shared memory read next).
+__device__ __forceinline__ void StoreQ8Row(float* x, int n, int run, KvQ8* out) {
+  __syncthreads();  // (x whole)
+  HadamardRows(x, 1, n, n, run);
+  __syncthreads();
+  for (int b = threadIdx.x; b < n / 32; b += blockDim.x) QuantizeQ8(x + 32 * b, out + b);
+  __syncthreads();
+}
+
+// The rows KvWrite stores (k_cache null: none): token t's k [kd] and v [vd] into its slot; a
+// Q8_0 cache's rotated in runs of rot_k / rot_v values.
 template <typename KV>
 struct KvRows {
   KV* k_cache = nullptr;
@@ -40,7 +118,11 @@ struct KvRows {
   int64_t kd = 0, vd = 0;
   const float* k = nullptr;
   const float* v = nullptr;
+  int rot_k = 0, rot_v = 0;
 };
+
+// The values a block's Q8_0 rows pass through shared memory in (whole runs).
+constexpr int kQ8Chunk = 1024;
 
 // The rotation of kernels::RopeConfig on the device: pair i of a head turned by pos *
 // inv_freq[i] for i < half, cos and sin scaled by attention_factor (YaRN).
@@ -112,10 +194,25 @@ __global__ void RopeKvKernel(Device::RopeHeads q, Device::RopeHeads k, const int
   }
   if (!kv.k_cache) return;
   const int64_t slot = kv.slot[t];
-  for (int64_t i = threadIdx.x; i < kv.kd; i += blockDim.x)
-    KvStore(kv.k_cache, slot * kv.kd + i, kv.k[t * kv.kd + i]);
-  for (int64_t i = threadIdx.x; i < kv.vd; i += blockDim.x)
-    KvStore(kv.v_cache, slot * kv.vd + i, kv.v[t * kv.vd + i]);
+  if constexpr (kKvQ8<KV>) {  // (the row rotated and quantized a chunk at a time)
+    __shared__ float x[kQ8Chunk];
+    for (int part = 0; part < 2; ++part) {
+      const int64_t n = part ? kv.vd : kv.kd;
+      if (n == 0) continue;
+      const float* row = (part ? kv.v : kv.k) + t * n;
+      KvQ8* out = KvAt(part ? kv.v_cache : kv.k_cache, slot * n);
+      for (int64_t c = 0; c < n; c += kQ8Chunk) {
+        const int len = static_cast<int>(n - c < kQ8Chunk ? n - c : kQ8Chunk);
+        for (int i = threadIdx.x; i < len; i += blockDim.x) x[i] = row[c + i];
+        StoreQ8Row(x, len, part ? kv.rot_v : kv.rot_k, KvAt(out, c));
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < kv.kd; i += blockDim.x)
+      KvStore(kv.k_cache, slot * kv.kd + i, kv.k[t * kv.kd + i]);
+    for (int64_t i = threadIdx.x; i < kv.vd; i += blockDim.x)
+      KvStore(kv.v_cache, slot * kv.vd + i, kv.v[t * kv.vd + i]);
+  }
 }
 
 // RoPE and the KV write inside the attention (AttnArgs::rope; steps of one token a sequence, so
@@ -152,6 +249,9 @@ struct AttnArgs {
   const int32_t* table_offset;
   const int32_t* tables;
   int n_heads, n_kv_heads, head_dim, v_head_dim, block_size;
+  // A Q8_0 cache's rotation runs (KvQ8): the keys' (and the queries') and the values' (and the
+  // output's); 0 for the other caches.
+  int rot_k, rot_v;
   float scale, softcap;
   int sliding_window;
   QActOut quant;  // where set, the output also quantized in blocks of 32 (v_head_dim % 32 == 0)
@@ -175,26 +275,36 @@ constexpr int kAttnMaxSplits = 16;
 template <typename KV>
 __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool wide) {
   float s = 0.f;
-  int i = 0;
-  if (wide) {
-    if constexpr (sizeof(KV) == 2) {
-      for (; i + 8 <= n; i += 8) {
-        const uint4 u = LoadVector<uint4>(k + i);
-        const __half2* h = reinterpret_cast<const __half2*>(&u);
+  if constexpr (kKvQ8<KV>) {  // (a block's scale once)
+    for (int b = 0; b < n / 32; ++b) {
+      const KvQ8& blk = k[b];
+      float sb = 0.f;
+#pragma unroll 8
+      for (int c = 0; c < 32; ++c) sb += q[32 * b + c] * static_cast<float>(blk.qs[c]);
+      s += layout::HalfBits(blk.d) * sb;
+    }
+  } else {
+    int i = 0;
+    if (wide) {
+      if constexpr (sizeof(KV) == 2) {
+        for (; i + 8 <= n; i += 8) {
+          const uint4 u = LoadVector<uint4>(k + i);
+          const __half2* h = reinterpret_cast<const __half2*>(&u);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float2 f = __half22float2(h[c]);
-          s += q[i + 2 * c] * f.x + q[i + 2 * c + 1] * f.y;
+          for (int c = 0; c < 4; ++c) {
+            const float2 f = __half22float2(h[c]);
+            s += q[i + 2 * c] * f.x + q[i + 2 * c + 1] * f.y;
+          }
+        }
+      } else {
+        for (; i + 4 <= n; i += 4) {
+          const float4 f = LoadVector<float4>(k + i);
+          s += q[i] * f.x + q[i + 1] * f.y + q[i + 2] * f.z + q[i + 3] * f.w;
         }
       }
-    } else {
-      for (; i + 4 <= n; i += 4) {
-        const float4 f = LoadVector<float4>(k + i);
-        s += q[i] * f.x + q[i + 1] * f.y + q[i + 2] * f.z + q[i + 3] * f.w;
-      }
     }
+    for (; i < n; ++i) s += q[i] * KvLoad(k, i);
   }
-  for (; i < n; ++i) s += q[i] * KvLoad(k, i);
   return s;
 }
 
@@ -227,15 +337,21 @@ __device__ void AttnRopeSelf(const AttnArgs& a, int64_t t, int h, int kvh, float
   }
   __syncthreads();
   const float* v = r.v + (t * a.n_kv_heads + kvh) * a.v_head_dim;
-  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) KvStore(k_self, i, k_s[i]);
-  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) KvStore(v_self, i, v[i]);
+  if constexpr (kKvQ8<KV>) {  // (k_s rotated and quantized, then the value through k_s)
+    StoreQ8Row(k_s, a.head_dim, a.rot_k, k_self);
+    for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) k_s[i] = v[i];
+    StoreQ8Row(k_s, a.v_head_dim, a.rot_v, v_self);
+  } else {
+    for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) KvStore(k_self, i, k_s[i]);
+    for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) KvStore(v_self, i, v[i]);
+  }
   __syncthreads();
   if (!store || h % (a.n_heads / a.n_kv_heads) != 0) return;
   const int64_t slot = r.slot[t];
-  KV* kc = static_cast<KV*>(r.k_cache) + slot * a.k_stride + int64_t{kvh} * a.head_dim;
-  KV* vc = static_cast<KV*>(r.v_cache) + slot * a.v_stride + int64_t{kvh} * a.v_head_dim;
-  for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) kc[i] = k_self[i];
-  for (int i = threadIdx.x; i < a.v_head_dim; i += blockDim.x) vc[i] = v_self[i];
+  KV* kc = KvAt(static_cast<KV*>(r.k_cache), slot * a.k_stride + int64_t{kvh} * a.head_dim);
+  KV* vc = KvAt(static_cast<KV*>(r.v_cache), slot * a.v_stride + int64_t{kvh} * a.v_head_dim);
+  for (int i = threadIdx.x; i < a.head_dim / kKvValues<KV>; i += blockDim.x) kc[i] = k_self[i];
+  for (int i = threadIdx.x; i < a.v_head_dim / kKvValues<KV>; i += blockDim.x) vc[i] = v_self[i];
 }
 
 // One block per (token, head) -- or, with gridDim.z > 1, per part of a long context's keys
@@ -274,14 +390,19 @@ __global__ void AttentionKernel(AttnArgs a) {
   const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
   for (int i = threadIdx.x; i < a.head_dim; i += blockDim.x) q_s[i] = q[i];
   const bool rope = a.rope.k != nullptr;
-  alignas(16) __shared__ KV k_self[kMaxK];
-  __shared__ KV v_self[kMaxV];
+  alignas(16) __shared__ KV k_self[kMaxK / kKvValues<KV>];
+  __shared__ KV v_self[kMaxV / kKvValues<KV>];
+  static_assert(kMaxV <= kMaxK);  // (a Q8_0 value passes through k_s, the output through q_s)
   if (rope) {
     __shared__ float k_s[kMaxK];
     __shared__ float cs[2][kMaxRopeHalf];
     AttnRopeSelf(a, t, h, kvh, q_s, k_s, k_self, v_self, cs, z == parts - 1);
   }
   __syncthreads();
+  if constexpr (kKvQ8<KV>) {  // (the query rotated as the keys are)
+    HadamardRows(q_s, 1, a.head_dim, a.head_dim, a.rot_k);
+    __syncthreads();
+  }
   const KV* kc = static_cast<const KV*>(a.k);
   const KV* vc = static_cast<const KV*>(a.v);
   float m = -INFINITY, l = 0.f, acc[kPerLane];
@@ -293,7 +414,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     int64_t slot = 0;
     if (j <= hi) {
       slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-      const KV* kr = kc + slot * a.k_stride + int64_t{kvh} * a.head_dim;
+      const KV* kr = KvAt(kc, slot * a.k_stride + int64_t{kvh} * a.head_dim);
       const bool self = rope && j == p;
       if (self) slot = -1;  // (its value: v_self)
       s = KeyDot(q_s, self ? k_self : kr, a.head_dim,
@@ -310,7 +431,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     for (int c = 0; c < n_chunk; ++c) {
       const float ec = __shfl_sync(0xffffffffu, e, c);
       const long long sc = __shfl_sync(0xffffffffu, static_cast<long long>(slot), c);
-      const KV* vr = sc < 0 ? v_self : vc + sc * a.v_stride + int64_t{kvh} * a.v_head_dim;
+      const KV* vr = sc < 0 ? v_self : KvAt(vc, sc * a.v_stride + int64_t{kvh} * a.v_head_dim);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int d = lane + i * kWarp;
@@ -372,22 +493,29 @@ __global__ void AttentionKernel(AttnArgs a) {
     for (int64_t y = 0; y < parts; ++y) ll += __ldcg(parts_of + y * part_len + 1) * part_w[y];
     if (threadIdx.x == 0) a.done[th] = 0;
   }
+  // Output value d.
+  auto value = [&](int d) {
+    float s = 0.f;
+    if (parts == 1) {
+      s = sum(d);
+    } else {
+      for (int64_t y = 0; y < parts; ++y) s += __ldcg(parts_of + y * part_len + 2 + d) * part_w[y];
+    }
+    return s / ll;
+  };
+  if constexpr (kKvQ8<KV>) {  // (the values rotated back, in q_s)
+    for (int d = threadIdx.x; d < a.v_head_dim; d += blockDim.x) q_s[d] = value(d);
+    __syncthreads();
+    HadamardRows(q_s, 1, a.v_head_dim, a.v_head_dim, a.rot_v);
+    __syncthreads();
+  }
   float* out = a.out + th * a.v_head_dim;
   const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
   for (int d0 = 0; d0 < a.v_head_dim; d0 += blockDim.x) {  // (every thread every round)
     const int d = d0 + threadIdx.x;
     const bool valid = d < a.v_head_dim;
     float v = 0.f;
-    if (valid) {
-      float s = 0.f;
-      if (parts == 1) {
-        s = sum(d);
-      } else {
-        for (int64_t y = 0; y < parts; ++y)
-          s += __ldcg(parts_of + y * part_len + 2 + d) * part_w[y];
-      }
-      out[d] = v = s / ll;
-    }
+    if (valid) out[d] = v = kKvQ8<KV> ? q_s[d] : value(d);
     if (a.quant.qs)
       QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
   }
@@ -475,9 +603,13 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
     for (int d = lane; d < a.head_dim; d += kWarp)
       q_s[i][d] = t < 0 ? 0.f : a.q[(t * a.n_heads + head_s[i]) * a.head_dim + d];
   }
+  if constexpr (kKvQ8<KV>) {  // (the queries rotated as the keys are)
+    __syncthreads();
+    HadamardRows(&q_s[0][0], kRows, a.head_dim, kDk + 1, a.rot_k);
+  }
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
-  const KV* kc = static_cast<const KV*>(a.k) + int64_t{g} * a.head_dim;
-  const KV* vc = static_cast<const KV*>(a.v) + int64_t{g} * a.v_head_dim;
+  const KV* kc = KvAt(static_cast<const KV*>(a.k), int64_t{g} * a.head_dim);
+  const KV* vc = KvAt(static_cast<const KV*>(a.v), int64_t{g} * a.v_head_dim);
   float m[Tile::kWarpRows], l[Tile::kWarpRows], acc[kRows][Tile::kCols];
 #pragma unroll
   for (int r = 0; r < Tile::kWarpRows; ++r) m[r] = -INFINITY, l[r] = 0.f;
@@ -555,6 +687,20 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
     for (int r = 0; r < Tile::kWarpRows; ++r) l_s[warp + r * kAttnWarps] = l[r];
   }
   __syncthreads();
+  if constexpr (kKvQ8<KV>) {  // (the rows' values rotated back, in q_s)
+    static_assert(kDv <= kDk);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+      for (int c = 0; c < Tile::kCols; ++c) {
+        const int d = tid + c * kThreads;
+        if (d < a.v_head_dim) q_s[i][d] = acc[i][c] / l_s[i];
+      }
+    }
+    __syncthreads();
+    HadamardRows(&q_s[0][0], kRows, a.v_head_dim, kDk + 1, a.rot_v);
+    __syncthreads();
+  }
   const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {  // (every thread every round: the quantizer's shuffles)
@@ -565,7 +711,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
       const int d = tid + c * kThreads;
       const bool valid = t >= 0 && d < a.v_head_dim;
       float v = 0.f;
-      if (valid) a.out[(t * a.n_heads + h) * a.v_head_dim + d] = v = acc[i][c] / l_s[i];
+      if (valid) {
+        v = kKvQ8<KV> ? q_s[i][d] : acc[i][c] / l_s[i];
+        a.out[(t * a.n_heads + h) * a.v_head_dim + d] = v;
+      }
       if (a.quant.qs)
         QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
     }

@@ -23,7 +23,13 @@ void CudaDevice::RopeKvWrite(const RopeHeads& q, const RopeHeads& k, const StepB
                              const float* v_rows, const RowNorm& norm) {
   const int64_t kd = int64_t{kv.n_kv_heads} * kv.head_dim;
   const int64_t vd = int64_t{kv.n_kv_heads} * kv.v_head_dim;
-  if (kv.dtype == DType::kF16) {
+  if (kv.dtype == DType::kQ8_0) {
+    LaunchRopeKv(q, k, b, cfg, inv_freq,
+                 KvRows<KvQ8>{static_cast<KvQ8*>(kv.k), static_cast<KvQ8*>(kv.v), b.d_slot, kd,
+                              vd, k_rows, v_rows, kernels::RotationBlock(kv.head_dim),
+                              kernels::RotationBlock(kv.v_head_dim)},
+                 norm);
+  } else if (kv.dtype == DType::kF16) {
     LaunchRopeKv(q, k, b, cfg, inv_freq,
                  KvRows<uint16_t>{static_cast<uint16_t*>(kv.k), static_cast<uint16_t*>(kv.v),
                                   b.d_slot, kd, vd, k_rows, v_rows},
@@ -94,6 +100,7 @@ void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, co
   AttnArgs a = Args(q, out, kv, b);
   a.v = kv.k;  // the value is the latent part of the same row
   a.k_stride = a.v_stride = kv.head_dim;
+  if (kv.dtype == DType::kQ8_0) a.rot_v = a.rot_k;  // (the row's runs: the latent's whole ones)
   a.n_heads = p.n_heads;
   a.n_kv_heads = 1;
   a.v_head_dim = p.kv_lora_rank;
@@ -157,7 +164,8 @@ void CudaDevice::RopeMlaAbsorbQuery(const RopeKv& r, const kernels::KvLayerView&
   m.norm_w = r.norm.w;
   m.eps = r.norm.eps;
   m.cache = kv.k;
-  m.f16 = kv.dtype == DType::kF16;
+  m.cache_type = kv.dtype;
+  m.rot_q8 = kernels::RotationBlock(row);
   m.slot = b.d_slot;
   m.pos = b.d_pos;
   m.rot = Rotation(*r.cfg, r.inv_freq);
@@ -235,7 +243,9 @@ void CudaDevice::LaunchAttention(const AttnArgs& args, DType cache, int64_t n_to
   a.done = attn_done_;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(splits));
-  if (cache == DType::kF16) {
+  if (cache == DType::kQ8_0) {
+    Launch(AttentionKernel<KvQ8, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
+  } else if (cache == DType::kF16) {
     Launch(AttentionKernel<uint16_t, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
   } else {
     Launch(AttentionKernel<float, kMaxK, kMaxV>, grid, kAttnWarps * kWarp, launch_, a);
@@ -252,7 +262,10 @@ void CudaDevice::LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& 
   const int64_t group = a.n_heads / a.n_kv_heads;
   const int64_t tiles = (b.n_tokens * group - b.n_seqs) / kRows + b.n_seqs;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_kv_heads));
-  if (cache == DType::kF16) {
+  if (cache == DType::kQ8_0) {
+    Launch(AttentionTileKernel<KvQ8, kDk, kDv, kRows, kKeys, kLatent>, grid, kAttnWarps * kWarp,
+           launch_, a);
+  } else if (cache == DType::kF16) {
     Launch(AttentionTileKernel<uint16_t, kDk, kDv, kRows, kKeys, kLatent>, grid,
            kAttnWarps * kWarp, launch_, a);
   } else {
@@ -277,6 +290,10 @@ AttnArgs CudaDevice::Args(const float* q, float* out, const kernels::KvLayerView
   a.head_dim = kv.head_dim;
   a.v_head_dim = kv.v_head_dim;
   a.block_size = kv.block_size;
+  if (kv.dtype == DType::kQ8_0) {
+    a.rot_k = kernels::RotationBlock(kv.head_dim);
+    a.rot_v = kernels::RotationBlock(kv.v_head_dim);
+  }
   return a;
 }
 

@@ -29,7 +29,8 @@ struct MlaRopeKv {
   const float* norm_w = nullptr;
   float eps = 0.f;
   void* cache = nullptr;
-  bool f16 = false;  // the cache's type: F16, else F32
+  DType cache_type = DType::kF32;  // F32, F16 or Q8_0 (the row rotated in runs of rot_q8)
+  int rot_q8 = 0;
   const int32_t* slot = nullptr;
   const int32_t* pos = nullptr;
   RopeRotation rot;  // (rot_dim <= d_rope)
@@ -133,9 +134,17 @@ __device__ void MlaRopeKvInside(const MlaArgs& a, int64_t t, int h, const float*
   for (int i = threadIdx.x; i < half; i += blockDim.x)
     RotatePair(k_pe, i, half, interleaved, cs[0][i], cs[1][i]);
   __syncthreads();
+  if (m.cache_type == DType::kQ8_0) {  // (the row rotated and quantized: RopeKvKernel's)
+    __shared__ float row_s[kMaxMlaRow];
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x)
+      row_s[i] = i < a.r ? (kv[i] * s) * m.norm_w[i] : k_pe[i - a.r];
+    StoreQ8Row(row_s, static_cast<int>(row), m.rot_q8,
+               KvAt(static_cast<KvQ8*>(m.cache), slot * row));
+    return;
+  }
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
     const float v = i < a.r ? (kv[i] * s) * m.norm_w[i] : k_pe[i - a.r];
-    if (m.f16) {
+    if (m.cache_type == DType::kF16) {
       KvStore(static_cast<uint16_t*>(m.cache), slot * row + i, v);
     } else {
       KvStore(static_cast<float*>(m.cache), slot * row + i, v);
