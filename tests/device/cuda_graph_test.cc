@@ -216,44 +216,35 @@ TEST_F(CudaTest, DeepseekGraphMatchesTheHostDevice) {
   }
 }
 
-// A Q8_0 cache (--kv-cache-dtype q8_0): the tiny Gemma 3 (head_dim 32: runs of 32) and the small
-// Q4_0 DeepSeek file (MLA's 576-value latent rows: runs of 64) through their graphs, every step
-// within 1e-3 of the host device's largest logit -- the rows are rotated, quantized and read on
-// the device as the CPU kernels do it.
-TEST_F(CudaTest, Q8_0CacheGraphsMatchTheHostDevice) {
-  std::vector<std::string> paths = {test_util::SourceDir() + "/tests/data/hf_tiny/gemma3"};
-  if (!QuantizedDeepseekPath().empty()) paths.push_back(QuantizedDeepseekPath());
-  for (const std::string& path : paths) {
-    SCOPED_TRACE(path);
-    const device_test::Run h = device_test::RunSteps(path, "host", DType::kQ8_0, nullptr, true);
-    const device_test::Run c =
-        device_test::RunSteps(path, DeviceUnderTest(), DType::kQ8_0, nullptr, true);
-    ASSERT_EQ(h.logits.size(), c.logits.size());
-    ASSERT_FALSE(h.logits.empty());
-    for (size_t i = 0; i < h.logits.size(); ++i) {
-      const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
-      std::printf("[cuda] q8_0 cache, graph %s step %zu: max |dlogit| / max |logit| = %.2e\n",
-                  path.c_str(), i, d);
-      EXPECT_LE(d, 1e-3) << "step " << i;
-    }
+// The graph of the model at `path` on the device under test against the host device's, with a
+// KV cache of `kv`: every step within 1e-3 of its own largest logit.
+void ExpectGraphMatchesTheHostDevice(const std::string& path, DType kv) {
+  SCOPED_TRACE(path);
+  const device_test::Run h = device_test::RunSteps(path, "host", kv, nullptr, true);
+  const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), kv, nullptr, true);
+  ASSERT_EQ(h.logits.size(), c.logits.size());
+  ASSERT_FALSE(h.logits.empty());
+  for (size_t i = 0; i < h.logits.size(); ++i) {
+    const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
+    std::printf("[cuda] graph %s, %s cache, step %zu: max |dlogit| / max |logit| = %.2e\n",
+                path.c_str(), DTypeName(kv), i, d);
+    EXPECT_LE(d, 1e-3) << "step " << i;
   }
 }
 
 TEST_F(CudaTest, DecoderGraphMatchesTheHostDevice) {
-  for (const std::string& path : GraphModelPaths(/*smollm2=*/false)) {
-    SCOPED_TRACE(path);
-    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF32, nullptr, true);
-    const device_test::Run c =
-        device_test::RunSteps(path, DeviceUnderTest(), DType::kF32, nullptr, true);
-    ASSERT_EQ(h.logits.size(), c.logits.size());
-    ASSERT_FALSE(h.logits.empty());
-    for (size_t i = 0; i < h.logits.size(); ++i) {  // each step against its own largest logit
-      const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
-      std::printf("[cuda] graph %s step %zu: max |dlogit| / max |logit| = %.2e\n", path.c_str(),
-                  i, d);
-      EXPECT_LE(d, 1e-3) << "step " << i;
-    }
-  }
+  for (const std::string& path : GraphModelPaths(/*smollm2=*/false))
+    ExpectGraphMatchesTheHostDevice(path, DType::kF32);
+}
+
+// A Q8_0 cache (--kv-cache-dtype q8_0): the tiny Gemma 3 (head_dim 32: runs of 32) and the small
+// Q4_0 DeepSeek file (MLA's 576-value latent rows: runs of 64) -- the rows rotated, quantized
+// and read on the device as the CPU kernels do it.
+TEST_F(CudaTest, Q8_0CacheGraphsMatchTheHostDevice) {
+  ExpectGraphMatchesTheHostDevice(test_util::SourceDir() + "/tests/data/hf_tiny/gemma3",
+                                  DType::kQ8_0);
+  if (!QuantizedDeepseekPath().empty())
+    ExpectGraphMatchesTheHostDevice(QuantizedDeepseekPath(), DType::kQ8_0);
 }
 
 constexpr golden::Bounds kCudaHf = {true, 0.25, 0.1, 0.25};

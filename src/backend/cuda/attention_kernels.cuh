@@ -57,19 +57,25 @@ __device__ __forceinline__ void KvStore(KV* p, int64_t i, float v) {
 }
 
 // kernels::ref::HadamardRows over one run of n values (a power of two) by one thread: its
-// butterflies in its order, then the scale, so the same bits.
+// stages in its order (each value's sums the reference's), then the scale, so the same bits.
+// A stage's n / 2 butterflies are independent: a thread starts at its lane's (the threads of a
+// warp, a run each, then touch different shared-memory banks).
 __device__ __forceinline__ void HadamardRun(float* v, int n) {
+  const int half = n / 2, o = static_cast<int>(threadIdx.x % kWarp) % half;
   for (int h = 1; h < n; h *= 2) {
-    for (int i = 0; i < n; i += 2 * h) {
-      for (int j = i; j < i + h; ++j) {
-        const float a = v[j], c = v[j + h];
-        v[j] = a + c;
-        v[j + h] = a - c;
-      }
+    for (int p0 = 0; p0 < half; ++p0) {
+      const int p = p0 + o < half ? p0 + o : p0 + o - half;
+      const int j = (p / h) * 2 * h + p % h;
+      const float a = v[j], c = v[j + h];
+      v[j] = a + c;
+      v[j + h] = a - c;
     }
   }
   const float norm = 1.0f / sqrtf(static_cast<float>(n));
-  for (int i = 0; i < n; ++i) v[i] *= norm;
+  for (int i0 = 0; i0 < n; ++i0) {
+    const int i = (i0 + o) % n;
+    v[i] *= norm;
+  }
 }
 
 // n_rows rows of n values, `stride` apart, rotated in runs of `run` (0: none) by the block's
@@ -82,19 +88,21 @@ __device__ __forceinline__ void HadamardRows(float* x, int n_rows, int n, int st
 }
 
 // x[0..32) into the block b: kernels::ref::F32ToQ8_0Row's arithmetic (ActBlockScale), so the
-// same bytes.
+// same bytes. A thread starts at its lane's value (neighbouring threads' blocks: other banks).
 __device__ __forceinline__ void QuantizeQ8(const float* x, KvQ8* b) {
+  const int o = static_cast<int>(threadIdx.x % kWarp);
   float amax = 0.f;
-  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[(i + o) % 32]));
   const layout::ActScale s = layout::ActBlockScale<32>(amax);
-  KvQ8 q;
 #if defined(__CUDA_ARCH__)
-  q.d = __half_as_ushort(__float2half_rn(s.d));
+  b->d = __half_as_ushort(__float2half_rn(s.d));
 #else
-  q.d = F32ToF16(s.d);
+  b->d = F32ToF16(s.d);
 #endif
-  for (int i = 0; i < 32; ++i) q.qs[i] = layout::QuantizeActValue(x[i], s.iscale);
-  *b = q;
+  for (int i0 = 0; i0 < 32; ++i0) {
+    const int i = (i0 + o) % 32;
+    b->qs[i] = layout::QuantizeActValue(x[i], s.iscale);
+  }
 }
 
 // x[0..n) (shared memory; n a multiple of 32) rotated in runs of `run`, then quantized into the
