@@ -283,13 +283,20 @@ constexpr int kAttnMaxSplits = 16;
 template <typename KV>
 __device__ __forceinline__ float KeyDot(const float* q, const KV* k, int n, bool wide) {
   float s = 0.f;
-  if constexpr (kKvQ8<KV>) {  // (a block's scale once)
+  if constexpr (kKvQ8<KV>) {  // (a block's scale once; its values two at a time)
     for (int b = 0; b < n / 32; ++b) {
-      const KvQ8& blk = k[b];
+      // The block as 17 2-byte words (a block starts at an even byte): the scale, then the
+      // values in pairs, the first in the low byte (little-endian, as every target is).
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(k + b);
+      const float* qb = q + 32 * b;
       float sb = 0.f;
-#pragma unroll 8
-      for (int c = 0; c < 32; ++c) sb += q[32 * b + c] * static_cast<float>(blk.qs[c]);
-      s += layout::HalfBits(blk.d) * sb;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const uint16_t u = w[1 + c];
+        sb += qb[2 * c] * static_cast<float>(static_cast<int8_t>(u & 0xff));
+        sb += qb[2 * c + 1] * static_cast<float>(static_cast<int8_t>(u >> 8));
+      }
+      s += layout::HalfBits(w[0]) * sb;
     }
   } else {
     int i = 0;

@@ -291,40 +291,73 @@ void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_r
 
 namespace {
 
-// Values i .. i + 3 (i a multiple of 4) of a row of Q8_0 blocks (34 bytes: an fp16 scale d, then
-// 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
-inline float32x4_t LoadQ8_0(const uint8_t* row, int64_t i) {
-  const uint8_t* b = row + i / 32 * 34;
+// The fp16 scale of the Q8_0 block at b (34 bytes: an fp16 scale d, then 32 int8 q).
+inline float BlockScale(const uint8_t* b) {
   uint16_t h;
-  int32_t q4;
   std::memcpy(&h, b, 2);
-  std::memcpy(&q4, b + 2 + i % 32, 4);
-  const float d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-  const int8x8_t q8 = vreinterpret_s8_s32(vdup_n_s32(q4));
-  return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(q8)))), d);
+  return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+// The 32 int8 values of the Q8_0 block at b as 8 vectors of 4 floats.
+inline void Int8x32(const uint8_t* b, float32x4_t* f) {
+  const int8x16_t lo = vld1q_s8(reinterpret_cast<const int8_t*>(b + 2));
+  const int8x16_t hi = vld1q_s8(reinterpret_cast<const int8_t*>(b + 18));
+  const int16x8_t w[4] = {vmovl_s8(vget_low_s8(lo)), vmovl_s8(vget_high_s8(lo)),
+                          vmovl_s8(vget_low_s8(hi)), vmovl_s8(vget_high_s8(hi))};
+  for (int j = 0; j < 4; ++j) {
+    f[2 * j] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(w[j])));
+    f[2 * j + 1] = vcvtq_f32_s32(vmovl_s16(vget_high_s16(w[j])));
+  }
+}
+
+// Dot products of q with R Q8_0 rows at once: each 32-value block's eight products with the
+// query summed, then scaled by the block's d once (not each value).
+template <int R>
+inline void DotRowsQ8_0N(const float* q, const uint8_t* k, int64_t k_stride, int64_t dim,
+                         float* out) {
+  float32x4_t acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.f);
+  for (int64_t g = 0; g < dim / 32; ++g) {
+    float32x4_t qv[8];
+    for (int j = 0; j < 8; ++j) qv[j] = vld1q_f32(q + g * 32 + j * kW);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = k + r * k_stride + g * 34;
+      float32x4_t f[8];
+      Int8x32(b, f);
+      float32x4_t t = vmulq_f32(qv[0], f[0]);
+      for (int j = 1; j < 8; ++j) t = vfmaq_f32(t, qv[j], f[j]);
+      acc[r] = vfmaq_n_f32(acc[r], t, BlockScale(b));
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = vaddvq_f32(acc[r]);
 }
 
 }  // namespace
 
+// Q8_0 rows are whole blocks (dim a multiple of 32): there is never a tail.
 void DotRowsQ8_0(const float* q, const uint8_t* k, int64_t k_stride, int64_t n_rows, int64_t dim,
                  float* out) {
   int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
-    const uint8_t* kr = k + r * k_stride;
-    const auto load = [&](int j, int64_t i) { return LoadQ8_0(kr + j * k_stride, i); };
-    DotRowsN<4>(q, dim, out + r, load, load);
-  }
-  for (; r < n_rows; ++r) {
-    const uint8_t* kr = k + r * k_stride;
-    const auto load = [&](int, int64_t i) { return LoadQ8_0(kr, i); };
-    DotRowsN<1>(q, dim, out + r, load, load);
-  }
+  for (; r + 4 <= n_rows; r += 4) DotRowsQ8_0N<4>(q, k + r * k_stride, k_stride, dim, out + r);
+  for (; r < n_rows; ++r) DotRowsQ8_0N<1>(q, k + r * k_stride, k_stride, dim, out + r);
 }
 
+// acc += sum_r w[r] * row_r over Q8_0 rows, a block (32 accumulator floats in registers) at a
+// time: w[r] times the block's d once, then 8 FMAs.
 void AxpyRowsQ8_0(const float* w, const uint8_t* v, int64_t v_stride, int64_t n_rows, int64_t dim,
                   float* acc) {
-  const auto load = [&](int64_t r, int64_t i) { return LoadQ8_0(v + r * v_stride, i); };
-  AxpyRows(w, n_rows, dim, acc, load, load);
+  for (int64_t i = 0; i < dim; i += 32) {
+    float32x4_t a[8];
+    for (int j = 0; j < 8; ++j) a[j] = vld1q_f32(acc + i + j * kW);
+    const uint8_t* b = v + i / 32 * 34;
+    for (int64_t r = 0; r < n_rows; ++r, b += v_stride) {
+      const float c = w[r] * BlockScale(b);
+      float32x4_t f[8];
+      Int8x32(b, f);
+      for (int j = 0; j < 8; ++j) a[j] = vfmaq_n_f32(a[j], f[j], c);
+    }
+    for (int j = 0; j < 8; ++j) vst1q_f32(acc + i + j * kW, a[j]);
+  }
 }
 
 void AxpyRowsF32(const float* w, const float* v, int64_t v_stride, int64_t n_rows, int64_t dim,
@@ -398,7 +431,13 @@ void F16ToF32Row(const uint16_t* x, float* y, int64_t n) {
 }
 
 void Q8_0ToF32Row(const uint8_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += kW) vst1q_f32(y + i, LoadQ8_0(x, i));
+  for (int64_t i = 0; i < n; i += 32) {  // d * q (exact)
+    const uint8_t* b = x + i / 32 * 34;
+    const float d = BlockScale(b);
+    float32x4_t f[8];
+    Int8x32(b, f);
+    for (int j = 0; j < 8; ++j) vst1q_f32(y + i + j * kW, vmulq_n_f32(f[j], d));
+  }
 }
 
 namespace {
