@@ -37,7 +37,7 @@
 #        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
 #        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
 #        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), and with the 8-bit KV cache
-#        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens);
+#        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens; these two after step 5);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
@@ -338,14 +338,6 @@ run() {
         --tg 128 --depth 4096
       summarize_bench "$RES/depth-$m-qwen.json"
     done
-    # The same after 4096 tokens with the 8-bit KV cache (--kv-cache-dtype q8_0), and V2-Lite's
-    # latent rows in it.
-    step bench-depth-q8_0 bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
-      "$RES/depth-q8_0-qwen.json" --tg 128 --depth 4096 --kv-cache-dtype q8_0
-    summarize_bench "$RES/depth-q8_0-qwen.json"
-    STEP_TIMEOUT=150 step bench-deepseek-q8_0 bench_json "$ds" "$RES/deepseek-q8_0.json" \
-      --tg 64 --depth 1024 --kv-cache-dtype q8_0
-    summarize_bench "$RES/deepseek-q8_0.json"
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
@@ -397,6 +389,17 @@ run() {
     else
       echo "=== e2e: skipped (no wheels in $BUNDLE/whl)"
     fi
+  fi
+  if want bench; then
+    # The 8-bit KV cache (--kv-cache-dtype q8_0): Qwen2.5 after 4096 tokens (against
+    # bench-depth-split) and V2-Lite's latent rows after 1024 -- after serving and e2e, so that
+    # a run cut short by its time limit loses these first.
+    step bench-depth-q8_0 bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+      "$RES/depth-q8_0-qwen.json" --tg 128 --depth 4096 --kv-cache-dtype q8_0
+    summarize_bench "$RES/depth-q8_0-qwen.json"
+    STEP_TIMEOUT=150 step bench-deepseek-q8_0 bench_json "$ds" "$RES/deepseek-q8_0.json" \
+      --tg 64 --depth 1024 --kv-cache-dtype q8_0
+    summarize_bench "$RES/deepseek-q8_0.json"
   fi
   if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
     # Each kernel's time in the prefills, decode steps and a batched decode (asked for by name
