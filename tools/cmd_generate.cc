@@ -22,14 +22,6 @@ void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages) {
               "available memory; the packed panels of Q4_0/Q4_1/Q8_0 use huge pages anyway)");
 }
 
-namespace {
-const std::map<std::string, DType>& KvCacheDtypes() {
-  static const std::map<std::string, DType> names = {
-      {"f16", DType::kF16}, {"f32", DType::kF32}, {"q8_0", DType::kQ8_0}};
-  return names;
-}
-}  // namespace
-
 void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype) {
   c->add_option_function<std::string>(
        "--kv-cache-dtype",
@@ -42,12 +34,6 @@ void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype) {
        "KV cache values: f16 (default), f32, or q8_0 (32-value blocks of int8 with an fp16 "
        "scale: about half the memory of f16; head dimensions multiples of 32)")
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}, CLI::ignore_case));
-}
-
-std::string KvCacheDtypeName(DType kv_dtype) {
-  for (const auto& [name, t] : KvCacheDtypes())
-    if (t == kv_dtype) return name;
-  return DTypeName(kv_dtype);
 }
 
 int Fail(const std::string& what) {

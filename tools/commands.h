@@ -59,8 +59,6 @@ void RegisterTop(CLI::App& app, int* exit_code);       // tools/cmd_top.cc
 void AddDeviceOptions(CLI::App* c, std::string* device, bool* huge_pages);
 // --kv-cache-dtype f16 (default) | f32 | q8_0 (EngineOptions::kv_dtype): the KV cache's values.
 void AddKvCacheDtypeOption(CLI::App* c, DType* kv_dtype);
-// The option's name of a KV cache type ("f16", "f32", "q8_0").
-std::string KvCacheDtypeName(DType kv_dtype);
 // Prints "peng: error: <status>" to stderr and returns 1.
 int Fail(const std::string& what);
 // Writes `text` to `path` (replacing it); IoError naming the path when that fails.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,7 +43,7 @@ struct EngineOptions {
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   bool enable_prefix_caching = true;
   DType kv_dtype = DType::kF16;         // --kv-cache-dtype: F16, F32 (exact-mode scoring,
-                                        // `peng logits --exact`) or Q8_0 (CPU)
+                                        // `peng logits --exact`) or Q8_0 (KvCacheDtypes)
   // Tensor parallelism over the processes of an MPI job (`mpirun -np N peng ... -tp N`):
   // rank 0 runs the engine, the other ranks run RunParallelWorker() (engine_core.h).
   int tensor_parallel_size = 1;
@@ -137,12 +138,19 @@ class RequestStream {
   virtual void SetNotify(std::function<void()> notify) = 0;
 };
 
+// The KV cache types (EngineOptions::kv_dtype) by the names `--kv-cache-dtype`, the benchmarks'
+// JSON and /metrics give them: "f16", "f32", "q8_0".
+const std::map<std::string, DType>& KvCacheDtypes();
+std::string KvCacheDtypeName(DType kv_dtype);
+
 struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   int64_t num_preemptions_total = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_used = 0;
+  int64_t kv_block_size = 0;            // tokens a block (EngineOptions::block_size)
+  DType kv_dtype = DType::kF16;         // the cache's values (EngineOptions::kv_dtype)
   double kv_usage = 0;                  // used / total
   // Internal fragmentation: token slots of used blocks that hold no token (the unfilled
   // tail of each running sequence's last block), as a share of the whole pool -- now, and

@@ -681,6 +681,8 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->steps_total = steps_total_;
   s->tensor_parallel_size = opt_.tensor_parallel_size;
   s->data_parallel_size = static_cast<int64_t>(replicas_.size());
+  s->kv_block_size = opt_.block_size;
+  s->kv_dtype = opt_.kv_dtype;
   s->queue_wait_seconds_sum = queue_wait_sum_;
   s->queue_wait_count = queue_wait_count_;
 }

@@ -17,6 +17,19 @@
 #include "kernels/work_counter.h"
 
 namespace peng {
+
+const std::map<std::string, DType>& KvCacheDtypes() {
+  static const std::map<std::string, DType> names = {
+      {"f16", DType::kF16}, {"f32", DType::kF32}, {"q8_0", DType::kQ8_0}};
+  return names;
+}
+
+std::string KvCacheDtypeName(DType kv_dtype) {
+  for (const auto& [name, t] : KvCacheDtypes())
+    if (t == kv_dtype) return name;
+  return DTypeName(kv_dtype);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

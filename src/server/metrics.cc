@@ -119,6 +119,14 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   gauge("num_requests_waiting", "Number of requests waiting to be processed.",
         static_cast<double>(s.num_waiting));
   gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  Header("peng_cache_config_info", "gauge",
+         "Information of the KV cache: tokens a block and the values' type (--block-size, "
+         "--kv-cache-dtype).",
+         &out);
+  Sample("peng_cache_config_info",
+         l + ",block_size=\"" + std::to_string(s.kv_block_size) + "\",cache_dtype=\"" +
+             PromEscape(KvCacheDtypeName(s.kv_dtype)) + "\"",
+         1, &out);
   gauge("tensor_parallel_size",
         "Processes the model is split over (1 = one process); every rank holds the same KV "
         "block ids, so the KV gauges are every rank's.",

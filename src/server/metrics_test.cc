@@ -49,6 +49,8 @@ std::string Rendered() {
   s.kv_blocks_total = 8;
   s.kv_blocks_used = 2;
   s.kv_usage = 0.25;
+  s.kv_block_size = 16;
+  s.kv_dtype = DType::kQ8_0;
   s.prefix_cache_queries = 32;
   s.prefix_cache_hits = 16;
   s.prompt_tokens_total = 40;
@@ -65,6 +67,8 @@ TEST(MetricsTest, RenderedText) {
       "peng_num_requests_waiting{model_name=\"tiny\"} 1\n",
       "# TYPE peng_kv_cache_usage_perc gauge\npeng_kv_cache_usage_perc{model_name=\"tiny\"} 0.25\n",
       "peng_kv_cache_used_blocks{model_name=\"tiny\"} 2\n",
+      "# TYPE peng_cache_config_info gauge\n"
+      "peng_cache_config_info{model_name=\"tiny\",block_size=\"16\",cache_dtype=\"q8_0\"} 1\n",
       "# TYPE peng_prefix_cache_queries_total counter\n"
       "peng_prefix_cache_queries_total{model_name=\"tiny\"} 32\n",
       "peng_prefix_cache_hits_total{model_name=\"tiny\"} 16\n",

@@ -268,8 +268,8 @@ class CudaTest : public ::testing::Test {
   }
   // The bytes of a KV layer's keys (or values: 0 where it has none).
   static int64_t CacheBytes(const kernels::KvLayerView& v, bool values) {
-    return static_cast<int64_t>(RowBytes(
-        v.dtype, v.num_blocks * v.block_size * v.n_kv_heads * (values ? v.v_head_dim : v.head_dim)));
+    const int64_t row = int64_t{v.n_kv_heads} * (values ? v.v_head_dim : v.head_dim);
+    return static_cast<int64_t>(RowBytes(v.dtype, v.num_blocks * v.block_size * row));
   }
   // The KV layer `from` (the host device's memory) copied to device d.
   static kernels::KvLayerView CopyCache(Device* d, const kernels::KvLayerView& from) {

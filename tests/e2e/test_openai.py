@@ -369,6 +369,11 @@ def test_metrics_names(server):
         assert re.search(r"^peng[:_]" + name + r"[{ ]", text, re.M), name
     assert server.metric("generation_tokens_total") > 0
     assert server.metric("prompt_tokens_total") > 0
+    # The KV cache's block size and value type (the default, or PENG_E2E_SERVE_ARGS's).
+    dtype = re.search(r"--kv-cache-dtype[ =](\S+)", os.environ.get("PENG_E2E_SERVE_ARGS", ""))
+    assert re.search(r'^peng_cache_config_info\{model_name="[^"]*",block_size="16",cache_dtype="'
+                     + (dtype.group(1).lower() if dtype else "f16") + r'"\} 1$', text, re.M), \
+        "cache_config_info"
     # The layout: scripts/mpi_serve.sh runs the server over PENG_TP x PENG_DP ranks (test.sh
     # e2e-tp, e2e-dp).
     assert server.metric("tensor_parallel_size") == int(os.environ.get("PENG_TP", "1"))
