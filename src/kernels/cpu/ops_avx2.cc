@@ -19,15 +19,24 @@ inline __m256i TailMask(int64_t rem) {
                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// Values i .. i + 7 (i a multiple of 8) of a row of Q8_0 blocks (34 bytes: an fp16 scale d, then
-// 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
-inline __m256 LoadQ8_0(const uint8_t* row, int64_t i) {
-  const uint8_t* b = row + i / 32 * 34;
+// The 8 int8 values at p as floats.
+inline __m256 Int8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The fp16 scale of the Q8_0 block at b (34 bytes: an fp16 scale d, then 32 int8 q).
+inline float BlockScale(const uint8_t* b) {
   uint16_t h;
   std::memcpy(&h, b, 2);
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
-  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+  return _cvtsh_ss(h);
+}
+
+// Values i .. i + 7 (i a multiple of 8) of a row of Q8_0 blocks, d * q (exact). Q8_0 rows are
+// whole blocks, so there is never a tail.
+inline __m256 LoadQ8_0(const uint8_t* row, int64_t i) {
+  const uint8_t* b = row + i / 32 * 34;
+  return _mm256_mul_ps(Int8x8(b + 2 + i % 32), _mm256_set1_ps(BlockScale(b)));
 }
 
 inline float HSum(__m256 v) {
@@ -277,19 +286,6 @@ void DotRowsF16(const float* q, const uint16_t* k, int64_t k_stride, int64_t n_r
 }
 
 namespace {
-
-// The 8 int8 values at p as floats.
-inline __m256 Int8x8(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-// The fp16 scale of the Q8_0 block at b.
-inline float BlockScale(const uint8_t* b) {
-  uint16_t h;
-  std::memcpy(&h, b, 2);
-  return _cvtsh_ss(h);
-}
 
 // Dot products of q with R Q8_0 rows at once: each 32-value block's four products with the
 // query summed, then scaled by the block's d once (not each value).

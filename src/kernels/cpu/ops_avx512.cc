@@ -62,15 +62,24 @@ inline __m512 LoadF32(const float* p, __mmask16 m) { return _mm512_maskz_loadu_p
 inline __m512 LoadF16(const uint16_t* p, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
-// Values i .. i + 15 (i a multiple of 16) of a row of Q8_0 blocks (34 bytes: an fp16 scale d,
-// then 32 int8 q), d * q (exact). Q8_0 rows are whole blocks, so there is never a tail.
+// The 16 int8 values at p as floats.
+inline __m512 Int8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The fp16 scale of the Q8_0 block at b (34 bytes: an fp16 scale d, then 32 int8 q).
+inline float BlockScale(const uint8_t* b) {
+  uint16_t h;
+  std::memcpy(&h, b, 2);
+  return _cvtsh_ss(h);
+}
+
+// Values i .. i + 15 (i a multiple of 16) of a row of Q8_0 blocks, d * q (exact). Q8_0 rows are
+// whole blocks, so there is never a tail.
 inline __m512 LoadQ8_0(const uint8_t* row, int64_t i) {
   const uint8_t* b = row + i / 32 * 34;
-  short h;
-  std::memcpy(&h, b, 2);
-  const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(h));
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+  return _mm512_mul_ps(Int8x16(b + 2 + i % 32), _mm512_set1_ps(BlockScale(b)));
 }
 
 template <typename Op>
@@ -287,19 +296,6 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t v_stride, int64_t n_
 }
 
 namespace {
-
-// The 16 int8 values at p as floats.
-inline __m512 Int8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
-// The fp16 scale of the Q8_0 block at b.
-inline float BlockScale(const uint8_t* b) {
-  uint16_t h;
-  std::memcpy(&h, b, 2);
-  return _cvtsh_ss(h);
-}
 
 // Q8_0 rows' dot products, 16 rows at a time: each 32-value block's two products with the
 // query summed, then scaled by the block's d once (not each value), folded as DotRows16Fixed.
