@@ -3,7 +3,8 @@
 // copy them on from the staging memory, scan each for NaN / +inf, sample (greedy; top-k 40 at
 // temperature 0.8) -- against what it does when the device returns each row's best logits
 // (Device::TopLogits): Sampler::SampleTop on k entries; and plain temperature sampling, which
-// reads the whole row. Medians of the repetitions, in us a step (one thread; the engine
+// reads the whole row, or takes the token the device drew (Device::DrawTokens:
+// Sampler::SampleDrawn). Medians of the repetitions, in us a step (one thread; the engine
 // spreads a step's whole rows over its threads).
 //
 //   sampling_bench [rows] [vocab] [reps]   (defaults 64 151936 9)
@@ -73,8 +74,15 @@ int main(int argc, char** argv) {
         sink += samplers[r].Sample(row, V, TokenHistory());
       }
     });
-    if (Sampler::TopNeeded(*p) == 0) {
-      std::printf("  %-26s whole rows %9.1f\n", name, whole);
+    if (Sampler::TopNeeded(*p) == 0) {  // (plain temperature: the device draws the token)
+      const double drawn = MedianUs(reps, [&] {
+        for (int64_t r = 0; r < R; ++r) {
+          samplers[r].PendingUniform();  // (before the step)
+          sink += samplers[r].SampleDrawn(val[r * K], idx[r * K], idx[r * K]);
+        }
+      });
+      std::printf("  %-26s whole rows %9.1f   drawn on the device %7.1f   (%.0fx)\n", name,
+                  whole, drawn, whole / drawn);
       continue;
     }
     const double best = MedianUs(reps, [&] {

@@ -40,8 +40,9 @@
 #        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens; these two after step 5);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
-#     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients; again
-#        with the logit rows brought back whole (PENG_DEVICE_TOP_LOGITS=0)
+#     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients, greedy
+#        and at temperature 1 (the tokens drawn on the device); again at temperature 1 with the
+#        logit rows brought back whole and drawn on the host (PENG_DEVICE_TOP_LOGITS=0)
 #     5. e2e: tests/e2e/test_openai.py against peng serve --device cuda (SmolLM2's shapes)
 #     6. profile (only when STEPS names it): ncu's time of every kernel in the pp512 of V2-Lite
 #        and of Qwen2.5, in decode steps of both, and in Qwen2.5's decode of 32 sequences,
@@ -134,14 +135,15 @@ bench_json() {  # model out.json args...: peng bench's JSON document into out.js
   "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
 }
 
-serve_bench() {  # model port name: 256 requests, 64 at a time
+serve_bench() {  # model port name [bench serve args]: 256 requests, 64 at a time
   local model=$1 port=$2 name=$3
+  shift 3
   "$BUNDLE/bin/peng" serve "$model" --device cuda --host 127.0.0.1 --port "$port" \
     --max-num-seqs 64 > "$RES/$name-server.log" 2>&1 &
   local pid=$!
   wait_health "http://127.0.0.1:$port" || { kill $pid; return 1; }
   "$BUNDLE/bin/peng" bench serve --url "http://127.0.0.1:$port" -n 256 --max-concurrency 64 \
-    --input-len 128 --output-len 128 --out "$RES/$name.json"
+    --input-len 128 --output-len 128 --out "$RES/$name.json" "$@"
   local rc=$?
   kill -TERM $pid
   wait $pid
@@ -371,10 +373,14 @@ run() {
   if want serve; then
     step serve-64 serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18300 serve-64
     head -n 25 "$RES/serve-64.log"
-    # The same with every logit row brought back whole (the greedy rows' best logit not taken
-    # on the device): what Device::TopLogits is worth to serving.
+    # Sampling at temperature 1 (OpenAI's default): each row's token drawn on the device
+    # (Device::DrawTokens); then the same with every logit row brought back whole and drawn on
+    # the host: what the device's draw is worth to serving.
+    step serve-64-temperature serve_bench "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18301 \
+      serve-64-temperature --temperature 1
+    head -n 25 "$RES/serve-64-temperature.log"
     PENG_DEVICE_TOP_LOGITS=0 step serve-64-whole-rows serve_bench \
-      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18301 serve-64-whole-rows
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" 18302 serve-64-whole-rows --temperature 1
     head -n 25 "$RES/serve-64-whole-rows.log"
   fi
   if want e2e; then

@@ -250,6 +250,16 @@ class HostDevice final : public Device {
       first_bad[r] = static_cast<int32_t>(kernels::FindNanOrPosInf(x + r * n, n));
     }
   }
+  void DrawTokens(const float* x, int64_t n_rows, int64_t n, const float* best, int best_stride,
+                  const TokenDraw* draws, int32_t* drawn) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float m = best[r * best_stride];
+      const bool draw = draws[r].inv_temperature > 0 && std::isfinite(m);
+      drawn[r] = draw ? kernels::DrawInIdOrder(x + r * n, n, m, draws[r].inv_temperature,
+                                               draws[r].uniform)
+                      : -1;
+    }
+  }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                   float* dst) override {
     for (int64_t i = 0; i < n; ++i)

@@ -281,7 +281,7 @@ void EngineCore::RunStep() {
     batch.capture_hidden = nullptr;
     batch.top = top_logits_max_ > 0 ? &R.top : nullptr;
     for (const ScheduledSeq& sc : out.scheduled) {
-      const auto* c = static_cast<const Completion*>(sc.seq);
+      auto* c = static_cast<Completion*>(sc.seq);
       Request* r = c->req;
       if (!r->scheduled) {
         r->scheduled = true;
@@ -300,6 +300,10 @@ void EngineCore::RunStep() {
       if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
         e.all_logits = e.want_logits = true;
       if (e.want_logits && !e.all_logits) e.top_logits = TopLogitsFor(*c);
+      if (e.top_logits > 0 && Sampler::DrawsInIdOrder(r->in.params, vocab_)) {
+        e.draw_inv_temperature = 1.0f / r->in.params.temperature;
+        e.draw_uniform = c->sampler.PendingUniform();
+      }
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
@@ -381,6 +385,8 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.top_idx = R.top.idx.data() + at;
       ch.top_k = R.top.k;
       ch.bad = R.top.first_bad[row - 1];
+      ch.draws = e.draw_inv_temperature > 0;
+      if (ch.draws) ch.drawn = R.top.drawn[row - 1];
     }
     any_whole = any_whole || ch.top_k == 0;
     ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
@@ -394,8 +400,10 @@ void EngineCore::FinishStep(Replica* rp) {
       if (ch.top_k == 0) ch.bad = kernels::FindNanOrPosInf(ch.row, vocab_);
       if (ch.bad >= 0 || !ch.parallel) continue;
       try {
-        ch.id = ch.top_k > 0 ? ch.c->sampler.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
-                             : Choose(ch.c, ch.row, &ch.lp, &raw);
+        Sampler& s = ch.c->sampler;
+        ch.id = ch.draws      ? s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.drawn)
+                : ch.top_k > 0 ? s.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
+                               : Choose(ch.c, ch.row, &ch.lp, &raw);
       } catch (const std::exception& e) {
         ch.error = e.what();
       }
@@ -516,6 +524,7 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
       p.want_logprobs || !p.logit_bias.empty() || c.matcher || c.num_output < p.min_tokens ||
       (r.in.n > 1 && !r.forked))
     return 0;
+  if (Sampler::DrawsInIdOrder(p, vocab_)) return 1;  // (its best, and the device's draw)
   const int k = Sampler::TopNeeded(p);
   return k <= top_logits_max_ && k < vocab_ ? k : 0;
 }

@@ -128,6 +128,8 @@ class EngineCore {
     const float* top_val = nullptr;
     const int32_t* top_idx = nullptr;
     int top_k = 0;
+    bool draws = false;     // the device drew its token (SeqBatchEntry::draw_inv_temperature)
+    int32_t drawn = -1;
     int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads
     int32_t id = -1;

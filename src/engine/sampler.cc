@@ -127,21 +127,8 @@ int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
   auto scaled = [&](float l) { return (l - m) * inv_t; };
 
   // Fast path: plain temperature sampling over the whole vocabulary, in id order.
-  if (k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f) {
-    double total = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) total += std::exp(scaled(logits[i]));
-    const double u = NextUniform() * total;
-    double acc = 0.0;
-    int32_t last = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double w = std::exp(scaled(logits[i]));
-      if (w == 0.0) continue;
-      acc += w;
-      last = static_cast<int32_t>(i);
-      if (u < acc) return last;
-    }
-    return last;  // u rounded up to total
-  }
+  if (k == 0 && params_.top_p >= 1.0f && params_.min_p == 0.0f)
+    return kernels::DrawInIdOrder(logits, vocab, m, inv_t, NextUniform());
 
   // Top-k: the k best, sorted -- the order the draw walks them in, the same on every platform
   // and the order a device's TopLogits returns them in (SampleTop).
@@ -248,7 +235,34 @@ void Sampler::ApplyTopP(float max_logit, float inv_t, double denom) {
 }
 
 double Sampler::NextUniform() {
+  if (has_pending_) {
+    has_pending_ = false;
+    return pending_;
+  }
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+double Sampler::PendingUniform() {
+  if (!has_pending_) {
+    pending_ = NextUniform();
+    has_pending_ = true;
+  }
+  return pending_;
+}
+
+bool Sampler::DrawsInIdOrder(const SamplingParams& p, int64_t vocab) {
+  return TopNeeded(p) != 1 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && (p.top_k <= 0 || p.top_k >= vocab) &&
+         p.top_p >= 1.0f && p.min_p == 0.0f;
+}
+
+int32_t Sampler::SampleDrawn(float best, int32_t best_id, int32_t drawn) {
+  // Everything masked: Sample()'s Argmax (no draw; the pending uniform stays for the next).
+  if (!(best > kNegInf)) return best_id;
+  PENG_CHECK_MSG(has_pending_ && !std::isinf(best) && drawn >= 0,
+                 "SampleDrawn: no draw with the pending uniform for a finite row");
+  NextUniform();  // (the pending one, which the device drew with)
+  return drawn;
 }
 
 // ---------------------------------------------------------------------------------------------

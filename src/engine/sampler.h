@@ -91,6 +91,18 @@ class Sampler {
   // on the whole row would give (a row without NaN).
   int32_t SampleTop(const float* val, const int32_t* id, int n);
 
+  // Plain temperature sampling over the whole row in id order (temperature > 0; no penalties,
+  // top-k below the vocabulary, top-p or min-p): a draw a device can make where the logits are
+  // (Device::DrawTokens), from the row's largest logit and a uniform drawn before the step.
+  static bool DrawsInIdOrder(const SamplingParams& p, int64_t vocab);
+  // The uniform the next draw takes (the generator's next), drawn now and kept for that draw:
+  // the same value however often it is asked for before a draw takes it.
+  double PendingUniform();
+  // Sample() of a DrawsInIdOrder row of which only its best logit and index are at hand, and
+  // the id the device drew with PendingUniform() (kernels::DrawInIdOrder's): the same id, and
+  // the same draws of the generator, as Sample() on the whole row (a row without NaN or +inf).
+  int32_t SampleDrawn(float best, int32_t best_id, int32_t drawn);
+
   // Applies the repetition, presence and frequency penalties in place (step 1 above).
   void ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& history) const;
 
@@ -121,7 +133,7 @@ class Sampler {
   int32_t Draw(float m);
   // Truncates cand_ to the top-p nucleus; `denom` is sum(exp(s_i)) over cand_.
   void ApplyTopP(float max_logit, float inv_t, double denom);
-  double NextUniform();  // [0, 1)
+  double NextUniform();  // [0, 1): the pending one (PendingUniform) if any, else the next
 
   // Top-k up to here takes kernels::TopK's one pass over the row (a value that enters the list
   // moves up to k entries); a larger k, nth_element over the row and a sort of the k.
@@ -130,6 +142,8 @@ class Sampler {
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
+  bool has_pending_ = false;
+  double pending_ = 0.0;
   std::vector<Candidate> cand_;  // scratch, reused across calls
   std::vector<float> saved_;     // scratch: raw logits of history tokens, for raw_logprob
   std::vector<float> top_val_;   // scratch: kernels::TopK's list

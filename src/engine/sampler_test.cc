@@ -233,6 +233,68 @@ TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
   EXPECT_EQ(Sampler::TopNeeded(pen), 0);
 }
 
+// Plain temperature sampling drawn where the logits are (a device's DrawTokens, here
+// kernels::DrawInIdOrder as the host device makes it): SampleDrawn on the row's best logit and
+// the id drawn with PendingUniform gives Sample's tokens on the whole row, seed for seed, and
+// leaves the generator where Sample does -- a row of -inf draws nothing, and the pending uniform
+// goes to the next draw, whichever path takes it.
+TEST(SamplerTest, SampleDrawnEqualsSampleOnTheWholeRow) {
+  const int64_t vocab = 3000;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> row(vocab), masked(vocab, -std::numeric_limits<float>::infinity());
+  for (float& v : row) v = std::round(nd(gen) * 4.f) / 4.f;
+  float best;
+  int32_t best_id;
+  kernels::TopK(row.data(), vocab, 1, &best, &best_id);
+  for (float temp : {0.3f, 1.f, 2.5f}) {
+    SamplingParams p;
+    p.temperature = temp;
+    p.seed = 5;
+    ASSERT_TRUE(Sampler::DrawsInIdOrder(p, vocab));
+    Sampler whole(p), drawn(p);
+    for (int i = 0; i < 200; ++i) {
+      SCOPED_TRACE(testing::Message() << "temp " << temp << " draw " << i);
+      if (i % 7 == 3) {  // a row masked whole: no draw either way; its pending uniform waits
+        std::vector<float> r = masked;
+        const double u = drawn.PendingUniform();
+        EXPECT_EQ(drawn.PendingUniform(), u);
+        EXPECT_EQ(drawn.SampleDrawn(r[0], 0, -1), whole.Sample(r.data(), vocab, TokenHistory()));
+        continue;
+      }
+      if (i % 5 == 1) {  // the whole-row path takes a pending uniform too
+        drawn.PendingUniform();
+        std::vector<float> r = row;
+        EXPECT_EQ(drawn.Sample(r.data(), vocab, TokenHistory()),
+                  whole.Sample(row.data(), vocab, TokenHistory()));
+        continue;
+      }
+      const int32_t id =
+          kernels::DrawInIdOrder(row.data(), vocab, best, 1.0f / temp, drawn.PendingUniform());
+      std::vector<float> r = row;
+      ASSERT_EQ(drawn.SampleDrawn(best, best_id, id),
+                whole.Sample(r.data(), vocab, TokenHistory()));
+    }
+  }
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_k = static_cast<int>(vocab);  // (the whole vocabulary: no top-k)
+  EXPECT_TRUE(Sampler::DrawsInIdOrder(p, vocab));
+  for (auto change : std::initializer_list<void (*)(SamplingParams*)>{
+           [](SamplingParams* q) { q->temperature = 0.f; },
+           [](SamplingParams* q) { q->top_k = 1; },
+           [](SamplingParams* q) { q->top_k = 50; },
+           [](SamplingParams* q) { q->top_p = 0.9f; },
+           [](SamplingParams* q) { q->min_p = 0.1f; },
+           [](SamplingParams* q) { q->repetition_penalty = 1.2f; },
+           [](SamplingParams* q) { q->presence_penalty = 0.5f; },
+           [](SamplingParams* q) { q->frequency_penalty = 0.5f; }}) {
+    SamplingParams q = p;
+    change(&q);
+    EXPECT_FALSE(Sampler::DrawsInIdOrder(q, vocab));
+  }
+}
+
 TEST(SamplerTest, SameSeedSameDrawsDifferentSeedDifferent) {
   std::vector<float> logits(50);
   for (int i = 0; i < 50; ++i) logits[i] = static_cast<float>((i * 37) % 11) * 0.3f;

@@ -80,6 +80,23 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
   }
 }
 
+int32_t DrawInIdOrder(const float* x, int64_t n, float m, float inv_t, double u) {
+  const auto weight = [&](int64_t i) -> double { return std::exp((x[i] - m) * inv_t); };
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += weight(i);
+  const double target = u * total;
+  double acc = 0.0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = weight(i);
+    if (w == 0.0) continue;
+    acc += w;
+    last = static_cast<int32_t>(i);
+    if (target < acc) return last;
+  }
+  return last;  // (target rounded up to the total)
+}
+
 void AddBiasRows(float* y, const float* b, int64_t n_rows, int64_t n) {
   if (!b) return;
   for (int64_t t = 0; t < n_rows; ++t) AddInPlace(y + t * n, b, n);

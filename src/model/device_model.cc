@@ -128,7 +128,7 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
       const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
                                                         top_logits_max());
-      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 1), &top_));
+      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 2), &top_));
       PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
     }
     logit_capacity_ = logit_rows_;
@@ -151,8 +151,10 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   int64_t n_tables = 0;
   for (const SeqBatchEntry& s : batch.seqs) n_tables += s.n_blocks;
   logit_rows_ = batch.NumLogitRows();
-  meta_host_.assign(4 * T + 2 * S + 1 + n_tables + logit_rows_, 0);
-  int32_t* tokens = meta_host_.data();
+  // A Device::TokenDraw a logit row first (16 bytes, 4 values: the arena's start is aligned)
+  const int64_t draw_ints = 4 * logit_rows_;
+  meta_host_.assign(draw_ints + 4 * T + 2 * S + 1 + n_tables + logit_rows_, 0);
+  int32_t* tokens = meta_host_.data() + draw_ints;
   int32_t* p32 = tokens + T;
   int32_t* slot = p32 + T;
   int32_t* sot = slot + T;
@@ -171,9 +173,14 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
     offs[si] = static_cast<int32_t>(off);
     std::copy(s.block_table, s.block_table + s.n_blocks, tables + off);
     off += s.n_blocks;
-    if (s.want_logits)
+    if (s.want_logits) {
+      if (!s.all_logits && s.top_logits > 0 && s.draw_inv_temperature > 0) {
+        const backend::Device::TokenDraw d{s.draw_inv_temperature, 0, s.draw_uniform};
+        std::memcpy(meta_host_.data() + 4 * r, &d, sizeof(d));
+      }
       for (int64_t i = s.all_logits ? 0 : s.n_tokens - 1; i < s.n_tokens; ++i)
         rows[r++] = static_cast<int32_t>(t + i);
+    }
     t += s.n_tokens;
   }
   firsts[S] = static_cast<int32_t>(T);
@@ -196,13 +203,15 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
   b.seq_first_token = firsts;
   b.seq_n_tokens = seq_n_.data();
   b.block_tables = tables_.data();
-  b.d_tokens = meta_;
-  b.d_pos = meta_ + T;
-  b.d_slot = meta_ + 2 * T;
-  b.d_seq_of_token = meta_ + 3 * T;
-  b.d_table_offset = meta_ + 4 * T;
-  b.d_seq_first_token = meta_ + 4 * T + S;
-  d_logit_rows_ = meta_ + 4 * T + 2 * S + 1;
+  d_draws_ = reinterpret_cast<const backend::Device::TokenDraw*>(meta_);
+  const int32_t* m = meta_ + draw_ints;
+  b.d_tokens = m;
+  b.d_pos = m + T;
+  b.d_slot = m + 2 * T;
+  b.d_seq_of_token = m + 3 * T;
+  b.d_table_offset = m + 4 * T;
+  b.d_seq_first_token = m + 4 * T + S;
+  d_logit_rows_ = m + 4 * T + 2 * S + 1;
   b.d_tables = d_logit_rows_ + logit_rows_;
   return OkStatus();
 }
@@ -225,8 +234,10 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   const std::vector<float>* replace = batch.replace_hidden;
   if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
     return InvalidArgument("replace_hidden: fewer than (layers + 1) x tokens x hidden values");
-  // The step's TopLogits k: the most any of its rows asks for (0: whole rows only).
+  // The step's TopLogits k: the most any of its rows asks for (0: whole rows only); whether a
+  // row has its token drawn too (DrawTokens).
   int top_k = 0;
+  bool draws = false;
   for (const SeqBatchEntry& s : batch.seqs) {
     if (!batch.top || !s.want_logits || s.top_logits <= 0) continue;
     if (s.all_logits || s.top_logits > top_logits_max())
@@ -234,12 +245,13 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                              " for a row (this device model: up to " +
                              std::to_string(top_logits_max()) + ", no prompt logits)");
     top_k = std::max(top_k, s.top_logits);
+    draws = draws || s.draw_inv_temperature > 0;
   }
   const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
                      !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
-                       static_cast<uint64_t>(top_k) << 48;
+                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(draws) << 62;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
     dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
@@ -275,27 +287,35 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
+        const float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
                         top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
+        if (draws)
+          dev_->DrawTokens(logits_, R, output_.rows, best, top_k, d_draws_,
+                           top_ + (2 * top_k + 1) * R);
       }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));
   }
-  if (logit_rows_ > 0) PENG_RETURN_IF_ERROR(CopyLogits(batch, top_k, logits));
+  if (logit_rows_ > 0) PENG_RETURN_IF_ERROR(CopyLogits(batch, top_k, draws, logits));
   return dev_->Synchronize();
 }
 
-Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, float* logits) {
+Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
+                               float* logits) {
   const int64_t R = logit_rows_, V = output_.rows;
-  if (top_k > 0) {  // [val | idx | first_bad] in one copy
-    top_host_.resize(R * (2 * top_k + 1));
+  if (top_k > 0) {  // [val | idx | first_bad | drawn] in one copy
+    top_host_.resize(R * (2 * top_k + 1 + draws));
     PENG_RETURN_IF_ERROR(dev_->CopyToHost(top_host_.data(), top_, top_host_.size() * 4));
     TopLogits& t = *batch.top;
     t.k = top_k;
     t.val.resize(R * top_k);
     std::memcpy(t.val.data(), top_host_.data(), R * top_k * 4);
     t.idx.assign(top_host_.begin() + R * top_k, top_host_.begin() + 2 * R * top_k);
-    t.first_bad.assign(top_host_.begin() + 2 * R * top_k, top_host_.end());
+    const auto drawn = top_host_.begin() + (2 * top_k + 1) * R;
+    t.first_bad.assign(top_host_.begin() + 2 * R * top_k, drawn);
+    t.drawn.assign(R, -1);
+    if (draws) t.drawn.assign(drawn, top_host_.end());
   }
   // The whole rows, in runs of consecutive ones: through the device's own host memory where it
   // has some (page-locked: a batch's logits are tens of megabytes), then on over the threads;

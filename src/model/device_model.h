@@ -3,9 +3,10 @@
 // device memory (the same block ids and layout as on the CPU) and one host round trip per
 // step: the batch's tokens, positions, KV slots, block tables and logit rows go up in one copy,
 // the logit rows come back -- or, for rows sampled from their best logits alone (greedy,
-// top-k: SeqBatchEntry::top_logits), those best logits (Device::TopLogits). It is built from
-// the loaded host model, which keeps the host side (the mapped file, the config, the tensor
-// checks) and is the CPU reference it is tested against (tests/device).
+// top-k: SeqBatchEntry::top_logits), those best logits (Device::TopLogits), and for rows of
+// plain temperature sampling their best logit and the token drawn (Device::DrawTokens). It is
+// built from the loaded host model, which keeps the host side (the mapped file, the config, the
+// tensor checks) and is the CPU reference it is tested against (tests/device).
 //
 // This class holds what every graph shares (memory, the KV cache, the step's metadata, the
 // embedding lookup and the LM head); a subclass per family runs the layers:
@@ -130,7 +131,7 @@ class DeviceModel {
   Status PrepareStep(const ForwardBatch& batch);
   // The step's results to the host: batch.top (its rows' best logits) when top_k > 0, the
   // other rows whole into `logits`.
-  Status CopyLogits(const ForwardBatch& batch, int top_k, float* logits);
+  Status CopyLogits(const ForwardBatch& batch, int top_k, bool draws, float* logits);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
   backend::DeviceMatrix tok_embd_, output_;
@@ -147,15 +148,17 @@ class DeviceModel {
   int block_size_ = 0;
   int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
   float* logits_ = nullptr;
-  // TopLogits' [val | idx | first_bad] of logit_capacity_ rows at k = top_logits_max(), its
+  // TopLogits' [val | idx | first_bad] and DrawTokens' [drawn] of logit_capacity_ rows at k =
+  // top_logits_max(), its
   // scratch (an allocation of its own: the CUDA kernels' 8-byte keys need the alignment), and
   // the host copy of a step's results.
   int32_t* top_ = nullptr;
   int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
   int32_t* meta_ = nullptr;
-  // This step: tokens, pos, slot, seq_of_token, table offsets, the sequences' first tokens,
-  // logit rows, tables -- uploaded in one copy (the host side of step_ points into it).
+  // This step: the logit rows' draws (Device::TokenDraw), tokens, pos, slot, seq_of_token, table
+  // offsets, the sequences' first tokens, logit rows, tables -- uploaded in one copy (the host
+  // side of step_ points into it).
   std::vector<int32_t> meta_host_;
   std::vector<int64_t> pos_;           // PrepareStep's scratch (reused)
   std::vector<int32_t> seq_of_token_;
@@ -163,6 +166,7 @@ class DeviceModel {
   std::vector<const int32_t*> tables_;
   int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
+  const backend::Device::TokenDraw* d_draws_ = nullptr;  // [logit rows], meta_'s start
   // Steps replayed as graphs: decode sizes, up to 64 sequences (the CUDA backend's GEMV sizes).
   static constexpr int64_t kGraphMaxTokens = 64;
 };

@@ -184,6 +184,70 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
   }
 }
 
+// DrawTokens: plain temperature sampling's draw over each row, the same ids as the host device's
+// (kernels::DrawInIdOrder, the sampler's) for rows of ties, of one value far above the rest,
+// flat, masked but for a few values, at temperatures 0.3 / 1 / 2.5, with uniforms from 0 to the
+// last double below 1 (u * total rounding up to the total); -1 for rows that draw nothing (an
+// inverse temperature of 0, a best value of -inf or +inf).
+TEST_F(CudaTest, DrawTokensEqualTheHost) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  for (int64_t n : {int64_t{1000}, int64_t{40000}, int64_t{151936}}) {
+    const int64_t rows = 8;
+    std::vector<float> x = Random(rows * n, -6.f, 6.f);
+    for (float& v : x) v = std::round(v * 8.f) / 8.f;  // ties
+    float* r = x.data();
+    r[1 * n + n / 3] = 40.f;                                 // one value far above
+    std::fill(r + 2 * n, r + 3 * n, 0.5f);                   // flat
+    std::fill(r + 3 * n, r + 4 * n, -inf);                   // masked but for three
+    r[3 * n + 5] = 1.f, r[3 * n + n / 2] = 2.f, r[4 * n - 1] = 1.5f;
+    std::fill(r + 5 * n, r + 6 * n, -inf);                   // masked whole
+    r[6 * n + 9] = inf;                                      // +inf
+    std::vector<float> best(rows);
+    std::vector<int32_t> best_id(rows), bad(rows);
+    host_->TopLogits(x.data(), rows, n, 1, best.data(), best_id.data(), bad.data(), nullptr);
+    const Pair d = Upload(x);
+    const Pair b = Upload(best);
+    auto draws_c = cuda_->Alloc(rows * sizeof(backend::Device::TokenDraw));
+    auto drawn_c = cuda_->Alloc(rows * 4);
+    ASSERT_TRUE(draws_c.ok() && drawn_c.ok());
+    const int reps = n > 100000 ? 4 : 12;
+    for (int rep = 0; rep < reps; ++rep) {
+      SCOPED_TRACE(testing::Message() << "n " << n << " rep " << rep);
+      std::vector<backend::Device::TokenDraw> draws(rows);
+      for (int64_t i = 0; i < rows; ++i) {
+        const float temps[] = {0.3f, 1.f, 2.5f};
+        draws[i].inv_temperature = 1.0f / temps[(i + rep) % 3];
+        draws[i].uniform = rep == 0 ? 0.0 : rep == 1 ? 1.0 - 0x1.0p-53 : uni(rng_);
+      }
+      draws[7].inv_temperature = 0.f;  // (no draw asked)
+      std::vector<int32_t> hd(rows, -7), cd(rows, -7);
+      host_->DrawTokens(x.data(), rows, n, best.data(), 1, draws.data(), hd.data());
+      ASSERT_TRUE(cuda_->CopyToDevice(*draws_c, draws.data(), rows * sizeof(draws[0])).ok());
+      cuda_->DrawTokens(d.cuda, rows, n, b.cuda, 1,
+                        static_cast<const backend::Device::TokenDraw*>(*draws_c),
+                        static_cast<int32_t*>(*drawn_c));
+      ASSERT_TRUE(cuda_->Synchronize().ok());
+      ASSERT_TRUE(cuda_->CopyToHost(cd.data(), *drawn_c, rows * 4).ok());
+      EXPECT_EQ(cd, hd);
+      EXPECT_EQ(hd[5], -1);  // (the host's answers, as built)
+      EXPECT_EQ(hd[6], -1);
+      EXPECT_EQ(hd[7], -1);
+      EXPECT_TRUE(hd[3] == 5 || hd[3] == n / 2 || hd[3] == n - 1) << hd[3];
+      if (rep == 0) {
+        EXPECT_EQ(hd[2], 0);
+        EXPECT_EQ(hd[3], 5);
+      }
+      if (rep == 1) {
+        EXPECT_EQ(hd[2], n - 1);
+        EXPECT_EQ(hd[3], n - 1);
+      }
+    }
+    cuda_->Free(*draws_c);
+    cuda_->Free(*drawn_c);
+  }
+}
+
 TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
   AttnBatch a;
   BuildBatch(cuda_.get(), &a);

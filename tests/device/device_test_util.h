@@ -183,6 +183,15 @@ struct Run {
   std::vector<TopLogits> top;              // per step, with top_logits (RunSteps)
 };
 
+// Which rows of RunSteps with top_logits have their token drawn too (SeqBatchEntry::
+// draw_inv_temperature): steps 0, 1 and 3 one row each (1 and 3: the same shape as step 2, which
+// draws none), at these temperatures and uniforms.
+inline bool DrawsToken(size_t step, size_t seq) { return (step + seq) % 3 == 1; }
+inline float DrawInvTemperature(size_t step) { return 1.0f / (0.5f + 0.25f * step); }
+inline double DrawUniform(size_t step, size_t seq) {
+  return std::fmod(0.37 * step + 0.11 * seq + 0.05, 1.0);
+}
+
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
 // LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
 // its KV cache in device memory) -- fed MakeSteps' batches and block copies.
@@ -222,7 +231,14 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
     }
     if (top_logits > 0) {
       b.top = &r.top[i];
-      for (SeqBatchEntry& e : b.seqs) e.top_logits = e.all_logits ? 0 : top_logits;
+      for (size_t j = 0; j < b.seqs.size(); ++j) {
+        SeqBatchEntry& e = b.seqs[j];
+        e.top_logits = e.all_logits ? 0 : top_logits;
+        if (e.top_logits > 0 && DrawsToken(i, j)) {
+          e.draw_inv_temperature = DrawInvTemperature(i);
+          e.draw_uniform = DrawUniform(i, j);
+        }
+      }
     }
     std::vector<float> logits(b.NumLogitRows() * vocab);
     const int64_t k0 = (*ex)->DeviceKernelLaunches();
@@ -235,8 +251,8 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
 }
 
 // A RunSteps with top_logits (top) against one without (whole) on the same device: each asked
-// row's best equal kernels::TopK of the whole row, the first NaN / +inf none, and the rows of
-// prompt logits (all_logits) equal whole.
+// row's best equal kernels::TopK of the whole row, the first NaN / +inf none, the drawn tokens
+// kernels::DrawInIdOrder's, and the rows of prompt logits (all_logits) equal whole.
 inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab) {
   const Steps s = MakeSteps(vocab, whole.logits.size() > 5);
   ASSERT_EQ(top.logits.size(), whole.logits.size());
@@ -259,6 +275,14 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
             << "step " << i << " row " << row;
         EXPECT_TRUE(std::equal(val.begin(), val.end(), t.val.begin() + row * t.k));
         EXPECT_EQ(t.first_bad[row], -1);
+        // The drawn token: kernels::DrawInIdOrder of the whole row (the device may sum in
+        // another order: the same id but within rounding of a boundary, which these are not).
+        const size_t j = &e - s.batches[i].seqs.data();
+        EXPECT_EQ(t.drawn[row], DrawsToken(i, j) ? kernels::DrawInIdOrder(w, vocab, val[0],
+                                                                         DrawInvTemperature(i),
+                                                                         DrawUniform(i, j))
+                                                 : -1)
+            << "step " << i << " row " << row;
       }
       row += rows;
     }

@@ -723,6 +723,12 @@ class CudaDevice final : public Device {
            val, idx, first_bad);
     Note(cudaGetLastError());
   }
+  void DrawTokens(const float* x, int64_t R, int64_t n, const float* best, int best_stride,
+                  const TokenDraw* draws, int32_t* drawn) override {
+    if (R == 0) return;
+    Launch(DrawKernel, R, kDrawThreads, launch_, x, n, best, best_stride, draws, drawn);
+    Note(cudaGetLastError());
+  }
 
  private:
   CudaDevice() = default;

@@ -38,6 +38,10 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
   __device__ double operator()(double a, double b) const { return fmax(a, b); }
   __device__ uint64_t operator()(uint64_t a, uint64_t b) const { return a > b ? a : b; }
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+struct MinOp {
+  __device__ int operator()(int a, int b) const { return a < b ? a : b; }
 };
 __device__ __forceinline__ float WarpSum(float v) { return WarpButterfly(v, AddOp{}); }
 __device__ __forceinline__ float WarpMax(float v) { return WarpButterfly(v, MaxOp{}); }

@@ -4,7 +4,8 @@
 // shared memory; TopChunksKernel), then the best k of the chunks' (a block a row, sorted;
 // TopMergeKernel) -- each by radix select over 64-bit keys that order the values as
 // kernels::TopK does: the float's order key above the complement of its index, so that equal
-// values rank by the lower index and no two keys are equal.
+// values rank by the lower index and no two keys are equal. And plain temperature sampling's
+// draw over a row (Device::DrawTokens: DrawKernel).
 #pragma once
 
 #include <cstdint>
@@ -173,6 +174,98 @@ __global__ void __launch_bounds__(kTopThreads)
     idx[row * k + rank] = i;
     val[row * k + rank] = x[row * n + i];
   }
+}
+
+constexpr int kDrawThreads = 1024;
+
+// Value x's weight in a draw (kernels::DrawInIdOrder's: a float exp, summed in double).
+__device__ __forceinline__ double DrawWeight(float x, float m, float inv_t) {
+  return static_cast<double>(expf((x - m) * inv_t));
+}
+
+// A block a row (Device::DrawTokens): warp w sums the weights of segment w of the row (`seg`
+// values, a multiple of 32; its lanes read 32 values at a time), thread 0 finds the segment in
+// which the running sum passes u * total, and that segment's warp walks it 32 values at a time
+// (a lane a value, their running sum a scan over the lanes) to the first value where it does.
+// Where rounding leaves the sum short of u * total: the last value of positive weight, of the
+// row (kernels::DrawInIdOrder) or, on the walk, of the segment.
+__global__ void __launch_bounds__(kDrawThreads)
+    DrawKernel(const float* x, int64_t n, const float* best, int best_stride,
+               const Device::TokenDraw* draws, int32_t* drawn) {
+  KernelStart();
+  constexpr int kWarps = kDrawThreads / kWarp;
+  __shared__ double seg_sum[kWarps];
+  __shared__ int seg_last[kWarps];
+  __shared__ int s_warp;  // the segment the draw lands in; -1: none (drawn[row] written)
+  __shared__ double s_base, s_target;
+  const int64_t row = blockIdx.x;
+  const Device::TokenDraw d = draws[row];
+  const float m = best[row * best_stride];
+  if (!(d.inv_temperature > 0.f) || !(m > -INFINITY && m < INFINITY)) {
+    if (threadIdx.x == 0) drawn[row] = -1;
+    return;
+  }
+  const float inv_t = d.inv_temperature;
+  const float* xr = x + row * n;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t seg = (n + kDrawThreads - 1) / kDrawThreads * kWarp;
+  const int64_t lo = warp * seg < n ? warp * seg : n, hi = lo + seg < n ? lo + seg : n;
+  double sum = 0.0;
+  int last = -1;
+  for (int64_t i = lo + lane; i < hi; i += kWarp) {
+    const double w = DrawWeight(xr[i], m, inv_t);
+    sum += w;
+    if (w > 0.0) last = static_cast<int>(i);
+  }
+  sum = WarpButterfly(sum, AddOp{});
+  last = WarpButterfly(last, MaxOp{});
+  if (lane == 0) {
+    seg_sum[warp] = sum;
+    seg_last[warp] = last;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kWarps; ++w) total += seg_sum[w];
+    const double target = d.uniform * total;
+    double acc = 0.0;
+    int found = -1;
+    for (int w = 0; w < kWarps && found < 0; ++w) {
+      if (seg_sum[w] > 0.0 && target < acc + seg_sum[w]) {
+        found = w;
+      } else {
+        acc += seg_sum[w];
+      }
+    }
+    s_warp = found;
+    s_base = acc;
+    s_target = target;
+    if (found < 0) {
+      int l = -1;
+      for (int w = 0; w < kWarps; ++w) l = l > seg_last[w] ? l : seg_last[w];
+      drawn[row] = l;
+    }
+  }
+  __syncthreads();
+  if (warp != s_warp) return;
+  const double target = s_target;
+  double base = s_base;
+  for (int64_t i0 = lo; i0 < hi; i0 += kWarp) {
+    const int64_t i = i0 + lane;
+    const double w = i < hi ? DrawWeight(xr[i], m, inv_t) : 0.0;
+    double incl = w;
+    for (int o = 1; o < kWarp; o *= 2) {
+      const double v = __shfl_sync(0xffffffffu, incl, lane >= o ? lane - o : lane);
+      if (lane >= o) incl += v;
+    }
+    const int first = WarpButterfly(w > 0.0 && target < base + incl ? lane : kWarp, MinOp{});
+    if (first < kWarp) {
+      if (lane == first) drawn[row] = static_cast<int32_t>(i);
+      return;
+    }
+    base += __shfl_sync(0xffffffffu, incl, kWarp - 1);
+  }
+  if (lane == 0) drawn[row] = seg_last[warp];
 }
 
 }  // namespace
