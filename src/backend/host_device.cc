@@ -251,13 +251,14 @@ class HostDevice final : public Device {
     }
   }
   void DrawTokens(const float* x, int64_t n_rows, int64_t n, const float* best, int best_stride,
-                  const TokenDraw* draws, int32_t* drawn) override {
+                  const TokenDraw* draws, int32_t* drawn, double* totals) override {
     for (int64_t r = 0; r < n_rows; ++r) {
-      const float m = best[r * best_stride];
-      const bool draw = draws[r].inv_temperature > 0 && std::isfinite(m);
-      drawn[r] = draw ? kernels::DrawInIdOrder(x + r * n, n, m, draws[r].inv_temperature,
-                                               draws[r].uniform)
-                      : -1;
+      const float m = best[r * best_stride], inv_t = draws[r].inv_temperature;
+      const bool on = inv_t > 0 && std::isfinite(m);
+      totals[r] = on ? kernels::TemperatureTotal(x + r * n, n, m, inv_t) : 0.0;
+      drawn[r] = on && draws[r].uniform >= 0
+                     ? kernels::DrawInIdOrder(x + r * n, n, m, inv_t, draws[r].uniform)
+                     : -1;
     }
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,

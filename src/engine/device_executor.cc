@@ -35,6 +35,7 @@ class DeviceExecutor : public Executor {
   }
   int64_t DeviceKernelLaunches() const override { return device_->KernelLaunches(); }
   int top_logits_max() const override { return dm_->top_logits_max(); }
+  Status CopyLogitRow(int64_t row, float* dst) override { return dm_->CopyLogitRow(row, dst); }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }
 

@@ -300,9 +300,12 @@ void EngineCore::RunStep() {
       if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
         e.all_logits = e.want_logits = true;
       if (e.want_logits && !e.all_logits) e.top_logits = TopLogitsFor(*c);
-      if (e.top_logits > 0 && Sampler::DrawsInIdOrder(r->in.params, vocab_)) {
-        e.draw_inv_temperature = 1.0f / r->in.params.temperature;
+      const SamplingParams& p = r->in.params;
+      if (e.top_logits > 0 && Sampler::DrawsInIdOrder(p, vocab_)) {  // the device draws
+        e.draw_inv_temperature = 1.0f / p.temperature;
         e.draw_uniform = c->sampler.PendingUniform();
+      } else if (e.top_logits > 0 && Sampler::SamplesNucleus(p, vocab_)) {  // and sums
+        e.draw_inv_temperature = 1.0f / p.temperature;
       }
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
@@ -385,8 +388,11 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.top_idx = R.top.idx.data() + at;
       ch.top_k = R.top.k;
       ch.bad = R.top.first_bad[row - 1];
-      ch.draws = e.draw_inv_temperature > 0;
-      if (ch.draws) ch.drawn = R.top.drawn[row - 1];
+      ch.draws = e.draw_inv_temperature > 0 && e.draw_uniform >= 0;
+      ch.nucleus = e.draw_inv_temperature > 0 && !ch.draws;
+      ch.drawn = R.top.drawn[row - 1];
+      ch.total = R.top.total[row - 1];
+      ch.logit_row = row - 1;
     }
     any_whole = any_whole || ch.top_k == 0;
     ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
@@ -401,7 +407,8 @@ void EngineCore::FinishStep(Replica* rp) {
       if (ch.bad >= 0 || !ch.parallel) continue;
       try {
         Sampler& s = ch.c->sampler;
-        ch.id = ch.draws      ? s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.drawn)
+        ch.id = ch.draws     ? s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.drawn)
+                : ch.nucleus ? s.SampleNucleus(ch.top_val, ch.top_idx, ch.top_k, vocab_, ch.total)
                 : ch.top_k > 0 ? s.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
                                : Choose(ch.c, ch.row, &ch.lp, &raw);
       } catch (const std::exception& e) {
@@ -412,6 +419,30 @@ void EngineCore::FinishStep(Replica* rp) {
   // (rows of a device's best logits alone are not worth waking the threads for)
   ForRows(&executor_->pool(), static_cast<int64_t>(choices_.size()), any_whole ? vocab_ : 1,
           check_and_choose);
+  // Top-p / min-p rows whose nucleus may reach past the best logits the device returned: their
+  // whole rows now (on the device until the next step), sampled from those.
+  late_.clear();
+  for (RowChoice& ch : choices_) {
+    if (!ch.nucleus || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
+    const Status st = executor_->CopyLogitRow(ch.logit_row, ch.row);
+    if (st.ok()) {
+      late_.push_back(&ch);
+    } else {
+      ch.error = "the logit row: " + st.message();
+    }
+  }
+  ForRows(&executor_->pool(), static_cast<int64_t>(late_.size()), vocab_,
+          [&](int64_t a, int64_t b) {
+            std::vector<float> raw;
+            for (int64_t j = a; j < b; ++j) {
+              RowChoice& ch = *late_[j];
+              try {
+                ch.id = Choose(ch.c, ch.row, &ch.lp, &raw);
+              } catch (const std::exception& e) {
+                ch.error = e.what();
+              }
+            }
+          });
   step_.sample_seconds += Seconds(Clock::now() - sample_begin);
   for (RowChoice& ch : choices_) {
     Completion* c = ch.c;
@@ -525,6 +556,7 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
       (r.in.n > 1 && !r.forked))
     return 0;
   if (Sampler::DrawsInIdOrder(p, vocab_)) return 1;  // (its best, and the device's draw)
+  if (Sampler::SamplesNucleus(p, vocab_)) return top_logits_max_;  // (its nucleus, mostly)
   const int k = Sampler::TopNeeded(p);
   return k <= top_logits_max_ && k < vocab_ ? k : 0;
 }

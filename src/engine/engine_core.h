@@ -128,8 +128,11 @@ class EngineCore {
     const float* top_val = nullptr;
     const int32_t* top_idx = nullptr;
     int top_k = 0;
-    bool draws = false;     // the device drew its token (SeqBatchEntry::draw_inv_temperature)
+    bool draws = false;     // the device drew its token (SeqBatchEntry::draw_uniform)
+    bool nucleus = false;   // top-p / min-p from the best logits and the total, else the row
     int32_t drawn = -1;
+    double total = 0;       // the softmax's denominator (TopLogits::total)
+    int64_t logit_row = 0;
     int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads
     int32_t id = -1;
@@ -137,6 +140,7 @@ class EngineCore {
     std::string error;
   };
   std::vector<RowChoice> choices_;
+  std::vector<RowChoice*> late_;  // nucleus rows sampled from their whole rows
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

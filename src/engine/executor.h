@@ -58,6 +58,11 @@ class Executor {
   // a device returns them from its logits, DeviceModel::top_logits_max); 0: whole rows only
   // (the CPU, where the row is at hand anyway, and the multi-process executors).
   virtual int top_logits_max() const { return 0; }
+  // Logit row `row` of the last Execute whole into `dst` (vocab_size values), for a row that
+  // came back as its best logits alone; valid until the next Execute (where top_logits_max()).
+  virtual Status CopyLogitRow(int64_t row, float* dst) {
+    return Unimplemented("this executor returns whole logit rows only");
+  }
   // This process's part: its model (shard), its thread pool (probes, diagnostics).
   // Kernels the executor's device has launched (backend::Device::KernelLaunches); 0 on the
   // CPU.

@@ -256,6 +256,44 @@ bool Sampler::DrawsInIdOrder(const SamplingParams& p, int64_t vocab) {
          p.top_p >= 1.0f && p.min_p == 0.0f;
 }
 
+bool Sampler::SamplesNucleus(const SamplingParams& p, int64_t vocab) {
+  SamplingParams plain = p;
+  plain.top_p = 1.0f;
+  plain.min_p = 0.0f;
+  return DrawsInIdOrder(plain, vocab) && (p.top_p < 1.0f || p.min_p > 0.0f);
+}
+
+int32_t Sampler::SampleNucleus(const float* val, const int32_t* id, int n, int64_t vocab,
+                               double total) {
+  const float m = val[0];
+  // Everything masked, or a +inf logit: Sample()'s Argmax, the first of the list.
+  if (!(m > kNegInf) || std::isinf(m)) return id[0];
+  const float inv_t = 1.0f / params_.temperature;
+  const float log_min_p = params_.min_p > 0.0f ? std::log(params_.min_p) : kNegInf;
+  // The candidates (min-p's survivors) the list holds: a prefix of it; all of them where an
+  // entry fails min-p (every value after it does too) or the list is the row.
+  cand_.clear();
+  for (int i = 0; i < n && (val[i] - m) * inv_t >= log_min_p; ++i) cand_.push_back({val[i], id[i]});
+  const bool all = static_cast<int64_t>(cand_.size()) < n || n == vocab;
+  if (params_.top_p < 1.0f) {  // ApplyTopP's prefix in its (the list's) order
+    const double target = static_cast<double>(params_.top_p) * total;
+    double cum = 0.0;
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      cum += std::exp((cand_[i].logit - m) * inv_t);
+      if (cum >= target) {
+        cand_.resize(i + 1);
+        return Draw(m);
+      }
+    }
+    return all ? Draw(m) : -1;  // (every candidate kept, sorted, as ApplyTopP leaves them)
+  }
+  if (!all) return -1;
+  // Min-p alone: the draw walks the candidates in id order, as SampleRandom leaves them.
+  std::sort(cand_.begin(), cand_.end(),
+            [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+  return Draw(m);
+}
+
 int32_t Sampler::SampleDrawn(float best, int32_t best_id, int32_t drawn) {
   // Everything masked: Sample()'s Argmax (no draw; the pending uniform stays for the next).
   if (!(best > kNegInf)) return best_id;

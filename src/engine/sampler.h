@@ -95,6 +95,16 @@ class Sampler {
   // top-k below the vocabulary, top-p or min-p): a draw a device can make where the logits are
   // (Device::DrawTokens), from the row's largest logit and a uniform drawn before the step.
   static bool DrawsInIdOrder(const SamplingParams& p, int64_t vocab);
+  // Temperature sampling with top-p or min-p but no top-k below the vocabulary or penalties:
+  // SampleNucleus' rows.
+  static bool SamplesNucleus(const SamplingParams& p, int64_t vocab);
+  // Sample() of a SamplesNucleus row of which only its n best logits (val / id, best first, as
+  // kernels::TopK gives them) and its softmax denominator at the request's temperature
+  // (kernels::TemperatureTotal, Device::DrawTokens' total) are at hand: the same id, and the
+  // same draws of the generator, as Sample() on the whole row (a row without NaN or +inf) where
+  // the n hold the nucleus -- top-p's is reached within them, or min-p leaves none past them;
+  // -1, drawing nothing, where they may not (the whole row is needed).
+  int32_t SampleNucleus(const float* val, const int32_t* id, int n, int64_t vocab, double total);
   // The uniform the next draw takes (the generator's next), drawn now and kept for that draw:
   // the same value however often it is asked for before a draw takes it.
   double PendingUniform();

@@ -6,6 +6,7 @@
 #include <random>
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <vector>
 
@@ -293,6 +294,65 @@ TEST(SamplerTest, SampleDrawnEqualsSampleOnTheWholeRow) {
     change(&q);
     EXPECT_FALSE(Sampler::DrawsInIdOrder(q, vocab));
   }
+}
+
+// Top-p / min-p without top-k from a row's best logits and its softmax total (what a device
+// returns: TopLogits, DrawTokens' total): SampleNucleus gives Sample's tokens on the whole row,
+// seed for seed, wherever it answers; where the nucleus may reach past the list it answers -1
+// and draws nothing, and Sample on the whole row then gives the next token of the same stream.
+// Both happen here: peaked and flat rows, lists of 64 and of the whole row.
+TEST(SamplerTest, SampleNucleusEqualsSampleOnTheWholeRow) {
+  const int64_t vocab = 2000;
+  std::mt19937 gen(3);
+  int answered = 0, whole_needed = 0;
+  for (float spread : {0.5f, 4.f}) {  // (flat: nuclei of hundreds; peaked: of a few)
+    std::normal_distribution<float> nd(0.f, spread);
+    std::vector<float> row(vocab);
+    for (float& v : row) v = std::round(nd(gen) * 8.f) / 8.f;  // ties
+    for (int n : {64, static_cast<int>(vocab)}) {
+      std::vector<float> val(n);
+      std::vector<int32_t> id(n);
+      kernels::TopK(row.data(), vocab, n, val.data(), id.data());
+      for (float temp : {0.5f, 1.f, 1.7f})
+        for (float top_p : {1.f, 0.95f, 0.6f, 0.1f})
+          for (float min_p : {0.f, 0.02f, 0.3f}) {
+            SamplingParams p;
+            p.temperature = temp;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.seed = 9;
+            if (top_p == 1.f && min_p == 0.f) {
+              EXPECT_FALSE(Sampler::SamplesNucleus(p, vocab));
+              continue;
+            }
+            ASSERT_TRUE(Sampler::SamplesNucleus(p, vocab));
+            ASSERT_EQ(Sampler::TopNeeded(p), 0);
+            const double total = kernels::TemperatureTotal(row.data(), vocab, val[0], 1.f / temp);
+            Sampler whole(p), top(p);
+            for (int i = 0; i < 20; ++i) {
+              SCOPED_TRACE(testing::Message() << "spread " << spread << " n " << n << " temp "
+                                              << temp << " top_p " << top_p << " min_p "
+                                              << min_p << " draw " << i);
+              std::vector<float> r = row;
+              const int32_t want = whole.Sample(r.data(), vocab, TokenHistory());
+              int32_t got = top.SampleNucleus(val.data(), id.data(), n, vocab, total);
+              if (got < 0) {
+                ASSERT_LT(n, vocab);  // (the whole row always answers)
+                ++whole_needed;
+                r = row;
+                got = top.Sample(r.data(), vocab, TokenHistory());
+              } else {
+                ++answered;
+              }
+              ASSERT_EQ(got, want);
+            }
+          }
+    }
+  }
+  EXPECT_GT(answered, 1000);
+  EXPECT_GT(whole_needed, 100);
+  std::printf("[sampler] %d tokens from the list, %d from the whole row\n", answered,
+              whole_needed);
 }
 
 TEST(SamplerTest, SameSeedSameDrawsDifferentSeedDifferent) {

@@ -80,11 +80,15 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
   }
 }
 
+double TemperatureTotal(const float* x, int64_t n, float m, float inv_t) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += std::exp((x[i] - m) * inv_t);
+  return total;
+}
+
 int32_t DrawInIdOrder(const float* x, int64_t n, float m, float inv_t, double u) {
   const auto weight = [&](int64_t i) -> double { return std::exp((x[i] - m) * inv_t); };
-  double total = 0.0;
-  for (int64_t i = 0; i < n; ++i) total += weight(i);
-  const double target = u * total;
+  const double target = u * TemperatureTotal(x, n, m, inv_t);
   double acc = 0.0;
   int32_t last = 0;
   for (int64_t i = 0; i < n; ++i) {

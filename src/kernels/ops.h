@@ -109,10 +109,12 @@ int64_t FindAbove(const float* x, int64_t n, float w);
 // (FindAbove skips what cannot enter); a value that enters the list moves up to k entries (a
 // small k over a row of logits: the sampler's top-k rows, the host device's TopLogits).
 void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx);
-// Plain temperature sampling's draw over a row in id order (the sampler's, and a device's
-// DrawTokens on the host): with weights w_i = exp((x[i] - m) * inv_t) (float), summed in double,
-// the first i with w_i > 0 at which the running sum passes u * total; the last i with w_i > 0
-// where u * total rounds up to the total. m: the row's largest value, finite; u in [0, 1).
+// Temperature sampling over a row (the sampler's, and a device's DrawTokens on the host), with
+// weights w_i = exp((x[i] - m) * inv_t) (float) summed in double in id order; m: the row's
+// largest value, finite. TemperatureTotal: the sum (the softmax's denominator). DrawInIdOrder:
+// plain temperature sampling's draw -- the first i with w_i > 0 at which the running sum passes
+// u * total; the last i with w_i > 0 where u * total rounds up to the total; u in [0, 1).
+double TemperatureTotal(const float* x, int64_t n, float m, float inv_t);
 int32_t DrawInIdOrder(const float* x, int64_t n, float m, float inv_t, double u);
 
 // ---------------------------------------------------------------------------------------------

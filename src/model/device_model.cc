@@ -128,7 +128,7 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
       const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
                                                         top_logits_max());
-      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 2), &top_));
+      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 4), &top_));
       PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
     }
     logit_capacity_ = logit_rows_;
@@ -290,9 +290,10 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         const float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
                         top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
-        if (draws)
+        if (draws)  // (the totals' doubles at an even offset: 8-byte aligned)
           dev_->DrawTokens(logits_, R, output_.rows, best, top_k, d_draws_,
-                           top_ + (2 * top_k + 1) * R);
+                           top_ + (2 * top_k + 1) * R,
+                           reinterpret_cast<double*>(top_ + (2 * top_k + 2) * R));
       }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));
@@ -301,11 +302,18 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   return dev_->Synchronize();
 }
 
+Status DeviceModel::CopyLogitRow(int64_t row, float* dst) {
+  if (row < 0 || row >= logit_rows_)
+    return InvalidArgument("logit row " + std::to_string(row) + " of " +
+                           std::to_string(logit_rows_));
+  return dev_->CopyToHost(dst, logits_ + row * output_.rows, output_.rows * 4);
+}
+
 Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
                                float* logits) {
   const int64_t R = logit_rows_, V = output_.rows;
-  if (top_k > 0) {  // [val | idx | first_bad | drawn] in one copy
-    top_host_.resize(R * (2 * top_k + 1 + draws));
+  if (top_k > 0) {  // [val | idx | first_bad | drawn | totals] in one copy
+    top_host_.resize(R * (2 * top_k + 1 + 3 * draws));
     PENG_RETURN_IF_ERROR(dev_->CopyToHost(top_host_.data(), top_, top_host_.size() * 4));
     TopLogits& t = *batch.top;
     t.k = top_k;
@@ -315,7 +323,11 @@ Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
     const auto drawn = top_host_.begin() + (2 * top_k + 1) * R;
     t.first_bad.assign(top_host_.begin() + 2 * R * top_k, drawn);
     t.drawn.assign(R, -1);
-    if (draws) t.drawn.assign(drawn, top_host_.end());
+    t.total.assign(R, 0.0);
+    if (draws) {
+      t.drawn.assign(drawn, drawn + R);
+      std::memcpy(t.total.data(), top_host_.data() + (2 * top_k + 2) * R, R * sizeof(double));
+    }
   }
   // The whole rows, in runs of consecutive ones: through the device's own host memory where it
   // has some (page-locked: a batch's logits are tens of megabytes), then on over the threads;

@@ -60,6 +60,9 @@ class DeviceModel {
   // vocabulary is split over the ranks) and with PENG_DEVICE_TOP_LOGITS=0 (whole rows, the
   // comparison of docs/devices.md).
   int top_logits_max() const;
+  // Logit row `row` of the last Forward whole into host `dst` (a row that came back as its best
+  // logits and needs the rest: Sampler::SampleNucleus), until the next Forward.
+  Status CopyLogitRow(int64_t row, float* dst);
 
  protected:
   DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}

@@ -32,11 +32,12 @@ struct SeqBatchEntry {
   // ForwardBatch::top instead of the row (a device model does; the row in `logits` is then
   // not written).
   int32_t top_logits = 0;
-  // > 0 with top_logits (a row of plain temperature sampling, Sampler::DrawsInIdOrder): the
-  // device also draws the row's token (Device::DrawTokens) at this inverse temperature with this
-  // uniform (Sampler::PendingUniform), into TopLogits::drawn.
+  // > 0 with top_logits (a row of temperature sampling without top-k or penalties): the device
+  // also sums the row's softmax denominator at this inverse temperature and, where draw_uniform
+  // >= 0 (plain temperature sampling, Sampler::DrawsInIdOrder), draws the row's token with
+  // that uniform (Sampler::PendingUniform): TopLogits::total, drawn (Device::DrawTokens).
   float draw_inv_temperature = 0;
-  double draw_uniform = 0;
+  double draw_uniform = -1;
 };
 
 // The best logits of a step's rows (ForwardBatch::top), by logit row: k a row, best first in
@@ -47,9 +48,11 @@ struct TopLogits {
   std::vector<float> val;          // [rows, k]
   std::vector<int32_t> idx;        // [rows, k]
   std::vector<int32_t> first_bad;  // [rows]
-  // [rows]: the token drawn for a row that asked (SeqBatchEntry::draw_inv_temperature), -1 for
-  // the others and for a row whose best logit is not finite.
+  // [rows]: for a row that asked (SeqBatchEntry::draw_inv_temperature), the token drawn (-1
+  // where it asked for the total alone) and the softmax's denominator at its temperature
+  // (Device::DrawTokens); -1 and 0 for the others and for a row whose best logit is not finite.
   std::vector<int32_t> drawn;
+  std::vector<double> total;
 };
 
 struct ForwardBatch {

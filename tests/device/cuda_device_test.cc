@@ -188,7 +188,8 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
 // (kernels::DrawInIdOrder, the sampler's) for rows of ties, of one value far above the rest,
 // flat, masked but for a few values, at temperatures 0.3 / 1 / 2.5, with uniforms from 0 to the
 // last double below 1 (u * total rounding up to the total); -1 for rows that draw nothing (an
-// inverse temperature of 0, a best value of -inf or +inf).
+// inverse temperature of 0, a best value of -inf or +inf, a row that asks for its total
+// alone). The totals (kernels::TemperatureTotal) within 1e-12 of the host's.
 TEST_F(CudaTest, DrawTokensEqualTheHost) {
   const float inf = std::numeric_limits<float>::infinity();
   std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -210,7 +211,8 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
     const Pair b = Upload(best);
     auto draws_c = cuda_->Alloc(rows * sizeof(backend::Device::TokenDraw));
     auto drawn_c = cuda_->Alloc(rows * 4);
-    ASSERT_TRUE(draws_c.ok() && drawn_c.ok());
+    auto totals_c = cuda_->Alloc(rows * 8);
+    ASSERT_TRUE(draws_c.ok() && drawn_c.ok() && totals_c.ok());
     const int reps = n > 100000 ? 4 : 12;
     for (int rep = 0; rep < reps; ++rep) {
       SCOPED_TRACE(testing::Message() << "n " << n << " rep " << rep);
@@ -220,16 +222,28 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
         draws[i].inv_temperature = 1.0f / temps[(i + rep) % 3];
         draws[i].uniform = rep == 0 ? 0.0 : rep == 1 ? 1.0 - 0x1.0p-53 : uni(rng_);
       }
-      draws[7].inv_temperature = 0.f;  // (no draw asked)
+      draws[7].inv_temperature = 0.f;  // (nothing asked)
+      draws[4].uniform = -1.0;          // (the total alone)
       std::vector<int32_t> hd(rows, -7), cd(rows, -7);
-      host_->DrawTokens(x.data(), rows, n, best.data(), 1, draws.data(), hd.data());
+      std::vector<double> ht(rows, -7), ct(rows, -7);
+      host_->DrawTokens(x.data(), rows, n, best.data(), 1, draws.data(), hd.data(), ht.data());
       ASSERT_TRUE(cuda_->CopyToDevice(*draws_c, draws.data(), rows * sizeof(draws[0])).ok());
       cuda_->DrawTokens(d.cuda, rows, n, b.cuda, 1,
                         static_cast<const backend::Device::TokenDraw*>(*draws_c),
-                        static_cast<int32_t*>(*drawn_c));
+                        static_cast<int32_t*>(*drawn_c), static_cast<double*>(*totals_c));
       ASSERT_TRUE(cuda_->Synchronize().ok());
       ASSERT_TRUE(cuda_->CopyToHost(cd.data(), *drawn_c, rows * 4).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(ct.data(), *totals_c, rows * 8).ok());
       EXPECT_EQ(cd, hd);
+      for (int64_t i = 0; i < rows; ++i) {
+        EXPECT_NEAR(ct[i], ht[i], 1e-12 * ht[i]) << "row " << i;
+        const bool on = i != 7 && std::isfinite(best[i]);
+        EXPECT_EQ(ht[i], on ? kernels::TemperatureTotal(r + i * n, n, best[i],
+                                                        draws[i].inv_temperature)
+                            : 0.0);
+      }
+      EXPECT_EQ(hd[4], -1);
+      EXPECT_GT(ht[4], 1.0);
       EXPECT_EQ(hd[5], -1);  // (the host's answers, as built)
       EXPECT_EQ(hd[6], -1);
       EXPECT_EQ(hd[7], -1);
@@ -245,6 +259,7 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
     }
     cuda_->Free(*draws_c);
     cuda_->Free(*drawn_c);
+    cuda_->Free(*totals_c);
   }
 }
 

@@ -119,12 +119,15 @@ TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
 
 // The engine on the host device samples greedy and top-k rows from the best logits the device
 // returns (Executor::top_logits_max), plain temperature rows from the token the device draws
-// (Device::DrawTokens), the others from whole rows; its logits are the CPU engine's bit for
-// bit, so every request -- greedy, top-k with top-p / min-p and a seed, n = 2, logprobs,
-// penalties, min_tokens, plain temperature, top-p alone -- gets the CPU engine's tokens.
+// (Device::DrawTokens), top-p / min-p rows without top-k from the best 64 and the softmax total
+// (Sampler::SampleNucleus) or, where the nucleus may reach past them, from the whole row
+// fetched after the step (Executor::CopyLogitRow), the others from whole rows; its logits are
+// the CPU engine's bit for bit, so every request -- greedy, top-k with top-p / min-p and a
+// seed, n = 2, logprobs, penalties, min_tokens, plain temperature, top-p or min-p alone --
+// gets the CPU engine's tokens.
 TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
   std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 11; ++i) {
+  for (int i = 0; i < 13; ++i) {
     GenerateRequest r;
     r.id = "r" + std::to_string(i);
     for (int t = 0; t < 3 + 2 * i; ++t) r.prompt.push_back((i * 131 + t * 17) % 200 + 1);
@@ -143,8 +146,10 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       case 6: p.top_k = 20, p.repetition_penalty = 1.2f; break;
       case 7: p.top_k = 5, p.min_tokens = 4; break;  // whole rows until min_tokens
       case 8: break;  // plain temperature: the device draws
-      case 9: p.temperature = 1.f, p.top_k = 0, p.top_p = 0.9f; break;  // top-p alone: whole rows
+      case 9: p.temperature = 1.f, p.top_p = 0.9f; break;  // a nucleus past the best 64
       case 10: p.temperature = 1.5f, p.min_tokens = 3; break;  // whole rows, then drawn
+      case 11: p.temperature = 0.3f, p.top_p = 0.8f; break;  // nuclei within the best 64
+      case 12: p.temperature = 0.5f, p.min_p = 0.2f; break;
     }
     reqs.push_back(r);
   }

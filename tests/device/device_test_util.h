@@ -183,13 +183,14 @@ struct Run {
   std::vector<TopLogits> top;              // per step, with top_logits (RunSteps)
 };
 
-// Which rows of RunSteps with top_logits have their token drawn too (SeqBatchEntry::
-// draw_inv_temperature): steps 0, 1 and 3 one row each (1 and 3: the same shape as step 2, which
-// draws none), at these temperatures and uniforms.
+// Which rows of RunSteps with top_logits have their softmax total summed and their token drawn
+// too (SeqBatchEntry::draw_inv_temperature): steps 0, 1 and 3 one row each (1 and 3: the same
+// shape as step 2, which draws none), at these temperatures and uniforms -- step 3's -1, the
+// total alone.
 inline bool DrawsToken(size_t step, size_t seq) { return (step + seq) % 3 == 1; }
 inline float DrawInvTemperature(size_t step) { return 1.0f / (0.5f + 0.25f * step); }
 inline double DrawUniform(size_t step, size_t seq) {
-  return std::fmod(0.37 * step + 0.11 * seq + 0.05, 1.0);
+  return step == 3 ? -1.0 : std::fmod(0.37 * step + 0.11 * seq + 0.05, 1.0);
 }
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
@@ -276,13 +277,21 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
         EXPECT_TRUE(std::equal(val.begin(), val.end(), t.val.begin() + row * t.k));
         EXPECT_EQ(t.first_bad[row], -1);
         // The drawn token: kernels::DrawInIdOrder of the whole row (the device may sum in
-        // another order: the same id but within rounding of a boundary, which these are not).
+        // another order: the same id but within rounding of a boundary, which these are not);
+        // the total kernels::TemperatureTotal's, within 1e-12.
         const size_t j = &e - s.batches[i].seqs.data();
-        EXPECT_EQ(t.drawn[row], DrawsToken(i, j) ? kernels::DrawInIdOrder(w, vocab, val[0],
-                                                                         DrawInvTemperature(i),
-                                                                         DrawUniform(i, j))
-                                                 : -1)
+        const bool sums = DrawsToken(i, j), draws = sums && DrawUniform(i, j) >= 0;
+        EXPECT_EQ(t.drawn[row], draws ? kernels::DrawInIdOrder(w, vocab, val[0],
+                                                               DrawInvTemperature(i),
+                                                               DrawUniform(i, j))
+                                      : -1)
             << "step " << i << " row " << row;
+        const double total =
+            sums ? kernels::TemperatureTotal(w, vocab, val[0], DrawInvTemperature(i)) : 0.0;
+        EXPECT_NEAR(t.total[row], total, 1e-12 * total) << "step " << i << " row " << row;
+        if (sums) {
+          EXPECT_GT(total, 1.0);
+        }
       }
       row += rows;
     }

@@ -184,14 +184,15 @@ __device__ __forceinline__ double DrawWeight(float x, float m, float inv_t) {
 }
 
 // A block a row (Device::DrawTokens): warp w sums the weights of segment w of the row (`seg`
-// values, a multiple of 32; its lanes read 32 values at a time), thread 0 finds the segment in
-// which the running sum passes u * total, and that segment's warp walks it 32 values at a time
-// (a lane a value, their running sum a scan over the lanes) to the first value where it does.
-// Where rounding leaves the sum short of u * total: the last value of positive weight, of the
-// row (kernels::DrawInIdOrder) or, on the walk, of the segment.
+// values, a multiple of 32; its lanes read 32 values at a time), thread 0 adds the segments'
+// sums up (the total) and finds the segment in which the running sum passes u * total, and
+// that segment's warp walks it 32 values at a time (a lane a value, their running sum a scan
+// over the lanes) to the first value where it does. Where rounding leaves the sum short of
+// u * total: the last value of positive weight, of the row (kernels::DrawInIdOrder) or, on the
+// walk, of the segment.
 __global__ void __launch_bounds__(kDrawThreads)
     DrawKernel(const float* x, int64_t n, const float* best, int best_stride,
-               const Device::TokenDraw* draws, int32_t* drawn) {
+               const Device::TokenDraw* draws, int32_t* drawn, double* totals) {
   KernelStart();
   constexpr int kWarps = kDrawThreads / kWarp;
   __shared__ double seg_sum[kWarps];
@@ -202,7 +203,10 @@ __global__ void __launch_bounds__(kDrawThreads)
   const Device::TokenDraw d = draws[row];
   const float m = best[row * best_stride];
   if (!(d.inv_temperature > 0.f) || !(m > -INFINITY && m < INFINITY)) {
-    if (threadIdx.x == 0) drawn[row] = -1;
+    if (threadIdx.x == 0) {
+      drawn[row] = -1;
+      totals[row] = 0.0;
+    }
     return;
   }
   const float inv_t = d.inv_temperature;
@@ -227,10 +231,11 @@ __global__ void __launch_bounds__(kDrawThreads)
   if (threadIdx.x == 0) {
     double total = 0.0;
     for (int w = 0; w < kWarps; ++w) total += seg_sum[w];
+    totals[row] = total;
     const double target = d.uniform * total;
     double acc = 0.0;
     int found = -1;
-    for (int w = 0; w < kWarps && found < 0; ++w) {
+    for (int w = 0; w < kWarps && found < 0 && d.uniform >= 0.0; ++w) {
       if (seg_sum[w] > 0.0 && target < acc + seg_sum[w]) {
         found = w;
       } else {
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kDrawThreads)
     if (found < 0) {
       int l = -1;
       for (int w = 0; w < kWarps; ++w) l = l > seg_last[w] ? l : seg_last[w];
-      drawn[row] = l;
+      drawn[row] = d.uniform >= 0.0 ? l : -1;
     }
   }
   __syncthreads();
