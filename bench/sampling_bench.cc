@@ -4,10 +4,16 @@
 // temperature 0.8) -- against what it does when the device returns each row's best logits
 // (Device::TopLogits): Sampler::SampleTop on k entries; and plain temperature sampling, which
 // reads the whole row, or takes the token the device drew (Device::DrawTokens:
-// Sampler::SampleDrawn). Medians of the repetitions, in us a step (one thread; the engine
-// spreads a step's whole rows over its threads).
+// Sampler::SampleDrawn); top-p without top-k from the best 64 and the softmax total
+// (Sampler::SampleNucleus; the rows whose nucleus is wider still need the whole row). Medians
+// of the repetitions, in us a step (one thread; the engine spreads a step's whole rows over
+// its threads). The rows are random (normal, sd 3) -- or, with --nuclei, a model's: the rows of
+// a .npy that `peng logits` wrote, for which it counts the rows whose top-p nucleus lies within
+// their best 64 (SampleNucleus answers from the list) at temperatures 0.7 / 1 and top-p 0.9 /
+// 0.95.
 //
 //   sampling_bench [rows] [vocab] [reps]   (defaults 64 151936 9)
+//   sampling_bench --nuclei LOGITS.npy
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -36,9 +43,67 @@ double MedianUs(int reps, const std::function<void()>& f) {
   return t[t.size() / 2];
 }
 
+// A float32 [rows, n] .npy (peng logits' output), or an empty vector.
+std::vector<float> ReadNpy(const char* path, int64_t* rows, int64_t* n) {
+  std::FILE* f = std::fopen(path, "rb");
+  if (!f) return {};
+  char magic[10];
+  std::vector<float> v;
+  if (std::fread(magic, 1, 10, f) == 10 && std::memcmp(magic, "\x93NUMPY", 6) == 0) {
+    const int header = static_cast<unsigned char>(magic[8]) |
+                       static_cast<unsigned char>(magic[9]) << 8;  // (version 1)
+    std::string h(header, ' ');
+    const size_t at = std::fread(h.data(), 1, header, f) == static_cast<size_t>(header)
+                          ? h.find("'shape': (")
+                          : std::string::npos;
+    if (at != std::string::npos && h.find("'<f4'") != std::string::npos &&
+        std::sscanf(h.c_str() + at, "'shape': (%lld, %lld)", reinterpret_cast<long long*>(rows),
+                    reinterpret_cast<long long*>(n)) == 2) {
+      v.resize(*rows * *n);
+      if (std::fread(v.data(), 4, v.size(), f) != v.size()) v.clear();
+    }
+  }
+  std::fclose(f);
+  return v;
+}
+
+// How many of a model's rows SampleNucleus serves from their best 64.
+int Nuclei(const char* path) {
+  int64_t R = 0, V = 0;
+  const std::vector<float> x = ReadNpy(path, &R, &V);
+  if (x.empty()) {
+    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab] .npy\n", path);
+    return 1;
+  }
+  const int N = 64;
+  std::vector<float> val(N);
+  std::vector<int32_t> idx(N);
+  std::printf("%s: %lld rows of %lld logits\n", path, static_cast<long long>(R),
+              static_cast<long long>(V));
+  for (float temp : {0.7f, 1.f})
+    for (float top_p : {0.9f, 0.95f}) {
+      SamplingParams p;
+      p.temperature = temp;
+      p.top_p = top_p;
+      p.seed = 1;
+      Sampler s(p);
+      int64_t within = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        const float* row = x.data() + r * V;
+        kernels::TopK(row, V, N, val.data(), idx.data());
+        const double total = kernels::TemperatureTotal(row, V, val[0], 1.f / temp);
+        within += s.SampleNucleus(val.data(), idx.data(), N, V, total) >= 0;
+      }
+      std::printf("  temperature %.1f, top-p %.2f: %5.1f%% of the rows from their best 64\n",
+                  temp, top_p, 100.0 * within / R);
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--nuclei") == 0) return Nuclei(argv[2]);
   const int64_t R = argc > 1 ? std::atoll(argv[1]) : 64;
   const int64_t V = argc > 2 ? std::atoll(argv[2]) : 151936;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 9;
@@ -91,6 +156,41 @@ int main(int argc, char** argv) {
     });
     std::printf("  %-26s whole rows %9.1f   best logits %7.1f   (%.0fx)\n", name, whole, best,
                 whole / best);
+  }
+  {  // top-p 0.9 without top-k: the best 64 and the softmax total (Sampler::SampleNucleus)
+    SamplingParams nucleus = temp;
+    nucleus.top_p = 0.9f;
+    const int N = 64;
+    std::vector<float> v64(R * N);
+    std::vector<int32_t> i64(R * N);
+    std::vector<double> total(R);
+    for (int64_t r = 0; r < R; ++r) {
+      kernels::TopK(staged.data() + r * V, V, N, v64.data() + r * N, i64.data() + r * N);
+      total[r] = kernels::TemperatureTotal(staged.data() + r * V, V, v64[r * N], 1.f / 0.8f);
+    }
+    std::vector<Sampler> samplers(R, Sampler(nucleus));
+    const double whole = MedianUs(reps, [&] {
+      std::memcpy(rows.data(), staged.data(), rows.size() * sizeof(float));
+      for (int64_t r = 0; r < R; ++r) {
+        float* row = rows.data() + r * V;
+        sink += kernels::FindNanOrPosInf(row, V);
+        sink += samplers[r].Sample(row, V, TokenHistory());
+      }
+    });
+    int64_t wider = 0;
+    const double list = MedianUs(reps, [&] {
+      wider = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        const int32_t id = samplers[r].SampleNucleus(v64.data() + r * N, i64.data() + r * N, N,
+                                                     V, total[r]);
+        wider += id < 0;
+        sink += id;
+      }
+    });
+    std::printf("  %-26s whole rows %9.1f   best 64 + total %7.1f   (%lld of %lld rows' "
+                "nuclei wider: whole rows)\n",
+                "top-p 0.9, temperature 0.8", whole, list, static_cast<long long>(wider),
+                static_cast<long long>(R));
   }
   const double topk_host = MedianUs(reps, [&] {
     for (int64_t r = 0; r < R; ++r)
