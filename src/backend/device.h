@@ -403,22 +403,31 @@ class Device {
   virtual void TopLogits(const float* x, int64_t n_rows, int64_t n, int k, float* val,
                          int32_t* idx, int32_t* first_bad, void* scratch) = 0;
   virtual int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const { return 0; }
-  // Temperature sampling where the logits are (a step then brings back a few values a row, not
-  // the row): for each row r with draws[r].inv_temperature > 0 and a finite largest value m =
-  // best[r * best_stride] (TopLogits' val), the softmax's denominator kernels::TemperatureTotal
-  // into totals[r] (what top-p needs beside the best logits: Sampler::SampleNucleus), and where
-  // draws[r].uniform >= 0, plain temperature sampling's draw kernels::DrawInIdOrder with that
-  // uniform into drawn[r] -- the same id but where u * total falls within rounding of a
-  // boundary between two ids (a device may sum in another order). Other rows: drawn -1, total
-  // 0.
+  // Sampling's sums and draw where the logits are (a step then brings back a few values a row,
+  // not the row). For each row r with a finite largest value m = best[r * best_stride]
+  // (TopLogits' val):
+  //   - inv_temperature > 0: the softmax's denominator kernels::TemperatureTotal into total[r]
+  //     (what top-p needs beside the best logits: Sampler::SampleNucleus), and where uniform
+  //     >= 0, plain temperature sampling's draw kernels::DrawInIdOrder with that uniform into
+  //     drawn[r] and its logit into drawn_logit[r] -- the same id but where u * total falls
+  //     within rounding of a boundary between two ids (a device may sum in another order);
+  //   - flags & kLogSoftmaxTotal: kernels::LogSoftmaxTotal into log_total[r] (logprobs).
+  // Anything not asked for, and every row with a best value of -inf or +inf: drawn -1, the
+  // rest 0.
   struct TokenDraw {
     float inv_temperature;
-    int32_t unused;
-    double uniform;  // < 0: the total alone
+    uint32_t flags;
+    double uniform;
+  };
+  static constexpr uint32_t kLogSoftmaxTotal = 1;
+  struct DrawResults {  // [n_rows] each
+    int32_t* drawn;
+    float* drawn_logit;
+    double* total;
+    double* log_total;
   };
   virtual void DrawTokens(const float* x, int64_t n_rows, int64_t n, const float* best,
-                          int best_stride, const TokenDraw* draws, int32_t* drawn,
-                          double* totals) = 0;
+                          int best_stride, const TokenDraw* draws, const DrawResults& out) = 0;
 
   // Copies block src to block dst in a KV layer (copy-on-write).
   void CopyKvBlock(const kernels::KvLayerView& kv, int32_t src, int32_t dst);

@@ -251,14 +251,17 @@ class HostDevice final : public Device {
     }
   }
   void DrawTokens(const float* x, int64_t n_rows, int64_t n, const float* best, int best_stride,
-                  const TokenDraw* draws, int32_t* drawn, double* totals) override {
+                  const TokenDraw* draws, const DrawResults& out) override {
     for (int64_t r = 0; r < n_rows; ++r) {
+      const float* row = x + r * n;
       const float m = best[r * best_stride], inv_t = draws[r].inv_temperature;
-      const bool on = inv_t > 0 && std::isfinite(m);
-      totals[r] = on ? kernels::TemperatureTotal(x + r * n, n, m, inv_t) : 0.0;
-      drawn[r] = on && draws[r].uniform >= 0
-                     ? kernels::DrawInIdOrder(x + r * n, n, m, inv_t, draws[r].uniform)
-                     : -1;
+      const bool on = std::isfinite(m), sums = on && inv_t > 0;
+      const bool draw = sums && draws[r].uniform >= 0;
+      out.total[r] = sums ? kernels::TemperatureTotal(row, n, m, inv_t) : 0.0;
+      out.drawn[r] = draw ? kernels::DrawInIdOrder(row, n, m, inv_t, draws[r].uniform) : -1;
+      out.drawn_logit[r] = draw ? row[out.drawn[r]] : 0.f;
+      out.log_total[r] =
+          on && (draws[r].flags & kLogSoftmaxTotal) ? kernels::LogSoftmaxTotal(row, n, m) : 0.0;
     }
   }
   void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,

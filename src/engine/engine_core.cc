@@ -307,6 +307,7 @@ void EngineCore::RunStep() {
       } else if (e.top_logits > 0 && Sampler::SamplesNucleus(p, vocab_)) {  // and sums
         e.draw_inv_temperature = 1.0f / p.temperature;
       }
+      e.log_total = e.top_logits > 0 && p.want_logprobs;
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
@@ -391,7 +392,9 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.draws = e.draw_inv_temperature > 0 && e.draw_uniform >= 0;
       ch.nucleus = e.draw_inv_temperature > 0 && !ch.draws;
       ch.drawn = R.top.drawn[row - 1];
+      ch.drawn_logit = R.top.drawn_logit[row - 1];
       ch.total = R.top.total[row - 1];
+      ch.log_total = R.top.log_total[row - 1];
       ch.logit_row = row - 1;
     }
     any_whole = any_whole || ch.top_k == 0;
@@ -411,6 +414,7 @@ void EngineCore::FinishStep(Replica* rp) {
                 : ch.nucleus ? s.SampleNucleus(ch.top_val, ch.top_idx, ch.top_k, vocab_, ch.total)
                 : ch.top_k > 0 ? s.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
                                : Choose(ch.c, ch.row, &ch.lp, &raw);
+        if (ch.top_k > 0 && ch.id >= 0 && s.params().want_logprobs) LogprobsFromBest(&ch);
       } catch (const std::exception& e) {
         ch.error = e.what();
       }
@@ -505,6 +509,24 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
   EmitToken(c, id, p.want_logprobs ? &lp : nullptr);
 }
 
+// Choose()'s logprobs of a row that came back as its best logits (RowChoice::top_val / top_idx,
+// log_total; the chosen token's logit from the list or, where the device drew it past the list,
+// drawn_logit): Sampler::TopLogprobs' and LogProb's values.
+void EngineCore::LogprobsFromBest(RowChoice* ch) {
+  const int n = ch->c->req->in.params.logprobs;
+  const float m = ch->top_val[0];
+  const double lse = m > -std::numeric_limits<float>::infinity()
+                         ? static_cast<double>(m) + std::log(ch->log_total)
+                         : static_cast<double>(m);  // (Sampler::LogSumExp's)
+  ch->lp.top.clear();
+  for (int i = 0; i < n; ++i)
+    ch->lp.top.push_back({ch->top_idx[i], static_cast<float>(ch->top_val[i] - lse)});
+  float logit = ch->drawn_logit;
+  for (int i = 0; i < ch->top_k; ++i)
+    if (ch->top_idx[i] == ch->id) logit = ch->top_val[i];
+  ch->lp.logprob = static_cast<float>(logit - lse);
+}
+
 // The completion's next token from its whole logit row (modified: bias, mask, bans,
 // penalties), with its logprobs in *lp where asked for (raw: scratch). Touches only the
 // completion's own state (its sampler, its matcher), so completions without a grammar choose
@@ -544,20 +566,25 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
   return id;
 }
 
-// How many of the completion's next row's best logits its sampling reads, where that is all it
-// reads and the executor can return them (Executor::top_logits_max); else 0, the whole row:
-// logprobs, logit_bias, a grammar's mask, the min_tokens ban on EOS, penalties, random sampling
-// without top-k, and the prompt's last row of a request that forks (its copies' draws).
+// How many of the completion's next row's best logits its sampling and its logprobs read, where
+// that is all they read -- beside, for temperature sampling without top-k, the device's draw or
+// softmax total (SeqBatchEntry::draw_inv_temperature), and for logprobs the log-softmax's total
+// (log_total) and the drawn token's logit -- and the executor can return them
+// (Executor::top_logits_max); else 0, the whole row: logit_bias, a grammar's mask, the
+// min_tokens ban on EOS, penalties, and the prompt's last row of a request that forks (its
+// copies' draws).
 int EngineCore::TopLogitsFor(const Completion& c) const {
   const Request& r = *c.req;
   const SamplingParams& p = r.in.params;
   if (top_logits_max_ == 0 || r.in.return_prompt_logits || r.in.return_hidden_states ||
-      p.want_logprobs || !p.logit_bias.empty() || c.matcher || c.num_output < p.min_tokens ||
+      !p.logit_bias.empty() || c.matcher || c.num_output < p.min_tokens ||
       (r.in.n > 1 && !r.forked))
     return 0;
-  if (Sampler::DrawsInIdOrder(p, vocab_)) return 1;  // (its best, and the device's draw)
-  if (Sampler::SamplesNucleus(p, vocab_)) return top_logits_max_;  // (its nucleus, mostly)
-  const int k = Sampler::TopNeeded(p);
+  int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
+          : Sampler::SamplesNucleus(p, vocab_) ? top_logits_max_  // (its nucleus, mostly)
+                                               : Sampler::TopNeeded(p);
+  if (k == 0) return 0;
+  if (p.want_logprobs) k = std::max(k, p.logprobs);  // (the top-N; log_total the rest)
   return k <= top_logits_max_ && k < vocab_ ? k : 0;
 }
 

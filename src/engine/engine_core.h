@@ -101,6 +101,8 @@ class EngineCore {
   void SampleAndEmit(Completion* c, float* row);
   int32_t Choose(Completion* c, float* row, TokenLogprob* lp, std::vector<float>* raw) const;
   int TopLogitsFor(const Completion& c) const;
+  struct RowChoice;
+  static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
   void Emit(Request* r, RequestOutput ev);
   void FinishCompletion(Completion* c, RequestOutput ev, const char* reason);
@@ -131,7 +133,9 @@ class EngineCore {
     bool draws = false;     // the device drew its token (SeqBatchEntry::draw_uniform)
     bool nucleus = false;   // top-p / min-p from the best logits and the total, else the row
     int32_t drawn = -1;
+    float drawn_logit = 0;
     double total = 0;       // the softmax's denominator (TopLogits::total)
+    double log_total = 0;   // the log-softmax's (logprobs)
     int64_t logit_row = 0;
     int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads

@@ -314,9 +314,7 @@ int32_t Sampler::Argmax(const float* logits, int64_t vocab) {
 double Sampler::LogSumExp(const float* logits, int64_t vocab) {
   const float m = MaxLogit(logits, vocab);
   if (!(m > kNegInf)) return m;
-  double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - m));
-  return static_cast<double>(m) + std::log(sum);
+  return static_cast<double>(m) + std::log(kernels::LogSoftmaxTotal(logits, vocab, m));
 }
 
 float Sampler::LogProb(const float* logits, int64_t vocab, int32_t id) {

@@ -86,6 +86,12 @@ double TemperatureTotal(const float* x, int64_t n, float m, float inv_t) {
   return total;
 }
 
+double LogSoftmaxTotal(const float* x, int64_t n, float m) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(x[i] - m));
+  return total;
+}
+
 int32_t DrawInIdOrder(const float* x, int64_t n, float m, float inv_t, double u) {
   const auto weight = [&](int64_t i) -> double { return std::exp((x[i] - m) * inv_t); };
   const double target = u * TemperatureTotal(x, n, m, inv_t);

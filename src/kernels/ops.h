@@ -115,6 +115,9 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx);
 // plain temperature sampling's draw -- the first i with w_i > 0 at which the running sum passes
 // u * total; the last i with w_i > 0 where u * total rounds up to the total; u in [0, 1).
 double TemperatureTotal(const float* x, int64_t n, float m, float inv_t);
+// The log-softmax's sum: exp(x[i] - m) in double, summed in id order (log-softmax(x)[i] =
+// x[i] - (m + log(total))); m: the row's largest value, finite.
+double LogSoftmaxTotal(const float* x, int64_t n, float m);
 int32_t DrawInIdOrder(const float* x, int64_t n, float m, float inv_t, double u);
 
 // ---------------------------------------------------------------------------------------------

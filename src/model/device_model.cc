@@ -128,7 +128,7 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
       const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
                                                         top_logits_max());
-      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 4), &top_));
+      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 8), &top_));
       PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
     }
     logit_capacity_ = logit_rows_;
@@ -174,8 +174,10 @@ Status DeviceModel::PrepareStep(const ForwardBatch& batch) {
     std::copy(s.block_table, s.block_table + s.n_blocks, tables + off);
     off += s.n_blocks;
     if (s.want_logits) {
-      if (!s.all_logits && s.top_logits > 0 && s.draw_inv_temperature > 0) {
-        const backend::Device::TokenDraw d{s.draw_inv_temperature, 0, s.draw_uniform};
+      if (!s.all_logits && s.top_logits > 0 && (s.draw_inv_temperature > 0 || s.log_total)) {
+        const backend::Device::TokenDraw d{
+            s.draw_inv_temperature, s.log_total ? backend::Device::kLogSoftmaxTotal : 0u,
+            s.draw_uniform};
         std::memcpy(meta_host_.data() + 4 * r, &d, sizeof(d));
       }
       for (int64_t i = s.all_logits ? 0 : s.n_tokens - 1; i < s.n_tokens; ++i)
@@ -245,7 +247,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                              " for a row (this device model: up to " +
                              std::to_string(top_logits_max()) + ", no prompt logits)");
     top_k = std::max(top_k, s.top_logits);
-    draws = draws || s.draw_inv_temperature > 0;
+    draws = draws || s.draw_inv_temperature > 0 || s.log_total;
   }
   const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
                      !replace && T <= kGraphMaxTokens;
@@ -290,10 +292,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         const float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
                         top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
-        if (draws)  // (the totals' doubles at an even offset: 8-byte aligned)
-          dev_->DrawTokens(logits_, R, output_.rows, best, top_k, d_draws_,
-                           top_ + (2 * top_k + 1) * R,
-                           reinterpret_cast<double*>(top_ + (2 * top_k + 2) * R));
+        if (draws) dev_->DrawTokens(logits_, R, output_.rows, best, top_k, d_draws_, Drawn(top_k));
       }
     }
     if (graph) PENG_RETURN_IF_ERROR(dev_->EndGraph(key));
@@ -309,11 +308,24 @@ Status DeviceModel::CopyLogitRow(int64_t row, float* dst) {
   return dev_->CopyToHost(dst, logits_ + row * output_.rows, output_.rows * 4);
 }
 
+// DrawTokens' results in top_ after TopLogits' [val | idx | first_bad] at k = top_k: drawn,
+// drawn_logit, then (at an even offset: 8-byte aligned) total and log_total.
+int64_t DeviceModel::DrawnDoublesAt(int top_k) const {
+  const int64_t at = (2 * top_k + 3) * logit_rows_;
+  return at + at % 2;
+}
+backend::Device::DrawResults DeviceModel::Drawn(int top_k) {
+  const int64_t R = logit_rows_;
+  int32_t* d = top_ + (2 * top_k + 1) * R;
+  auto* totals = reinterpret_cast<double*>(top_ + DrawnDoublesAt(top_k));
+  return {d, reinterpret_cast<float*>(d + R), totals, totals + R};
+}
+
 Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
                                float* logits) {
   const int64_t R = logit_rows_, V = output_.rows;
-  if (top_k > 0) {  // [val | idx | first_bad | drawn | totals] in one copy
-    top_host_.resize(R * (2 * top_k + 1 + 3 * draws));
+  if (top_k > 0) {  // [val | idx | first_bad | DrawTokens' results] in one copy
+    top_host_.resize(draws ? DrawnDoublesAt(top_k) + 4 * R : (2 * top_k + 1) * R);
     PENG_RETURN_IF_ERROR(dev_->CopyToHost(top_host_.data(), top_, top_host_.size() * 4));
     TopLogits& t = *batch.top;
     t.k = top_k;
@@ -323,10 +335,15 @@ Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
     const auto drawn = top_host_.begin() + (2 * top_k + 1) * R;
     t.first_bad.assign(top_host_.begin() + 2 * R * top_k, drawn);
     t.drawn.assign(R, -1);
+    t.drawn_logit.assign(R, 0.f);
     t.total.assign(R, 0.0);
+    t.log_total.assign(R, 0.0);
     if (draws) {
       t.drawn.assign(drawn, drawn + R);
-      std::memcpy(t.total.data(), top_host_.data() + (2 * top_k + 2) * R, R * sizeof(double));
+      std::memcpy(t.drawn_logit.data(), &*(drawn + R), R * sizeof(float));
+      const int32_t* d = top_host_.data() + DrawnDoublesAt(top_k);
+      std::memcpy(t.total.data(), d, R * sizeof(double));
+      std::memcpy(t.log_total.data(), d + 2 * R, R * sizeof(double));
     }
   }
   // The whole rows, in runs of consecutive ones: through the device's own host memory where it

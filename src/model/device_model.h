@@ -135,6 +135,8 @@ class DeviceModel {
   // The step's results to the host: batch.top (its rows' best logits) when top_k > 0, the
   // other rows whole into `logits`.
   Status CopyLogits(const ForwardBatch& batch, int top_k, bool draws, float* logits);
+  int64_t DrawnDoublesAt(int top_k) const;
+  backend::Device::DrawResults Drawn(int top_k);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
   backend::DeviceMatrix tok_embd_, output_;

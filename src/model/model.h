@@ -38,6 +38,9 @@ struct SeqBatchEntry {
   // that uniform (Sampler::PendingUniform): TopLogits::total, drawn (Device::DrawTokens).
   float draw_inv_temperature = 0;
   double draw_uniform = -1;
+  // With top_logits (a row with logprobs): the device also sums the log-softmax's denominator
+  // (TopLogits::log_total).
+  bool log_total = false;
 };
 
 // The best logits of a step's rows (ForwardBatch::top), by logit row: k a row, best first in
@@ -48,11 +51,14 @@ struct TopLogits {
   std::vector<float> val;          // [rows, k]
   std::vector<int32_t> idx;        // [rows, k]
   std::vector<int32_t> first_bad;  // [rows]
-  // [rows]: for a row that asked (SeqBatchEntry::draw_inv_temperature), the token drawn (-1
-  // where it asked for the total alone) and the softmax's denominator at its temperature
-  // (Device::DrawTokens); -1 and 0 for the others and for a row whose best logit is not finite.
+  // [rows]: for a row that asked (SeqBatchEntry::draw_inv_temperature, log_total), the token
+  // drawn (-1 where it asked for the total alone) and its logit, the softmax's denominator at
+  // its temperature, the log-softmax's (Device::DrawTokens); -1 and 0 for the others and for a
+  // row whose best logit is not finite.
   std::vector<int32_t> drawn;
+  std::vector<float> drawn_logit;
   std::vector<double> total;
+  std::vector<double> log_total;
 };
 
 struct ForwardBatch {

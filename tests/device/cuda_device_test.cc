@@ -188,8 +188,9 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
 // (kernels::DrawInIdOrder, the sampler's) for rows of ties, of one value far above the rest,
 // flat, masked but for a few values, at temperatures 0.3 / 1 / 2.5, with uniforms from 0 to the
 // last double below 1 (u * total rounding up to the total); -1 for rows that draw nothing (an
-// inverse temperature of 0, a best value of -inf or +inf, a row that asks for its total
-// alone). The totals (kernels::TemperatureTotal) within 1e-12 of the host's.
+// inverse temperature of 0, a best value of -inf or +inf, a row that asks for its totals
+// alone), the drawn tokens' logits equal. The totals (kernels::TemperatureTotal, and
+// LogSoftmaxTotal where asked) within 1e-12 of the host's.
 TEST_F(CudaTest, DrawTokensEqualTheHost) {
   const float inf = std::numeric_limits<float>::infinity();
   std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -210,9 +211,11 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
     const Pair d = Upload(x);
     const Pair b = Upload(best);
     auto draws_c = cuda_->Alloc(rows * sizeof(backend::Device::TokenDraw));
-    auto drawn_c = cuda_->Alloc(rows * 4);
-    auto totals_c = cuda_->Alloc(rows * 8);
-    ASSERT_TRUE(draws_c.ok() && drawn_c.ok() && totals_c.ok());
+    auto out_c = cuda_->Alloc(rows * 24);  // [drawn | drawn_logit | total | log_total]
+    ASSERT_TRUE(draws_c.ok() && out_c.ok());
+    const backend::Device::DrawResults co{
+        static_cast<int32_t*>(*out_c), static_cast<float*>(*out_c) + rows,
+        static_cast<double*>(*out_c) + rows, static_cast<double*>(*out_c) + 2 * rows};
     const int reps = n > 100000 ? 4 : 12;
     for (int rep = 0; rep < reps; ++rep) {
       SCOPED_TRACE(testing::Message() << "n " << n << " rep " << rep);
@@ -221,27 +224,38 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
         const float temps[] = {0.3f, 1.f, 2.5f};
         draws[i].inv_temperature = 1.0f / temps[(i + rep) % 3];
         draws[i].uniform = rep == 0 ? 0.0 : rep == 1 ? 1.0 - 0x1.0p-53 : uni(rng_);
+        draws[i].flags = (i + rep) % 2 == 0 || i == 7 ? backend::Device::kLogSoftmaxTotal : 0;
       }
-      draws[7].inv_temperature = 0.f;  // (nothing asked)
-      draws[4].uniform = -1.0;          // (the total alone)
+      draws[7].inv_temperature = 0.f;  // (no temperature: the log-softmax's total alone)
+      draws[4].uniform = -1.0;          // (the totals alone)
       std::vector<int32_t> hd(rows, -7), cd(rows, -7);
-      std::vector<double> ht(rows, -7), ct(rows, -7);
-      host_->DrawTokens(x.data(), rows, n, best.data(), 1, draws.data(), hd.data(), ht.data());
+      std::vector<float> hl(rows, -7), cl(rows, -7);
+      std::vector<double> ht(rows, -7), ct(rows, -7), hlt(rows, -7), clt(rows, -7);
+      host_->DrawTokens(x.data(), rows, n, best.data(), 1, draws.data(),
+                        {hd.data(), hl.data(), ht.data(), hlt.data()});
       ASSERT_TRUE(cuda_->CopyToDevice(*draws_c, draws.data(), rows * sizeof(draws[0])).ok());
       cuda_->DrawTokens(d.cuda, rows, n, b.cuda, 1,
-                        static_cast<const backend::Device::TokenDraw*>(*draws_c),
-                        static_cast<int32_t*>(*drawn_c), static_cast<double*>(*totals_c));
+                        static_cast<const backend::Device::TokenDraw*>(*draws_c), co);
       ASSERT_TRUE(cuda_->Synchronize().ok());
-      ASSERT_TRUE(cuda_->CopyToHost(cd.data(), *drawn_c, rows * 4).ok());
-      ASSERT_TRUE(cuda_->CopyToHost(ct.data(), *totals_c, rows * 8).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(cd.data(), co.drawn, rows * 4).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(cl.data(), co.drawn_logit, rows * 4).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(ct.data(), co.total, rows * 8).ok());
+      ASSERT_TRUE(cuda_->CopyToHost(clt.data(), co.log_total, rows * 8).ok());
       EXPECT_EQ(cd, hd);
+      EXPECT_EQ(cl, hl);
       for (int64_t i = 0; i < rows; ++i) {
-        EXPECT_NEAR(ct[i], ht[i], 1e-12 * ht[i]) << "row " << i;
-        const bool on = i != 7 && std::isfinite(best[i]);
-        EXPECT_EQ(ht[i], on ? kernels::TemperatureTotal(r + i * n, n, best[i],
-                                                        draws[i].inv_temperature)
-                            : 0.0);
+        SCOPED_TRACE(testing::Message() << "row " << i);
+        EXPECT_NEAR(ct[i], ht[i], 1e-12 * ht[i]);
+        EXPECT_NEAR(clt[i], hlt[i], 1e-12 * hlt[i]);
+        const float* ri = r + i * n;
+        const bool on = std::isfinite(best[i]);
+        EXPECT_EQ(ht[i], on && i != 7 ? kernels::TemperatureTotal(ri, n, best[i],
+                                                                  draws[i].inv_temperature)
+                                      : 0.0);
+        EXPECT_EQ(hlt[i], on && draws[i].flags ? kernels::LogSoftmaxTotal(ri, n, best[i]) : 0.0);
+        EXPECT_EQ(hl[i], hd[i] >= 0 ? ri[hd[i]] : 0.f);
       }
+      EXPECT_GT(hlt[7], 1.0);
       EXPECT_EQ(hd[4], -1);
       EXPECT_GT(ht[4], 1.0);
       EXPECT_EQ(hd[5], -1);  // (the host's answers, as built)
@@ -258,8 +272,7 @@ TEST_F(CudaTest, DrawTokensEqualTheHost) {
       }
     }
     cuda_->Free(*draws_c);
-    cuda_->Free(*drawn_c);
-    cuda_->Free(*totals_c);
+    cuda_->Free(*out_c);
   }
 }
 

@@ -124,10 +124,11 @@ TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
 // fetched after the step (Executor::CopyLogitRow), the others from whole rows; its logits are
 // the CPU engine's bit for bit, so every request -- greedy, top-k with top-p / min-p and a
 // seed, n = 2, logprobs, penalties, min_tokens, plain temperature, top-p or min-p alone --
-// gets the CPU engine's tokens.
+// gets the CPU engine's tokens, and its logprobs (from the best logits, the log-softmax's total
+// and the drawn token's logit: EngineCore::LogprobsFromBest) the CPU engine's values.
 TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
   std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 13; ++i) {
+  for (int i = 0; i < 16; ++i) {
     GenerateRequest r;
     r.id = "r" + std::to_string(i);
     for (int t = 0; t < 3 + 2 * i; ++t) r.prompt.push_back((i * 131 + t * 17) % 200 + 1);
@@ -150,6 +151,9 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       case 10: p.temperature = 1.5f, p.min_tokens = 3; break;  // whole rows, then drawn
       case 11: p.temperature = 0.3f, p.top_p = 0.8f; break;  // nuclei within the best 64
       case 12: p.temperature = 0.5f, p.min_p = 0.2f; break;
+      case 13: p.temperature = 1.5f, p.want_logprobs = true, p.logprobs = 20; break;  // drawn
+      case 14: p.top_k = 30, p.want_logprobs = true; break;  // the chosen token's alone
+      case 15: p.top_p = 0.5f, p.want_logprobs = true, p.logprobs = 2; break;
     }
     reqs.push_back(r);
   }
@@ -169,8 +173,23 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
     EXPECT_EQ(got[0][i].tokens, got[1][i].tokens);
     EXPECT_EQ(got[0][i].tokens[0].size(), 12u);
     EXPECT_EQ(got[1][i].error, "");
+    // Logprobs from the best logits and the log-softmax's total: the whole row's, bit for bit.
+    ASSERT_EQ(got[0][i].logprobs.size(), got[1][i].logprobs.size());
+    for (size_t c = 0; c < got[0][i].logprobs.size(); ++c) {
+      const std::vector<TokenLogprob>& a = got[0][i].logprobs[c];
+      const std::vector<TokenLogprob>& b = got[1][i].logprobs[c];
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t t = 0; t < a.size(); ++t) {
+        EXPECT_EQ(a[t].id, b[t].id);
+        EXPECT_EQ(a[t].logprob, b[t].logprob) << "token " << t;
+        EXPECT_EQ(a[t].top, b[t].top) << "token " << t;
+      }
+    }
   }
-  EXPECT_EQ(got[1][5].logprobs[0].size(), 12u);
+  for (int i : {5, 13, 14, 15}) {
+    ASSERT_EQ(got[1][i].logprobs[0].size(), 12u);
+    EXPECT_EQ(got[1][i].logprobs[0][3].top.size(), static_cast<size_t>(reqs[i].params.logprobs));
+  }
 }
 
 TEST(DeviceGraph, ExactModeToo) {

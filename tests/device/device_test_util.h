@@ -192,6 +192,10 @@ inline float DrawInvTemperature(size_t step) { return 1.0f / (0.5f + 0.25f * ste
 inline double DrawUniform(size_t step, size_t seq) {
   return step == 3 ? -1.0 : std::fmod(0.37 * step + 0.11 * seq + 0.05, 1.0);
 }
+// And the log-softmax's total (SeqBatchEntry::log_total): step 1's row and step 3's other.
+inline bool WantsLogTotal(size_t step, size_t seq) {
+  return (step == 1 && DrawsToken(step, seq)) || (step == 3 && !DrawsToken(step, seq));
+}
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
 // LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
@@ -239,6 +243,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
           e.draw_inv_temperature = DrawInvTemperature(i);
           e.draw_uniform = DrawUniform(i, j);
         }
+        e.log_total = e.top_logits > 0 && WantsLogTotal(i, j);
       }
     }
     std::vector<float> logits(b.NumLogitRows() * vocab);
@@ -292,6 +297,10 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
         if (sums) {
           EXPECT_GT(total, 1.0);
         }
+        EXPECT_EQ(t.drawn_logit[row], draws ? w[t.drawn[row]] : 0.f);
+        const double log_total =
+            WantsLogTotal(i, j) ? kernels::LogSoftmaxTotal(w, vocab, val[0]) : 0.0;
+        EXPECT_NEAR(t.log_total[row], log_total, 1e-12 * log_total) << "step " << i;
       }
       row += rows;
     }

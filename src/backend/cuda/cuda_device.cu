@@ -724,9 +724,9 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
   void DrawTokens(const float* x, int64_t R, int64_t n, const float* best, int best_stride,
-                  const TokenDraw* draws, int32_t* drawn, double* totals) override {
+                  const TokenDraw* draws, const DrawResults& out) override {
     if (R == 0) return;
-    Launch(DrawKernel, R, kDrawThreads, launch_, x, n, best, best_stride, draws, drawn, totals);
+    Launch(DrawKernel, R, kDrawThreads, launch_, x, n, best, best_stride, draws, out);
     Note(cudaGetLastError());
   }
 

@@ -184,15 +184,15 @@ __device__ __forceinline__ double DrawWeight(float x, float m, float inv_t) {
 }
 
 // A block a row (Device::DrawTokens): warp w sums the weights of segment w of the row (`seg`
-// values, a multiple of 32; its lanes read 32 values at a time), thread 0 adds the segments'
-// sums up (the total) and finds the segment in which the running sum passes u * total, and
-// that segment's warp walks it 32 values at a time (a lane a value, their running sum a scan
-// over the lanes) to the first value where it does. Where rounding leaves the sum short of
-// u * total: the last value of positive weight, of the row (kernels::DrawInIdOrder) or, on the
-// walk, of the segment.
+// values, a multiple of 32; its lanes read 32 values at a time) -- and the log-softmax's terms
+// where asked --, thread 0 adds the segments' sums up (the totals) and finds the segment in
+// which the running sum passes u * total, and that segment's warp walks it 32 values at a time
+// (a lane a value, their running sum a scan over the lanes) to the first value where it does.
+// Where rounding leaves the sum short of u * total: the last value of positive weight, of the
+// row (kernels::DrawInIdOrder) or, on the walk, of the segment.
 __global__ void __launch_bounds__(kDrawThreads)
     DrawKernel(const float* x, int64_t n, const float* best, int best_stride,
-               const Device::TokenDraw* draws, int32_t* drawn, double* totals) {
+               const Device::TokenDraw* draws, Device::DrawResults out) {
   KernelStart();
   constexpr int kWarps = kDrawThreads / kWarp;
   __shared__ double seg_sum[kWarps];
@@ -202,40 +202,54 @@ __global__ void __launch_bounds__(kDrawThreads)
   const int64_t row = blockIdx.x;
   const Device::TokenDraw d = draws[row];
   const float m = best[row * best_stride];
-  if (!(d.inv_temperature > 0.f) || !(m > -INFINITY && m < INFINITY)) {
-    if (threadIdx.x == 0) {
-      drawn[row] = -1;
-      totals[row] = 0.0;
-    }
-    return;
+  const bool finite = m > -INFINITY && m < INFINITY;
+  const bool sums = finite && d.inv_temperature > 0.f;
+  const bool draw = sums && d.uniform >= 0.0;
+  const bool log_sum = finite && (d.flags & Device::kLogSoftmaxTotal) != 0;
+  if (threadIdx.x == 0) {
+    out.drawn[row] = -1;
+    out.drawn_logit[row] = 0.f;
+    out.total[row] = 0.0;
+    out.log_total[row] = 0.0;
   }
+  if (!sums && !log_sum) return;
   const float inv_t = d.inv_temperature;
   const float* xr = x + row * n;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t seg = (n + kDrawThreads - 1) / kDrawThreads * kWarp;
   const int64_t lo = warp * seg < n ? warp * seg : n, hi = lo + seg < n ? lo + seg : n;
-  double sum = 0.0;
+  double sum = 0.0, lsum = 0.0;
   int last = -1;
   for (int64_t i = lo + lane; i < hi; i += kWarp) {
-    const double w = DrawWeight(xr[i], m, inv_t);
-    sum += w;
-    if (w > 0.0) last = static_cast<int>(i);
+    if (sums) {
+      const double w = DrawWeight(xr[i], m, inv_t);
+      sum += w;
+      if (w > 0.0) last = static_cast<int>(i);
+    }
+    if (log_sum) lsum += exp(static_cast<double>(xr[i] - m));  // (kernels::LogSoftmaxTotal's)
   }
   sum = WarpButterfly(sum, AddOp{});
   last = WarpButterfly(last, MaxOp{});
+  if (log_sum) lsum = WarpButterfly(lsum, AddOp{});
+  __shared__ double seg_lsum[kWarps];
   if (lane == 0) {
     seg_sum[warp] = sum;
     seg_last[warp] = last;
+    seg_lsum[warp] = lsum;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int w = 0; w < kWarps; ++w) total += seg_sum[w];
-    totals[row] = total;
+    double total = 0.0, ltotal = 0.0;
+    for (int w = 0; w < kWarps; ++w) {
+      total += seg_sum[w];
+      ltotal += seg_lsum[w];
+    }
+    out.total[row] = total;
+    out.log_total[row] = ltotal;
     const double target = d.uniform * total;
     double acc = 0.0;
     int found = -1;
-    for (int w = 0; w < kWarps && found < 0 && d.uniform >= 0.0; ++w) {
+    for (int w = 0; w < kWarps && found < 0 && draw; ++w) {
       if (seg_sum[w] > 0.0 && target < acc + seg_sum[w]) {
         found = w;
       } else {
@@ -245,10 +259,11 @@ __global__ void __launch_bounds__(kDrawThreads)
     s_warp = found;
     s_base = acc;
     s_target = target;
-    if (found < 0) {
+    if (found < 0 && draw) {
       int l = -1;
       for (int w = 0; w < kWarps; ++w) l = l > seg_last[w] ? l : seg_last[w];
-      drawn[row] = d.uniform >= 0.0 ? l : -1;
+      out.drawn[row] = l;
+      out.drawn_logit[row] = xr[l];
     }
   }
   __syncthreads();
@@ -265,12 +280,18 @@ __global__ void __launch_bounds__(kDrawThreads)
     }
     const int first = WarpButterfly(w > 0.0 && target < base + incl ? lane : kWarp, MinOp{});
     if (first < kWarp) {
-      if (lane == first) drawn[row] = static_cast<int32_t>(i);
+      if (lane == first) {
+        out.drawn[row] = static_cast<int32_t>(i);
+        out.drawn_logit[row] = xr[i];
+      }
       return;
     }
     base += __shfl_sync(0xffffffffu, incl, kWarp - 1);
   }
-  if (lane == 0) drawn[row] = seg_last[warp];
+  if (lane == 0) {
+    out.drawn[row] = seg_last[warp];
+    out.drawn_logit[row] = xr[seg_last[warp]];
+  }
 }
 
 }  // namespace
