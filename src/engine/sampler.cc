@@ -250,17 +250,23 @@ double Sampler::PendingUniform() {
   return pending_;
 }
 
+namespace {
+
+// Temperature sampling without penalties or a top-k below the vocabulary.
+bool TemperatureWithoutTopK(const SamplingParams& p, int64_t vocab) {
+  return Sampler::TopNeeded(p) != 1 && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         (p.top_k <= 0 || p.top_k >= vocab);
+}
+
+}  // namespace
+
 bool Sampler::DrawsInIdOrder(const SamplingParams& p, int64_t vocab) {
-  return TopNeeded(p) != 1 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && (p.top_k <= 0 || p.top_k >= vocab) &&
-         p.top_p >= 1.0f && p.min_p == 0.0f;
+  return TemperatureWithoutTopK(p, vocab) && p.top_p >= 1.0f && p.min_p == 0.0f;
 }
 
 bool Sampler::SamplesNucleus(const SamplingParams& p, int64_t vocab) {
-  SamplingParams plain = p;
-  plain.top_p = 1.0f;
-  plain.min_p = 0.0f;
-  return DrawsInIdOrder(plain, vocab) && (p.top_p < 1.0f || p.min_p > 0.0f);
+  return TemperatureWithoutTopK(p, vocab) && (p.top_p < 1.0f || p.min_p > 0.0f);
 }
 
 int32_t Sampler::SampleNucleus(const float* val, const int32_t* id, int n, int64_t vocab,
