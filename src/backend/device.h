@@ -403,6 +403,23 @@ class Device {
   virtual void TopLogits(const float* x, int64_t n_rows, int64_t n, int k, float* val,
                          int32_t* idx, int32_t* first_bad, void* scratch) = 0;
   virtual int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const { return 0; }
+  // The engine's changes to rows before sampling (LogitEdits), in place: row r's edits are
+  // edits[rows[r].bias, rows[r].ban) -- each value added to its id's logit, one after another --,
+  // [ban, history) -- each id's logit set to -inf --, then [history, end) -- the penalties of
+  // Sampler::ApplyPenalties on each id (the value its count in the output), with the row's
+  // repetition / presence / frequency penalties, in its arithmetic: the same values. Ids outside
+  // [0, n) are skipped.
+  struct LogitEditRow {
+    int32_t bias, ban, history, end;
+    float repetition, presence, frequency;
+    int32_t unused;
+  };
+  struct LogitEdit {
+    int32_t id;
+    float value;
+  };
+  virtual void EditLogits(float* x, int64_t n_rows, int64_t n, const LogitEditRow* rows,
+                          const LogitEdit* edits) = 0;
   // Sampling's sums and draw where the logits are (a step then brings back a few values a row,
   // not the row). For each row r with a finite largest value m = best[r * best_stride]
   // (TopLogits' val):

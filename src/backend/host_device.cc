@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -248,6 +249,22 @@ class HostDevice final : public Device {
     for (int64_t r = 0; r < n_rows; ++r) {
       kernels::TopK(x + r * n, n, k, val + r * k, idx + r * k);
       first_bad[r] = static_cast<int32_t>(kernels::FindNanOrPosInf(x + r * n, n));
+    }
+  }
+  void EditLogits(float* x, int64_t n_rows, int64_t n, const LogitEditRow* rows,
+                  const LogitEdit* edits) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const LogitEditRow& e = rows[r];
+      float* row = x + r * n;
+      for (int32_t i = e.bias; i < e.ban; ++i)
+        if (edits[i].id >= 0 && edits[i].id < n) row[edits[i].id] += edits[i].value;
+      for (int32_t i = e.ban; i < e.history; ++i)
+        if (edits[i].id >= 0 && edits[i].id < n)
+          row[edits[i].id] = -std::numeric_limits<float>::infinity();
+      for (int32_t i = e.history; i < e.end; ++i)
+        if (edits[i].id >= 0 && edits[i].id < n)
+          row[edits[i].id] = kernels::PenalizedLogit(row[edits[i].id], e.repetition, e.presence,
+                                                     e.frequency, edits[i].value);
     }
   }
   void DrawTokens(const float* x, int64_t n_rows, int64_t n, const float* best, int best_stride,

@@ -81,6 +81,7 @@ struct EngineCore::Completion : Sequence {
   int index;
   Sampler sampler;
   TokenHistory history;
+  LogitEdits edits;  // what a device changes in its next row (SeqBatchEntry::edits)
   std::unique_ptr<StreamingDecoder> decoder;
   std::unique_ptr<grammar::Matcher> matcher;  // when the request has a grammar
   std::string pending;  // text held back while a stop string may be forming
@@ -308,6 +309,7 @@ void EngineCore::RunStep() {
         e.draw_inv_temperature = 1.0f / p.temperature;
       }
       e.log_total = e.top_logits > 0 && p.want_logprobs;
+      if (e.top_logits > 0) e.edits = EditsFor(c);
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
@@ -396,6 +398,7 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.total = R.top.total[row - 1];
       ch.log_total = R.top.log_total[row - 1];
       ch.logit_row = row - 1;
+      ch.edited = e.edits != nullptr;
     }
     any_whole = any_whole || ch.top_k == 0;
     ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
@@ -424,7 +427,8 @@ void EngineCore::FinishStep(Replica* rp) {
   ForRows(&executor_->pool(), static_cast<int64_t>(choices_.size()), any_whole ? vocab_ : 1,
           check_and_choose);
   // Top-p / min-p rows whose nucleus may reach past the best logits the device returned: their
-  // whole rows now (on the device until the next step), sampled from those.
+  // whole rows now (on the device until the next step), sampled from those -- as the device
+  // changed them (SeqBatchEntry::edits): the sampler then makes no change of its own.
   late_.clear();
   for (RowChoice& ch : choices_) {
     if (!ch.nucleus || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
@@ -441,7 +445,8 @@ void EngineCore::FinishStep(Replica* rp) {
             for (int64_t j = a; j < b; ++j) {
               RowChoice& ch = *late_[j];
               try {
-                ch.id = Choose(ch.c, ch.row, &ch.lp, &raw);
+                ch.id = ch.edited ? ch.c->sampler.Sample(ch.row, vocab_, TokenHistory())
+                                  : Choose(ch.c, ch.row, &ch.lp, &raw);
               } catch (const std::exception& e) {
                 ch.error = e.what();
               }
@@ -550,11 +555,9 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
     }
   }
   if (c->num_output < p.min_tokens) {  // EOS and stop ids cannot be drawn yet
-    const float ninf = -std::numeric_limits<float>::infinity();
-    const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : executor_->config().eos_id;
-    if (!p.ignore_eos && eos >= 0 && eos < vocab_) row[eos] = ninf;
-    for (int32_t id : p.stop_token_ids)
-      if (id < vocab_) row[id] = ninf;
+    std::vector<int32_t> ban;
+    MinTokensBan(p, &ban);
+    for (int32_t id : ban) row[id] = -std::numeric_limits<float>::infinity();
   }
   const int32_t id = c->sampler.Sample(row, vocab_, c->history);
   // The mask leaves at least one token unless the grammar is at a dead end (an end that
@@ -566,20 +569,50 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
   return id;
 }
 
+// The ids min_tokens bans until it is reached: EOS (unless ignore_eos) and the stop ids.
+void EngineCore::MinTokensBan(const SamplingParams& p, std::vector<int32_t>* ban) const {
+  const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : executor_->config().eos_id;
+  if (!p.ignore_eos && eos >= 0 && eos < vocab_) ban->push_back(eos);
+  for (int32_t id : p.stop_token_ids)
+    if (id < vocab_) ban->push_back(id);
+}
+
+// What Choose() would change in the completion's next row before its sampler draws -- the
+// logit_bias, the min_tokens ban, then the sampler's penalties (LogitEdits) -- for the device
+// to change in its copy of the row; null where nothing changes.
+const LogitEdits* EngineCore::EditsFor(Completion* c) const {
+  const SamplingParams& p = c->req->in.params;
+  LogitEdits& e = c->edits;
+  e.clear();
+  e.bias = p.logit_bias;
+  if (c->num_output < p.min_tokens) MinTokensBan(p, &e.ban);
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    e.repetition_penalty = p.repetition_penalty;
+    e.presence_penalty = p.presence_penalty;
+    e.frequency_penalty = p.frequency_penalty;
+    for (const TokenHistory::Entry& h : c->history.distinct())
+      e.history.push_back({h.id, static_cast<float>(h.output_count)});
+  }
+  return e.empty() ? nullptr : &e;
+}
+
 // How many of the completion's next row's best logits its sampling and its logprobs read, where
 // that is all they read -- beside, for temperature sampling without top-k, the device's draw or
 // softmax total (SeqBatchEntry::draw_inv_temperature), and for logprobs the log-softmax's total
 // (log_total) and the drawn token's logit -- and the executor can return them
-// (Executor::top_logits_max); else 0, the whole row: logit_bias, a grammar's mask, the
-// min_tokens ban on EOS, penalties, and the prompt's last row of a request that forks (its
-// copies' draws).
+// (Executor::top_logits_max), the device changing the row first as Choose() would (EditsFor);
+// else 0, the whole row: a grammar's mask, logprobs of a row that changes, and the prompt's last
+// row of a request that forks (its copies' draws).
 int EngineCore::TopLogitsFor(const Completion& c) const {
   const Request& r = *c.req;
   const SamplingParams& p = r.in.params;
   if (top_logits_max_ == 0 || r.in.return_prompt_logits || r.in.return_hidden_states ||
-      !p.logit_bias.empty() || c.matcher || c.num_output < p.min_tokens ||
-      (r.in.n > 1 && !r.forked))
+      c.matcher || (r.in.n > 1 && !r.forked))
     return 0;
+  const bool edited = !p.logit_bias.empty() || c.num_output < p.min_tokens ||
+                      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                      p.frequency_penalty != 0.0f;
+  if (edited && p.want_logprobs) return 0;  // (logprobs of the row before the changes)
   int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
           : Sampler::SamplesNucleus(p, vocab_) ? top_logits_max_  // (its nucleus, mostly)
                                                : Sampler::TopNeeded(p);

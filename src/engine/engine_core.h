@@ -101,6 +101,8 @@ class EngineCore {
   void SampleAndEmit(Completion* c, float* row);
   int32_t Choose(Completion* c, float* row, TokenLogprob* lp, std::vector<float>* raw) const;
   int TopLogitsFor(const Completion& c) const;
+  const LogitEdits* EditsFor(Completion* c) const;
+  void MinTokensBan(const SamplingParams& p, std::vector<int32_t>* ban) const;
   struct RowChoice;
   static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
@@ -137,6 +139,7 @@ class EngineCore {
     double total = 0;       // the softmax's denominator (TopLogits::total)
     double log_total = 0;   // the log-softmax's (logprobs)
     int64_t logit_row = 0;
+    bool edited = false;    // the device changed the row first (SeqBatchEntry::edits)
     int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads
     int32_t id = -1;

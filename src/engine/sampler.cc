@@ -65,12 +65,10 @@ void Sampler::ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& h
   if (rep == 1.0f && presence == 0.0f && frequency == 0.0f) return;
   for (const TokenHistory::Entry& e : history.distinct()) {
     PENG_CHECK_MSG(e.id >= 0 && e.id < vocab, "token id in history outside the vocabulary");
-    float& l = logits[e.id];
-    if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;
-    if (e.output_count > 0) l -= presence + frequency * static_cast<float>(e.output_count);
-    // A penalty may push a large logit past the float range: keep it finite, so the
-    // softmax's (l - max) never meets inf - inf.
-    l = std::min(l, std::numeric_limits<float>::max());
+    // (A penalty may push a large logit past the float range: kept finite, so that the
+    // softmax's (l - max) never meets inf - inf.)
+    logits[e.id] = kernels::PenalizedLogit(logits[e.id], rep, presence, frequency,
+                                           static_cast<float>(e.output_count));
   }
 }
 
@@ -159,8 +157,6 @@ int32_t Sampler::SampleRandom(const float* logits, int64_t vocab) {
 }
 
 int Sampler::TopNeeded(const SamplingParams& p) {
-  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
-    return 0;
   if (p.greedy() || p.top_k == 1) return 1;
   return std::max(p.top_k, 0);
 }
@@ -252,11 +248,9 @@ double Sampler::PendingUniform() {
 
 namespace {
 
-// Temperature sampling without penalties or a top-k below the vocabulary.
+// Temperature sampling without a top-k below the vocabulary.
 bool TemperatureWithoutTopK(const SamplingParams& p, int64_t vocab) {
-  return Sampler::TopNeeded(p) != 1 && p.repetition_penalty == 1.0f &&
-         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         (p.top_k <= 0 || p.top_k >= vocab);
+  return Sampler::TopNeeded(p) != 1 && (p.top_k <= 0 || p.top_k >= vocab);
 }
 
 }  // namespace

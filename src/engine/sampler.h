@@ -82,8 +82,13 @@ class Sampler {
   int32_t Sample(float* logits, int64_t vocab, const TokenHistory& history,
                  float* raw_logprob = nullptr);
 
-  // How many of a row's best logits Sample() reads under `p`: 1 (greedy), top_k, or 0 -- the
-  // whole row (penalties, or random sampling without top-k).
+  // How many of a row's best logits Sample() reads under `p` once the row's penalties are
+  // applied: 1 (greedy), top_k, or 0 -- the whole row (random sampling without top-k).
+  //
+  // SampleTop, SampleDrawn and SampleNucleus take what a device returns of a row (its best
+  // logits, its totals, its draw) in place of the row. Where `p` has penalties, that row must
+  // be the penalized row (a device applies them first: LogitEdits, Device::EditLogits); these
+  // functions apply none.
   static int TopNeeded(const SamplingParams& p);
   // Sample() of a row of which only its n best logits are at hand (val / id best first, as
   // kernels::TopK and Device::TopLogits give them; TopNeeded(params()) in [1, n], the row's
@@ -91,12 +96,12 @@ class Sampler {
   // on the whole row would give (a row without NaN).
   int32_t SampleTop(const float* val, const int32_t* id, int n);
 
-  // Plain temperature sampling over the whole row in id order (temperature > 0; no penalties,
-  // top-k below the vocabulary, top-p or min-p): a draw a device can make where the logits are
+  // Plain temperature sampling over the whole row in id order (temperature > 0; no top-k below
+  // the vocabulary, top-p or min-p): a draw a device can make where the logits are
   // (Device::DrawTokens), from the row's largest logit and a uniform drawn before the step.
   static bool DrawsInIdOrder(const SamplingParams& p, int64_t vocab);
-  // Temperature sampling with top-p or min-p but no top-k below the vocabulary or penalties:
-  // SampleNucleus' rows.
+  // Temperature sampling with top-p or min-p but no top-k below the vocabulary: SampleNucleus'
+  // rows.
   static bool SamplesNucleus(const SamplingParams& p, int64_t vocab);
   // Sample() of a SamplesNucleus row of which only its n best logits (val / id, best first, as
   // kernels::TopK gives them) and its softmax denominator at the request's temperature

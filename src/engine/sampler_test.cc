@@ -225,13 +225,68 @@ TEST(SamplerTest, SampleTopEqualsSampleOnTheWholeRow) {
           }
   }
   EXPECT_EQ(compared, 4 * (3 * 5 * 3 * 2 + 1 * 6 * 3 * 2) * 30);
-  SamplingParams pen;
-  pen.repetition_penalty = 1.1f;
-  EXPECT_EQ(Sampler::TopNeeded(pen), 0);  // penalties read the history's logits
-  pen = SamplingParams();
-  pen.temperature = 1.f;
-  pen.frequency_penalty = 0.5f;
-  EXPECT_EQ(Sampler::TopNeeded(pen), 0);
+}
+
+// With penalties, what a device returns is of the penalized row (it applies them first:
+// Device::EditLogits, kernels::PenalizedLogit): SampleTop, SampleDrawn and SampleNucleus on
+// that give Sample's tokens on the raw row and the history, seed for seed.
+TEST(SamplerTest, ListsOfThePenalizedRowEqualSampleWithPenalties) {
+  const int64_t vocab = 1000;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> row(vocab);
+  for (float& v : row) v = nd(gen);
+  TokenHistory history(std::vector<int32_t>{3, 17, 17, 400});
+  std::vector<int32_t> best_ids(8);
+  std::vector<float> best_vals(8);
+  kernels::TopK(row.data(), vocab, 8, best_vals.data(), best_ids.data());
+  for (int32_t id : best_ids) history.Append(id);  // (the best are penalized)
+  history.Append(best_ids[0]);
+  const int n = 64;
+  int compared = 0;
+  for (float temp : {0.f, 0.8f})
+    for (int top_k : {0, 1, 20})
+      for (float top_p : {1.f, 0.9f}) {
+        SamplingParams p;
+        p.temperature = temp;
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.7f;
+        p.seed = 21;
+        Sampler ref(p), dev(p);
+        std::vector<float> pen = row;
+        ref.ApplyPenalties(pen.data(), vocab, history);
+        std::vector<float> val(n);
+        std::vector<int32_t> idx(n);
+        kernels::TopK(pen.data(), vocab, n, val.data(), idx.data());
+        const double total = kernels::TemperatureTotal(pen.data(), vocab, val[0], 1.f / 0.8f);
+        for (int i = 0; i < 10; ++i) {
+          SCOPED_TRACE(testing::Message() << "temp " << temp << " top_k " << top_k << " top_p "
+                                          << top_p << " draw " << i);
+          std::vector<float> r = row;
+          const int32_t want = ref.Sample(r.data(), vocab, history);
+          int32_t got;
+          if (Sampler::DrawsInIdOrder(p, vocab)) {
+            got = dev.SampleDrawn(val[0], idx[0],
+                                  kernels::DrawInIdOrder(pen.data(), vocab, val[0], 1.f / temp,
+                                                         dev.PendingUniform()));
+          } else if (Sampler::SamplesNucleus(p, vocab)) {
+            got = dev.SampleNucleus(val.data(), idx.data(), n, vocab, total);
+            if (got < 0) {  // (the whole penalized row: Sample on it without the history)
+              r = pen;
+              got = dev.Sample(r.data(), vocab, TokenHistory());
+            }
+          } else {
+            ASSERT_GT(Sampler::TopNeeded(p), 0);
+            got = dev.SampleTop(val.data(), idx.data(), n);
+          }
+          ASSERT_EQ(got, want);
+          ++compared;
+        }
+      }
+  EXPECT_EQ(compared, 120);
 }
 
 // Plain temperature sampling drawn where the logits are (a device's DrawTokens, here
@@ -286,10 +341,7 @@ TEST(SamplerTest, SampleDrawnEqualsSampleOnTheWholeRow) {
            [](SamplingParams* q) { q->top_k = 1; },
            [](SamplingParams* q) { q->top_k = 50; },
            [](SamplingParams* q) { q->top_p = 0.9f; },
-           [](SamplingParams* q) { q->min_p = 0.1f; },
-           [](SamplingParams* q) { q->repetition_penalty = 1.2f; },
-           [](SamplingParams* q) { q->presence_penalty = 0.5f; },
-           [](SamplingParams* q) { q->frequency_penalty = 0.5f; }}) {
+           [](SamplingParams* q) { q->min_p = 0.1f; }}) {
     SamplingParams q = p;
     change(&q);
     EXPECT_FALSE(Sampler::DrawsInIdOrder(q, vocab));

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "core/dtype.h"
@@ -109,6 +110,18 @@ int64_t FindAbove(const float* x, int64_t n, float w);
 // (FindAbove skips what cannot enter); a value that enters the list moves up to k entries (a
 // small k over a row of logits: the sampler's top-k rows, the host device's TopLogits).
 void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx);
+// A logit under the sampler's penalties (Sampler::ApplyPenalties, a device's EditLogits on the
+// host): the repetition penalty (divides a positive logit, multiplies another), then the
+// presence penalty and the frequency penalty times the token's count in the output where it is
+// > 0; kept finite.
+inline float PenalizedLogit(float l, float repetition, float presence, float frequency,
+                            float count) {
+  if (repetition != 1.0f) l = l > 0.0f ? l / repetition : l * repetition;
+  if (count > 0.0f) l -= presence + frequency * count;
+  const float max = std::numeric_limits<float>::max();
+  return max < l ? max : l;  // (std::min's: NaN stays NaN)
+}
+
 // Temperature sampling over a row (the sampler's, and a device's DrawTokens on the host), with
 // weights w_i = exp((x[i] - m) * inv_t) (float) summed in double in id order; m: the row's
 // largest value, finite. TemperatureTotal: the sum (the softmax's denominator). DrawInIdOrder:

@@ -239,7 +239,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // The step's TopLogits k: the most any of its rows asks for (0: whole rows only); whether a
   // row has its token drawn too (DrawTokens).
   int top_k = 0;
-  bool draws = false;
+  bool draws = false, edited = false;
   for (const SeqBatchEntry& s : batch.seqs) {
     if (!batch.top || !s.want_logits || s.top_logits <= 0) continue;
     if (s.all_logits || s.top_logits > top_logits_max())
@@ -248,12 +248,15 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                              std::to_string(top_logits_max()) + ", no prompt logits)");
     top_k = std::max(top_k, s.top_logits);
     draws = draws || s.draw_inv_temperature > 0 || s.log_total;
+    edited = edited || (s.edits && !s.edits->empty());
   }
+  if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch));
   const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
                      !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
-                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(draws) << 62;
+                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(edited) << 61 |
+                       static_cast<uint64_t>(draws) << 62;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
     dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);
@@ -289,6 +292,11 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
+        if (edited) {  // (the sampler's changes to the rows, first)
+          dev_->EditLogits(logits_, R, output_.rows,
+                           reinterpret_cast<const backend::Device::LogitEditRow*>(edits_),
+                           reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + 8 * R));
+        }
         const float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
                         top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
@@ -299,6 +307,50 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   }
   if (logit_rows_ > 0) PENG_RETURN_IF_ERROR(CopyLogits(batch, top_k, draws, logits));
   return dev_->Synchronize();
+}
+
+// The step's LogitEdits into edits_: a Device::LogitEditRow a logit row, then the edits.
+Status DeviceModel::UploadEdits(const ForwardBatch& batch) {
+  using Row = backend::Device::LogitEditRow;
+  using Edit = backend::Device::LogitEdit;
+  static_assert(sizeof(Row) == 32 && sizeof(Edit) == 8);
+  const int64_t R = logit_rows_;
+  edit_rows_.assign(R, Row{0, 0, 0, 0, 1.0f, 0.0f, 0.0f, 0});
+  edit_list_.clear();
+  int64_t r = 0;
+  for (const SeqBatchEntry& s : batch.seqs) {
+    if (!s.want_logits) continue;
+    if (s.all_logits) {
+      r += s.n_tokens;
+      continue;
+    }
+    Row& row = edit_rows_[r++];
+    const LogitEdits* e = s.top_logits > 0 ? s.edits : nullptr;
+    const auto at = [&] { return static_cast<int32_t>(edit_list_.size()); };
+    row.bias = at();
+    if (e)
+      for (const auto& [id, v] : e->bias) edit_list_.push_back({id, v});
+    row.ban = at();
+    if (e)
+      for (int32_t id : e->ban) edit_list_.push_back({id, 0.0f});
+    row.history = at();
+    if (e) {
+      for (const auto& [id, count] : e->history) edit_list_.push_back({id, count});
+      row.repetition = e->repetition_penalty;
+      row.presence = e->presence_penalty;
+      row.frequency = e->frequency_penalty;
+    }
+    row.end = at();
+  }
+  const int64_t ints = 8 * R + 2 * static_cast<int64_t>(edit_list_.size());
+  if (ints > edits_capacity_) {
+    const int64_t n = std::max(ints, 2 * edits_capacity_);
+    PENG_RETURN_IF_ERROR(Scratch(n, &edits_));
+    edits_capacity_ = n;
+  }
+  PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_, edit_rows_.data(), R * sizeof(Row)));
+  if (edit_list_.empty()) return OkStatus();
+  return dev_->CopyToDevice(edits_ + 8 * R, edit_list_.data(), edit_list_.size() * sizeof(Edit));
 }
 
 Status DeviceModel::CopyLogitRow(int64_t row, float* dst) {

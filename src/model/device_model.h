@@ -136,6 +136,7 @@ class DeviceModel {
   // other rows whole into `logits`.
   Status CopyLogits(const ForwardBatch& batch, int top_k, bool draws, float* logits);
   int64_t DrawnDoublesAt(int top_k) const;
+  Status UploadEdits(const ForwardBatch& batch);
   backend::Device::DrawResults Drawn(int top_k);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
@@ -172,6 +173,11 @@ class DeviceModel {
   int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
   const backend::Device::TokenDraw* d_draws_ = nullptr;  // [logit rows], meta_'s start
+  // The step's LogitEdits (UploadEdits): [logit rows] Device::LogitEditRow, then the edits.
+  int32_t* edits_ = nullptr;
+  int64_t edits_capacity_ = 0;
+  std::vector<backend::Device::LogitEditRow> edit_rows_;
+  std::vector<backend::Device::LogitEdit> edit_list_;
   // Steps replayed as graphs: decode sizes, up to 64 sequences (the CUDA backend's GEMV sizes).
   static constexpr int64_t kGraphMaxTokens = 64;
 };

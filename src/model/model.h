@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -19,6 +20,25 @@
 #include "model/model_config.h"
 
 namespace peng {
+
+// What the engine changes in a row before it samples from it -- EngineCore::Choose's
+// logit_bias and min_tokens ban, then Sampler::ApplyPenalties -- for a device to change in its
+// copy of the row (Device::EditLogits), so that the best logits, draw and totals it returns are
+// of the changed row. In this order: bias[i].second added to logit bias[i].first, one after
+// another; the ids of `ban` set to -inf; the penalties on the ids of `history` (the distinct ids
+// of the prompt and the output, each with its count in the output, as a float).
+struct LogitEdits {
+  std::vector<std::pair<int32_t, float>> bias;
+  std::vector<int32_t> ban;
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> history;  // (with penalties only)
+  bool empty() const { return bias.empty() && ban.empty() && history.empty(); }
+  void clear() {
+    bias.clear();
+    ban.clear();
+    history.clear();
+  }
+};
 
 struct SeqBatchEntry {
   int64_t n_tokens = 0;               // tokens of this sequence in the batch (contiguous)
@@ -41,6 +61,8 @@ struct SeqBatchEntry {
   // With top_logits (a row with logprobs): the device also sums the log-softmax's denominator
   // (TopLogits::log_total).
   bool log_total = false;
+  // With top_logits: the changes the device makes to the row first (null: none).
+  const LogitEdits* edits = nullptr;
 };
 
 // The best logits of a step's rows (ForwardBatch::top), by logit row: k a row, best first in

@@ -36,6 +36,7 @@
 #include "backend/device.h"
 #include "core/half.h"
 #include "cuda_test_util.h"
+#include "engine/sampler.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 #include "model/kv_cache.h"
@@ -182,6 +183,68 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
       cuda_->Free(*scratch);
     }
   }
+}
+
+// EditLogits: the engine's changes to rows (LogitEdits) -- biases, one id twice, bans, the
+// penalties on positive and negative logits, past the float range, on a banned id, on NaN, ids
+// outside the row -- give the host device's values bit for bit, and the host's are what the
+// engine and the sampler do to a whole row (the biases added, the bans, then
+// Sampler::ApplyPenalties).
+TEST_F(CudaTest, EditLogitsEqualTheHost) {
+  using Row = backend::Device::LogitEditRow;
+  using Edit = backend::Device::LogitEdit;
+  const int64_t n = 5000, rows = 3;
+  std::vector<float> x = Random(rows * n, -8.f, 8.f);
+  x[2 * n + 100] = 3e38f;  // past the range once penalized (row 2's repetition 0.7)
+  x[n + 7] = std::numeric_limits<float>::quiet_NaN();  // NaN stays NaN
+  std::vector<Edit> edits;
+  std::vector<Row> hdr(rows);
+  std::vector<float> want = x;
+  for (int64_t r = 0; r < rows; ++r) {
+    Row& h = hdr[r];
+    h.bias = static_cast<int32_t>(edits.size());
+    const std::vector<std::pair<int32_t, float>> bias = {{5, 2.5f}, {9, -100.f}, {5, 0.25f}};
+    for (const auto& [id, v] : bias) edits.push_back({id, v});
+    h.ban = static_cast<int32_t>(edits.size());
+    for (int32_t id : {11, 12, static_cast<int32_t>(n) + 3}) edits.push_back({id, 0.f});
+    h.history = static_cast<int32_t>(edits.size());
+    std::vector<int32_t> prompt = {100, 11, 7, 40, 41};
+    TokenHistory history(prompt);
+    for (int32_t id : {7, 7, 300, 301, 12, 4999}) history.Append(id);
+    for (const TokenHistory::Entry& e : history.distinct())
+      edits.push_back({e.id, static_cast<float>(e.output_count)});
+    edits.push_back({-1, 1.f});  // (outside: skipped)
+    h.end = static_cast<int32_t>(edits.size());
+    SamplingParams p;
+    p.repetition_penalty = r == 0 ? 1.3f : (r == 1 ? 1.f : 0.7f);
+    p.presence_penalty = r == 2 ? -0.5f : 0.4f;
+    p.frequency_penalty = r == 1 ? 0.f : 0.9f;
+    h.repetition = p.repetition_penalty;
+    h.presence = p.presence_penalty;
+    h.frequency = p.frequency_penalty;
+    float* w = want.data() + r * n;  // the engine's and the sampler's changes
+    for (const auto& [id, v] : bias) w[id] += v;
+    for (int32_t id : {11, 12}) w[id] = -std::numeric_limits<float>::infinity();
+    Sampler(p).ApplyPenalties(w, n, history);
+  }
+  const Pair d = Upload(x);
+  host_->EditLogits(d.host, rows, n, hdr.data(), edits.data());
+  auto hc = cuda_->Alloc(rows * sizeof(Row));
+  auto ec = cuda_->Alloc(edits.size() * sizeof(Edit));
+  ASSERT_TRUE(hc.ok() && ec.ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(*hc, hdr.data(), rows * sizeof(Row)).ok());
+  ASSERT_TRUE(cuda_->CopyToDevice(*ec, edits.data(), edits.size() * sizeof(Edit)).ok());
+  cuda_->EditLogits(d.cuda, rows, n, static_cast<const Row*>(*hc), static_cast<const Edit*>(*ec));
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+  std::vector<float> got(rows * n);
+  ASSERT_TRUE(cuda_->CopyToHost(got.data(), d.cuda, rows * n * 4).ok());
+  EXPECT_EQ(std::memcmp(got.data(), d.host, rows * n * 4), 0);
+  EXPECT_EQ(std::memcmp(d.host, want.data(), rows * n * 4), 0);
+  EXPECT_EQ(d.host[2 * n + 100], std::numeric_limits<float>::max());
+  EXPECT_TRUE(std::isnan(d.host[n + 7]));
+  EXPECT_NE(std::memcmp(d.host, x.data(), rows * n * 4), 0);
+  cuda_->Free(*hc);
+  cuda_->Free(*ec);
 }
 
 // DrawTokens: plain temperature sampling's draw over each row, the same ids as the host device's

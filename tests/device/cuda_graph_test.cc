@@ -87,7 +87,8 @@ void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c)
 // Steps whose rows ask for their best logits (SeqBatchEntry::top_logits) on the device under
 // test: exactly kernels::TopK of the rows the same steps give whole on the same device, two
 // kernels more a decode step (Device::TopLogits), three with a row's token drawn
-// (Device::DrawTokens: kernels::DrawInIdOrder's id), the prompt-logit rows whole.
+// (Device::DrawTokens: kernels::DrawInIdOrder's id), four with a row changed first as the
+// engine would (Device::EditLogits), the prompt-logit rows whole.
 TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
   const std::string data = test_util::SourceDir() + "/tests/data/";
   for (const std::string& path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
@@ -99,8 +100,8 @@ TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
     device_test::ExpectTopOfWholeRows(whole, top, whole.logits[1].size() / 2);
     if (whole.kernels[2] > 0) {  // (not on "host")
       EXPECT_EQ(top.kernels[2], whole.kernels[2] + 2);
-      EXPECT_EQ(top.kernels[1], whole.kernels[1] + 3);  // (a row drawn: DrawTokens)
-      EXPECT_EQ(top.kernels[3], whole.kernels[3] + 3);
+      EXPECT_EQ(top.kernels[1], whole.kernels[1] + 4);  // (a row edited and drawn)
+      EXPECT_EQ(top.kernels[3], whole.kernels[3] + 3);  // (a row drawn: DrawTokens)
     }
   }
 }

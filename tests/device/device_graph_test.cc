@@ -128,7 +128,7 @@ TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
 // and the drawn token's logit: EngineCore::LogprobsFromBest) the CPU engine's values.
 TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
   std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < 20; ++i) {
     GenerateRequest r;
     r.id = "r" + std::to_string(i);
     for (int t = 0; t < 3 + 2 * i; ++t) r.prompt.push_back((i * 131 + t * 17) % 200 + 1);
@@ -154,6 +154,12 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       case 13: p.temperature = 1.5f, p.want_logprobs = true, p.logprobs = 20; break;  // drawn
       case 14: p.top_k = 30, p.want_logprobs = true; break;  // the chosen token's alone
       case 15: p.top_p = 0.5f, p.want_logprobs = true, p.logprobs = 2; break;
+      // Rows the device changes first (LogitEdits: Device::EditLogits).
+      case 16: p.temperature = 1.f, p.frequency_penalty = 1.5f, p.presence_penalty = 0.5f; break;
+      case 17: p.top_p = 0.9f, p.repetition_penalty = 1.4f; break;
+      case 18: p.temperature = 0, p.logit_bias = {{7, 100.f}, {8, 100.f}}; break;  // forced
+      case 19: p.temperature = 1.2f, p.logit_bias = {{3, 5.f}, {5, -100.f}}, p.min_tokens = 6;
+        break;
     }
     reqs.push_back(r);
   }
@@ -186,6 +192,7 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       }
     }
   }
+  for (int32_t id : got[1][18].tokens[0]) EXPECT_TRUE(id == 7 || id == 8) << id;
   for (int i : {5, 13, 14, 15}) {
     ASSERT_EQ(got[1][i].logprobs[0].size(), 12u);
     EXPECT_EQ(got[1][i].logprobs[0][3].top.size(), static_cast<size_t>(reqs[i].params.logprobs));

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "core/test_paths.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
+#include "engine/sampler.h"
 #include "kernels/ops.h"
 #include "model/registry.h"
 #include "quant/quantize.h"
@@ -197,6 +199,36 @@ inline bool WantsLogTotal(size_t step, size_t seq) {
   return (step == 1 && DrawsToken(step, seq)) || (step == 3 && !DrawsToken(step, seq));
 }
 
+// And the changes the device makes to a row first (SeqBatchEntry::edits): steps 0's and 1's
+// drawing rows, with these -- a bias that lifts id 1, a ban, the penalties over a history.
+inline bool EditsRow(size_t step, size_t seq) { return step <= 1 && DrawsToken(step, seq); }
+struct StepEdits {
+  StepEdits() : history(std::vector<int32_t>{1, 4}) {
+    for (int32_t id : {4, 6, 6}) history.Append(id);
+    params.repetition_penalty = 1.5f;
+    params.presence_penalty = 0.5f;
+    params.frequency_penalty = 0.8f;
+    edits.bias = {{1, 3.f}, {2, -100.f}};
+    edits.ban = {0};
+    edits.repetition_penalty = params.repetition_penalty;
+    edits.presence_penalty = params.presence_penalty;
+    edits.frequency_penalty = params.frequency_penalty;
+    for (const TokenHistory::Entry& e : history.distinct())
+      edits.history.push_back({e.id, static_cast<float>(e.output_count)});
+  }
+  // What the engine and the sampler do to a whole row.
+  std::vector<float> Apply(const float* row, int64_t vocab) const {
+    std::vector<float> r(row, row + vocab);
+    for (const auto& [id, v] : edits.bias) r[id] += v;
+    for (int32_t id : edits.ban) r[id] = -std::numeric_limits<float>::infinity();
+    Sampler(params).ApplyPenalties(r.data(), vocab, history);
+    return r;
+  }
+  TokenHistory history;
+  SamplingParams params;
+  LogitEdits edits;
+};
+
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
 // LocalExecutor (Model::Forward over a host KvCache); else the DeviceExecutor (the device graph,
 // its KV cache in device memory) -- fed MakeSteps' batches and block copies.
@@ -225,6 +257,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
   if (!ex.ok()) return r;
   Steps s = MakeSteps(vocab, with_chunk);
   r.top.resize(s.batches.size());
+  const StepEdits edits;
   for (size_t i = 0; i < s.batches.size(); ++i) {
     std::vector<BlockCopy> copies;
     if (s.copies_before[i].first >= 0)
@@ -244,6 +277,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
           e.draw_uniform = DrawUniform(i, j);
         }
         e.log_total = e.top_logits > 0 && WantsLogTotal(i, j);
+        if (e.top_logits > 0 && EditsRow(i, j)) e.edits = &edits.edits;
       }
     }
     std::vector<float> logits(b.NumLogitRows() * vocab);
@@ -257,8 +291,9 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
 }
 
 // A RunSteps with top_logits (top) against one without (whole) on the same device: each asked
-// row's best equal kernels::TopK of the whole row, the first NaN / +inf none, the drawn tokens
-// kernels::DrawInIdOrder's, and the rows of prompt logits (all_logits) equal whole.
+// row's best equal kernels::TopK of the whole row (changed as StepEdits says where it is
+// edited), the first NaN / +inf none, the drawn tokens kernels::DrawInIdOrder's, and the rows
+// of prompt logits (all_logits) equal whole.
 inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab) {
   const Steps s = MakeSteps(vocab, whole.logits.size() > 5);
   ASSERT_EQ(top.logits.size(), whole.logits.size());
@@ -267,7 +302,11 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
     int64_t row = 0;
     for (const SeqBatchEntry& e : s.batches[i].seqs) {
       const int64_t rows = e.all_logits ? e.n_tokens : 1;
-      const float* w = whole.logits[i].data() + row * vocab;
+      const size_t j = &e - s.batches[i].seqs.data();
+      const std::vector<float> edited =
+          EditsRow(i, j) ? StepEdits().Apply(whole.logits[i].data() + row * vocab, vocab)
+                         : std::vector<float>();
+      const float* w = EditsRow(i, j) ? edited.data() : whole.logits[i].data() + row * vocab;
       if (e.all_logits) {
         EXPECT_TRUE(std::equal(w, w + rows * vocab, top.logits[i].data() + row * vocab))
             << "step " << i << ": the prompt logits";
@@ -284,7 +323,6 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
         // The drawn token: kernels::DrawInIdOrder of the whole row (the device may sum in
         // another order: the same id but within rounding of a boundary, which these are not);
         // the total kernels::TemperatureTotal's, within 1e-12.
-        const size_t j = &e - s.batches[i].seqs.data();
         const bool sums = DrawsToken(i, j), draws = sums && DrawUniform(i, j) >= 0;
         EXPECT_EQ(t.drawn[row], draws ? kernels::DrawInIdOrder(w, vocab, val[0],
                                                                DrawInvTemperature(i),

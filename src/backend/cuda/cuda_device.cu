@@ -723,6 +723,12 @@ class CudaDevice final : public Device {
            val, idx, first_bad);
     Note(cudaGetLastError());
   }
+  void EditLogits(float* x, int64_t R, int64_t n, const LogitEditRow* rows,
+                  const LogitEdit* edits) override {
+    if (R == 0) return;
+    Launch(EditLogitsKernel, R, 256, launch_, x, n, rows, edits);
+    Note(cudaGetLastError());
+  }
   void DrawTokens(const float* x, int64_t R, int64_t n, const float* best, int best_stride,
                   const TokenDraw* draws, const DrawResults& out) override {
     if (R == 0) return;

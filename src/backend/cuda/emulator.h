@@ -78,6 +78,11 @@ inline float __half2float(__half h) { return F16ToF32(h.bits); }
 inline __half __float2half_rn(float f) { return {F32ToF16(f)}; }
 inline __half __ushort_as_half(unsigned short b) { return {b}; }
 inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
+// IEEE operations rounded to nearest, never fused (the host build has no FMA contraction).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);

@@ -8,6 +8,7 @@
 // draw over a row (Device::DrawTokens: DrawKernel).
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "backend/cuda/kernels.cuh"
@@ -173,6 +174,34 @@ __global__ void __launch_bounds__(kTopThreads)
     const int32_t i = TopKeyIndex(c);
     idx[row * k + rank] = i;
     val[row * k + rank] = x[row * n + i];
+  }
+}
+
+// A block a row (Device::EditLogits): thread 0 adds the biases in their order (an id may come
+// twice), then the threads set the bans and apply the penalties (the history's ids are
+// distinct) -- each operation rounded on its own (no multiply-add fused), so that the values
+// are kernels::PenalizedLogit's.
+__global__ void EditLogitsKernel(float* x, int64_t n, const Device::LogitEditRow* rows,
+                                 const Device::LogitEdit* edits) {
+  KernelStart();
+  const Device::LogitEditRow e = rows[blockIdx.x];
+  float* row = x + int64_t{blockIdx.x} * n;
+  const auto in_row = [n](int32_t id) { return id >= 0 && id < n; };
+  if (threadIdx.x == 0)
+    for (int32_t i = e.bias; i < e.ban; ++i)
+      if (in_row(edits[i].id)) row[edits[i].id] = __fadd_rn(row[edits[i].id], edits[i].value);
+  __syncthreads();
+  for (int32_t i = e.ban + threadIdx.x; i < e.history; i += blockDim.x)
+    if (in_row(edits[i].id)) row[edits[i].id] = -INFINITY;
+  __syncthreads();
+  for (int32_t i = e.history + threadIdx.x; i < e.end; i += blockDim.x) {
+    if (!in_row(edits[i].id)) continue;
+    float l = row[edits[i].id];
+    if (e.repetition != 1.0f)
+      l = l > 0.0f ? __fdiv_rn(l, e.repetition) : __fmul_rn(l, e.repetition);
+    const float count = edits[i].value;
+    if (count > 0.0f) l = __fsub_rn(l, __fadd_rn(e.presence, __fmul_rn(e.frequency, count)));
+    row[edits[i].id] = FLT_MAX < l ? FLT_MAX : l;
   }
 }
 
