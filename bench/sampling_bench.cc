@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "formats/npy_writer.h"
 #include "kernels/ops.h"
 
 using namespace peng;
@@ -43,24 +44,29 @@ double MedianUs(int reps, const std::function<void()>& f) {
   return t[t.size() / 2];
 }
 
-// A float32 [rows, n] .npy (peng logits' output), or an empty vector.
+// A float32 [rows, n] .npy as `peng logits` writes it (formats/npy_writer.h: its header must be
+// NpyHeader's for that shape), or an empty vector.
 std::vector<float> ReadNpy(const char* path, int64_t* rows, int64_t* n) {
   std::FILE* f = std::fopen(path, "rb");
   if (!f) return {};
-  char magic[10];
+  std::string head(10, '\0');
   std::vector<float> v;
-  if (std::fread(magic, 1, 10, f) == 10 && std::memcmp(magic, "\x93NUMPY", 6) == 0) {
-    const int header = static_cast<unsigned char>(magic[8]) |
-                       static_cast<unsigned char>(magic[9]) << 8;  // (version 1)
-    std::string h(header, ' ');
-    const size_t at = std::fread(h.data(), 1, header, f) == static_cast<size_t>(header)
-                          ? h.find("'shape': (")
-                          : std::string::npos;
-    if (at != std::string::npos && h.find("'<f4'") != std::string::npos &&
-        std::sscanf(h.c_str() + at, "'shape': (%lld, %lld)", reinterpret_cast<long long*>(rows),
-                    reinterpret_cast<long long*>(n)) == 2) {
-      v.resize(*rows * *n);
-      if (std::fread(v.data(), 4, v.size(), f) != v.size()) v.clear();
+  if (std::fread(head.data(), 1, 10, f) == 10) {
+    const size_t len = static_cast<unsigned char>(head[8]) |
+                       static_cast<unsigned char>(head[9]) << 8;  // (version 1.0)
+    head.resize(10 + len);
+    long long r = 0, c = 0;
+    const bool read = std::fread(head.data() + 10, 1, len, f) == len;
+    const size_t at = head.find("'shape': (");
+    if (read && at != std::string::npos &&
+        std::sscanf(head.c_str() + at, "'shape': (%lld, %lld)", &r, &c) == 2) {
+      const StatusOr<std::string> want = NpyHeader({r, c});
+      if (want.ok() && *want == head) {
+        *rows = r;
+        *n = c;
+        v.resize(r * c);
+        if (std::fread(v.data(), 4, v.size(), f) != v.size()) v.clear();
+      }
     }
   }
   std::fclose(f);
@@ -71,11 +77,11 @@ std::vector<float> ReadNpy(const char* path, int64_t* rows, int64_t* n) {
 int Nuclei(const char* path) {
   int64_t R = 0, V = 0;
   const std::vector<float> x = ReadNpy(path, &R, &V);
-  if (x.empty()) {
-    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab] .npy\n", path);
+  const int N = 64;
+  if (x.empty() || V <= N) {
+    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab > %d] .npy\n", path, N);
     return 1;
   }
-  const int N = 64;
   std::vector<float> val(N);
   std::vector<int32_t> idx(N);
   std::printf("%s: %lld rows of %lld logits\n", path, static_cast<long long>(R),

@@ -393,10 +393,7 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.bad = R.top.first_bad[row - 1];
       ch.draws = e.draw_inv_temperature > 0 && e.draw_uniform >= 0;
       ch.nucleus = e.draw_inv_temperature > 0 && !ch.draws;
-      ch.drawn = R.top.drawn[row - 1];
-      ch.drawn_logit = R.top.drawn_logit[row - 1];
-      ch.total = R.top.total[row - 1];
-      ch.log_total = R.top.log_total[row - 1];
+      ch.top = &R.top;
       ch.logit_row = row - 1;
       ch.edited = e.edits != nullptr;
     }
@@ -413,10 +410,16 @@ void EngineCore::FinishStep(Replica* rp) {
       if (ch.bad >= 0 || !ch.parallel) continue;
       try {
         Sampler& s = ch.c->sampler;
-        ch.id = ch.draws     ? s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.drawn)
-                : ch.nucleus ? s.SampleNucleus(ch.top_val, ch.top_idx, ch.top_k, vocab_, ch.total)
-                : ch.top_k > 0 ? s.SampleTop(ch.top_val, ch.top_idx, ch.top_k)
-                               : Choose(ch.c, ch.row, &ch.lp, &raw);
+        const int64_t lr = ch.logit_row;
+        if (ch.draws) {
+          ch.id = s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.top->drawn[lr]);
+        } else if (ch.nucleus) {
+          ch.id = s.SampleNucleus(ch.top_val, ch.top_idx, ch.top_k, vocab_, ch.top->total[lr]);
+        } else if (ch.top_k > 0) {
+          ch.id = s.SampleTop(ch.top_val, ch.top_idx, ch.top_k);
+        } else {
+          ch.id = Choose(ch.c, ch.row, &ch.lp, &raw);
+        }
         if (ch.top_k > 0 && ch.id >= 0 && s.params().want_logprobs) LogprobsFromBest(&ch);
       } catch (const std::exception& e) {
         ch.error = e.what();
@@ -514,19 +517,25 @@ void EngineCore::SampleAndEmit(Completion* c, float* row) {
   EmitToken(c, id, p.want_logprobs ? &lp : nullptr);
 }
 
+// f(id) for each id min_tokens bans until it is reached: EOS (unless ignore_eos) and the stop
+// ids.
+template <typename F>
+void EngineCore::ForEachMinTokensBan(const SamplingParams& p, F&& f) const {
+  const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : executor_->config().eos_id;
+  if (!p.ignore_eos && eos >= 0 && eos < vocab_) f(eos);
+  for (int32_t id : p.stop_token_ids)
+    if (id < vocab_) f(id);
+}
+
 // Choose()'s logprobs of a row that came back as its best logits (RowChoice::top_val / top_idx,
 // log_total; the chosen token's logit from the list or, where the device drew it past the list,
 // drawn_logit): Sampler::TopLogprobs' and LogProb's values.
 void EngineCore::LogprobsFromBest(RowChoice* ch) {
-  const int n = ch->c->req->in.params.logprobs;
-  const float m = ch->top_val[0];
-  const double lse = m > -std::numeric_limits<float>::infinity()
-                         ? static_cast<double>(m) + std::log(ch->log_total)
-                         : static_cast<double>(m);  // (Sampler::LogSumExp's)
-  ch->lp.top.clear();
-  for (int i = 0; i < n; ++i)
-    ch->lp.top.push_back({ch->top_idx[i], static_cast<float>(ch->top_val[i] - lse)});
-  float logit = ch->drawn_logit;
+  const int64_t lr = ch->logit_row;
+  const double lse = Sampler::LogSumExpOf(ch->top_val[0], ch->top->log_total[lr]);
+  Sampler::ListLogprobs(ch->top_val, ch->top_idx, ch->c->req->in.params.logprobs, lse,
+                        &ch->lp.top);
+  float logit = ch->top->drawn_logit[lr];
   for (int i = 0; i < ch->top_k; ++i)
     if (ch->top_idx[i] == ch->id) logit = ch->top_val[i];
   ch->lp.logprob = static_cast<float>(logit - lse);
@@ -554,11 +563,8 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
         if (id < vocab_) row[id] = -std::numeric_limits<float>::infinity();
     }
   }
-  if (c->num_output < p.min_tokens) {  // EOS and stop ids cannot be drawn yet
-    std::vector<int32_t> ban;
-    MinTokensBan(p, &ban);
-    for (int32_t id : ban) row[id] = -std::numeric_limits<float>::infinity();
-  }
+  if (c->num_output < p.min_tokens)  // EOS and stop ids cannot be drawn yet
+    ForEachMinTokensBan(p, [&](int32_t id) { row[id] = -std::numeric_limits<float>::infinity(); });
   const int32_t id = c->sampler.Sample(row, vocab_, c->history);
   // The mask leaves at least one token unless the grammar is at a dead end (an end that
   // min_tokens or the stop-id ban took away): that ends the request with an error.
@@ -569,14 +575,6 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
   return id;
 }
 
-// The ids min_tokens bans until it is reached: EOS (unless ignore_eos) and the stop ids.
-void EngineCore::MinTokensBan(const SamplingParams& p, std::vector<int32_t>* ban) const {
-  const int32_t eos = tokenizer_ ? tokenizer_->eos_id() : executor_->config().eos_id;
-  if (!p.ignore_eos && eos >= 0 && eos < vocab_) ban->push_back(eos);
-  for (int32_t id : p.stop_token_ids)
-    if (id < vocab_) ban->push_back(id);
-}
-
 // What Choose() would change in the completion's next row before its sampler draws -- the
 // logit_bias, the min_tokens ban, then the sampler's penalties (LogitEdits) -- for the device
 // to change in its copy of the row; null where nothing changes.
@@ -585,8 +583,9 @@ const LogitEdits* EngineCore::EditsFor(Completion* c) const {
   LogitEdits& e = c->edits;
   e.clear();
   e.bias = p.logit_bias;
-  if (c->num_output < p.min_tokens) MinTokensBan(p, &e.ban);
-  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+  if (c->num_output < p.min_tokens)
+    ForEachMinTokensBan(p, [&](int32_t id) { e.ban.push_back(id); });
+  if (p.penalized()) {
     e.repetition_penalty = p.repetition_penalty;
     e.presence_penalty = p.presence_penalty;
     e.frequency_penalty = p.frequency_penalty;
@@ -609,9 +608,7 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
   if (top_logits_max_ == 0 || r.in.return_prompt_logits || r.in.return_hidden_states ||
       c.matcher || (r.in.n > 1 && !r.forked))
     return 0;
-  const bool edited = !p.logit_bias.empty() || c.num_output < p.min_tokens ||
-                      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                      p.frequency_penalty != 0.0f;
+  const bool edited = !p.logit_bias.empty() || c.num_output < p.min_tokens || p.penalized();
   if (edited && p.want_logprobs) return 0;  // (logprobs of the row before the changes)
   int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
           : Sampler::SamplesNucleus(p, vocab_) ? top_logits_max_  // (its nucleus, mostly)

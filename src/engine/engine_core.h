@@ -102,7 +102,8 @@ class EngineCore {
   int32_t Choose(Completion* c, float* row, TokenLogprob* lp, std::vector<float>* raw) const;
   int TopLogitsFor(const Completion& c) const;
   const LogitEdits* EditsFor(Completion* c) const;
-  void MinTokensBan(const SamplingParams& p, std::vector<int32_t>* ban) const;
+  template <typename F>
+  void ForEachMinTokensBan(const SamplingParams& p, F&& f) const;
   struct RowChoice;
   static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
@@ -134,10 +135,7 @@ class EngineCore {
     int top_k = 0;
     bool draws = false;     // the device drew its token (SeqBatchEntry::draw_uniform)
     bool nucleus = false;   // top-p / min-p from the best logits and the total, else the row
-    int32_t drawn = -1;
-    float drawn_logit = 0;
-    double total = 0;       // the softmax's denominator (TopLogits::total)
-    double log_total = 0;   // the log-softmax's (logprobs)
+    const TopLogits* top = nullptr;  // the step's (draws, totals: at logit_row)
     int64_t logit_row = 0;
     bool edited = false;    // the device changed the row first (SeqBatchEntry::edits)
     int64_t bad = -1;       // its first NaN / +inf

@@ -59,10 +59,10 @@ Sampler::Sampler(const SamplingParams& params)
 }
 
 void Sampler::ApplyPenalties(float* logits, int64_t vocab, const TokenHistory& history) const {
+  if (!params_.penalized()) return;
   const float rep = params_.repetition_penalty;
   const float presence = params_.presence_penalty;
   const float frequency = params_.frequency_penalty;
-  if (rep == 1.0f && presence == 0.0f && frequency == 0.0f) return;
   for (const TokenHistory::Entry& e : history.distinct()) {
     PENG_CHECK_MSG(e.id >= 0 && e.id < vocab, "token id in history outside the vocabulary");
     // (A penalty may push a large logit past the float range: kept finite, so that the
@@ -203,8 +203,8 @@ int32_t Sampler::Draw(float m) {
   return cand_.back().id;
 }
 
-void Sampler::ApplyTopP(float max_logit, float inv_t, double denom) {
-  if (params_.top_p >= 1.0f) return;
+bool Sampler::ApplyTopP(float max_logit, float inv_t, double denom) {
+  if (params_.top_p >= 1.0f) return false;
   auto better = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
@@ -222,12 +222,13 @@ void Sampler::ApplyTopP(float max_logit, float inv_t, double denom) {
       cum += std::exp((cand_[i].logit - max_logit) * inv_t);
       if (cum >= target) {
         cand_.resize(i + 1);
-        return;
+        return true;
       }
     }
     sorted = end;
     chunk *= 4;
   }
+  return false;
 }
 
 double Sampler::NextUniform() {
@@ -275,18 +276,8 @@ int32_t Sampler::SampleNucleus(const float* val, const int32_t* id, int n, int64
   cand_.clear();
   for (int i = 0; i < n && (val[i] - m) * inv_t >= log_min_p; ++i) cand_.push_back({val[i], id[i]});
   const bool all = static_cast<int64_t>(cand_.size()) < n || n == vocab;
-  if (params_.top_p < 1.0f) {  // ApplyTopP's prefix in its (the list's) order
-    const double target = static_cast<double>(params_.top_p) * total;
-    double cum = 0.0;
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      cum += std::exp((cand_[i].logit - m) * inv_t);
-      if (cum >= target) {
-        cand_.resize(i + 1);
-        return Draw(m);
-      }
-    }
-    return all ? Draw(m) : -1;  // (every candidate kept, sorted, as ApplyTopP leaves them)
-  }
+  if (params_.top_p < 1.0f)  // (the list is in ApplyTopP's order: its prefix the same)
+    return (ApplyTopP(m, inv_t, total) || all) ? Draw(m) : -1;
   if (!all) return -1;
   // Min-p alone: the draw walks the candidates in id order, as SampleRandom leaves them.
   std::sort(cand_.begin(), cand_.end(),
@@ -313,8 +304,17 @@ int32_t Sampler::Argmax(const float* logits, int64_t vocab) {
 
 double Sampler::LogSumExp(const float* logits, int64_t vocab) {
   const float m = MaxLogit(logits, vocab);
-  if (!(m > kNegInf)) return m;
-  return static_cast<double>(m) + std::log(kernels::LogSoftmaxTotal(logits, vocab, m));
+  return LogSumExpOf(m, m > kNegInf ? kernels::LogSoftmaxTotal(logits, vocab, m) : 0.0);
+}
+
+double Sampler::LogSumExpOf(float m, double total) {
+  return m > kNegInf ? static_cast<double>(m) + std::log(total) : m;
+}
+
+void Sampler::ListLogprobs(const float* val, const int32_t* idx, int n, double lse,
+                           std::vector<std::pair<int32_t, float>>* out) {
+  out->clear();
+  for (int i = 0; i < n; ++i) out->push_back({idx[i], static_cast<float>(val[i] - lse)});
 }
 
 float Sampler::LogProb(const float* logits, int64_t vocab, int32_t id) {
@@ -330,9 +330,7 @@ void Sampler::TopLogprobs(const float* logits, int64_t vocab, int n,
   std::vector<float> val(want);
   std::vector<int32_t> idx(want);
   kernels::TopK(logits, vocab, want, val.data(), idx.data());
-  for (int i = 0; i < want; ++i) out->push_back({idx[i], val[i]});
-  const double lse = LogSumExp(logits, vocab);
-  for (auto& e : *out) e.second = static_cast<float>(e.second - lse);
+  ListLogprobs(val.data(), idx.data(), want, LogSumExp(logits, vocab), out);
 }
 
 }  // namespace peng

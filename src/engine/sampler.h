@@ -128,6 +128,11 @@ class Sampler {
   static float LogProb(const float* logits, int64_t vocab, int32_t id);
   // log(sum(exp(logits))), computed stably in double.
   static double LogSumExp(const float* logits, int64_t vocab);
+  // LogSumExp from the row's largest value m and kernels::LogSoftmaxTotal (a device's sum).
+  static double LogSumExpOf(float m, double total);
+  // TopLogprobs from a row's n best (val / idx, best first) and its LogSumExp.
+  static void ListLogprobs(const float* val, const int32_t* idx, int n, double lse,
+                           std::vector<std::pair<int32_t, float>>* out);
   // Index of the largest logit, ties -> lowest id; NaN is skipped (0 when every logit is NaN).
   static int32_t Argmax(const float* logits, int64_t vocab);
 
@@ -146,8 +151,9 @@ class Sampler {
   int32_t DrawTopK(float m);
   // Draws from cand_ (not empty) with weights exp((logit - m) / temperature), in its order.
   int32_t Draw(float m);
-  // Truncates cand_ to the top-p nucleus; `denom` is sum(exp(s_i)) over cand_.
-  void ApplyTopP(float max_logit, float inv_t, double denom);
+  // Truncates cand_ to the top-p nucleus; `denom` is sum(exp(s_i)) over cand_. Whether the
+  // share was reached (false: every candidate kept, sorted; or top_p = 1, nothing done).
+  bool ApplyTopP(float max_logit, float inv_t, double denom);
   double NextUniform();  // [0, 1): the pending one (PendingUniform) if any, else the next
 
   // Top-k up to here takes kernels::TopK's one pass over the row (a value that enters the list

@@ -247,14 +247,9 @@ TEST(SamplerTest, ListsOfThePenalizedRowEqualSampleWithPenalties) {
   for (float temp : {0.f, 0.8f})
     for (int top_k : {0, 1, 20})
       for (float top_p : {1.f, 0.9f}) {
-        SamplingParams p;
-        p.temperature = temp;
-        p.top_k = top_k;
-        p.top_p = top_p;
-        p.repetition_penalty = 1.3f;
-        p.presence_penalty = 0.5f;
-        p.frequency_penalty = 0.7f;
-        p.seed = 21;
+        const SamplingParams p{.temperature = temp, .top_k = top_k, .top_p = top_p,
+                               .repetition_penalty = 1.3f, .presence_penalty = 0.5f,
+                               .frequency_penalty = 0.7f, .seed = 21};
         Sampler ref(p), dev(p);
         std::vector<float> pen = row;
         ref.ApplyPenalties(pen.data(), vocab, history);
@@ -304,9 +299,7 @@ TEST(SamplerTest, SampleDrawnEqualsSampleOnTheWholeRow) {
   int32_t best_id;
   kernels::TopK(row.data(), vocab, 1, &best, &best_id);
   for (float temp : {0.3f, 1.f, 2.5f}) {
-    SamplingParams p;
-    p.temperature = temp;
-    p.seed = 5;
+    const SamplingParams p{.temperature = temp, .seed = 5};
     ASSERT_TRUE(Sampler::DrawsInIdOrder(p, vocab));
     Sampler whole(p), drawn(p);
     for (int i = 0; i < 200; ++i) {
@@ -368,11 +361,8 @@ TEST(SamplerTest, SampleNucleusEqualsSampleOnTheWholeRow) {
       for (float temp : {0.5f, 1.f, 1.7f})
         for (float top_p : {1.f, 0.95f, 0.6f, 0.1f})
           for (float min_p : {0.f, 0.02f, 0.3f}) {
-            SamplingParams p;
-            p.temperature = temp;
-            p.top_p = top_p;
-            p.min_p = min_p;
-            p.seed = 9;
+            const SamplingParams p{.temperature = temp, .top_p = top_p, .min_p = min_p,
+                                   .seed = 9};
             if (top_p == 1.f && min_p == 0.f) {
               EXPECT_FALSE(Sampler::SamplesNucleus(p, vocab));
               continue;

@@ -61,6 +61,10 @@ struct SamplingParams {
   bool want_logprobs = false;  // return the chosen tokens' logprobs (and the top-N)
 
   bool greedy() const { return temperature < kMinTemperature; }
+  // Any of the repetition, presence and frequency penalties (Sampler::ApplyPenalties).
+  bool penalized() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 
   Status Validate() const {
     // Written as !(in range) so that NaN is rejected too.

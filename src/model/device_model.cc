@@ -128,7 +128,7 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
     if (top_logits_max() > 0) {  // TopLogits' results, then its scratch
       const int64_t bytes = dev_->TopLogitsScratchBytes(logit_rows_, output_.rows,
                                                         top_logits_max());
-      PENG_RETURN_IF_ERROR(Scratch(logit_rows_ * (2 * top_logits_max() + 8), &top_));
+      PENG_RETURN_IF_ERROR(Scratch(DrawnDoublesAt(top_logits_max()) + 4 * logit_rows_, &top_));
       PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
     }
     logit_capacity_ = logit_rows_;
@@ -237,7 +237,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
     return InvalidArgument("replace_hidden: fewer than (layers + 1) x tokens x hidden values");
   // The step's TopLogits k: the most any of its rows asks for (0: whole rows only); whether a
-  // row has its token drawn too (DrawTokens).
+  // row asks for DrawTokens' sums or draw, and whether one is changed first (EditLogits).
   int top_k = 0;
   bool draws = false, edited = false;
   for (const SeqBatchEntry& s : batch.seqs) {
@@ -297,9 +297,9 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
                            reinterpret_cast<const backend::Device::LogitEditRow*>(edits_),
                            reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + 8 * R));
         }
-        const float* best = reinterpret_cast<float*>(top_);
-        dev_->TopLogits(logits_, R, output_.rows, top_k, reinterpret_cast<float*>(top_),
-                        top_ + R * top_k, top_ + 2 * R * top_k, top_scratch_);
+        float* best = reinterpret_cast<float*>(top_);
+        dev_->TopLogits(logits_, R, output_.rows, top_k, best, top_ + R * top_k,
+                        top_ + 2 * R * top_k, top_scratch_);
         if (draws) dev_->DrawTokens(logits_, R, output_.rows, best, top_k, d_draws_, Drawn(top_k));
       }
     }
@@ -324,23 +324,20 @@ Status DeviceModel::UploadEdits(const ForwardBatch& batch) {
       r += s.n_tokens;
       continue;
     }
-    Row& row = edit_rows_[r++];
+    Row& row = edit_rows_[r++];  // (none: an empty range)
     const LogitEdits* e = s.top_logits > 0 ? s.edits : nullptr;
+    if (!e) continue;
     const auto at = [&] { return static_cast<int32_t>(edit_list_.size()); };
     row.bias = at();
-    if (e)
-      for (const auto& [id, v] : e->bias) edit_list_.push_back({id, v});
+    for (const auto& [id, v] : e->bias) edit_list_.push_back({id, v});
     row.ban = at();
-    if (e)
-      for (int32_t id : e->ban) edit_list_.push_back({id, 0.0f});
+    for (int32_t id : e->ban) edit_list_.push_back({id, 0.0f});
     row.history = at();
-    if (e) {
-      for (const auto& [id, count] : e->history) edit_list_.push_back({id, count});
-      row.repetition = e->repetition_penalty;
-      row.presence = e->presence_penalty;
-      row.frequency = e->frequency_penalty;
-    }
+    for (const auto& [id, count] : e->history) edit_list_.push_back({id, count});
     row.end = at();
+    row.repetition = e->repetition_penalty;
+    row.presence = e->presence_penalty;
+    row.frequency = e->frequency_penalty;
   }
   const int64_t ints = 8 * R + 2 * static_cast<int64_t>(edit_list_.size());
   if (ints > edits_capacity_) {
@@ -390,9 +387,9 @@ Status DeviceModel::CopyLogits(const ForwardBatch& batch, int top_k, bool draws,
     t.drawn_logit.assign(R, 0.f);
     t.total.assign(R, 0.0);
     t.log_total.assign(R, 0.0);
-    if (draws) {
+    if (draws) {  // (Drawn's layout)
       t.drawn.assign(drawn, drawn + R);
-      std::memcpy(t.drawn_logit.data(), &*(drawn + R), R * sizeof(float));
+      std::memcpy(t.drawn_logit.data(), top_host_.data() + (2 * top_k + 2) * R, R * 4);
       const int32_t* d = top_host_.data() + DrawnDoublesAt(top_k);
       std::memcpy(t.total.data(), d, R * sizeof(double));
       std::memcpy(t.log_total.data(), d + 2 * R, R * sizeof(double));

@@ -154,10 +154,9 @@ class DeviceModel {
   int block_size_ = 0;
   int64_t scratch_tokens_ = 0, meta_capacity_ = 0, logit_capacity_ = 0;
   float* logits_ = nullptr;
-  // TopLogits' [val | idx | first_bad] and DrawTokens' [drawn] of logit_capacity_ rows at k =
-  // top_logits_max(), its
-  // scratch (an allocation of its own: the CUDA kernels' 8-byte keys need the alignment), and
-  // the host copy of a step's results.
+  // TopLogits' [val | idx | first_bad] and DrawTokens' results (Drawn) of logit_capacity_ rows
+  // at k = top_logits_max(), its scratch (an allocation of its own: the CUDA kernels' 8-byte
+  // keys need the alignment), and the host copy of a step's results.
   int32_t* top_ = nullptr;
   int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
