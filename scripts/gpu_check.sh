@@ -36,7 +36,8 @@
 #        a block a (token, head) (PENG_CUDA_MLA_GEMM=0); the prefills of V2-Lite and Qwen2.5
 #        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
 #        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
-#        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), and with the 8-bit KV cache
+#        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), its pp512 there with the
+#        prompts' attention on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0), the 8-bit KV cache
 #        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens; these two after step 5);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
@@ -340,6 +341,12 @@ run() {
         --tg 128 --depth 4096
       summarize_bench "$RES/depth-$m-qwen.json"
     done
+    # What the prompts' attention on the tensor cores is worth (AttentionMmaKernel): the same
+    # pp512 after 4096 tokens with the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0).
+    PENG_CUDA_MMA_ATTENTION=0 step bench-depth-fp32-tiles bench_json \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/depth-fp32-tiles-qwen.json" \
+      --tg 8 --depth 4096
+    summarize_bench "$RES/depth-fp32-tiles-qwen.json"
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128

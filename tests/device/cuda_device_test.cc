@@ -524,6 +524,75 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
   }
 }
 
+// The attention of prompts on the tensor cores (AttentionMmaKernel: an F16 cache, outside exact
+// mode; queries and weights rounded to FP16, FP32 accumulation) against the host device's FP32
+// attention: within 1e-3 of the largest output, where the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0)
+// are within 1e-4 and differ from it (so the tensor cores ran). A mixed step, prompts of 40 and
+// 30, and a prompt of 150 tokens after 60 in the cache (three chunks of keys, three tiles a KV
+// head where its group is 1); head sizes 64, 128, 48 and 96 (the head padded to 64 / 128), KV
+// groups of 4, 7, 1 and 2; causal, sliding windows of 8 and 100, a softcap. (Its output
+// quantized for the output projection: the graphs' tests with quantized activations.)
+TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
+  kernels::SetExactActivations(false);
+  const std::unique_ptr<Device> fp32 = DeviceWithout("PENG_CUDA_MMA_ATTENTION");
+  ASSERT_NE(fp32, nullptr);
+  for (int shape = 0; shape < 3; ++shape) {
+    const std::array<std::array<int64_t, 3>, 3> pos0 = {{{0, 40, 30}, {0, 3, 9}, {60, 3, 0}}};
+    const std::array<std::array<int64_t, 3>, 3> n = {{{21, 1, 5}, {40, 1, 30}, {150, 1, 40}}};
+    std::vector<std::vector<int32_t>> tables;
+    int64_t n_blocks = 9;
+    if (shape == 2) {  // (210 positions: 14 blocks, in reverse)
+      tables.resize(3);
+      for (int32_t blk = 0; blk < 14; ++blk) tables[0].push_back(13 - blk);
+      tables[1] = {14};
+      tables[2] = {15, 16, 17};
+      n_blocks = 18;
+    }
+    AttnBatch a, b;
+    BuildBatch(cuda_.get(), &a, pos0[shape], n[shape], tables);
+    BuildBatch(fp32.get(), &b, pos0[shape], n[shape], tables);
+    const int64_t T = a.host.n_tokens;
+    for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {7, 1, 128}, {2, 2, 48}, {4, 2, 96}}) {
+      kernels::KvLayerView kc, kh;
+      RandomCache(DType::kF16, KV, hd, hd, &kc, &kh, n_blocks);
+      const kernels::KvLayerView kp = CopyCache(fp32.get(), kh);
+      const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
+      const std::vector<float> q = Random(T * H * hd, -2.f, 2.f);
+      float* dq[2];
+      for (int i = 0; i < 2; ++i) {
+        Device* d = i ? fp32.get() : cuda_.get();
+        d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, *d->UploadFloats(k.data(), T * KV * hd),
+                   *d->UploadFloats(v.data(), T * KV * hd));
+        dq[i] = *d->UploadFloats(q.data(), T * H * hd);
+      }
+      host_->KvWrite(kh, a.host, k.data(), v.data());
+      for (auto [window, softcap] : {std::pair{0, 0.f}, {8, 0.f}, {100, 0.f}, {0, 20.f}}) {
+        kernels::AttentionParams p;
+        p.n_heads = H;
+        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        p.sliding_window = window;
+        p.softcap = softcap;
+        std::vector<float> ref(T * H * hd);
+        host_->PagedAttention(q.data(), kh, a.host, p, ref.data());
+        const std::string tag = "shape " + std::to_string(shape) + " H" + std::to_string(H) +
+                                "/" + std::to_string(KV) + " hd" + std::to_string(hd) +
+                                " window " + std::to_string(window) +
+                                (softcap > 0 ? " softcap" : "");
+        std::vector<float> got[2];
+        for (int i = 0; i < 2; ++i) {
+          Device* d = i ? fp32.get() : cuda_.get();
+          float* o = *d->UploadFloats(std::vector<float>(T * H * hd).data(), T * H * hd);
+          d->PagedAttention(dq[i], i ? kp : kc, i ? b.cuda : a.cuda, p, o);
+          ExpectNear(d, o, ref, i ? 1e-4 : 1e-3, (i ? "fp32 tiles " : "tensor cores ") + tag);
+          got[i].resize(ref.size());
+          ASSERT_TRUE(d->CopyToHost(got[i].data(), o, ref.size() * 4).ok());
+        }
+        EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
+      }
+    }
+  }
+}
+
 // Decode over long contexts, the keys split over blocks (AttentionKernel's parts, merged by the
 // last to finish) and not (PENG_CUDA_ATTN_SPLIT=0), each against the host device: three decode
 // tokens at positions 1000, 300 and 40 (4, 2 and 1 parts of at least 256 keys), tables spread

@@ -109,6 +109,28 @@ __global__ void WaitingAddKernel(float* x, float v) {
   x[threadIdx.x] += v;
 }
 
+// One warp: D = A B + C twice over (A 16 x 16 and B 16 x 8 FP16 values as floats, C 16 x 8),
+// each lane's fragments taken from the matrices by PTX's formulas for mma.m16n8k16's elements
+// (A's a0..a7, B's b0..b3, C's c0..c3: two elements a register).
+__global__ void MmaKernel(const float* a, const float* b, const float* c, float* out) {
+  const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+  float e[8];
+  for (int i = 0; i < 8; ++i) {
+    const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+    const int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+    e[i] = a[row * 16 + col];
+  }
+  const uint32_t ra[4] = {HalfPair(e[0], e[1]), HalfPair(e[2], e[3]), HalfPair(e[4], e[5]),
+                          HalfPair(e[6], e[7])};
+  for (int i = 0; i < 4; ++i) e[i] = b[(t * 2 + (i & 1) + (i >= 2 ? 8 : 0)) * 8 + g];
+  const uint32_t rb[2] = {HalfPair(e[0], e[1]), HalfPair(e[2], e[3])};
+  float d[4];
+  for (int i = 0; i < 4; ++i) d[i] = c[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)];
+  MmaF16(d, ra, rb);
+  MmaF16(d, ra, rb);
+  for (int i = 0; i < 4; ++i) out[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = d[i];
+}
+
 TEST(CudaEmulator, EveryThreadOfEveryBlockRuns) {
   int* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 6 * 64 * 4), cudaSuccess);
@@ -175,6 +197,37 @@ TEST(CudaEmulator, ButterflyInOneExchangeEqualsTheShuffles) {
   emu::SetReversedOrder(false);
   cudaFree(dx);
   cudaFree(dout);
+}
+
+// The emulator's tensor-core product (runtime.h, MmaF16: the tiles gathered from the lanes'
+// fragments by the last lane to arrive) against the product of the matrices, in both orders.
+TEST(CudaEmulator, TensorCoreProductOfFragments) {
+  std::vector<float> a(16 * 16), b(16 * 8), c(16 * 8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = F16ToF32(F32ToF16(std::sin(1.3f * i) * 3.f));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = F16ToF32(F32ToF16(std::cos(0.7f * i + 0.2f)));
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 11) - 5.f;
+  float* d[4];
+  for (size_t k = 0; k < 4; ++k)
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d[k]), 16 * 16 * 4), cudaSuccess);
+  cudaMemcpyAsync(d[0], a.data(), a.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  cudaMemcpyAsync(d[1], b.data(), b.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  cudaMemcpyAsync(d[2], c.data(), c.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  for (const bool reversed : {false, true}) {
+    emu::SetReversedOrder(reversed);
+    Launch(MmaKernel, 1, 32, nullptr, d[0], d[1], d[2], d[3]);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<float> got(16 * 8);
+    cudaMemcpyAsync(got.data(), d[3], got.size() * 4, cudaMemcpyDeviceToHost, nullptr);
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        double want = c[i * 8 + j];
+        for (int k = 0; k < 16; ++k) want += 2.0 * a[i * 16 + k] * b[k * 8 + j];
+        EXPECT_NEAR(got[i * 8 + j], want, 1e-4) << i << ", " << j;
+      }
+    }
+  }
+  emu::SetReversedOrder(false);
+  for (float* p : d) cudaFree(p);
 }
 
 // Each order reads what the other does not, so a result that depends on the order shows in one

@@ -2,10 +2,13 @@
 // after kernels.cuh, whose reductions and quantizer they use): the cache's element types, RoPE
 // (RopeRotation, shared with MLA's absorption in mla_kernels.cuh) with the KV write
 // (RopeKvKernel), and the paged attention (AttentionKernel: a block per (token, head), the
-// token's own head normalized, rotated and stored inside it in decode steps: AttnRope).
+// token's own head normalized, rotated and stored inside it in decode steps: AttnRope; the
+// prompts' tiles: AttentionTileKernel on the FP32 cores, AttentionMmaKernel on the tensor
+// cores).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cuda/kernels.cuh"
@@ -733,6 +736,226 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
       if (a.quant.qs)
         QuantizeValue<32>(v, valid, t, int64_t{h} * a.v_head_dim + d, cols, a.quant, nullptr);
     }
+  }
+}
+
+// Two FP16 values at p (4-byte aligned) as one register.
+__device__ __forceinline__ uint32_t SharedPair(const uint16_t* p) {
+#if defined(PENG_CUDA_EMULATOR)
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#else
+  return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+
+// The tiled attention on the tensor cores (AttentionMmaKernel), for an F16 cache whose keys and
+// values have the same size, a multiple of 16 up to kD: a block a tile of kMmaRows = 64 query
+// rows (AttentionTileKernel's rows: a sequence's (token, head) pairs of one KV head), a warp 16
+// of them. Each chunk of kKeys keys goes into shared memory as the cache holds it (FP16: the
+// keys row by row, the values transposed); a warp multiplies its rows' queries -- scaled, then
+// rounded to FP16 -- with the keys (MmaF16), masks and soft-caps the scores in FP32, updates its
+// rows' online softmax and multiplies the weights, rounded to FP16, with the values; FP32
+// accumulation throughout. The scores and the output stay in the tensor cores' registers (the
+// accumulator's layout of the scores is the layout of the weights as the next product's A).
+constexpr int kMmaRows = 16 * kAttnWarps;
+
+template <int kD, int kKeys>
+struct AttnMma {
+  static constexpr int kThreads = kAttnWarps * kWarp;
+  static constexpr int kKStride = kD + 8;     // a key's FP16 row in shared memory (+8: no bank
+  static constexpr int kVStride = kKeys + 8;  // conflicts), a value column's (transposed)
+  static constexpr int kLoadBytes = 2 * (kKeys * kKStride + kD * kVStride);
+  static constexpr int kOutStride = kD + 4;  // the output rows, FP32, after the last chunk
+  static constexpr int kOutBytes = 4 * kMmaRows * kOutStride;
+  static constexpr int kBytes = kLoadBytes > kOutBytes ? kLoadBytes : kOutBytes;
+  static_assert(kD % 16 == 0 && kD <= kThreads && kKeys % 16 == 0);
+  static_assert(kBytes + 24 * kMmaRows <= 48 * 1024);  // (static shared memory)
+};
+
+template <int kD, int kKeys>
+__global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(AttnArgs a) {
+  KernelStart();
+  using Mma = AttnMma<kD, kKeys>;
+  constexpr int kThreads = Mma::kThreads, kNt = kKeys / 8, kSteps = kD / 16;
+  __shared__ float4 buf[Mma::kBytes / 16];
+  uint16_t* k_h = reinterpret_cast<uint16_t*>(buf);  // [kKeys][kKStride]
+  uint16_t* vt_h = k_h + kKeys * Mma::kKStride;      // [kD][kVStride]
+  float* o_s = reinterpret_cast<float*>(buf);        // [kMmaRows][kOutStride], at the end
+  __shared__ int64_t tok_s[kMmaRows];  // -1: no row
+  __shared__ int32_t head_s[kMmaRows], pos_s[kMmaRows], start_s[kMmaRows];
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int g = blockIdx.y, group = a.n_heads / a.n_kv_heads, hd = a.head_dim;
+  int64_t x = blockIdx.x;  // (the block's sequence and its tile there: AttentionTileKernel's)
+  int s = 0;
+  for (; s < a.n_seqs; ++s) {
+    const int64_t n = SeqTiles(a.seq_first, s, group, kMmaRows);
+    if (x < n) break;
+    x -= n;
+  }
+  if (s == a.n_seqs) return;
+  const int64_t first = a.seq_first[s];
+  const int64_t pairs = int64_t{a.seq_first[s + 1] - a.seq_first[s]} * group;
+  if (tid < kMmaRows) {
+    const int64_t pair = x * kMmaRows + tid;
+    tok_s[tid] = -1;
+    head_s[tid] = 0;
+    pos_s[tid] = -1;
+    start_s[tid] = INT32_MAX;
+    if (pair < pairs) {
+      const int64_t t = first + pair / group;
+      const int32_t p = a.pos[t];
+      tok_s[tid] = t;
+      head_s[tid] = g * group + static_cast<int>(pair % group);
+      pos_s[tid] = p;
+      start_s[tid] = a.sliding_window > 0 && p - a.sliding_window + 1 > 0
+                         ? p - a.sliding_window + 1 : 0;
+    }
+  }
+  __syncthreads();
+  // The keys the block reads, and those the warp's rows see.
+  int64_t kmin = INT64_MAX, kmax = -1, wmin = INT64_MAX, wmax = -1;
+  for (int i = 0; i < kMmaRows; ++i) {
+    if (tok_s[i] < 0) continue;
+    kmin = start_s[i] < kmin ? start_s[i] : kmin;
+    kmax = pos_s[i] > kmax ? pos_s[i] : kmax;
+    if (i / 16 != warp) continue;
+    wmin = start_s[i] < wmin ? start_s[i] : wmin;
+    wmax = pos_s[i] > wmax ? pos_s[i] : wmax;
+  }
+  // The lane's rows (r[0] and r[1] = r[0] + 8 of the warp's 16) and its columns c, c + 1 of
+  // each 8 (MmaF16's layout); their queries, scaled and rounded, as A fragments.
+  const int r[2] = {warp * 16 + lane / 4, warp * 16 + lane / 4 + 8};
+  const int c = 2 * (lane % 4);
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r[e % 2], d = kk * 16 + c + (e / 2) * 8;
+      const int64_t t = tok_s[i];
+      const float* q = a.q + (t * a.n_heads + head_s[i]) * hd;
+      const bool in = t >= 0 && d < hd;
+      qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
+    }
+  }
+  const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
+  const uint16_t* kc = static_cast<const uint16_t*>(a.k) + int64_t{g} * hd;
+  const uint16_t* vc = static_cast<const uint16_t*>(a.v) + int64_t{g} * hd;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int64_t j0 = kmin; j0 <= kmax; j0 += kKeys) {
+    const int nk = kmax - j0 + 1 < kKeys ? static_cast<int>(kmax - j0 + 1) : kKeys;
+    __syncthreads();  // (the chunk before is read)
+    // The chunk: 8 values (16 bytes) a thread at a time; zeros past the last key and the head.
+    for (int p = tid; p < kKeys * (kD / 8); p += kThreads) {
+      const int j = p / (kD / 8), d0 = (p % (kD / 8)) * 8;
+      uint4 kv{0, 0, 0, 0}, vv{0, 0, 0, 0};
+      if (j < nk && d0 < hd) {
+        const int64_t key = j0 + j;
+        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size +
+                             key % a.block_size;
+        kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
+        vv = LoadVector<uint4>(vc + slot * a.v_stride + d0);
+      }
+      StoreVector(k_h + j * Mma::kKStride + d0, kv);
+      uint16_t v8[8];
+      std::memcpy(v8, &vv, 16);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vt_h[(d0 + i) * Mma::kVStride + j] = v8[i];
+    }
+    __syncthreads();
+    if (j0 > wmax || j0 + nk - 1 < wmin) continue;  // (no key of the chunk in the warp's rows)
+    // Scores: 8 keys (an n tile) at a time, over the head in steps of 16.
+    float sc[kNt][4];
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+      const uint16_t* kr = k_h + (n * 8 + lane / 4) * Mma::kKStride + c;
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        if (kk * 16 >= hd) break;
+        const uint32_t b[2] = {SharedPair(kr + kk * 16), SharedPair(kr + kk * 16 + 8)};
+        MmaF16(sc[n], qa[kk], b);
+      }
+    }
+    // Masks, the soft-cap and each row's maximum (over the row's 4 lanes).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r[e / 2], j = n * 8 + c + e % 2;
+        const int64_t key = j0 + j;
+        float v = -INFINITY;
+        if (j < nk && key >= start_s[i] && key <= pos_s[i]) {
+          v = sc[n][e];
+          if (a.softcap > 0.f) v = a.softcap * tanhf(v / a.softcap);
+        }
+        sc[n][e] = v;
+        mx[e / 2] = fmaxf(mx[e / 2], v);
+      }
+    }
+    float corr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m[h], WarpButterfly<2>(mx[h], MaxOp{}));
+      corr[h] = m_new == -INFINITY ? 1.f : expf(m[h] - m_new);  // (0 for the row's first keys)
+      mx[h] = m_new;
+      m[h] = m_new;
+      l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      o[n][0] *= corr[0], o[n][1] *= corr[0];
+      o[n][2] *= corr[1], o[n][3] *= corr[1];
+    }
+    // The weights, rounded to FP16 (l sums the rounded ones), as A fragments of 16 keys; then
+    // the values, 8 columns (an n tile) at a time.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pa[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // (pa[e]: rows r[e % 2], keys 16 kk + c (+8 from e = 2))
+        const int h = e % 2;
+        const float s0 = sc[2 * kk + e / 2][2 * h], s1 = sc[2 * kk + e / 2][2 * h + 1];
+        pa[e] = mx[h] == -INFINITY ? 0u : HalfPair(expf(s0 - mx[h]), expf(s1 - mx[h]));
+        l[h] += HalfOfPair(pa[e], 0) + HalfOfPair(pa[e], 1);
+      }
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        if (n * 8 >= hd) break;
+        const uint16_t* vr = vt_h + (n * 8 + lane / 4) * Mma::kVStride + kk * 16 + c;
+        const uint32_t b[2] = {SharedPair(vr), SharedPair(vr + 8)};
+        MmaF16(o[n], pa, b);
+      }
+    }
+  }
+  // Each row's sum over its 4 lanes, then the output through shared memory (the block's rows
+  // stored a row at a time, quantized where asked, as AttentionTileKernel stores them).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = WarpButterfly<2>(l[h], AddOp{});
+  __syncthreads();  // (the last chunk is read)
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      o_s[r[h] * Mma::kOutStride + n * 8 + c + e % 2] = l[h] > 0.f ? o[n][e] / l[h] : 0.f;
+    }
+  }
+  __syncthreads();
+  const int64_t cols = int64_t{a.n_heads} * hd;  // (a token's row of out)
+  const int d = tid;
+  for (int i = 0; i < kMmaRows; ++i) {  // (every thread every round: the quantizer's shuffles)
+    const int64_t t = tok_s[i];
+    const bool valid = t >= 0 && d < hd;
+    const float v = valid ? o_s[i * Mma::kOutStride + d] : 0.f;
+    if (valid) a.out[(t * a.n_heads + head_s[i]) * hd + d] = v;
+    if (a.quant.qs)
+      QuantizeValue<32>(v, valid, t, int64_t{head_s[i]} * hd + d, cols, a.quant, nullptr);
   }
 }
 

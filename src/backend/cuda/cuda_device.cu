@@ -10,8 +10,11 @@
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
-// Paged attention runs one thread block per (token, head) over the sequence's blocks, each
-// warp scoring 32 keys at a time with its own online softmax, merged across warps at the end.
+// Paged attention in decode steps runs one thread block per (token, head) over the sequence's
+// blocks, each warp scoring 32 keys at a time with its own online softmax, merged across warps
+// at the end; steps with prompts take tiles of a sequence's (token, head) rows that read each
+// key once for all of them -- on the tensor cores (mma.sync, FP16 operands, FP32 accumulation)
+// over an F16 cache outside exact mode, else on the FP32 cores.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -837,6 +840,15 @@ class CudaDevice final : public Device {
   }
   template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
   void LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b);
+  // Steps with prompt tokens over an F16 cache, keys and values of one size (a multiple of 16
+  // up to 128), outside exact mode: the tiles on the tensor cores (AttentionMmaKernel), unless
+  // PENG_CUDA_MMA_ATTENTION=0.
+  bool OnTensorCores(const kernels::KvLayerView& kv) const;
+  template <int kD, int kKeys>
+  void LaunchAttentionMma(AttnArgs a, const StepBatch& b);
+  // The tiles' grid (x: an upper bound on the step's tiles of `rows` rows, y: the KV heads), and
+  // the step's sequences in a.
+  static dim3 TileGrid(AttnArgs* a, const StepBatch& b, int rows);
   AttnArgs Args(const float* q, float* out, const kernels::KvLayerView& kv, const StepBatch& b);
   static Status Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return OkStatus();
@@ -880,6 +892,7 @@ class CudaDevice final : public Device {
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
   bool tiled_attention_ = EnvOn("PENG_CUDA_TILED_ATTENTION");  // Tiled()
+  bool mma_attention_ = EnvOn("PENG_CUDA_MMA_ATTENTION");  // OnTensorCores()
   bool mla_gemm_ = EnvOn("PENG_CUDA_MLA_GEMM");  // MlaGemm()
   unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
   bool fused_moe_down_ = EnvOn("PENG_CUDA_FUSED_MOE_DOWN");  // MoeDown in one kernel

@@ -227,6 +227,12 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
   a.rope = rope;
   if (!Tiled(b, a)) {
     LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
+  } else if (OnTensorCores(kv)) {
+    if (kv.head_dim <= 64) {
+      LaunchAttentionMma<64, 64>(a, b);
+    } else {
+      LaunchAttentionMma<128, 64>(a, b);
+    }
   } else if (kv.head_dim <= 128 && kv.v_head_dim <= 128) {
     LaunchAttentionTiles<128, 128, 16, 32, false>(a, kv.dtype, b);
   } else {
@@ -253,15 +259,33 @@ void CudaDevice::LaunchAttention(const AttnArgs& args, DType cache, int64_t n_to
   Note(cudaGetLastError());
 }
 
-template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
-void CudaDevice::LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b) {
-  a.seq_first = b.d_seq_first_token;
-  a.n_seqs = static_cast<int>(b.n_seqs);
+dim3 CudaDevice::TileGrid(AttnArgs* a, const StepBatch& b, int rows) {
+  a->seq_first = b.d_seq_first_token;
+  a->n_seqs = static_cast<int>(b.n_seqs);
   // At most this many tiles, whatever the sequences' lengths (SeqTiles): a recorded step's
   // shape fixes the grid.
-  const int64_t group = a.n_heads / a.n_kv_heads;
-  const int64_t tiles = (b.n_tokens * group - b.n_seqs) / kRows + b.n_seqs;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(a.n_kv_heads));
+  const int64_t group = a->n_heads / a->n_kv_heads;
+  const int64_t tiles = (b.n_tokens * group - b.n_seqs) / rows + b.n_seqs;
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a->n_kv_heads));
+}
+
+bool CudaDevice::OnTensorCores(const kernels::KvLayerView& kv) const {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return mma_attention_ && !kernels::ExactActivations() && kv.dtype == DType::kF16 &&
+         kv.head_dim == kv.v_head_dim && kv.head_dim % 16 == 0 && kv.head_dim <= 128 &&
+         aligned(kv.k) && aligned(kv.v);
+}
+
+template <int kD, int kKeys>
+void CudaDevice::LaunchAttentionMma(AttnArgs a, const StepBatch& b) {
+  const dim3 grid = TileGrid(&a, b, kMmaRows);
+  Launch(AttentionMmaKernel<kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
+  Note(cudaGetLastError());
+}
+
+template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
+void CudaDevice::LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b) {
+  const dim3 grid = TileGrid(&a, b, kRows);
   if (cache == DType::kQ8_0) {
     Launch(AttentionTileKernel<KvQ8, kDk, kDv, kRows, kKeys, kLatent>, grid, kAttnWarps * kWarp,
            launch_, a);

@@ -77,6 +77,7 @@ struct alignas(4) __half2 {
 inline float __half2float(__half h) { return F16ToF32(h.bits); }
 inline __half __float2half_rn(float f) { return {F32ToF16(f)}; }
 inline __half __ushort_as_half(unsigned short b) { return {b}; }
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
 // IEEE operations rounded to nearest, never fused (the host build has no FMA contraction).
 inline float __fadd_rn(float a, float b) { return a + b; }

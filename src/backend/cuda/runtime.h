@@ -41,6 +41,16 @@ struct LaunchStream {
   int64_t* launches;  // counts the launches where set
 };
 
+// Two floats rounded to FP16, the first in the low half (a register of MmaF16's operands), and
+// value i of such a pair.
+__device__ __forceinline__ uint32_t HalfPair(float lo, float hi) {
+  return uint32_t{__half_as_ushort(__float2half_rn(lo))} |
+         (uint32_t{__half_as_ushort(__float2half_rn(hi))} << 16);
+}
+__device__ __forceinline__ float HalfOfPair(uint32_t pair, int i) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(i ? pair >> 16 : pair)));
+}
+
 #if defined(PENG_CUDA_EMULATOR)
 // The emulator runs a launch's blocks one after another, so programmatic dependent launch
 // changes nothing there but the check that every thread waits.
@@ -76,6 +86,50 @@ T WarpButterfly(T v, Op) {
   b = emu::ExchangeThen(b, &ButterflyRounds<kFirst, T, Op>);
   std::memcpy(&v, &b, sizeof(T));
   return v;
+}
+// MmaF16 (below) in one exchange: each lane passes the address of its operands, and the last
+// lane to arrive gathers the three tiles from the 32 lanes by PTX's fragment layout, multiplies
+// them in FP32 (a product of two halves is exact in FP32) and writes each lane's d.
+struct MmaOperands {
+  const uint32_t* a;
+  const uint32_t* b;
+  float* d;
+};
+inline void MmaRounds(uint64_t* slots) {
+  float a[16][16], b[16][8], d[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const MmaOperands* m = reinterpret_cast<const MmaOperands*>(static_cast<uintptr_t>(slots[l]));
+    const int g = l / 4, c = 2 * (l % 4);
+    for (int i = 0; i < 2; ++i) {
+      a[g][c + i] = HalfOfPair(m->a[0], i);
+      a[g + 8][c + i] = HalfOfPair(m->a[1], i);
+      a[g][c + 8 + i] = HalfOfPair(m->a[2], i);
+      a[g + 8][c + 8 + i] = HalfOfPair(m->a[3], i);
+      b[c + i][g] = HalfOfPair(m->b[0], i);
+      b[c + 8 + i][g] = HalfOfPair(m->b[1], i);
+      d[g][c + i] = m->d[i];
+      d[g + 8][c + i] = m->d[2 + i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float s = 0.f;
+      for (int k = 0; k < 16; ++k) s += a[i][k] * b[k][j];
+      d[i][j] += s;
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const MmaOperands* m = reinterpret_cast<const MmaOperands*>(static_cast<uintptr_t>(slots[l]));
+    const int g = l / 4, c = 2 * (l % 4);
+    for (int i = 0; i < 2; ++i) {
+      m->d[i] = d[g][c + i];
+      m->d[2 + i] = d[g + 8][c + i];
+    }
+  }
+}
+inline void MmaF16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  MmaOperands m{a, b, d};
+  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaRounds);
 }
 #else
 // The launch, with no dynamic shared memory (no kernel uses any).
@@ -122,6 +176,25 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
 }
 #endif
 
+#if !defined(PENG_CUDA_EMULATOR)
+// D += A B over one tile of 16 x 8 x 16 on the tensor cores (mma.sync m16n8k16, sm_80 and
+// later: FP16 operands, FP32 accumulation); every lane of the warp calls it together. The tiles
+// are spread over the lanes by PTX's fragment layout -- with g = lane / 4 and c = 2 (lane % 4),
+// each register two FP16 values of consecutive columns (or rows of B), the first in its low
+// half: a[0] holds A(g, c..c+1), a[1] A(g+8, c..c+1), a[2] A(g, c+8..c+9), a[3] A(g+8,
+// c+8..c+9); b[0] B(c..c+1, g), b[1] B(c+8..c+9, g); d[0..1] D(g, c..c+1), d[2..3] D(g+8,
+// c..c+1). (The emulator's MmaF16 gathers the tiles by the same layout.)
+__device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+#endif
+
 // A vector load (uint4, float4, int2) of the value at p, which is aligned to its size (on a GPU
 // a misaligned one faults; the emulator reports it).
 template <typename V>
@@ -133,6 +206,17 @@ __device__ __forceinline__ V LoadVector(const void* p) {
   return v;
 #else
   return *reinterpret_cast<const V*>(p);
+#endif
+}
+
+// A vector store of v at p, aligned to its size (as LoadVector).
+template <typename V>
+__device__ __forceinline__ void StoreVector(void* p, const V& v) {
+#if defined(PENG_CUDA_EMULATOR)
+  if (reinterpret_cast<uintptr_t>(p) % sizeof(V) != 0) emu::Misaligned(p, sizeof(V));
+  std::memcpy(p, &v, sizeof(V));
+#else
+  *reinterpret_cast<V*>(p) = v;
 #endif
 }
 
