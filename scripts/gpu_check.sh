@@ -33,8 +33,9 @@
 #        INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
 #        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
 #        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0), and with MLA's products
-#        a block a (token, head) (PENG_CUDA_MLA_GEMM=0); the prefills of V2-Lite and Qwen2.5
-#        with the attention a block a (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
+#        a block a (token, head) (PENG_CUDA_MLA_GEMM=0), and with the attention on the FP32
+#        tiles (PENG_CUDA_MMA_ATTENTION=0); Qwen2.5's prefill with the attention a block a
+#        (token, head) (PENG_CUDA_TILED_ATTENTION=0); Qwen2.5's
 #        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
 #        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), its pp512 there with the
 #        prompts' attention on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0), the 8-bit KV cache
@@ -318,13 +319,14 @@ run() {
     PENG_CUDA_QGEMV=0 STEP_TIMEOUT=90 step bench-deepseek-fp32 bench_json "$ds" \
       "$RES/deepseek-fp32.json" --tg 8
     summarize_bench "$RES/deepseek-fp32.json"
-    # What the tiled attention of prompts is worth (AttentionTileKernel): pp512 of V2-Lite
-    # (MLA's latent rows) and of Qwen2.5 (GQA) with a block a (token, head) instead; and what
+    # What the tensor cores are worth in the attention of prompts (AttentionMmaLatentKernel):
+    # pp512 of V2-Lite (MLA's latent rows) on the FP32 tiles (AttentionTileKernel); what the
+    # tiles are worth: Qwen2.5's pp512 (GQA) with a block a (token, head) instead; and what
     # MLA's products with kv_b as batched GEMMs are (CudaDevice::MlaGemm): V2-Lite's pp512 with
     # a block a (token, head) there.
-    PENG_CUDA_TILED_ATTENTION=0 STEP_TIMEOUT=90 step bench-deepseek-untiled bench_json "$ds" \
-      "$RES/deepseek-untiled.json" --tg 8
-    summarize_bench "$RES/deepseek-untiled.json"
+    PENG_CUDA_MMA_ATTENTION=0 STEP_TIMEOUT=90 step bench-deepseek-fp32-tiles bench_json "$ds" \
+      "$RES/deepseek-fp32-tiles.json" --tg 8
+    summarize_bench "$RES/deepseek-fp32-tiles.json"
     PENG_CUDA_MLA_GEMM=0 STEP_TIMEOUT=90 step bench-deepseek-mla-kernels bench_json "$ds" \
       "$RES/deepseek-mla-kernels.json" --tg 8
     summarize_bench "$RES/deepseek-mla-kernels.json"

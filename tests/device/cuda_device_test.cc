@@ -524,14 +524,16 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
   }
 }
 
-// The attention of prompts on the tensor cores (AttentionMmaKernel: an F16 cache, outside exact
-// mode; queries and weights rounded to FP16, FP32 accumulation) against the host device's FP32
-// attention: within 1e-3 of the largest output, where the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0)
-// are within 1e-4 and differ from it (so the tensor cores ran). A mixed step, prompts of 40 and
-// 30, and a prompt of 150 tokens after 60 in the cache (three chunks of keys, three tiles a KV
-// head where its group is 1); head sizes 64, 128, 48 and 96 (the head padded to 64 / 128), KV
-// groups of 4, 7, 1 and 2; causal, sliding windows of 8 and 100, a softcap. (Its output
-// quantized for the output projection: the graphs' tests with quantized activations.)
+// The attention of prompts on the tensor cores (AttentionMmaKernel, AttentionMmaLatentKernel: an
+// F16 cache, outside exact mode; queries and weights rounded to FP16, FP32 accumulation) against
+// the host device's FP32 attention: within 1e-3 of the largest output (2e-3 for MLA's rows of
+// 576, with wider scores: 5-7e-4 in the emulator), where the FP32 tiles
+// (PENG_CUDA_MMA_ATTENTION=0) are within 1e-4 and differ from it (so the tensor cores ran). A
+// mixed step, prompts of 40 and 30, and a prompt of 150 tokens after 60 in the cache (several
+// chunks of keys, three tiles a KV head where its group is 1); head sizes 64, 128, 48 and 96
+// (the head padded to 64 / 128), KV groups of 4, 7, 1 and 2; causal, sliding windows of 8 and
+// 100, a softcap; MLA's latent rows. (The output quantized for the output projection:
+// FusedAttentionOutputAndSlotSum.)
 TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
   kernels::SetExactActivations(false);
   const std::unique_ptr<Device> fp32 = DeviceWithout("PENG_CUDA_MMA_ATTENTION");
@@ -589,6 +591,35 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
         }
         EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
       }
+    }
+    // MLA's latent rows (AttentionMmaLatentKernel): V2-Lite's (16 heads, 512 + 64 values a row)
+    // and rows of 32 + 16 (the key's quarters and the value's padded, some warps idle).
+    for (const int rank : {512, 32}) {
+      kernels::MlaParams p = LiteMla();
+      if (rank == 32) p.kv_lora_rank = 32, p.d_rope = 16, p.n_heads = 5;
+      const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
+      kernels::KvLayerView kc, kh;
+      RandomCache(DType::kF16, 1, static_cast<int>(row), 0, &kc, &kh, n_blocks);
+      const kernels::KvLayerView kp = CopyCache(fp32.get(), kh);
+      const std::vector<float> ckv = Random(T * row), qa = Random(T * H * row, -2.f, 2.f);
+      std::vector<float> ref(T * H * r);
+      host_->KvWrite(kh, a.host, ckv.data(), nullptr);
+      host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());
+      const std::string tag = "shape " + std::to_string(shape) + " MLA " + std::to_string(r) +
+                              " + " + std::to_string(p.d_rope);
+      std::vector<float> got[2];
+      for (int i = 0; i < 2; ++i) {
+        Device* d = i ? fp32.get() : cuda_.get();
+        d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, *d->UploadFloats(ckv.data(), T * row),
+                   nullptr);
+        float* o = *d->UploadFloats(std::vector<float>(T * H * r).data(), T * H * r);
+        d->MlaAttention(*d->UploadFloats(qa.data(), T * H * row), i ? kp : kc,
+                        i ? b.cuda : a.cuda, p, o);
+        ExpectNear(d, o, ref, i ? 1e-4 : 2e-3, (i ? "fp32 tiles " : "tensor cores ") + tag);
+        got[i].resize(ref.size());
+        ASSERT_TRUE(d->CopyToHost(got[i].data(), o, ref.size() * 4).ok());
+      }
+      EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
     }
   }
 }

@@ -4,6 +4,7 @@
 // inputs --, the kernels a decode step launches, and the golden checks of the real models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -249,6 +250,50 @@ TEST_F(CudaTest, Q8_0CacheGraphsMatchTheHostDevice) {
                                   DType::kQ8_0);
   if (!QuantizedDeepseekPath().empty())
     ExpectGraphMatchesTheHostDevice(QuantizedDeepseekPath(), DType::kQ8_0);
+}
+
+// The graphs with an F16 cache outside exact mode, where the steps' prompts take the tensor
+// cores (AttentionMmaKernel; AttentionMmaLatentKernel for DeepSeek-V2's 32 + 16-value latent
+// rows). The float fixtures quantize nothing, so the device's logits differ from the host's by
+// the tensor cores' FP16 operands -- the queries and the softmax weights rounded as the F16
+// cache rounds the keys and values. Every step is held to 3 times what the F16 cache itself
+// moves the host's logits (against an F32 cache; the worst step; the emulator: at most 1.9
+// times, DeepSeek-V2's prompt step), the same graph on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0)
+// to ExpectGraphMatchesTheHostDevice's 1e-3, and the first step (prompts of 20 and 7 tokens) on
+// the tensor cores must differ from it.
+TEST_F(CudaTest, GraphsWithPromptsOnTheTensorCores) {
+  kernels::SetExactActivations(false);
+  for (const char* fixture : {"hf_tiny/llama", "hf_tiny/gemma3", "deepseek_tiny/v2"}) {
+    const std::string path = test_util::SourceDir() + "/tests/data/" + fixture;
+    SCOPED_TRACE(path);
+    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF16, nullptr, true);
+    const device_test::Run h32 =
+        device_test::RunSteps(path, "host", DType::kF32, nullptr, true);
+    const device_test::Run c =
+        device_test::RunSteps(path, DeviceUnderTest(), DType::kF16, nullptr, true);
+    ASSERT_EQ(setenv("PENG_CUDA_MMA_ATTENTION", "0", 1), 0);
+    const device_test::Run f =
+        device_test::RunSteps(path, DeviceUnderTest(), DType::kF16, nullptr, true);
+    unsetenv("PENG_CUDA_MMA_ATTENTION");
+    ASSERT_EQ(h.logits.size(), c.logits.size());
+    ASSERT_EQ(h.logits.size(), f.logits.size());
+    ASSERT_EQ(h.logits.size(), h32.logits.size());
+    ASSERT_FALSE(h.logits.empty());
+    double cache = 0;
+    for (size_t i = 0; i < h.logits.size(); ++i)
+      cache = std::max(cache, device_test::RelativeDistance({h.logits[i]}, {h32.logits[i]}));
+    for (size_t i = 0; i < h.logits.size(); ++i) {
+      const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
+      const double d32 = device_test::RelativeDistance({h.logits[i]}, {f.logits[i]});
+      std::printf("[cuda] graph %s, F16 cache, step %zu: max |dlogit| / max |logit| = %.2e "
+                  "(FP32 tiles: %.2e; the F16 cache's own, worst step: %.2e)\n", path.c_str(),
+                  i, d, d32, cache);
+      EXPECT_LE(d, 3 * cache) << "step " << i;
+      EXPECT_LE(d32, 1e-3) << "step " << i;
+    }
+    EXPECT_NE(c.logits[0], f.logits[0]) << "the prompts' step on the tensor cores";
+  }
+  kernels::SetExactActivations(true);
 }
 
 constexpr golden::Bounds kCudaHf = {true, 0.25, 0.1, 0.25};

@@ -565,6 +565,63 @@ __device__ __forceinline__ int64_t SeqTiles(const int32_t* seq_first, int s, int
   return (pairs + rows - 1) / rows;
 }
 
+// A tile's query rows (shared memory): row i's token (-1: no row), query head, position and
+// first key (the sliding window's; causal: the last is its position).
+template <int kRows>
+struct TileRows {
+  int64_t tok[kRows];
+  int32_t head[kRows], pos[kRows], start[kRows];
+  // Whether row i sees key `key` (a row that is none sees no key).
+  __device__ bool Sees(int i, int64_t key) const { return key >= start[i] && key <= pos[i]; }
+  // The keys rows [from, to) see: [*kmin, *kmax] (*kmax = -1: none).
+  __device__ void Keys(int from, int to, int64_t* kmin, int64_t* kmax) const {
+    *kmin = INT64_MAX;
+    *kmax = -1;
+    for (int i = from; i < to; ++i) {
+      if (tok[i] < 0) continue;
+      *kmin = start[i] < *kmin ? start[i] : *kmin;
+      *kmax = pos[i] > *kmax ? pos[i] : *kmax;
+    }
+  }
+};
+
+// Block (x, g)'s rows: tile x of the step's tiles in sequence order, KV head g -- the sequence's
+// (token, head) pairs of that KV head, token by token and the KV head's query heads within a
+// token. The first kRows threads fill a row each (the caller syncs before reading). Returns the
+// sequence's first token, or -1 where the block is past the step's tiles (for every thread).
+template <int kRows>
+__device__ __forceinline__ int64_t LoadTileRows(const AttnArgs& a, TileRows<kRows>* r) {
+  const int group = a.n_heads / a.n_kv_heads;
+  int64_t x = blockIdx.x;
+  int s = 0;
+  for (; s < a.n_seqs; ++s) {
+    const int64_t n = SeqTiles(a.seq_first, s, group, kRows);
+    if (x < n) break;
+    x -= n;
+  }
+  if (s == a.n_seqs) return -1;
+  const int64_t first = a.seq_first[s];
+  const int64_t pairs = int64_t{a.seq_first[s + 1] - a.seq_first[s]} * group;
+  const int i = threadIdx.x;
+  if (i < kRows) {
+    const int64_t pair = x * kRows + i;
+    r->tok[i] = -1;
+    r->head[i] = 0;
+    r->pos[i] = -1;
+    r->start[i] = INT32_MAX;
+    if (pair < pairs) {
+      const int64_t t = first + pair / group;
+      const int32_t p = a.pos[t];
+      r->tok[i] = t;
+      r->head[i] = static_cast<int>(blockIdx.y) * group + static_cast<int>(pair % group);
+      r->pos[i] = p;
+      r->start[i] = a.sliding_window > 0 && p - a.sliding_window + 1 > 0
+                        ? p - a.sliding_window + 1 : 0;
+    }
+  }
+  return first;
+}
+
 // Block (x, g): tile x of the step's tiles in sequence order, KV head g. The rows' scores are
 // masked as AttentionKernel's keys are (causal, the sliding window); the online softmax keeps a
 // row's maximum, sum and output through the key chunks (a warp a row for the maximum and the
@@ -579,47 +636,18 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
   __shared__ float v_s[kLatent ? 1 : kKeys][kLatent ? 1 : kDv];
   __shared__ float p_s[kRows][kKeys];
   __shared__ float c_s[kRows], l_s[kRows];
-  __shared__ int64_t tok_s[kRows];  // -1: no row
-  __shared__ int32_t head_s[kRows], pos_s[kRows], start_s[kRows];
+  __shared__ TileRows<kRows> rows;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int g = blockIdx.y;
-  const int group = a.n_heads / a.n_kv_heads;
-  // The block's sequence and its tile there.
-  int64_t x = blockIdx.x;
-  int s = 0;
-  for (; s < a.n_seqs; ++s) {
-    const int64_t n = SeqTiles(a.seq_first, s, group, kRows);
-    if (x < n) break;
-    x -= n;
-  }
-  if (s == a.n_seqs) return;  // (past the step's tiles)
-  const int64_t first = a.seq_first[s];
-  const int64_t pairs = int64_t{a.seq_first[s + 1] - a.seq_first[s]} * group;
-  if (tid < kRows) {
-    const int64_t pair = x * kRows + tid;
-    tok_s[tid] = -1;
-    head_s[tid] = 0;
-    if (pair < pairs) {
-      const int64_t t = first + pair / group;
-      const int32_t p = a.pos[t];
-      tok_s[tid] = t;
-      head_s[tid] = g * group + static_cast<int>(pair % group);
-      pos_s[tid] = p;
-      start_s[tid] = a.sliding_window > 0 && p - a.sliding_window + 1 > 0
-                         ? p - a.sliding_window + 1 : 0;
-    }
-  }
+  const int64_t first = LoadTileRows(a, &rows);
+  if (first < 0) return;  // (past the step's tiles)
   __syncthreads();
-  int64_t kmin = INT64_MAX, kmax = -1;
-  for (int i = 0; i < kRows; ++i) {
-    if (tok_s[i] < 0) continue;
-    kmin = start_s[i] < kmin ? start_s[i] : kmin;
-    kmax = pos_s[i] > kmax ? pos_s[i] : kmax;
-  }
+  int64_t kmin, kmax;
+  rows.Keys(0, kRows, &kmin, &kmax);
   for (int i = warp; i < kRows; i += kAttnWarps) {  // (a warp a row)
-    const int64_t t = tok_s[i];
+    const int64_t t = rows.tok[i];
     for (int d = lane; d < a.head_dim; d += kWarp)
-      q_s[i][d] = t < 0 ? 0.f : a.q[(t * a.n_heads + head_s[i]) * a.head_dim + d];
+      q_s[i][d] = t < 0 ? 0.f : a.q[(t * a.n_heads + rows.head[i]) * a.head_dim + d];
   }
   if constexpr (kKvQ8<KV>) {  // (the queries rotated as the keys are)
     __syncthreads();
@@ -661,7 +689,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
       if constexpr (Tile::kSplit > 1) dot = WarpButterfly<Tile::kSplit / 2>(dot, AddOp{});
       const int64_t key = j0 + j;
       float v = -INFINITY;
-      if (j < nk && tok_s[i] >= 0 && key >= start_s[i] && key <= pos_s[i]) {
+      if (j < nk && rows.Sees(i, key)) {
         v = dot * a.scale;
         if (a.softcap > 0.f) v = a.softcap * tanhf(v / a.softcap);
       }
@@ -722,8 +750,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
   const int64_t cols = int64_t{a.n_heads} * a.v_head_dim;  // (a token's row of out)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {  // (every thread every round: the quantizer's shuffles)
-    const int64_t t = tok_s[i];
-    const int h = head_s[i];
+    const int64_t t = rows.tok[i];
+    const int h = rows.head[i];
 #pragma unroll
     for (int c = 0; c < Tile::kCols; ++c) {
       const int d = tid + c * kThreads;
@@ -761,6 +789,53 @@ __device__ __forceinline__ uint32_t SharedPair(const uint16_t* p) {
 // accumulator's layout of the scores is the layout of the weights as the next product's A).
 constexpr int kMmaRows = 16 * kAttnWarps;
 
+// A warp's 16 rows' online softmax over a chunk of keys j0 .. j0 + nk - 1, in MmaF16's
+// accumulator layout: the lane's rows r[0], r[1] and its columns c, c + 1 of each 8 keys, sc[n]
+// holding the scores of keys 8 n + c (+1) of row r[0] in [0..1], of r[1] in [2..3]. Masks
+// (rows.Sees) and soft-caps them, updates the rows' maxima m and the lane's part of their sums l
+// (each row's 4 lanes hold parts of its sum), returns the factors the output is to be scaled by
+// (corr) and the weights rounded to FP16 (l adds the rounded ones) as the A fragments of the
+// next product, 16 keys each: the accumulator's layout of two n tiles is that of an A fragment.
+template <int kNt, int kRows>
+__device__ __forceinline__ void MmaChunkWeights(const TileRows<kRows>& rows, const int (&r)[2],
+                                                int c, int64_t j0, int nk, float softcap,
+                                                float (&sc)[kNt][4], float (&m)[2],
+                                                float (&l)[2], float (&corr)[2],
+                                                uint32_t (&pa)[kNt / 2][4]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r[e / 2], j = n * 8 + c + e % 2;
+      float v = -INFINITY;
+      if (j < nk && rows.Sees(i, j0 + j)) {
+        v = sc[n][e];
+        if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+      }
+      sc[n][e] = v;
+      mx[e / 2] = fmaxf(mx[e / 2], v);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // (each row's maximum over its 4 lanes)
+    const float m_new = fmaxf(m[h], WarpButterfly<2>(mx[h], MaxOp{}));
+    corr[h] = m_new == -INFINITY ? 1.f : expf(m[h] - m_new);  // (0 for the row's first keys)
+    m[h] = m_new;
+    l[h] *= corr[h];
+  }
+#pragma unroll
+  for (int kk = 0; kk < kNt / 2; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // (pa[kk][e]: row r[e % 2], keys 16 kk + c (+8 from e = 2))
+      const int h = e % 2;
+      const float s0 = sc[2 * kk + e / 2][2 * h], s1 = sc[2 * kk + e / 2][2 * h + 1];
+      pa[kk][e] = m[h] == -INFINITY ? 0u : HalfPair(expf(s0 - m[h]), expf(s1 - m[h]));
+      l[h] += HalfOfPair(pa[kk][e], 0) + HalfOfPair(pa[kk][e], 1);
+    }
+  }
+}
+
 template <int kD, int kKeys>
 struct AttnMma {
   static constexpr int kThreads = kAttnWarps * kWarp;
@@ -783,47 +858,16 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
   uint16_t* k_h = reinterpret_cast<uint16_t*>(buf);  // [kKeys][kKStride]
   uint16_t* vt_h = k_h + kKeys * Mma::kKStride;      // [kD][kVStride]
   float* o_s = reinterpret_cast<float*>(buf);        // [kMmaRows][kOutStride], at the end
-  __shared__ int64_t tok_s[kMmaRows];  // -1: no row
-  __shared__ int32_t head_s[kMmaRows], pos_s[kMmaRows], start_s[kMmaRows];
+  __shared__ TileRows<kMmaRows> rows;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  const int g = blockIdx.y, group = a.n_heads / a.n_kv_heads, hd = a.head_dim;
-  int64_t x = blockIdx.x;  // (the block's sequence and its tile there: AttentionTileKernel's)
-  int s = 0;
-  for (; s < a.n_seqs; ++s) {
-    const int64_t n = SeqTiles(a.seq_first, s, group, kMmaRows);
-    if (x < n) break;
-    x -= n;
-  }
-  if (s == a.n_seqs) return;
-  const int64_t first = a.seq_first[s];
-  const int64_t pairs = int64_t{a.seq_first[s + 1] - a.seq_first[s]} * group;
-  if (tid < kMmaRows) {
-    const int64_t pair = x * kMmaRows + tid;
-    tok_s[tid] = -1;
-    head_s[tid] = 0;
-    pos_s[tid] = -1;
-    start_s[tid] = INT32_MAX;
-    if (pair < pairs) {
-      const int64_t t = first + pair / group;
-      const int32_t p = a.pos[t];
-      tok_s[tid] = t;
-      head_s[tid] = g * group + static_cast<int>(pair % group);
-      pos_s[tid] = p;
-      start_s[tid] = a.sliding_window > 0 && p - a.sliding_window + 1 > 0
-                         ? p - a.sliding_window + 1 : 0;
-    }
-  }
+  const int g = blockIdx.y, hd = a.head_dim;
+  const int64_t first = LoadTileRows(a, &rows);
+  if (first < 0) return;  // (past the step's tiles)
   __syncthreads();
   // The keys the block reads, and those the warp's rows see.
-  int64_t kmin = INT64_MAX, kmax = -1, wmin = INT64_MAX, wmax = -1;
-  for (int i = 0; i < kMmaRows; ++i) {
-    if (tok_s[i] < 0) continue;
-    kmin = start_s[i] < kmin ? start_s[i] : kmin;
-    kmax = pos_s[i] > kmax ? pos_s[i] : kmax;
-    if (i / 16 != warp) continue;
-    wmin = start_s[i] < wmin ? start_s[i] : wmin;
-    wmax = pos_s[i] > wmax ? pos_s[i] : wmax;
-  }
+  int64_t kmin, kmax, wmin, wmax;
+  rows.Keys(0, kMmaRows, &kmin, &kmax);
+  rows.Keys(warp * 16, warp * 16 + 16, &wmin, &wmax);
   // The lane's rows (r[0] and r[1] = r[0] + 8 of the warp's 16) and its columns c, c + 1 of
   // each 8 (MmaF16's layout); their queries, scaled and rounded, as A fragments.
   const int r[2] = {warp * 16 + lane / 4, warp * 16 + lane / 4 + 8};
@@ -834,8 +878,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = r[e % 2], d = kk * 16 + c + (e / 2) * 8;
-      const int64_t t = tok_s[i];
-      const float* q = a.q + (t * a.n_heads + head_s[i]) * hd;
+      const int64_t t = rows.tok[i];
+      const float* q = a.q + (t * a.n_heads + rows.head[i]) * hd;
       const bool in = t >= 0 && d < hd;
       qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
     }
@@ -881,55 +925,23 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
         MmaF16(sc[n], qa[kk], b);
       }
     }
-    // Masks, the soft-cap and each row's maximum (over the row's 4 lanes).
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r[e / 2], j = n * 8 + c + e % 2;
-        const int64_t key = j0 + j;
-        float v = -INFINITY;
-        if (j < nk && key >= start_s[i] && key <= pos_s[i]) {
-          v = sc[n][e];
-          if (a.softcap > 0.f) v = a.softcap * tanhf(v / a.softcap);
-        }
-        sc[n][e] = v;
-        mx[e / 2] = fmaxf(mx[e / 2], v);
-      }
-    }
+    uint32_t pa[kKeys / 16][4];
     float corr[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m[h], WarpButterfly<2>(mx[h], MaxOp{}));
-      corr[h] = m_new == -INFINITY ? 1.f : expf(m[h] - m_new);  // (0 for the row's first keys)
-      mx[h] = m_new;
-      m[h] = m_new;
-      l[h] *= corr[h];
-    }
+    MmaChunkWeights(rows, r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
       o[n][0] *= corr[0], o[n][1] *= corr[0];
       o[n][2] *= corr[1], o[n][3] *= corr[1];
     }
-    // The weights, rounded to FP16 (l sums the rounded ones), as A fragments of 16 keys; then
-    // the values, 8 columns (an n tile) at a time.
+    // The values, 8 columns (an n tile) at a time, 16 keys a product.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pa[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {  // (pa[e]: rows r[e % 2], keys 16 kk + c (+8 from e = 2))
-        const int h = e % 2;
-        const float s0 = sc[2 * kk + e / 2][2 * h], s1 = sc[2 * kk + e / 2][2 * h + 1];
-        pa[e] = mx[h] == -INFINITY ? 0u : HalfPair(expf(s0 - mx[h]), expf(s1 - mx[h]));
-        l[h] += HalfOfPair(pa[e], 0) + HalfOfPair(pa[e], 1);
-      }
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
         if (n * 8 >= hd) break;
         const uint16_t* vr = vt_h + (n * 8 + lane / 4) * Mma::kVStride + kk * 16 + c;
         const uint32_t b[2] = {SharedPair(vr), SharedPair(vr + 8)};
-        MmaF16(o[n], pa, b);
+        MmaF16(o[n], pa[kk], b);
       }
     }
   }
@@ -950,12 +962,158 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
   const int64_t cols = int64_t{a.n_heads} * hd;  // (a token's row of out)
   const int d = tid;
   for (int i = 0; i < kMmaRows; ++i) {  // (every thread every round: the quantizer's shuffles)
-    const int64_t t = tok_s[i];
+    const int64_t t = rows.tok[i];
     const bool valid = t >= 0 && d < hd;
     const float v = valid ? o_s[i * Mma::kOutStride + d] : 0.f;
-    if (valid) a.out[(t * a.n_heads + head_s[i]) * hd + d] = v;
+    if (valid) a.out[(t * a.n_heads + rows.head[i]) * hd + d] = v;
     if (a.quant.qs)
-      QuantizeValue<32>(v, valid, t, int64_t{head_s[i]} * hd + d, cols, a.quant, nullptr);
+      QuantizeValue<32>(v, valid, t, int64_t{rows.head[i]} * hd + d, cols, a.quant, nullptr);
+  }
+}
+
+
+// MLA's latent rows on the tensor cores (AttentionMmaLatentKernel; an F16 cache outside exact
+// mode): the key is the whole cache row (kDk = 576 values for V2's shapes), the value its first
+// kDv (512), too wide for one warp's registers. A block is two groups of 16 rows (a token's
+// query heads), each taken by four warps: a warp multiplies its rows' queries with a quarter of
+// the key's values, the four partial scores meet in shared memory and are summed in the same
+// order by each of the four, which then keep the same online softmax and each multiply the
+// weights with a quarter of the value's values. Chunks of 16 keys, the cache rows as stored.
+constexpr int kLatentRows = 32;
+constexpr int kLatentWarps = 8;
+constexpr int kLatentKeys = 16;
+constexpr int kMlaMmaRow = 576;     // the kernel's instance: cache rows of up to 576 values
+constexpr int kMlaMmaLatent = 512;  // (DeepSeek-V2 / V3: 512 latent + 64 RoPE), values of 512
+
+template <int kDk, int kDv>
+struct AttnMmaLatent {
+  static constexpr int kThreads = kLatentWarps * kWarp;
+  static constexpr int kQuarterK = kDk / 4, kQuarterV = kDv / 4;  // a warp's values
+  static constexpr int kKStride = kDk + 8;                         // a key's FP16 row
+  static_assert(kQuarterK % 16 == 0 && kQuarterV % 8 == 0);
+  static_assert(2 * kLatentKeys * kKStride + 4 * kThreads * 8 + 24 * kLatentRows <= 48 * 1024);
+};
+
+template <int kDk, int kDv>
+__global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKernel(AttnArgs a) {
+  KernelStart();
+  using Lat = AttnMmaLatent<kDk, kDv>;
+  constexpr int kThreads = Lat::kThreads, kSteps = Lat::kQuarterK / 16;
+  constexpr int kNv = Lat::kQuarterV / 8, kNt = kLatentKeys / 8;
+  __shared__ float4 buf[(2 * kLatentKeys * Lat::kKStride + 15) / 16];
+  __shared__ float part[kLatentWarps][4 * kNt][kWarp];  // each lane's partial scores
+  __shared__ TileRows<kLatentRows> rows;
+  uint16_t* k_h = reinterpret_cast<uint16_t*>(buf);  // [kLatentKeys][kKStride]
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int rg = warp / 4, quarter = warp % 4;  // the warp's rows (16 of 32) and values
+  const int hd = a.head_dim, vd = a.v_head_dim;
+  const int64_t first = LoadTileRows(a, &rows);
+  if (first < 0) return;  // (past the step's tiles)
+  __syncthreads();
+  int64_t kmin, kmax, wmin, wmax;
+  rows.Keys(0, kLatentRows, &kmin, &kmax);
+  rows.Keys(rg * 16, rg * 16 + 16, &wmin, &wmax);
+  const int r[2] = {rg * 16 + lane / 4, rg * 16 + lane / 4 + 8};
+  const int c = 2 * (lane % 4);
+  const int k0 = quarter * Lat::kQuarterK, v0 = quarter * Lat::kQuarterV;
+  uint32_t qa[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r[e % 2], d = k0 + kk * 16 + c + (e / 2) * 8;
+      const int64_t t = rows.tok[i];
+      const float* q = a.q + (t * a.n_heads + rows.head[i]) * hd;
+      const bool in = t >= 0 && d < hd;
+      qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
+    }
+  }
+  const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
+  const uint16_t* kc = static_cast<const uint16_t*>(a.k);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[kNv][4];
+#pragma unroll
+  for (int n = 0; n < kNv; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int64_t j0 = kmin; j0 <= kmax; j0 += kLatentKeys) {
+    const int nk = kmax - j0 + 1 < kLatentKeys ? static_cast<int>(kmax - j0 + 1) : kLatentKeys;
+    __syncthreads();  // (the chunk before and its partial scores are read)
+    for (int p = tid; p < kLatentKeys * (kDk / 8); p += kThreads) {
+      const int j = p / (kDk / 8), d0 = (p % (kDk / 8)) * 8;
+      uint4 kv{0, 0, 0, 0};
+      if (j < nk && d0 < hd) {
+        const int64_t key = j0 + j;
+        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size +
+                             key % a.block_size;
+        kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
+      }
+      StoreVector(k_h + j * Lat::kKStride + d0, kv);
+    }
+    __syncthreads();
+    // (the same for the row group's four warps)
+    const bool seen = !(j0 > wmax || j0 + nk - 1 < wmin);
+    float sc[kNt][4];
+    if (seen) {
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) {
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+        const uint16_t* kr = k_h + (n * 8 + lane / 4) * Lat::kKStride + k0 + c;
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+          if (k0 + kk * 16 >= hd) break;
+          const uint32_t b[2] = {SharedPair(kr + kk * 16), SharedPair(kr + kk * 16 + 8)};
+          MmaF16(sc[n], qa[kk], b);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[warp][4 * n + e][lane] = sc[n][e];
+      }
+    }
+    __syncthreads();
+    if (!seen) continue;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // (the quarters in order: each warp gets the same bits)
+        float v = 0.f;
+        for (int w = 0; w < 4; ++w) v += part[rg * 4 + w][4 * n + e][lane];
+        sc[n][e] = v;
+      }
+    }
+    uint32_t pa[kNt / 2][4];
+    float corr[2];
+    MmaChunkWeights(rows, r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
+#pragma unroll
+    for (int n = 0; n < kNv; ++n) {
+      o[n][0] *= corr[0], o[n][1] *= corr[0];
+      o[n][2] *= corr[1], o[n][3] *= corr[1];
+    }
+    // The values: the rows' first vd values, column v0 + 8 n + lane / 4 of keys c, c + 1,
+    // c + 8, c + 9 (B's layout; the rows are not transposed, so two loads a register).
+#pragma unroll
+    for (int n = 0; n < kNv; ++n) {
+      if (v0 + n * 8 >= vd) break;
+      const uint16_t* col = k_h + v0 + n * 8 + lane / 4;
+      uint32_t b[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = c + 8 * h;
+        b[h] = uint32_t{col[j * Lat::kKStride]} | (uint32_t{col[(j + 1) * Lat::kKStride]} << 16);
+      }
+      MmaF16(o[n], pa[0], b);
+    }
+  }
+  // Each row's sum over its 4 lanes; the lane's values of its two rows.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = WarpButterfly<2>(l[h], AddOp{});
+#pragma unroll
+  for (int n = 0; n < kNv; ++n) {
+    if (v0 + n * 8 >= vd) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t t = rows.tok[r[h]];
+      if (t < 0) continue;
+      float* out = a.out + (t * a.n_heads + rows.head[r[h]]) * vd + v0 + n * 8 + c;
+      out[0] = l[h] > 0.f ? o[n][2 * h] / l[h] : 0.f;
+      out[1] = l[h] > 0.f ? o[n][2 * h + 1] / l[h] : 0.f;
+    }
   }
 }
 

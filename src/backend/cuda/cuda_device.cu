@@ -840,10 +840,10 @@ class CudaDevice final : public Device {
   }
   template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
   void LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b);
-  // Steps with prompt tokens over an F16 cache, keys and values of one size (a multiple of 16
-  // up to 128), outside exact mode: the tiles on the tensor cores (AttentionMmaKernel), unless
-  // PENG_CUDA_MMA_ATTENTION=0.
-  bool OnTensorCores(const kernels::KvLayerView& kv) const;
+  // Whether the tiles of a step with prompt tokens run on the tensor cores (AttentionMmaKernel,
+  // AttentionMmaLatentKernel): an F16 cache (16-byte aligned), keys of a multiple of 16 values
+  // up to max_k, values up to max_v, outside exact mode, unless PENG_CUDA_MMA_ATTENTION=0.
+  bool OnTensorCores(const kernels::KvLayerView& kv, int max_k, int max_v) const;
   template <int kD, int kKeys>
   void LaunchAttentionMma(AttnArgs a, const StepBatch& b);
   // The tiles' grid (x: an upper bound on the step's tiles of `rows` rows, y: the KV heads), and

@@ -105,7 +105,13 @@ void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, co
   a.n_kv_heads = 1;
   a.v_head_dim = p.kv_lora_rank;
   a.scale = p.scale;
-  if (Tiled(b, a)) {
+  if (Tiled(b, a) && OnTensorCores(kv, kMlaMmaRow, kMlaMmaLatent) &&
+      a.v_head_dim <= kMlaMmaLatent && a.v_head_dim % 8 == 0) {
+    const dim3 grid = TileGrid(&a, b, kLatentRows);
+    Launch(AttentionMmaLatentKernel<kMlaMmaRow, kMlaMmaLatent>, grid, kLatentWarps * kWarp,
+           launch_, a);
+    Note(cudaGetLastError());
+  } else if (Tiled(b, a)) {
     LaunchAttentionTiles<kMaxMlaRow, kMaxMlaLatent, 8, 8, true>(a, kv.dtype, b);
   } else {
     LaunchAttention<kMaxMlaRow, kMaxMlaLatent>(a, kv.dtype, b.n_tokens, p.n_heads);
@@ -227,7 +233,7 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
   a.rope = rope;
   if (!Tiled(b, a)) {
     LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
-  } else if (OnTensorCores(kv)) {
+  } else if (kv.head_dim == kv.v_head_dim && OnTensorCores(kv, 128, 128)) {
     if (kv.head_dim <= 64) {
       LaunchAttentionMma<64, 64>(a, b);
     } else {
@@ -269,10 +275,10 @@ dim3 CudaDevice::TileGrid(AttnArgs* a, const StepBatch& b, int rows) {
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a->n_kv_heads));
 }
 
-bool CudaDevice::OnTensorCores(const kernels::KvLayerView& kv) const {
+bool CudaDevice::OnTensorCores(const kernels::KvLayerView& kv, int max_k, int max_v) const {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return mma_attention_ && !kernels::ExactActivations() && kv.dtype == DType::kF16 &&
-         kv.head_dim == kv.v_head_dim && kv.head_dim % 16 == 0 && kv.head_dim <= 128 &&
+         kv.head_dim % 16 == 0 && kv.head_dim <= max_k && kv.v_head_dim <= max_v &&
          aligned(kv.k) && aligned(kv.v);
 }
 
