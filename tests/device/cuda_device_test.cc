@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -538,6 +539,21 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
   kernels::SetExactActivations(false);
   const std::unique_ptr<Device> fp32 = DeviceWithout("PENG_CUDA_MMA_ATTENTION");
   ASSERT_NE(fp32, nullptr);
+  // run(d, i, o) on the tensor cores (i = 0) and on the FP32 tiles (1), each into a zeroed o of
+  // ref.size() values, checked against ref; the two outputs must differ.
+  const auto both = [&](const std::vector<float>& ref, double tol, const std::string& tag,
+                        const std::function<void(Device*, int, float*)>& run) {
+    std::vector<float> got[2];
+    for (int i = 0; i < 2; ++i) {
+      Device* d = i ? fp32.get() : cuda_.get();
+      float* o = *d->UploadFloats(std::vector<float>(ref.size()).data(), ref.size());
+      run(d, i, o);
+      ExpectNear(d, o, ref, i ? 1e-4 : tol, (i ? "fp32 tiles " : "tensor cores ") + tag);
+      got[i].resize(ref.size());
+      ASSERT_TRUE(d->CopyToHost(got[i].data(), o, ref.size() * 4).ok());
+    }
+    EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
+  };
   for (int shape = 0; shape < 3; ++shape) {
     const std::array<std::array<int64_t, 3>, 3> pos0 = {{{0, 40, 30}, {0, 3, 9}, {60, 3, 0}}};
     const std::array<std::array<int64_t, 3>, 3> n = {{{21, 1, 5}, {40, 1, 30}, {150, 1, 40}}};
@@ -580,16 +596,9 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
                                 "/" + std::to_string(KV) + " hd" + std::to_string(hd) +
                                 " window " + std::to_string(window) +
                                 (softcap > 0 ? " softcap" : "");
-        std::vector<float> got[2];
-        for (int i = 0; i < 2; ++i) {
-          Device* d = i ? fp32.get() : cuda_.get();
-          float* o = *d->UploadFloats(std::vector<float>(T * H * hd).data(), T * H * hd);
+        both(ref, 1e-3, tag, [&](Device* d, int i, float* o) {
           d->PagedAttention(dq[i], i ? kp : kc, i ? b.cuda : a.cuda, p, o);
-          ExpectNear(d, o, ref, i ? 1e-4 : 1e-3, (i ? "fp32 tiles " : "tensor cores ") + tag);
-          got[i].resize(ref.size());
-          ASSERT_TRUE(d->CopyToHost(got[i].data(), o, ref.size() * 4).ok());
-        }
-        EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
+        });
       }
     }
     // MLA's latent rows (AttentionMmaLatentKernel): V2-Lite's (16 heads, 512 + 64 values a row)
@@ -607,19 +616,12 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
       host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());
       const std::string tag = "shape " + std::to_string(shape) + " MLA " + std::to_string(r) +
                               " + " + std::to_string(p.d_rope);
-      std::vector<float> got[2];
-      for (int i = 0; i < 2; ++i) {
-        Device* d = i ? fp32.get() : cuda_.get();
+      both(ref, 2e-3, tag, [&](Device* d, int i, float* o) {
         d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, *d->UploadFloats(ckv.data(), T * row),
                    nullptr);
-        float* o = *d->UploadFloats(std::vector<float>(T * H * r).data(), T * H * r);
         d->MlaAttention(*d->UploadFloats(qa.data(), T * H * row), i ? kp : kc,
                         i ? b.cuda : a.cuda, p, o);
-        ExpectNear(d, o, ref, i ? 1e-4 : 2e-3, (i ? "fp32 tiles " : "tensor cores ") + tag);
-        got[i].resize(ref.size());
-        ASSERT_TRUE(d->CopyToHost(got[i].data(), o, ref.size() * 4).ok());
-      }
-      EXPECT_NE(got[0], got[1]) << tag << ": the tensor cores' output is the FP32 tiles'";
+      });
     }
   }
 }

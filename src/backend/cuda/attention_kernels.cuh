@@ -39,6 +39,11 @@ __device__ __forceinline__ KV* KvAt(KV* p, int64_t off) {
   return p + off / kKvValues<KV>;
 }
 
+// The slot of key `key` of a sequence with block table `table`.
+__device__ __forceinline__ int64_t KeySlot(const int32_t* table, int64_t key, int block_size) {
+  return int64_t{table[key / block_size]} * block_size + key % block_size;
+}
+
 template <typename KV>
 __device__ __forceinline__ float KvLoad(const KV* p, int64_t i) {
   if constexpr (kKvQ8<KV>) {
@@ -431,7 +436,7 @@ __global__ void AttentionKernel(AttnArgs a) {
     float s = -INFINITY;
     int64_t slot = 0;
     if (j <= hi) {
-      slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
+      slot = KeySlot(table, j, a.block_size);
       const KV* kr = KvAt(kc, slot * a.k_stride + int64_t{kvh} * a.head_dim);
       const bool self = rope && j == p;
       if (self) slot = -1;  // (its value: v_self)
@@ -668,8 +673,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 3) AttentionTileKernel(Att
     __syncthreads();  // (the chunk before is read)
     for (int j = warp; j < kKeys; j += kAttnWarps) {  // (a warp a key; 0 past the last)
       const int64_t key = j0 + j;
-      const int64_t slot =
-          j < nk ? int64_t{table[key / a.block_size]} * a.block_size + key % a.block_size : -1;
+      const int64_t slot = j < nk ? KeySlot(table, key, a.block_size) : -1;
       for (int d = lane; d < a.head_dim; d += kWarp)
         k_s[j][d] = slot < 0 ? 0.f : KvLoad(kc, slot * a.k_stride + d);
       if constexpr (!kLatent) {
@@ -836,6 +840,57 @@ __device__ __forceinline__ void MmaChunkWeights(const TileRows<kRows>& rows, con
   }
 }
 
+// A lane's part of a warp's 16 rows in MmaF16's layout: its rows r[0] and r[1] = r[0] + 8 (of
+// the block's), its columns c and c + 1 of each 8, and the keys the warp's rows see, [kmin,
+// kmax] (kmax -1: none).
+struct MmaLane {
+  int r[2];
+  int c;
+  int64_t kmin, kmax;
+};
+
+template <int kRows>
+__device__ __forceinline__ MmaLane MmaLaneOf(const TileRows<kRows>& rows, int first_row) {
+  const int lane = threadIdx.x % kWarp;
+  MmaLane ln{{first_row + lane / 4, first_row + lane / 4 + 8}, 2 * (lane % 4), 0, 0};
+  rows.Keys(first_row, first_row + 16, &ln.kmin, &ln.kmax);
+  return ln;
+}
+
+// Whether the chunk of keys j0 .. j0 + nk - 1 holds one the lane's warp's rows see.
+__device__ __forceinline__ bool MmaSees(const MmaLane& ln, int64_t j0, int nk) {
+  return j0 <= ln.kmax && j0 + nk - 1 >= ln.kmin;
+}
+
+// The lane's A fragments of its rows' queries over values d0 + 16 kk .. d0 + 16 kk + 15 (zero
+// past head_dim and in rows that are none), scaled by a.scale, then rounded to FP16.
+template <int kSteps, int kRows>
+__device__ __forceinline__ void MmaQueries(const AttnArgs& a, const TileRows<kRows>& rows,
+                                           const MmaLane& ln, int d0,
+                                           uint32_t (&qa)[kSteps][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = ln.r[e % 2], d = d0 + kk * 16 + ln.c + (e / 2) * 8;
+      const int64_t t = rows.tok[i];
+      const float* q = a.q + (t * a.n_heads + rows.head[i]) * a.head_dim;
+      const bool in = t >= 0 && d < a.head_dim;
+      qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
+    }
+  }
+}
+
+// The output fragments o scaled by their rows' factors (MmaChunkWeights' corr).
+template <int kN>
+__device__ __forceinline__ void MmaScaleRows(float (&o)[kN][4], const float (&corr)[2]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    o[n][0] *= corr[0], o[n][1] *= corr[0];
+    o[n][2] *= corr[1], o[n][3] *= corr[1];
+  }
+}
+
 template <int kD, int kKeys>
 struct AttnMma {
   static constexpr int kThreads = kAttnWarps * kWarp;
@@ -864,26 +919,12 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
   const int64_t first = LoadTileRows(a, &rows);
   if (first < 0) return;  // (past the step's tiles)
   __syncthreads();
-  // The keys the block reads, and those the warp's rows see.
-  int64_t kmin, kmax, wmin, wmax;
+  int64_t kmin, kmax;  // (the keys the block reads)
   rows.Keys(0, kMmaRows, &kmin, &kmax);
-  rows.Keys(warp * 16, warp * 16 + 16, &wmin, &wmax);
-  // The lane's rows (r[0] and r[1] = r[0] + 8 of the warp's 16) and its columns c, c + 1 of
-  // each 8 (MmaF16's layout); their queries, scaled and rounded, as A fragments.
-  const int r[2] = {warp * 16 + lane / 4, warp * 16 + lane / 4 + 8};
-  const int c = 2 * (lane % 4);
+  const MmaLane ln = MmaLaneOf(rows, warp * 16);
+  const int c = ln.c;
   uint32_t qa[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = r[e % 2], d = kk * 16 + c + (e / 2) * 8;
-      const int64_t t = rows.tok[i];
-      const float* q = a.q + (t * a.n_heads + rows.head[i]) * hd;
-      const bool in = t >= 0 && d < hd;
-      qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
-    }
-  }
+  MmaQueries(a, rows, ln, 0, qa);
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
   const uint16_t* kc = static_cast<const uint16_t*>(a.k) + int64_t{g} * hd;
   const uint16_t* vc = static_cast<const uint16_t*>(a.v) + int64_t{g} * hd;
@@ -898,9 +939,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
       const int j = p / (kD / 8), d0 = (p % (kD / 8)) * 8;
       uint4 kv{0, 0, 0, 0}, vv{0, 0, 0, 0};
       if (j < nk && d0 < hd) {
-        const int64_t key = j0 + j;
-        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size +
-                             key % a.block_size;
+        const int64_t slot = KeySlot(table, j0 + j, a.block_size);
         kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
         vv = LoadVector<uint4>(vc + slot * a.v_stride + d0);
       }
@@ -911,7 +950,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
       for (int i = 0; i < 8; ++i) vt_h[(d0 + i) * Mma::kVStride + j] = v8[i];
     }
     __syncthreads();
-    if (j0 > wmax || j0 + nk - 1 < wmin) continue;  // (no key of the chunk in the warp's rows)
+    if (!MmaSees(ln, j0, nk)) continue;  // (no key of the chunk in the warp's rows)
     // Scores: 8 keys (an n tile) at a time, over the head in steps of 16.
     float sc[kNt][4];
 #pragma unroll
@@ -927,12 +966,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
     }
     uint32_t pa[kKeys / 16][4];
     float corr[2];
-    MmaChunkWeights(rows, r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      o[n][0] *= corr[0], o[n][1] *= corr[0];
-      o[n][2] *= corr[1], o[n][3] *= corr[1];
-    }
+    MmaChunkWeights(rows, ln.r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
+    MmaScaleRows(o, corr);
     // The values, 8 columns (an n tile) at a time, 16 keys a product.
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -955,7 +990,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int h = e / 2;
-      o_s[r[h] * Mma::kOutStride + n * 8 + c + e % 2] = l[h] > 0.f ? o[n][e] / l[h] : 0.f;
+      o_s[ln.r[h] * Mma::kOutStride + n * 8 + c + e % 2] = l[h] > 0.f ? o[n][e] / l[h] : 0.f;
     }
   }
   __syncthreads();
@@ -1010,24 +1045,13 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
   const int64_t first = LoadTileRows(a, &rows);
   if (first < 0) return;  // (past the step's tiles)
   __syncthreads();
-  int64_t kmin, kmax, wmin, wmax;
+  int64_t kmin, kmax;  // (the keys the block reads)
   rows.Keys(0, kLatentRows, &kmin, &kmax);
-  rows.Keys(rg * 16, rg * 16 + 16, &wmin, &wmax);
-  const int r[2] = {rg * 16 + lane / 4, rg * 16 + lane / 4 + 8};
-  const int c = 2 * (lane % 4);
+  const MmaLane ln = MmaLaneOf(rows, rg * 16);
+  const int c = ln.c;
   const int k0 = quarter * Lat::kQuarterK, v0 = quarter * Lat::kQuarterV;
   uint32_t qa[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = r[e % 2], d = k0 + kk * 16 + c + (e / 2) * 8;
-      const int64_t t = rows.tok[i];
-      const float* q = a.q + (t * a.n_heads + rows.head[i]) * hd;
-      const bool in = t >= 0 && d < hd;
-      qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
-    }
-  }
+  MmaQueries(a, rows, ln, k0, qa);
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
   const uint16_t* kc = static_cast<const uint16_t*>(a.k);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[kNv][4];
@@ -1040,16 +1064,13 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
       const int j = p / (kDk / 8), d0 = (p % (kDk / 8)) * 8;
       uint4 kv{0, 0, 0, 0};
       if (j < nk && d0 < hd) {
-        const int64_t key = j0 + j;
-        const int64_t slot = int64_t{table[key / a.block_size]} * a.block_size +
-                             key % a.block_size;
-        kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
+        kv = LoadVector<uint4>(kc + KeySlot(table, j0 + j, a.block_size) * a.k_stride + d0);
       }
       StoreVector(k_h + j * Lat::kKStride + d0, kv);
     }
     __syncthreads();
     // (the same for the row group's four warps)
-    const bool seen = !(j0 > wmax || j0 + nk - 1 < wmin);
+    const bool seen = MmaSees(ln, j0, nk);
     float sc[kNt][4];
     if (seen) {
 #pragma unroll
@@ -1079,12 +1100,8 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
     }
     uint32_t pa[kNt / 2][4];
     float corr[2];
-    MmaChunkWeights(rows, r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
-#pragma unroll
-    for (int n = 0; n < kNv; ++n) {
-      o[n][0] *= corr[0], o[n][1] *= corr[0];
-      o[n][2] *= corr[1], o[n][3] *= corr[1];
-    }
+    MmaChunkWeights(rows, ln.r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
+    MmaScaleRows(o, corr);
     // The values: the rows' first vd values, column v0 + 8 n + lane / 4 of keys c, c + 1,
     // c + 8, c + 9 (B's layout; the rows are not transposed, so two loads a register).
 #pragma unroll
@@ -1108,9 +1125,9 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
     if (v0 + n * 8 >= vd) break;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t t = rows.tok[r[h]];
+      const int64_t t = rows.tok[ln.r[h]];
       if (t < 0) continue;
-      float* out = a.out + (t * a.n_heads + rows.head[r[h]]) * vd + v0 + n * 8 + c;
+      float* out = a.out + (t * a.n_heads + rows.head[ln.r[h]]) * vd + v0 + n * 8 + c;
       out[0] = l[h] > 0.f ? o[n][2 * h] / l[h] : 0.f;
       out[1] = l[h] > 0.f ? o[n][2 * h + 1] / l[h] : 0.f;
     }
