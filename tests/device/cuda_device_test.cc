@@ -372,11 +372,7 @@ TEST_F(CudaTest, RopeKvWriteAndPagedAttention) {
       const Pair q = Upload(Random(T * H * hd));
       for (int window : {0, 8}) {
         for (float softcap : {0.f, 20.f}) {
-          kernels::AttentionParams p;
-          p.n_heads = H;
-          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-          p.sliding_window = window;
-          p.softcap = softcap;
+          const kernels::AttentionParams p = AttnParams(H, hd, window, softcap);
           const Pair o = Zeros(T * H * hd);
           cuda_->PagedAttention(q.cuda, kc, a.cuda, p, o.cuda);
           host_->PagedAttention(q.host, kh, a.host, p, o.host);
@@ -481,11 +477,7 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
         }
         host_->KvWrite(kh, a.host, k.data(), v.data());
         for (auto [window, softcap] : {std::pair{0, 0.f}, {8, 0.f}, {0, 20.f}}) {
-          kernels::AttentionParams p;
-          p.n_heads = H;
-          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-          p.sliding_window = window;
-          p.softcap = softcap;
+          const kernels::AttentionParams p = AttnParams(H, hd, window, softcap);
           std::vector<float> ref(T * H * hd);
           host_->PagedAttention(q.data(), kh, a.host, p, ref.data());
           for (int i = 0; i < 2; ++i) {
@@ -532,9 +524,10 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
 // (PENG_CUDA_MMA_ATTENTION=0) are within 1e-4 and differ from it (so the tensor cores ran). A
 // mixed step, prompts of 40 and 30, and a prompt of 150 tokens after 60 in the cache (several
 // chunks of keys, three tiles a KV head where its group is 1); head sizes 64, 128, 48 and 96
-// (the head padded to 64 / 128), KV groups of 4, 7, 1 and 2; causal, sliding windows of 8 and
-// 100, a softcap; MLA's latent rows. (The output quantized for the output projection:
-// FusedAttentionOutputAndSlotSum.)
+// (the head padded to 64 / 128), KV groups of 4, 7, 1 and 2, Q8_0 caches (the queries rotated
+// in shared memory, the blocks scaled into FP16, the output rotated back) for 64, 128 and 32;
+// causal, sliding windows of 8 and 100, a softcap; MLA's latent rows. (The output quantized for
+// the output projection: FusedAttentionOutputAndSlotSum.)
 TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
   kernels::SetExactActivations(false);
   const std::unique_ptr<Device> fp32 = DeviceWithout("PENG_CUDA_MMA_ATTENTION");
@@ -570,9 +563,12 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
     BuildBatch(cuda_.get(), &a, pos0[shape], n[shape], tables);
     BuildBatch(fp32.get(), &b, pos0[shape], n[shape], tables);
     const int64_t T = a.host.n_tokens;
-    for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {7, 1, 128}, {2, 2, 48}, {4, 2, 96}}) {
+    for (auto [H, KV, hd, q8] : {std::array<int, 4>{8, 2, 64, 0}, {7, 1, 128, 0},
+                                 {2, 2, 48, 0}, {4, 2, 96, 0}, {8, 2, 64, 1}, {7, 1, 128, 1},
+                                 {4, 2, 32, 1}}) {
+      const DType kv_type = q8 ? DType::kQ8_0 : DType::kF16;
       kernels::KvLayerView kc, kh;
-      RandomCache(DType::kF16, KV, hd, hd, &kc, &kh, n_blocks);
+      RandomCache(kv_type, KV, hd, hd, &kc, &kh, n_blocks);
       const kernels::KvLayerView kp = CopyCache(fp32.get(), kh);
       const std::vector<float> k = Random(T * KV * hd), v = Random(T * KV * hd);
       const std::vector<float> q = Random(T * H * hd, -2.f, 2.f);
@@ -585,15 +581,12 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
       }
       host_->KvWrite(kh, a.host, k.data(), v.data());
       for (auto [window, softcap] : {std::pair{0, 0.f}, {8, 0.f}, {100, 0.f}, {0, 20.f}}) {
-        kernels::AttentionParams p;
-        p.n_heads = H;
-        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-        p.sliding_window = window;
-        p.softcap = softcap;
+        const kernels::AttentionParams p = AttnParams(H, hd, window, softcap);
         std::vector<float> ref(T * H * hd);
         host_->PagedAttention(q.data(), kh, a.host, p, ref.data());
-        const std::string tag = "shape " + std::to_string(shape) + " H" + std::to_string(H) +
-                                "/" + std::to_string(KV) + " hd" + std::to_string(hd) +
+        const std::string tag = "shape " + std::to_string(shape) + " " + DTypeName(kv_type) +
+                                " H" + std::to_string(H) + "/" + std::to_string(KV) + " hd" +
+                                std::to_string(hd) +
                                 " window " + std::to_string(window) +
                                 (softcap > 0 ? " softcap" : "");
         both(ref, 1e-3, tag, [&](Device* d, int i, float* o) {
@@ -653,10 +646,7 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
       const kernels::KvLayerView kp = CopyCache(plain, kh);
       const std::vector<float> q = Random(T * H * hd);
       for (int window : {0, 300}) {
-        kernels::AttentionParams p;
-        p.n_heads = H;
-        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-        p.sliding_window = window;
+        const kernels::AttentionParams p = AttnParams(H, hd, window);
         const std::string tag = std::string(DTypeName(kv_type)) + " hd " + std::to_string(hd) +
                                 " window " + std::to_string(window);
         std::vector<float> ref(T * H * hd);
@@ -697,9 +687,7 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
         float* O = up(std::vector<float>(T * H * hd));
         float* Y = up(std::vector<float>(T * 96));
         const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {}, {}};
-        kernels::AttentionParams p;
-        p.n_heads = H;
-        p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+        const kernels::AttentionParams p = AttnParams(H, hd);
         d->AttentionMatMuls(Q, kv, i ? b.cuda : a.cuda, p, O,
                             {{i ? &wo.host : &wo.cuda, Y, nullptr, true}}, &r);
         ASSERT_TRUE(d->Synchronize().ok());

@@ -111,9 +111,7 @@ TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
   kernels::KvLayerView kc, kh;
   RandomCache(DType::kF16, KV, hd, hd, &kc, &kh);
   const Pair q = Upload(Random(T * H * hd));
-  kernels::AttentionParams p;
-  p.n_heads = H;
-  p.scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const kernels::AttentionParams p = AttnParams(H, hd);
   for (bool exact : {true, false}) {
     kernels::SetExactActivations(exact);
     for (const Uploaded* wo : {&wo4_1, &wo4_k}) {
@@ -492,10 +490,7 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
           rope.style = half ? kernels::RopeStyle::kInterleaved : kernels::RopeStyle::kNeox;
           rope.theta = 10000.f;
           rope.attention_factor = half ? 1.2f : 1.f;
-          kernels::AttentionParams p;
-          p.n_heads = H;
-          p.scale = 1.f / std::sqrt(static_cast<float>(hd));
-          p.sliding_window = half ? 8 : 0;
+          const kernels::AttentionParams p = AttnParams(H, hd, half ? 8 : 0);
           const char* const kVariants[] = {" neox", " half interleaved, window 8",
                                            " neox, the heads' norms"};
           const std::string tag = std::string(decode ? "decode" : "mixed") + " " +

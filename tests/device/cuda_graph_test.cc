@@ -252,28 +252,32 @@ TEST_F(CudaTest, Q8_0CacheGraphsMatchTheHostDevice) {
     ExpectGraphMatchesTheHostDevice(QuantizedDeepseekPath(), DType::kQ8_0);
 }
 
-// The graphs with an F16 cache outside exact mode, where the steps' prompts take the tensor
-// cores (AttentionMmaKernel; AttentionMmaLatentKernel for DeepSeek-V2's 32 + 16-value latent
-// rows). The float fixtures quantize nothing, so the device's logits differ from the host's by
-// the tensor cores' FP16 operands -- the queries and the softmax weights rounded as the F16
-// cache rounds the keys and values. Every step is held to 3 times what the F16 cache itself
-// moves the host's logits (against an F32 cache; the worst step; the emulator: at most 1.9
-// times, DeepSeek-V2's prompt step), the same graph on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0)
-// to ExpectGraphMatchesTheHostDevice's 1e-3, and the first step (prompts of 20 and 7 tokens) on
-// the tensor cores must differ from it.
+// The graphs outside exact mode with an F16 cache -- and a Q8_0 one for the tiny Gemma 3 (head
+// size 32) -- where the steps' prompts take the tensor cores (AttentionMmaKernel;
+// AttentionMmaLatentKernel for DeepSeek-V2's 32 + 16-value latent rows). The float fixtures
+// quantize nothing, so the device's logits differ from the host's (with the same cache) by the
+// tensor cores' FP16 operands: the queries and the softmax weights rounded as an F16 cache rounds
+// the keys and values (a Q8_0 cache's scaled values rounded too). Every step is held to 3 times
+// what the cache itself moves the host's logits (against an F32 cache, the worst step; the
+// emulator: at most 1.9 times for F16 -- DeepSeek-V2's prompt step --, 0.15 for Q8_0, whose
+// 8-bit rounding of the next layers' keys and values amplifies any change, as quantized
+// activations do), the same graph on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0) to
+// ExpectGraphMatchesTheHostDevice's 1e-3, and the first step (prompts of 20 and 7 tokens) on the
+// tensor cores must differ from it.
 TEST_F(CudaTest, GraphsWithPromptsOnTheTensorCores) {
   kernels::SetExactActivations(false);
-  for (const char* fixture : {"hf_tiny/llama", "hf_tiny/gemma3", "deepseek_tiny/v2"}) {
+  for (auto [fixture, kv] : {std::pair{"hf_tiny/llama", DType::kF16},
+                             {"hf_tiny/gemma3", DType::kF16},
+                             {"deepseek_tiny/v2", DType::kF16},
+                             {"hf_tiny/gemma3", DType::kQ8_0}}) {
     const std::string path = test_util::SourceDir() + "/tests/data/" + fixture;
-    SCOPED_TRACE(path);
-    const device_test::Run h = device_test::RunSteps(path, "host", DType::kF16, nullptr, true);
+    SCOPED_TRACE(path + " " + DTypeName(kv));
+    const device_test::Run h = device_test::RunSteps(path, "host", kv, nullptr, true);
     const device_test::Run h32 =
         device_test::RunSteps(path, "host", DType::kF32, nullptr, true);
-    const device_test::Run c =
-        device_test::RunSteps(path, DeviceUnderTest(), DType::kF16, nullptr, true);
+    const device_test::Run c = device_test::RunSteps(path, DeviceUnderTest(), kv, nullptr, true);
     ASSERT_EQ(setenv("PENG_CUDA_MMA_ATTENTION", "0", 1), 0);
-    const device_test::Run f =
-        device_test::RunSteps(path, DeviceUnderTest(), DType::kF16, nullptr, true);
+    const device_test::Run f = device_test::RunSteps(path, DeviceUnderTest(), kv, nullptr, true);
     unsetenv("PENG_CUDA_MMA_ATTENTION");
     ASSERT_EQ(h.logits.size(), c.logits.size());
     ASSERT_EQ(h.logits.size(), f.logits.size());
@@ -285,9 +289,9 @@ TEST_F(CudaTest, GraphsWithPromptsOnTheTensorCores) {
     for (size_t i = 0; i < h.logits.size(); ++i) {
       const double d = device_test::RelativeDistance({h.logits[i]}, {c.logits[i]});
       const double d32 = device_test::RelativeDistance({h.logits[i]}, {f.logits[i]});
-      std::printf("[cuda] graph %s, F16 cache, step %zu: max |dlogit| / max |logit| = %.2e "
-                  "(FP32 tiles: %.2e; the F16 cache's own, worst step: %.2e)\n", path.c_str(),
-                  i, d, d32, cache);
+      std::printf("[cuda] graph %s, %s cache, step %zu: max |dlogit| / max |logit| = %.2e "
+                  "(FP32 tiles: %.2e; the cache's own, worst step: %.2e)\n", path.c_str(),
+                  DTypeName(kv), i, d, d32, cache);
       EXPECT_LE(d, 3 * cache) << "step " << i;
       EXPECT_LE(d32, 1e-3) << "step " << i;
     }

@@ -153,6 +153,17 @@ struct AttnBatch {
 };
 
 // V2-Lite's MLA shapes: 16 heads, r 512, d_nope 128, d_rope 64, d_v 128.
+// Attention over n_heads query heads of head_dim values, scaled by 1 / sqrt(head_dim).
+inline kernels::AttentionParams AttnParams(int n_heads, int head_dim, int sliding_window = 0,
+                                           float softcap = 0.f) {
+  kernels::AttentionParams p;
+  p.n_heads = n_heads;
+  p.scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+  p.sliding_window = sliding_window;
+  p.softcap = softcap;
+  return p;
+}
+
 inline kernels::MlaParams LiteMla() {
   kernels::MlaParams p;
   p.n_heads = 16;

@@ -3,8 +3,8 @@
 // (RopeRotation, shared with MLA's absorption in mla_kernels.cuh) with the KV write
 // (RopeKvKernel), and the paged attention (AttentionKernel: a block per (token, head), the
 // token's own head normalized, rotated and stored inside it in decode steps: AttnRope; the
-// prompts' tiles: AttentionTileKernel on the FP32 cores, AttentionMmaKernel on the tensor
-// cores).
+// prompts' tiles: AttentionTileKernel on the FP32 cores, AttentionMmaKernel and -- MLA's latent
+// rows -- AttentionMmaLatentKernel on the tensor cores).
 #pragma once
 
 #include <cstdint>
@@ -782,16 +782,9 @@ __device__ __forceinline__ uint32_t SharedPair(const uint16_t* p) {
 #endif
 }
 
-// The tiled attention on the tensor cores (AttentionMmaKernel), for an F16 cache whose keys and
-// values have the same size, a multiple of 16 up to kD: a block a tile of kMmaRows = 64 query
-// rows (AttentionTileKernel's rows: a sequence's (token, head) pairs of one KV head), a warp 16
-// of them. Each chunk of kKeys keys goes into shared memory as the cache holds it (FP16: the
-// keys row by row, the values transposed); a warp multiplies its rows' queries -- scaled, then
-// rounded to FP16 -- with the keys (MmaF16), masks and soft-caps the scores in FP32, updates its
-// rows' online softmax and multiplies the weights, rounded to FP16, with the values; FP32
-// accumulation throughout. The scores and the output stay in the tensor cores' registers (the
-// accumulator's layout of the scores is the layout of the weights as the next product's A).
-constexpr int kMmaRows = 16 * kAttnWarps;
+// The tiled attention on the tensor cores (AttentionMmaKernel, AttentionMmaLatentKernel, and the
+// helpers they share): a warp takes 16 query rows in MmaF16's layout.
+constexpr int kMmaRows = 16 * kAttnWarps;  // AttentionMmaKernel's rows a block
 
 // A warp's 16 rows' online softmax over a chunk of keys j0 .. j0 + nk - 1, in MmaF16's
 // accumulator layout: the lane's rows r[0], r[1] and its columns c, c + 1 of each 8 keys, sc[n]
@@ -863,18 +856,20 @@ __device__ __forceinline__ bool MmaSees(const MmaLane& ln, int64_t j0, int nk) {
 }
 
 // The lane's A fragments of its rows' queries over values d0 + 16 kk .. d0 + 16 kk + 15 (zero
-// past head_dim and in rows that are none), scaled by a.scale, then rounded to FP16.
+// past head_dim and in rows that are none), scaled by a.scale, then rounded to FP16. The rows
+// are a.q's, or row i at staged + i * stride where staged is set.
 template <int kSteps, int kRows>
 __device__ __forceinline__ void MmaQueries(const AttnArgs& a, const TileRows<kRows>& rows,
-                                           const MmaLane& ln, int d0,
-                                           uint32_t (&qa)[kSteps][4]) {
+                                           const MmaLane& ln, int d0, uint32_t (&qa)[kSteps][4],
+                                           const float* staged = nullptr, int stride = 0) {
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = ln.r[e % 2], d = d0 + kk * 16 + ln.c + (e / 2) * 8;
       const int64_t t = rows.tok[i];
-      const float* q = a.q + (t * a.n_heads + rows.head[i]) * a.head_dim;
+      const float* q = staged ? staged + int64_t{i} * stride
+                              : a.q + (t * a.n_heads + rows.head[i]) * a.head_dim;
       const bool in = t >= 0 && d < a.head_dim;
       qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
     }
@@ -891,6 +886,28 @@ __device__ __forceinline__ void MmaScaleRows(float (&o)[kN][4], const float (&co
   }
 }
 
+// Values off .. off + 7 of the Q8_0 block b as FP16 (the scale times each value, rounded).
+__device__ __forceinline__ uint4 Q8Halves(const KvQ8* b, int off) {
+  const float d = layout::HalfBits(b->d);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = HalfPair(d * static_cast<float>(b->qs[off + 2 * i]),
+                    d * static_cast<float>(b->qs[off + 2 * i + 1]));
+  }
+  return uint4{w[0], w[1], w[2], w[3]};
+}
+
+// AttentionMmaKernel: for an F16 or Q8_0 cache whose keys and values have the same size, a
+// multiple of 16 up to kD, a block a tile of kMmaRows = 64 query rows (AttentionTileKernel's
+// rows: a sequence's (token, head) pairs of one KV head), a warp 16 of them. Each chunk of kKeys
+// keys goes into shared memory in FP16 (the keys row by row, the values transposed; a Q8_0
+// cache's blocks scaled into FP16, the queries rotated as its rows are and the output rotated
+// back); a warp multiplies its rows' queries -- scaled, then rounded to FP16 -- with the keys
+// (MmaF16), masks and soft-caps the scores in FP32, updates its rows' online softmax and
+// multiplies the weights, rounded to FP16, with the values; FP32 accumulation throughout. The
+// scores and the output stay in the tensor cores' registers (the accumulator's layout of the
+// scores is the layout of the weights as the next product's A).
 template <int kD, int kKeys>
 struct AttnMma {
   static constexpr int kThreads = kAttnWarps * kWarp;
@@ -904,7 +921,7 @@ struct AttnMma {
   static_assert(kBytes + 24 * kMmaRows <= 48 * 1024);  // (static shared memory)
 };
 
-template <int kD, int kKeys>
+template <typename KV, int kD, int kKeys>
 __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(AttnArgs a) {
   KernelStart();
   using Mma = AttnMma<kD, kKeys>;
@@ -924,24 +941,42 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
   const MmaLane ln = MmaLaneOf(rows, warp * 16);
   const int c = ln.c;
   uint32_t qa[kSteps][4];
-  MmaQueries(a, rows, ln, 0, qa);
+  if constexpr (kKvQ8<KV>) {  // (the queries rotated as the keys are, in o_s first)
+    for (int x = tid; x < kMmaRows * hd; x += kThreads) {
+      const int i = x / hd, d = x % hd;
+      const int64_t t = rows.tok[i];
+      o_s[i * Mma::kOutStride + d] = t < 0 ? 0.f : a.q[(t * a.n_heads + rows.head[i]) * hd + d];
+    }
+    __syncthreads();
+    HadamardRows(o_s, kMmaRows, hd, Mma::kOutStride, a.rot_k);
+    __syncthreads();
+    MmaQueries(a, rows, ln, 0, qa, o_s, Mma::kOutStride);
+  } else {
+    MmaQueries(a, rows, ln, 0, qa);
+  }
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
-  const uint16_t* kc = static_cast<const uint16_t*>(a.k) + int64_t{g} * hd;
-  const uint16_t* vc = static_cast<const uint16_t*>(a.v) + int64_t{g} * hd;
+  const KV* kc = KvAt(static_cast<const KV*>(a.k), int64_t{g} * hd);
+  const KV* vc = KvAt(static_cast<const KV*>(a.v), int64_t{g} * hd);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[kD / 8][4];
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   for (int64_t j0 = kmin; j0 <= kmax; j0 += kKeys) {
     const int nk = kmax - j0 + 1 < kKeys ? static_cast<int>(kmax - j0 + 1) : kKeys;
     __syncthreads();  // (the chunk before is read)
-    // The chunk: 8 values (16 bytes) a thread at a time; zeros past the last key and the head.
+    // The chunk: 8 values (16 bytes of FP16) a thread at a time -- a Q8_0 cache's scaled into
+    // FP16 --; zeros past the last key and the head.
     for (int p = tid; p < kKeys * (kD / 8); p += kThreads) {
       const int j = p / (kD / 8), d0 = (p % (kD / 8)) * 8;
       uint4 kv{0, 0, 0, 0}, vv{0, 0, 0, 0};
       if (j < nk && d0 < hd) {
         const int64_t slot = KeySlot(table, j0 + j, a.block_size);
-        kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
-        vv = LoadVector<uint4>(vc + slot * a.v_stride + d0);
+        if constexpr (kKvQ8<KV>) {
+          kv = Q8Halves(KvAt(kc, slot * a.k_stride + d0), d0 % 32);
+          vv = Q8Halves(KvAt(vc, slot * a.v_stride + d0), d0 % 32);
+        } else {
+          kv = LoadVector<uint4>(kc + slot * a.k_stride + d0);
+          vv = LoadVector<uint4>(vc + slot * a.v_stride + d0);
+        }
       }
       StoreVector(k_h + j * Mma::kKStride + d0, kv);
       uint16_t v8[8];
@@ -994,6 +1029,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
     }
   }
   __syncthreads();
+  if constexpr (kKvQ8<KV>) {  // (the rows' values rotated back)
+    HadamardRows(o_s, kMmaRows, hd, Mma::kOutStride, a.rot_v);
+    __syncthreads();
+  }
   const int64_t cols = int64_t{a.n_heads} * hd;  // (a token's row of out)
   const int d = tid;
   for (int i = 0; i < kMmaRows; ++i) {  // (every thread every round: the quantizer's shuffles)
@@ -1005,7 +1044,6 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
       QuantizeValue<32>(v, valid, t, int64_t{rows.head[i]} * hd + d, cols, a.quant, nullptr);
   }
 }
-
 
 // MLA's latent rows on the tensor cores (AttentionMmaLatentKernel; an F16 cache outside exact
 // mode): the key is the whole cache row (kDk = 576 values for V2's shapes), the value its first

@@ -233,11 +233,11 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
   a.rope = rope;
   if (!Tiled(b, a)) {
     LaunchAttention<kMaxHeadDim, kMaxHeadDim>(a, kv.dtype, b.n_tokens, p.n_heads);
-  } else if (kv.head_dim == kv.v_head_dim && OnTensorCores(kv, 128, 128)) {
+  } else if (kv.head_dim == kv.v_head_dim && OnTensorCores(kv, 128, 128, true)) {
     if (kv.head_dim <= 64) {
-      LaunchAttentionMma<64, 64>(a, b);
+      LaunchAttentionMma<64, 64>(a, kv.dtype, b);
     } else {
-      LaunchAttentionMma<128, 64>(a, b);
+      LaunchAttentionMma<128, 64>(a, kv.dtype, b);
     }
   } else if (kv.head_dim <= 128 && kv.v_head_dim <= 128) {
     LaunchAttentionTiles<128, 128, 16, 32, false>(a, kv.dtype, b);
@@ -275,17 +275,23 @@ dim3 CudaDevice::TileGrid(AttnArgs* a, const StepBatch& b, int rows) {
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a->n_kv_heads));
 }
 
-bool CudaDevice::OnTensorCores(const kernels::KvLayerView& kv, int max_k, int max_v) const {
+bool CudaDevice::OnTensorCores(const kernels::KvLayerView& kv, int max_k, int max_v,
+                               bool q8_0) const {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return mma_attention_ && !kernels::ExactActivations() && kv.dtype == DType::kF16 &&
-         kv.head_dim % 16 == 0 && kv.head_dim <= max_k && kv.v_head_dim <= max_v &&
-         aligned(kv.k) && aligned(kv.v);
+  const bool cache = (kv.dtype == DType::kF16 && aligned(kv.k) && aligned(kv.v)) ||
+                     (q8_0 && kv.dtype == DType::kQ8_0);
+  return mma_attention_ && !kernels::ExactActivations() && cache && kv.head_dim % 16 == 0 &&
+         kv.head_dim <= max_k && kv.v_head_dim <= max_v;
 }
 
 template <int kD, int kKeys>
-void CudaDevice::LaunchAttentionMma(AttnArgs a, const StepBatch& b) {
+void CudaDevice::LaunchAttentionMma(AttnArgs a, DType cache, const StepBatch& b) {
   const dim3 grid = TileGrid(&a, b, kMmaRows);
-  Launch(AttentionMmaKernel<kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
+  if (cache == DType::kQ8_0) {
+    Launch(AttentionMmaKernel<KvQ8, kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
+  } else {
+    Launch(AttentionMmaKernel<uint16_t, kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
+  }
   Note(cudaGetLastError());
 }
 
