@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/cuda/attention_kernels.cuh"
+#include "backend/cuda/attention_mma_kernels.cuh"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/dispatch.h"
