@@ -319,7 +319,7 @@ run() {
     PENG_CUDA_QGEMV=0 STEP_TIMEOUT=90 step bench-deepseek-fp32 bench_json "$ds" \
       "$RES/deepseek-fp32.json" --tg 8
     summarize_bench "$RES/deepseek-fp32.json"
-    # What the tensor cores are worth in the attention of prompts (AttentionMmaLatentKernel):
+    # What the tensor cores are worth in the attention of prompts (AttentionMmaWideKernel):
     # pp512 of V2-Lite (MLA's latent rows) on the FP32 tiles (AttentionTileKernel); what the
     # tiles are worth: Qwen2.5's pp512 (GQA) with a block a (token, head) instead; and what
     # MLA's products with kv_b as batched GEMMs are (CudaDevice::MlaGemm): V2-Lite's pp512 with
@@ -349,6 +349,14 @@ run() {
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/depth-fp32-tiles-qwen.json" \
       --tg 8 --depth 4096
     summarize_bench "$RES/depth-fp32-tiles-qwen.json"
+    # The same for heads of 256 (AttentionMmaWideKernel): Gemma 3's pp512 after 4096 tokens on
+    # the tensor cores and on the FP32 tiles.
+    for m in mma fp32-tiles; do
+      PENG_CUDA_MMA_ATTENTION=$([[ $m == mma ]] && echo 1 || echo 0) step bench-depth-gemma-$m \
+        bench_json "$mdir/gemma-3-270m-q4_k_m.gguf" "$RES/depth-$m-gemma.json" --tg 8 \
+        --depth 4096
+      summarize_bench "$RES/depth-$m-gemma.json"
+    done
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128

@@ -94,17 +94,17 @@ TEST_F(CudaTest, TiledAttentionAndThePerTokenKernel) {
   }
 }
 
-// The attention of prompts on the tensor cores (AttentionMmaKernel, AttentionMmaLatentKernel: an
-// F16 cache, outside exact mode; queries and weights rounded to FP16, FP32 accumulation) against
-// the host device's FP32 attention: within 1e-3 of the largest output (2e-3 for MLA's rows of
-// 576, with wider scores: 5-7e-4 in the emulator), where the FP32 tiles
+// The attention of prompts on the tensor cores (AttentionMmaKernel; AttentionMmaWideKernel for
+// heads above 128 and MLA's latent rows: outside exact mode; queries and weights rounded to FP16,
+// FP32 accumulation) against the host device's FP32 attention: within 1e-3 of the largest output
+// (2e-3 for MLA's rows of 576, with wider scores: 5-7e-4 in the emulator), where the FP32 tiles
 // (PENG_CUDA_MMA_ATTENTION=0) are within 1e-4 and differ from it (so the tensor cores ran). A
 // mixed step, prompts of 40 and 30, and a prompt of 150 tokens after 60 in the cache (several
-// chunks of keys, three tiles a KV head where its group is 1); head sizes 64, 128, 48 and 96
-// (the head padded to 64 / 128), KV groups of 4, 7, 1 and 2, Q8_0 caches (the queries rotated
-// in shared memory, the blocks scaled into FP16, the output rotated back) for 64, 128 and 32;
-// causal, sliding windows of 8 and 100, a softcap; MLA's latent rows. (The output quantized for
-// the output projection: FusedAttentionOutputAndSlotSum.)
+// chunks of keys, three tiles a KV head where its group is 1); head sizes 64, 128, 48, 96, 256,
+// 192 and 160 (the head padded to 64 / 128 / 256), KV groups of 4, 7, 1, 2 and 3, F16 and Q8_0
+// caches (the queries rotated in shared memory, the blocks scaled into FP16, the output rotated
+// back); causal, sliding windows of 8 and 100, a softcap; MLA's latent rows over both caches.
+// (The output quantized for the output projection: FusedAttentionOutputAndSlotSum.)
 TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
   kernels::SetExactActivations(false);
   const std::unique_ptr<Device> fp32 = DeviceWithout("PENG_CUDA_MMA_ATTENTION");
@@ -142,7 +142,8 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
     const int64_t T = a.host.n_tokens;
     for (auto [H, KV, hd, q8] : {std::array<int, 4>{8, 2, 64, 0}, {7, 1, 128, 0},
                                  {2, 2, 48, 0}, {4, 2, 96, 0}, {8, 2, 64, 1}, {7, 1, 128, 1},
-                                 {4, 2, 32, 1}}) {
+                                 {4, 2, 32, 1}, {4, 1, 256, 0}, {4, 1, 256, 1}, {6, 2, 192, 0},
+                                 {3, 1, 160, 1}}) {
       const DType kv_type = q8 ? DType::kQ8_0 : DType::kF16;
       kernels::KvLayerView kc, kh;
       RandomCache(kv_type, KV, hd, hd, &kc, &kh, n_blocks);
@@ -171,21 +172,23 @@ TEST_F(CudaTest, PromptAttentionOnTheTensorCores) {
         });
       }
     }
-    // MLA's latent rows (AttentionMmaLatentKernel): V2-Lite's (16 heads, 512 + 64 values a row)
-    // and rows of 32 + 16 (the key's quarters and the value's padded, some warps idle).
-    for (const int rank : {512, 32}) {
+    // MLA's latent rows (AttentionMmaWideKernel): V2-Lite's (16 heads, 512 + 64 values a row)
+    // over both caches and rows of 32 + 16 (the key's quarters and the value's padded, some
+    // warps idle).
+    for (auto [rank, kv_type] : {std::pair{512, DType::kF16}, {512, DType::kQ8_0},
+                                 {32, DType::kF16}}) {
       kernels::MlaParams p = LiteMla();
       if (rank == 32) p.kv_lora_rank = 32, p.d_rope = 16, p.n_heads = 5;
       const int64_t H = p.n_heads, r = p.kv_lora_rank, row = r + p.d_rope;
       kernels::KvLayerView kc, kh;
-      RandomCache(DType::kF16, 1, static_cast<int>(row), 0, &kc, &kh, n_blocks);
+      RandomCache(kv_type, 1, static_cast<int>(row), 0, &kc, &kh, n_blocks);
       const kernels::KvLayerView kp = CopyCache(fp32.get(), kh);
       const std::vector<float> ckv = Random(T * row), qa = Random(T * H * row, -2.f, 2.f);
       std::vector<float> ref(T * H * r);
       host_->KvWrite(kh, a.host, ckv.data(), nullptr);
       host_->MlaAttention(qa.data(), kh, a.host, p, ref.data());
       const std::string tag = "shape " + std::to_string(shape) + " MLA " + std::to_string(r) +
-                              " + " + std::to_string(p.d_rope);
+                              " + " + std::to_string(p.d_rope) + " " + DTypeName(kv_type);
       both(ref, 2e-3, tag, [&](Device* d, int i, float* o) {
         d->KvWrite(i ? kp : kc, i ? b.cuda : a.cuda, *d->UploadFloats(ckv.data(), T * row),
                    nullptr);

@@ -96,34 +96,45 @@ TEST_F(CudaTest, FusedExpertsAndLatentNorm) {
 
 // The attention's output quantized by the attention kernel for the output projection
 // (AttentionMatMuls, Q4_1: blocks of 32 -- and Q4_K, 256, quantized inside its GEMV; a step
-// with a prompt of 21 tokens: the FP32 tiles in exact mode, else the tensor cores),
+// with a prompt of 21 tokens: the FP32 tiles in exact mode, else the tensor cores; heads of 64
+// and 256),
 // and SlotSum folded into a product's store (MatMulOut::slots), against the host device.
 TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
   AttnBatch a;
   BuildBatch(cuda_.get(), &a);
   const int64_t T = a.host.n_tokens;
-  const int H = 8, KV = 2, hd = 64;
   std::vector<std::vector<uint8_t>> bytes;
+  // Heads of 64 (AttentionMmaKernel on the tensor cores) and 256 (AttentionMmaWideKernel).
+  for (auto [H, KV, hd] : {std::array<int, 3>{8, 2, 64}, {4, 1, 256}}) {
+    const Uploaded wo4_1 = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_1, 96, H * hd,
+                                        &rng_, &bytes);
+    const Uploaded wo4_k = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_K, 96, H * hd,
+                                        &rng_, &bytes);
+    kernels::KvLayerView kc, kh;
+    RandomCache(DType::kF16, KV, hd, hd, &kc, &kh);
+    const Pair q = Upload(Random(T * H * hd));
+    const kernels::AttentionParams p = AttnParams(H, hd);
+    for (bool exact : {true, false}) {
+      kernels::SetExactActivations(exact);
+      for (const Uploaded* wo : {&wo4_1, &wo4_k}) {
+        const std::string tag = std::string(DTypeName(wo->cuda.dtype)) + " hd " +
+                                std::to_string(hd) + (exact ? " exact" : " quantized");
+        const Pair o = Zeros(T * H * hd), y = Upload(Random(T * 96));
+        cuda_->AttentionMatMuls(q.cuda, kc, a.cuda, p, o.cuda,
+                                {{&wo->cuda, y.cuda, nullptr, true}});
+        host_->AttentionMatMuls(q.host, kh, a.host, p, o.host,
+                                {{&wo->host, y.host, nullptr, true}});
+        // (outside exact mode the prompt's attention runs on the tensor cores: FP16 operands)
+        Expect(o, T * H * hd, exact ? 1e-4 : 1e-3, "AttentionMatMuls: attention " + tag);
+        Expect(y, T * 96, exact ? 1e-4 : 3e-3, "AttentionMatMuls: o " + tag);
+      }
+    }
+  }
+  const int H = 8, hd = 64;
   const Uploaded wo4_1 = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_1, 96, H * hd, &rng_,
                                       &bytes);
-  const Uploaded wo4_k = UploadRandom(cuda_.get(), host_.get(), DType::kQ4_K, 96, H * hd, &rng_,
-                                      &bytes);
-  kernels::KvLayerView kc, kh;
-  RandomCache(DType::kF16, KV, hd, hd, &kc, &kh);
-  const Pair q = Upload(Random(T * H * hd));
-  const kernels::AttentionParams p = AttnParams(H, hd);
   for (bool exact : {true, false}) {
     kernels::SetExactActivations(exact);
-    for (const Uploaded* wo : {&wo4_1, &wo4_k}) {
-      const std::string tag = std::string(DTypeName(wo->cuda.dtype)) +
-                              (exact ? " exact" : " quantized");
-      const Pair o = Zeros(T * H * hd), y = Upload(Random(T * 96));
-      cuda_->AttentionMatMuls(q.cuda, kc, a.cuda, p, o.cuda, {{&wo->cuda, y.cuda, nullptr, true}});
-      host_->AttentionMatMuls(q.host, kh, a.host, p, o.host, {{&wo->host, y.host, nullptr, true}});
-      // (outside exact mode the prompt's attention runs on the tensor cores: FP16 operands)
-      Expect(o, T * H * hd, exact ? 1e-4 : 1e-3, "AttentionMatMuls: attention " + tag);
-      Expect(y, T * 96, exact ? 1e-4 : 3e-3, "AttentionMatMuls: o " + tag);
-    }
     // y += W x + bias + the slots' weighted rows (k = 3 rows of 96 a token); GEMV and GEMM.
     const int k = 3;
     for (int64_t Ts : {5, 72}) {

@@ -254,7 +254,7 @@ TEST_F(CudaTest, Q8_0CacheGraphsMatchTheHostDevice) {
 
 // The graphs outside exact mode with an F16 cache -- and a Q8_0 one for the tiny Gemma 3 (head
 // size 32) -- where the steps' prompts take the tensor cores (AttentionMmaKernel;
-// AttentionMmaLatentKernel for DeepSeek-V2's 32 + 16-value latent rows). The float fixtures
+// AttentionMmaWideKernel for DeepSeek-V2's 32 + 16-value latent rows). The float fixtures
 // quantize nothing, so the device's logits differ from the host's (with the same cache) by the
 // tensor cores' FP16 operands: the queries and the softmax weights rounded as an F16 cache rounds
 // the keys and values (a Q8_0 cache's scaled values rounded too). Every step is held to 3 times

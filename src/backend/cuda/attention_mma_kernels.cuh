@@ -1,7 +1,8 @@
 // The tiled attention of prompts on the tensor cores (included by cuda_device.cu after
 // attention_kernels.cuh, whose tiles' rows, cache types and rotations they share):
 // AttentionMmaKernel (heads of one size up to 128 over an F16 or Q8_0 cache) and
-// AttentionMmaLatentKernel (MLA's latent rows), both multiplying with MmaF16 (runtime.h).
+// AttentionMmaWideKernel (MLA's latent rows, heads of up to 256), both multiplying with MmaF16
+// (runtime.h).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ __device__ __forceinline__ uint32_t SharedPair(const uint16_t* p) {
 #endif
 }
 
-// The tiled attention on the tensor cores (AttentionMmaKernel, AttentionMmaLatentKernel, and the
+// The tiled attention on the tensor cores (AttentionMmaKernel, AttentionMmaWideKernel, and the
 // helpers they share): a warp takes 16 query rows in MmaF16's layout.
 constexpr int kMmaRows = 16 * kAttnWarps;  // AttentionMmaKernel's rows a block
 
@@ -98,18 +99,19 @@ __device__ __forceinline__ bool MmaSees(const MmaLane& ln, int64_t j0, int nk) {
 
 // The lane's A fragments of its rows' queries over values d0 + 16 kk .. d0 + 16 kk + 15 (zero
 // past head_dim and in rows that are none), scaled by a.scale, then rounded to FP16. The rows
-// are a.q's, or row i at staged + i * stride where staged is set.
+// are a.q's, or row i at staged + (i - row0) * stride where staged is set.
 template <int kSteps, int kRows>
 __device__ __forceinline__ void MmaQueries(const AttnArgs& a, const TileRows<kRows>& rows,
                                            const MmaLane& ln, int d0, uint32_t (&qa)[kSteps][4],
-                                           const float* staged = nullptr, int stride = 0) {
+                                           const float* staged = nullptr, int stride = 0,
+                                           int row0 = 0) {
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = ln.r[e % 2], d = d0 + kk * 16 + ln.c + (e / 2) * 8;
       const int64_t t = rows.tok[i];
-      const float* q = staged ? staged + int64_t{i} * stride
+      const float* q = staged ? staged + int64_t{i - row0} * stride
                               : a.q + (t * a.n_heads + rows.head[i]) * a.head_dim;
       const bool in = t >= 0 && d < a.head_dim;
       qa[kk][e] = HalfPair(in ? q[d] * a.scale : 0.f, in ? q[d + 1] * a.scale : 0.f);
@@ -286,76 +288,125 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp, 2) AttentionMmaKernel(Attn
   }
 }
 
-// MLA's latent rows on the tensor cores (AttentionMmaLatentKernel; an F16 cache outside exact
-// mode): the key is the whole cache row (kDk = 576 values for V2's shapes), the value its first
-// kDv (512), too wide for one warp's registers. A block is two groups of 16 rows (a token's
-// query heads), each taken by four warps: a warp multiplies its rows' queries with a quarter of
-// the key's values, the four partial scores meet in shared memory and are summed in the same
-// order by each of the four, which then keep the same online softmax and each multiply the
-// weights with a quarter of the value's values. Chunks of 16 keys, the cache rows as stored.
-constexpr int kLatentRows = 32;
-constexpr int kLatentWarps = 8;
-constexpr int kLatentKeys = 16;
-constexpr int kMlaMmaRow = 576;     // the kernel's instance: cache rows of up to 576 values
+// Rows too wide for one warp's registers on the tensor cores (AttentionMmaWideKernel), over an
+// F16 or Q8_0 cache: MLA's latent rows (kLatent: the key the whole cache row, kDk = 576 values
+// for V2's shapes, the value its first kDv = 512) and heads of up to 256. A
+// block is kWideWarps / kSplit groups of 16 rows (AttentionMmaKernel's rows of a tile), each
+// taken by kSplit warps: a warp multiplies its rows' queries with its part of the key's values,
+// the kSplit partial scores meet in shared memory and are summed in the same order by each of
+// them, which then keep the same online softmax and each multiply the weights with their part of
+// the value's values. Chunks of 16 keys, the cache rows as stored (a Q8_0 cache's blocks scaled
+// into FP16, the queries rotated as its rows are). The output leaves through shared memory,
+// kPassRows rows at a time: rotated back for a Q8_0 cache, stored and quantized where asked as
+// AttentionMmaKernel stores it.
+constexpr int kWideWarps = 8;
+constexpr int kWideKeys = 16;
+constexpr int kMlaMmaRow = 576;     // the MLA instance: cache rows of up to 576 values
 constexpr int kMlaMmaLatent = 512;  // (DeepSeek-V2 / V3: 512 latent + 64 RoPE), values of 512
 
-template <int kDk, int kDv>
-struct AttnMmaLatent {
-  static constexpr int kThreads = kLatentWarps * kWarp;
-  static constexpr int kQuarterK = kDk / 4, kQuarterV = kDv / 4;  // a warp's values
-  static constexpr int kKStride = kDk + 8;                         // a key's FP16 row
-  static_assert(kQuarterK % 16 == 0 && kQuarterV % 8 == 0);
-  static_assert(2 * kLatentKeys * kKStride + 4 * kThreads * 8 + 24 * kLatentRows <= 48 * 1024);
+template <int kDk, int kDv, int kSplit, bool kLatent, bool kQ8>
+struct AttnMmaWide {
+  static constexpr int kThreads = kWideWarps * kWarp;
+  static constexpr int kRows = 16 * (kWideWarps / kSplit);
+  static constexpr int kPartK = kDk / kSplit, kPartV = kDv / kSplit;  // a warp's values
+  static constexpr int kKStride = kDk + 8;                              // a chunk's FP16 rows:
+  static constexpr int kVStride = kLatent ? kKStride : kDv + 8;         // (+8: no bank conflicts)
+  static constexpr int kChunkBytes = 2 * kWideKeys * (kKStride + (kLatent ? 0 : kVStride));
+  // The staged FP32 rows: the queries to rotate (Q8_0), then the output.
+  static constexpr int kStageStride = (kQ8 && kDk > kDv ? kDk : kDv) + 4;
+  static constexpr int PassRows() {
+    int r = kRows;
+    while (r > 16 && 4 * r * kStageStride > 36 * 1024) r /= 2;
+    return r;
+  }
+  static constexpr int kPassRows = PassRows();
+  static constexpr int kStageBytes = 4 * kPassRows * kStageStride;
+  static constexpr int kBytes = kChunkBytes > kStageBytes ? kChunkBytes : kStageBytes;
+  static_assert(kSplit >= 2 && kWideWarps % kSplit == 0);
+  static_assert(kPartK % 16 == 0 && kPartV % 8 == 0 && kRows % kPassRows == 0);
+  static_assert(kBytes + 4 * kWideWarps * 4 * (kWideKeys / 8) * kWarp + 24 * kRows <=
+                48 * 1024);  // (static shared memory: the chunk or the stage, part, rows)
 };
 
-template <int kDk, int kDv>
-__global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKernel(AttnArgs a) {
+template <typename KV, int kDk, int kDv, int kSplit, bool kLatent>
+__global__ void __launch_bounds__(kWideWarps * kWarp, 1) AttentionMmaWideKernel(AttnArgs a) {
   KernelStart();
-  using Lat = AttnMmaLatent<kDk, kDv>;
-  constexpr int kThreads = Lat::kThreads, kSteps = Lat::kQuarterK / 16;
-  constexpr int kNv = Lat::kQuarterV / 8, kNt = kLatentKeys / 8;
-  __shared__ float4 buf[(2 * kLatentKeys * Lat::kKStride + 15) / 16];
-  __shared__ float part[kLatentWarps][4 * kNt][kWarp];  // each lane's partial scores
-  __shared__ TileRows<kLatentRows> rows;
-  uint16_t* k_h = reinterpret_cast<uint16_t*>(buf);  // [kLatentKeys][kKStride]
+  using W = AttnMmaWide<kDk, kDv, kSplit, kLatent, kKvQ8<KV>>;
+  constexpr int kThreads = W::kThreads, kRows = W::kRows, kPass = W::kPassRows;
+  constexpr int kSteps = W::kPartK / 16, kNv = W::kPartV / 8, kNt = kWideKeys / 8;
+  __shared__ float4 buf[W::kBytes / 16];
+  __shared__ float part[kWideWarps][4 * kNt][kWarp];  // each lane's partial scores
+  __shared__ TileRows<kRows> rows;
+  uint16_t* k_h = reinterpret_cast<uint16_t*>(buf);  // [kWideKeys][kKStride]
+  uint16_t* v_h = kLatent ? k_h : k_h + kWideKeys * W::kKStride;  // [kWideKeys][kVStride]
+  float* stage = reinterpret_cast<float*>(buf);  // [kPass][kStageStride], outside the chunks
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  const int rg = warp / 4, quarter = warp % 4;  // the warp's rows (16 of 32) and values
-  const int hd = a.head_dim, vd = a.v_head_dim;
+  const int rg = warp / kSplit, piece = warp % kSplit;  // the warp's rows (16) and values
+  const int g = blockIdx.y, hd = a.head_dim, vd = a.v_head_dim;
   const int64_t first = LoadTileRows(a, &rows);
   if (first < 0) return;  // (past the step's tiles)
   __syncthreads();
   int64_t kmin, kmax;  // (the keys the block reads)
-  rows.Keys(0, kLatentRows, &kmin, &kmax);
+  rows.Keys(0, kRows, &kmin, &kmax);
   const MmaLane ln = MmaLaneOf(rows, rg * 16);
   const int c = ln.c;
-  const int k0 = quarter * Lat::kQuarterK, v0 = quarter * Lat::kQuarterV;
+  const int k0 = piece * W::kPartK, v0 = piece * W::kPartV;
   uint32_t qa[kSteps][4];
-  MmaQueries(a, rows, ln, k0, qa);
+  if constexpr (kKvQ8<KV>) {  // (the queries rotated as the keys are, kPass rows at a time)
+    for (int p0 = 0; p0 < kRows; p0 += kPass) {
+      for (int x = tid; x < kPass * hd; x += kThreads) {
+        const int i = x / hd, d = x % hd;
+        const int64_t t = rows.tok[p0 + i];
+        stage[i * W::kStageStride + d] =
+            t < 0 ? 0.f : a.q[(t * a.n_heads + rows.head[p0 + i]) * hd + d];
+      }
+      __syncthreads();
+      HadamardRows(stage, kPass, hd, W::kStageStride, a.rot_k);
+      __syncthreads();
+      if (rg * 16 >= p0 && rg * 16 < p0 + kPass)
+        MmaQueries(a, rows, ln, k0, qa, stage, W::kStageStride, p0);
+      __syncthreads();
+    }
+  } else {
+    MmaQueries(a, rows, ln, k0, qa);
+  }
   const int32_t* table = a.tables + a.table_offset[a.seq_of_token[first]];
-  const uint16_t* kc = static_cast<const uint16_t*>(a.k);
+  const KV* kc = KvAt(static_cast<const KV*>(a.k), int64_t{g} * hd);
+  const KV* vc = kLatent ? kc : KvAt(static_cast<const KV*>(a.v), int64_t{g} * vd);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[kNv][4];
 #pragma unroll
   for (int n = 0; n < kNv; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  for (int64_t j0 = kmin; j0 <= kmax; j0 += kLatentKeys) {
-    const int nk = kmax - j0 + 1 < kLatentKeys ? static_cast<int>(kmax - j0 + 1) : kLatentKeys;
+  constexpr int kK8 = kDk / 8, kRow8 = kK8 + (kLatent ? 0 : kDv / 8);  // (8 values a load)
+  for (int64_t j0 = kmin; j0 <= kmax; j0 += kWideKeys) {
+    const int nk = kmax - j0 + 1 < kWideKeys ? static_cast<int>(kmax - j0 + 1) : kWideKeys;
     __syncthreads();  // (the chunk before and its partial scores are read)
-    for (int p = tid; p < kLatentKeys * (kDk / 8); p += kThreads) {
-      const int j = p / (kDk / 8), d0 = (p % (kDk / 8)) * 8;
+    // The chunk: 8 values (16 bytes of FP16) a thread at a time, the keys' then the values';
+    // zeros past the last key and the row.
+    for (int p = tid; p < kWideKeys * kRow8; p += kThreads) {
+      const int j = p / kRow8, x = p % kRow8;
+      const bool value = x >= kK8;
+      const int d0 = (value ? x - kK8 : x) * 8;
       uint4 kv{0, 0, 0, 0};
-      if (j < nk && d0 < hd) {
-        kv = LoadVector<uint4>(kc + KeySlot(table, j0 + j, a.block_size) * a.k_stride + d0);
+      if (j < nk && d0 < (value ? vd : hd)) {
+        const int64_t slot = KeySlot(table, j0 + j, a.block_size);
+        const KV* src = value ? KvAt(vc, slot * a.v_stride + d0) : KvAt(kc, slot * a.k_stride + d0);
+        if constexpr (kKvQ8<KV>) {
+          kv = Q8Halves(src, d0 % 32);
+        } else {
+          kv = LoadVector<uint4>(src);
+        }
       }
-      StoreVector(k_h + j * Lat::kKStride + d0, kv);
+      StoreVector((value ? v_h + j * W::kVStride : k_h + j * W::kKStride) + d0, kv);
     }
     __syncthreads();
-    // (the same for the row group's four warps)
+    // (the same for the row group's kSplit warps)
     const bool seen = MmaSees(ln, j0, nk);
     float sc[kNt][4];
     if (seen) {
 #pragma unroll
       for (int n = 0; n < kNt; ++n) {
         sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-        const uint16_t* kr = k_h + (n * 8 + lane / 4) * Lat::kKStride + k0 + c;
+        const uint16_t* kr = k_h + (n * 8 + lane / 4) * W::kKStride + k0 + c;
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk) {
           if (k0 + kk * 16 >= hd) break;
@@ -371,9 +422,9 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
 #pragma unroll
     for (int n = 0; n < kNt; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {  // (the quarters in order: each warp gets the same bits)
+      for (int e = 0; e < 4; ++e) {  // (the parts in order: each warp gets the same bits)
         float v = 0.f;
-        for (int w = 0; w < 4; ++w) v += part[rg * 4 + w][4 * n + e][lane];
+        for (int w = 0; w < kSplit; ++w) v += part[rg * kSplit + w][4 * n + e][lane];
         sc[n][e] = v;
       }
     }
@@ -381,34 +432,55 @@ __global__ void __launch_bounds__(kLatentWarps * kWarp, 1) AttentionMmaLatentKer
     float corr[2];
     MmaChunkWeights(rows, ln.r, c, j0, nk, a.softcap, sc, m, l, corr, pa);
     MmaScaleRows(o, corr);
-    // The values: the rows' first vd values, column v0 + 8 n + lane / 4 of keys c, c + 1,
-    // c + 8, c + 9 (B's layout; the rows are not transposed, so two loads a register).
+    // The values: column v0 + 8 n + lane / 4 of keys c, c + 1, c + 8, c + 9 (B's layout; the
+    // rows are not transposed, so two loads a register).
 #pragma unroll
     for (int n = 0; n < kNv; ++n) {
       if (v0 + n * 8 >= vd) break;
-      const uint16_t* col = k_h + v0 + n * 8 + lane / 4;
+      const uint16_t* col = v_h + v0 + n * 8 + lane / 4;
       uint32_t b[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int j = c + 8 * h;
-        b[h] = uint32_t{col[j * Lat::kKStride]} | (uint32_t{col[(j + 1) * Lat::kKStride]} << 16);
+        b[h] = uint32_t{col[j * W::kVStride]} | (uint32_t{col[(j + 1) * W::kVStride]} << 16);
       }
       MmaF16(o[n], pa[0], b);
     }
   }
-  // Each row's sum over its 4 lanes; the lane's values of its two rows.
+  // Each row's sum over its 4 lanes; then the output, kPass rows at a time through the stage.
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = WarpButterfly<2>(l[h], AddOp{});
+  const int64_t cols = int64_t{a.n_heads} * vd;  // (a token's row of out)
+  for (int p0 = 0; p0 < kRows; p0 += kPass) {
+    __syncthreads();  // (the last chunk, or the pass before, is read)
+    if (rg * 16 >= p0 && rg * 16 < p0 + kPass) {
 #pragma unroll
-  for (int n = 0; n < kNv; ++n) {
-    if (v0 + n * 8 >= vd) break;
+      for (int n = 0; n < kNv; ++n) {
+        if (v0 + n * 8 >= vd) break;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t t = rows.tok[ln.r[h]];
-      if (t < 0) continue;
-      float* out = a.out + (t * a.n_heads + rows.head[ln.r[h]]) * vd + v0 + n * 8 + c;
-      out[0] = l[h] > 0.f ? o[n][2 * h] / l[h] : 0.f;
-      out[1] = l[h] > 0.f ? o[n][2 * h + 1] / l[h] : 0.f;
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          stage[(ln.r[h] - p0) * W::kStageStride + v0 + n * 8 + c + e % 2] =
+              l[h] > 0.f ? o[n][e] / l[h] : 0.f;
+        }
+      }
+    }
+    __syncthreads();
+    if constexpr (kKvQ8<KV>) {  // (the rows' values rotated back)
+      HadamardRows(stage, kPass, vd, W::kStageStride, a.rot_v);
+      __syncthreads();
+    }
+    for (int i = 0; i < kPass; ++i) {
+      const int64_t t = rows.tok[p0 + i];
+      const int head = rows.head[p0 + i];
+      for (int round = 0; round < (kDv + kThreads - 1) / kThreads; ++round) {
+        const int d = round * kThreads + tid;  // (all threads each round: the quantizer's)
+        const bool valid = t >= 0 && d < vd;
+        const float v = valid ? stage[i * W::kStageStride + d] : 0.f;
+        if (valid) a.out[(t * a.n_heads + head) * vd + d] = v;
+        if (a.quant.qs)
+          QuantizeValue<32>(v, valid, t, int64_t{head} * vd + d, cols, a.quant, nullptr);
+      }
     }
   }
 }

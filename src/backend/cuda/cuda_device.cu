@@ -842,13 +842,15 @@ class CudaDevice final : public Device {
   template <int kDk, int kDv, int kRows, int kKeys, bool kLatent>
   void LaunchAttentionTiles(AttnArgs a, DType cache, const StepBatch& b);
   // Whether the tiles of a step with prompt tokens run on the tensor cores (AttentionMmaKernel,
-  // AttentionMmaLatentKernel): an F16 cache (16-byte aligned) or, where q8_0, a Q8_0 one, keys
+  // AttentionMmaWideKernel): an F16 cache (16-byte aligned) or, where q8_0, a Q8_0 one, keys
   // of a multiple of 16 values up to max_k, values up to max_v, outside exact mode, unless
   // PENG_CUDA_MMA_ATTENTION=0.
   bool OnTensorCores(const kernels::KvLayerView& kv, int max_k, int max_v,
                      bool q8_0 = false) const;
   template <int kD, int kKeys>
   void LaunchAttentionMma(AttnArgs a, DType cache, const StepBatch& b);
+  template <int kDk, int kDv, int kSplit, bool kLatent>
+  void LaunchAttentionMmaWide(AttnArgs a, DType cache, const StepBatch& b);
   // The tiles' grid (x: an upper bound on the step's tiles of `rows` rows, y: the KV heads), and
   // the step's sequences in a.
   static dim3 TileGrid(AttnArgs* a, const StepBatch& b, int rows);

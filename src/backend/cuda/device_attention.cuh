@@ -105,12 +105,9 @@ void CudaDevice::MlaAttention(const float* q, const kernels::KvLayerView& kv, co
   a.n_kv_heads = 1;
   a.v_head_dim = p.kv_lora_rank;
   a.scale = p.scale;
-  if (Tiled(b, a) && OnTensorCores(kv, kMlaMmaRow, kMlaMmaLatent) &&
+  if (Tiled(b, a) && OnTensorCores(kv, kMlaMmaRow, kMlaMmaLatent, true) &&
       a.v_head_dim <= kMlaMmaLatent && a.v_head_dim % 8 == 0) {
-    const dim3 grid = TileGrid(&a, b, kLatentRows);
-    Launch(AttentionMmaLatentKernel<kMlaMmaRow, kMlaMmaLatent>, grid, kLatentWarps * kWarp,
-           launch_, a);
-    Note(cudaGetLastError());
+    LaunchAttentionMmaWide<kMlaMmaRow, kMlaMmaLatent, 4, true>(a, kv.dtype, b);
   } else if (Tiled(b, a)) {
     LaunchAttentionTiles<kMaxMlaRow, kMaxMlaLatent, 8, 8, true>(a, kv.dtype, b);
   } else {
@@ -239,6 +236,8 @@ void CudaDevice::Attention(const float* q, const kernels::KvLayerView& kv, const
     } else {
       LaunchAttentionMma<128, 64>(a, kv.dtype, b);
     }
+  } else if (kv.head_dim == kv.v_head_dim && OnTensorCores(kv, kMaxHeadDim, kMaxHeadDim, true)) {
+    LaunchAttentionMmaWide<kMaxHeadDim, kMaxHeadDim, 2, false>(a, kv.dtype, b);
   } else if (kv.head_dim <= 128 && kv.v_head_dim <= 128) {
     LaunchAttentionTiles<128, 128, 16, 32, false>(a, kv.dtype, b);
   } else {
@@ -291,6 +290,19 @@ void CudaDevice::LaunchAttentionMma(AttnArgs a, DType cache, const StepBatch& b)
     Launch(AttentionMmaKernel<KvQ8, kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
   } else {
     Launch(AttentionMmaKernel<uint16_t, kD, kKeys>, grid, kAttnWarps * kWarp, launch_, a);
+  }
+  Note(cudaGetLastError());
+}
+
+template <int kDk, int kDv, int kSplit, bool kLatent>
+void CudaDevice::LaunchAttentionMmaWide(AttnArgs a, DType cache, const StepBatch& b) {
+  const dim3 grid = TileGrid(&a, b, AttnMmaWide<kDk, kDv, kSplit, kLatent, false>::kRows);
+  if (cache == DType::kQ8_0) {
+    Launch(AttentionMmaWideKernel<KvQ8, kDk, kDv, kSplit, kLatent>, grid, kWideWarps * kWarp,
+           launch_, a);
+  } else {
+    Launch(AttentionMmaWideKernel<uint16_t, kDk, kDv, kSplit, kLatent>, grid, kWideWarps * kWarp,
+           launch_, a);
   }
   Note(cudaGetLastError());
 }
