@@ -46,10 +46,10 @@ step e2e env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" bash scripts/e2e_tes
 step e2e-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" bash scripts/e2e_test.sh
 # The device path end to end (--device host: the device graph and its KV cache behind the
-# server -- batching, n > 1 copy-on-write, preemption, streams; the way --device cuda serves):
-# SmolLM2 and the DeepSeek-V2 fixture.
+# server -- batching, n > 1 copy-on-write, preemption, streams, grammars' masks on the device;
+# the way --device cuda serves): SmolLM2 and the DeepSeek-V2 fixture.
 step e2e-device env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" PENG_E2E_SERVE_ARGS="--device host" \
-  bash scripts/e2e_test.sh -k "test_completion or test_chat or n2 or stop or concurrent or preemption or disconnected"
+  bash scripts/e2e_test.sh -k "test_completion or test_chat or n2 or stop or concurrent or preemption or disconnected or json_schema or choice or regex"
 step e2e-device-deepseek env PENG_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_E2E_SERVE_ARGS="--device host" PENG_E2E_MODEL="$PWD/tests/data/deepseek_tiny/serve" \
   bash scripts/e2e_test.sh -k "test_completion or test_chat or n2"

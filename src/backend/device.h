@@ -405,21 +405,22 @@ class Device {
   virtual int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const { return 0; }
   // The engine's changes to rows before sampling (LogitEdits), in place: row r's edits are
   // edits[rows[r].bias, rows[r].ban) -- each value added to its id's logit, one after another --,
-  // [ban, history) -- each id's logit set to -inf --, then [history, end) -- the penalties of
-  // Sampler::ApplyPenalties on each id (the value its count in the output), with the row's
-  // repetition / presence / frequency penalties, in its arithmetic: the same values. Ids outside
-  // [0, n) are skipped.
+  // then the ids its mask does not allow (where rows[r].mask >= 0: bit id % 32 of word
+  // masks[rows[r].mask + id / 32] clear) and the ids of [ban, history) set to -inf, then
+  // [history, end) -- the penalties of Sampler::ApplyPenalties on each id (the value its count
+  // in the output), with the row's repetition / presence / frequency penalties, in its
+  // arithmetic: the same values. Ids outside [0, n) are skipped.
   struct LogitEditRow {
     int32_t bias, ban, history, end;
     float repetition, presence, frequency;
-    int32_t unused;
+    int32_t mask;  // -1: none
   };
   struct LogitEdit {
     int32_t id;
     float value;
   };
   virtual void EditLogits(float* x, int64_t n_rows, int64_t n, const LogitEditRow* rows,
-                          const LogitEdit* edits) = 0;
+                          const LogitEdit* edits, const uint32_t* masks) = 0;
   // Sampling's sums and draw where the logits are (a step then brings back a few values a row,
   // not the row). For each row r with a finite largest value m = best[r * best_stride]
   // (TopLogits' val):

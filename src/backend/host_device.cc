@@ -252,12 +252,17 @@ class HostDevice final : public Device {
     }
   }
   void EditLogits(float* x, int64_t n_rows, int64_t n, const LogitEditRow* rows,
-                  const LogitEdit* edits) override {
+                  const LogitEdit* edits, const uint32_t* masks) override {
     for (int64_t r = 0; r < n_rows; ++r) {
       const LogitEditRow& e = rows[r];
       float* row = x + r * n;
       for (int32_t i = e.bias; i < e.ban; ++i)
         if (edits[i].id >= 0 && edits[i].id < n) row[edits[i].id] += edits[i].value;
+      if (e.mask >= 0) {
+        const uint32_t* m = masks + e.mask;
+        for (int64_t id = 0; id < n; ++id)
+          if (!(m[id / 32] >> (id % 32) & 1u)) row[id] = -std::numeric_limits<float>::infinity();
+      }
       for (int32_t i = e.ban; i < e.history; ++i)
         if (edits[i].id >= 0 && edits[i].id < n)
           row[edits[i].id] = -std::numeric_limits<float>::infinity();

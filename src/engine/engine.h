@@ -166,6 +166,10 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
+  // Logit rows sampled from their best logits alone (a device's, Executor::top_logits_max) and
+  // from the whole row (brought to the host where the model ran on a device).
+  int64_t logit_rows_best_total = 0;
+  int64_t logit_rows_whole_total = 0;
   int64_t tensor_parallel_size = 1;     // ranks the model is split over (EngineOptions)
   int64_t data_parallel_size = 1;       // replicas of the model, each with its own KV cache
   struct Replica {                      // each data-parallel replica's gauges

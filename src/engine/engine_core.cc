@@ -301,6 +301,11 @@ void EngineCore::RunStep() {
       if (r->in.return_prompt_logits && c->num_computed_tokens < c->num_prompt_tokens)
         e.all_logits = e.want_logits = true;
       if (e.want_logits && !e.all_logits) e.top_logits = TopLogitsFor(*c);
+      if (e.top_logits > 0) {
+        e.edits = EditsFor(c);
+        // (a grammar's mask over its work budget: the whole row, where Choose() says so)
+        if (c->matcher && !e.edits) e.top_logits = 0;
+      }
       const SamplingParams& p = r->in.params;
       if (e.top_logits > 0 && Sampler::DrawsInIdOrder(p, vocab_)) {  // the device draws
         e.draw_inv_temperature = 1.0f / p.temperature;
@@ -309,7 +314,6 @@ void EngineCore::RunStep() {
         e.draw_inv_temperature = 1.0f / p.temperature;
       }
       e.log_total = e.top_logits > 0 && p.want_logprobs;
-      if (e.top_logits > 0) e.edits = EditsFor(c);
       if (r->in.return_hidden_states && c->num_computed_tokens < c->num_prompt_tokens)
         batch.capture_hidden = &R.hidden;  // alone in the batch (Validate)
       batch.seqs.push_back(e);
@@ -398,6 +402,7 @@ void EngineCore::FinishStep(Replica* rp) {
       ch.edited = e.edits != nullptr;
     }
     any_whole = any_whole || ch.top_k == 0;
+    ++(ch.top_k > 0 ? logit_rows_best_total_ : logit_rows_whole_total_);
     ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
     choices_.push_back(std::move(ch));
   }
@@ -409,18 +414,11 @@ void EngineCore::FinishStep(Replica* rp) {
       if (ch.top_k == 0) ch.bad = kernels::FindNanOrPosInf(ch.row, vocab_);
       if (ch.bad >= 0 || !ch.parallel) continue;
       try {
-        Sampler& s = ch.c->sampler;
-        const int64_t lr = ch.logit_row;
-        if (ch.draws) {
-          ch.id = s.SampleDrawn(ch.top_val[0], ch.top_idx[0], ch.top->drawn[lr]);
-        } else if (ch.nucleus) {
-          ch.id = s.SampleNucleus(ch.top_val, ch.top_idx, ch.top_k, vocab_, ch.top->total[lr]);
-        } else if (ch.top_k > 0) {
-          ch.id = s.SampleTop(ch.top_val, ch.top_idx, ch.top_k);
+        if (ch.top_k > 0) {
+          ChooseFromBest(&ch);
         } else {
           ch.id = Choose(ch.c, ch.row, &ch.lp, &raw);
         }
-        if (ch.top_k > 0 && ch.id >= 0 && s.params().want_logprobs) LogprobsFromBest(&ch);
       } catch (const std::exception& e) {
         ch.error = e.what();
       }
@@ -434,7 +432,9 @@ void EngineCore::FinishStep(Replica* rp) {
   // changed them (SeqBatchEntry::edits): the sampler then makes no change of its own.
   late_.clear();
   for (RowChoice& ch : choices_) {
-    if (!ch.nucleus || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
+    if (!ch.nucleus || !ch.parallel || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
+    ++logit_rows_whole_total_;
+    --logit_rows_best_total_;
     const Status st = executor_->CopyLogitRow(ch.logit_row, ch.row);
     if (st.ok()) {
       late_.push_back(&ch);
@@ -474,8 +474,12 @@ void EngineCore::FinishStep(Replica* rp) {
       continue;
     }
     try {
-      if (r->in.n > 1 && !r->forked) Fork(r, ch.row);
-      SampleAndEmit(c, ch.row);
+      if (ch.top_k > 0) {  // (a grammar's row, masked by the device)
+        SampleBestAndEmit(&ch);
+      } else {
+        if (r->in.n > 1 && !r->forked) Fork(r, ch.row);
+        SampleAndEmit(c, ch.row);
+      }
     } catch (const std::exception& e) {
       FailRequest(r, e.what());
     }
@@ -566,23 +570,75 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
   if (c->num_output < p.min_tokens)  // EOS and stop ids cannot be drawn yet
     ForEachMinTokensBan(p, [&](int32_t id) { row[id] = -std::numeric_limits<float>::infinity(); });
   const int32_t id = c->sampler.Sample(row, vocab_, c->history);
-  // The mask leaves at least one token unless the grammar is at a dead end (an end that
-  // min_tokens or the stop-id ban took away): that ends the request with an error.
-  if (c->matcher && !c->matcher->Accept(id))
-    throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
-                             " was drawn); min_tokens too large for the format?");
+  Accept(c, id);
   if (p.want_logprobs) lp->logprob = Sampler::LogProb(raw->data(), vocab_, id);
   return id;
 }
 
+// The completion's grammar, if any, takes the drawn token. The mask leaves at least one token
+// unless the grammar is at a dead end (an end that min_tokens or the stop-id ban took away):
+// that ends the request with an error (thrown).
+void EngineCore::Accept(Completion* c, int32_t id) {
+  if (c->matcher && !c->matcher->Accept(id))
+    throw std::runtime_error("the grammar allows no token here (token " + std::to_string(id) +
+                             " was drawn); min_tokens too large for the format?");
+}
+
+// The token of a row that came back as its best logits (RowChoice::top_val / top_idx): the
+// device's draw, the nucleus within them or the top-k, with its logprobs where asked for; -1
+// (ch->id) where the nucleus may reach past them, drawing nothing (the whole row is needed).
+void EngineCore::ChooseFromBest(RowChoice* ch) const {
+  Sampler& s = ch->c->sampler;
+  const int64_t lr = ch->logit_row;
+  if (ch->draws) {
+    ch->id = s.SampleDrawn(ch->top_val[0], ch->top_idx[0], ch->top->drawn[lr]);
+  } else if (ch->nucleus) {
+    ch->id = s.SampleNucleus(ch->top_val, ch->top_idx, ch->top_k, vocab_, ch->top->total[lr]);
+  } else {
+    ch->id = s.SampleTop(ch->top_val, ch->top_idx, ch->top_k);
+  }
+  if (ch->id >= 0 && s.params().want_logprobs) LogprobsFromBest(ch);
+}
+
+// A grammar's row from its best logits (the device masked it: LogitEdits::allow), on this
+// thread (the grammar's masks share its cache): ChooseFromBest, or where the nucleus may reach
+// past them the whole row as the device changed it; then the grammar takes the token.
+void EngineCore::SampleBestAndEmit(RowChoice* ch) {
+  const Clock::time_point sample_begin = Clock::now();
+  Completion* c = ch->c;
+  ChooseFromBest(ch);
+  if (ch->id < 0) {
+    ++logit_rows_whole_total_;
+    --logit_rows_best_total_;
+    const Status st = executor_->CopyLogitRow(ch->logit_row, ch->row);
+    if (!st.ok()) throw std::runtime_error("the logit row: " + st.message());
+    ch->id = c->sampler.Sample(ch->row, vocab_, TokenHistory());
+  }
+  Accept(c, ch->id);
+  step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
+  EmitToken(c, ch->id, c->req->in.params.want_logprobs ? &ch->lp : nullptr);
+}
+
 // What Choose() would change in the completion's next row before its sampler draws -- the
-// logit_bias, the min_tokens ban, then the sampler's penalties (LogitEdits) -- for the device
-// to change in its copy of the row; null where nothing changes.
+// logit_bias, the grammar's mask and ignore_eos' ban under it, the min_tokens ban, then the
+// sampler's penalties (LogitEdits) -- for the device to change in its copy of the row; null
+// where nothing changes, or where the grammar's mask went over its work budget.
 const LogitEdits* EngineCore::EditsFor(Completion* c) const {
   const SamplingParams& p = c->req->in.params;
   LogitEdits& e = c->edits;
   e.clear();
   e.bias = p.logit_bias;
+  if (c->matcher) {
+    e.allow.resize(grammar::MaskWords(vocab_));
+    if (!c->matcher->FillMask(e.allow.data(), vocab_)) {
+      e.clear();
+      return nullptr;
+    }
+    if (p.ignore_eos && !c->matcher->IsTerminated()) {
+      for (int32_t id : c->req->in.grammar->vocab().eos_ids())
+        if (id < vocab_) e.ban.push_back(id);
+    }
+  }
   if (c->num_output < p.min_tokens)
     ForEachMinTokensBan(p, [&](int32_t id) { e.ban.push_back(id); });
   if (p.penalized()) {
@@ -599,16 +655,17 @@ const LogitEdits* EngineCore::EditsFor(Completion* c) const {
 // that is all they read -- beside, for temperature sampling without top-k, the device's draw or
 // softmax total (SeqBatchEntry::draw_inv_temperature), and for logprobs the log-softmax's total
 // (log_total) and the drawn token's logit -- and the executor can return them
-// (Executor::top_logits_max), the device changing the row first as Choose() would (EditsFor);
-// else 0, the whole row: a grammar's mask, logprobs of a row that changes, and the prompt's last
-// row of a request that forks (its copies' draws).
+// (Executor::top_logits_max), the device changing the row first as Choose() would (EditsFor:
+// the bias, a grammar's mask, the bans, the penalties); else 0, the whole row: logprobs of a row
+// that changes, and the prompt's last row of a request that forks (its copies' draws).
 int EngineCore::TopLogitsFor(const Completion& c) const {
   const Request& r = *c.req;
   const SamplingParams& p = r.in.params;
   if (top_logits_max_ == 0 || r.in.return_prompt_logits || r.in.return_hidden_states ||
-      c.matcher || (r.in.n > 1 && !r.forked))
+      (r.in.n > 1 && !r.forked))
     return 0;
-  const bool edited = !p.logit_bias.empty() || c.num_output < p.min_tokens || p.penalized();
+  const bool edited = c.matcher || !p.logit_bias.empty() || c.num_output < p.min_tokens ||
+                      p.penalized();
   if (edited && p.want_logprobs) return 0;  // (logprobs of the row before the changes)
   int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
           : Sampler::SamplesNucleus(p, vocab_) ? top_logits_max_  // (its nucleus, mostly)
@@ -777,6 +834,8 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->requests_finished_total = finished_total_;
   s->requests_failed_total = failed_total_;
   s->steps_total = steps_total_;
+  s->logit_rows_best_total = logit_rows_best_total_;
+  s->logit_rows_whole_total = logit_rows_whole_total_;
   s->tensor_parallel_size = opt_.tensor_parallel_size;
   s->data_parallel_size = static_cast<int64_t>(replicas_.size());
   s->kv_block_size = opt_.block_size;

@@ -100,11 +100,14 @@ class EngineCore {
   void Fork(Request* r, const float* row);
   void SampleAndEmit(Completion* c, float* row);
   int32_t Choose(Completion* c, float* row, TokenLogprob* lp, std::vector<float>* raw) const;
+  static void Accept(Completion* c, int32_t id);
   int TopLogitsFor(const Completion& c) const;
   const LogitEdits* EditsFor(Completion* c) const;
   template <typename F>
   void ForEachMinTokensBan(const SamplingParams& p, F&& f) const;
   struct RowChoice;
+  void ChooseFromBest(RowChoice* ch) const;
+  void SampleBestAndEmit(RowChoice* ch);
   static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
   void Emit(Request* r, RequestOutput ev);
@@ -150,6 +153,9 @@ class EngineCore {
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
   int64_t failed_total_ = 0, steps_total_ = 0;
+  // Logit rows sampled from their best logits alone (a device's TopLogits), and from the whole
+  // row (brought to the host: every row of an executor without best logits).
+  int64_t logit_rows_best_total_ = 0, logit_rows_whole_total_ = 0;
   double queue_wait_sum_ = 0;
   int64_t queue_wait_count_ = 0;
   double frag_sum_ = 0;  // sum of kv_fragmentation over steps with running sequences

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "model/deepseek2/deepseek2.h"
 #include "model/layers/decoder.h"
@@ -239,7 +241,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // The step's TopLogits k: the most any of its rows asks for (0: whole rows only); whether a
   // row asks for DrawTokens' sums or draw, and whether one is changed first (EditLogits).
   int top_k = 0;
-  bool draws = false, edited = false;
+  bool draws = false, edited = false, masked = false;
   for (const SeqBatchEntry& s : batch.seqs) {
     if (!batch.top || !s.want_logits || s.top_logits <= 0) continue;
     if (s.all_logits || s.top_logits > top_logits_max())
@@ -249,13 +251,15 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     top_k = std::max(top_k, s.top_logits);
     draws = draws || s.draw_inv_temperature > 0 || s.log_total;
     edited = edited || (s.edits && !s.edits->empty());
+    masked = masked || (s.edits && !s.edits->allow.empty());
   }
-  if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch));
+  if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch, masked));
   const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
                      !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
-                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(edited) << 61 |
+                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(masked) << 60 |
+                       static_cast<uint64_t>(edited) << 61 |
                        static_cast<uint64_t>(draws) << 62;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
@@ -292,10 +296,13 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
-        if (edited) {  // (the sampler's changes to the rows, first)
-          dev_->EditLogits(logits_, R, output_.rows,
-                           reinterpret_cast<const backend::Device::LogitEditRow*>(edits_),
-                           reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + 8 * R));
+        if (edited) {  // (the sampler's changes to the rows, first; UploadEdits' layout)
+          const int64_t masks = masked ? R * MaskWords() : 0;
+          dev_->EditLogits(
+              logits_, R, output_.rows,
+              reinterpret_cast<const backend::Device::LogitEditRow*>(edits_),
+              reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + 8 * R + masks),
+              masked ? reinterpret_cast<const uint32_t*>(edits_ + 8 * R) : nullptr);
         }
         float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, best, top_ + R * top_k,
@@ -309,14 +316,18 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   return dev_->Synchronize();
 }
 
-// The step's LogitEdits into edits_: a Device::LogitEditRow a logit row, then the edits.
-Status DeviceModel::UploadEdits(const ForwardBatch& batch) {
+// The step's LogitEdits into edits_: a Device::LogitEditRow a logit row; in a step with a
+// grammar's mask (masked), a slot of MaskWords() words a logit row (a row's at r * MaskWords(),
+// uploaded where the row has one); then the edits. The layout is the step's shape's alone (a
+// recorded step's EditLogits finds them where it was recorded).
+Status DeviceModel::UploadEdits(const ForwardBatch& batch, bool masked) {
   using Row = backend::Device::LogitEditRow;
   using Edit = backend::Device::LogitEdit;
   static_assert(sizeof(Row) == 32 && sizeof(Edit) == 8);
-  const int64_t R = logit_rows_;
-  edit_rows_.assign(R, Row{0, 0, 0, 0, 1.0f, 0.0f, 0.0f, 0});
+  const int64_t R = logit_rows_, W = masked ? MaskWords() : 0;
+  edit_rows_.assign(R, Row{0, 0, 0, 0, 1.0f, 0.0f, 0.0f, -1});
   edit_list_.clear();
+  std::vector<std::pair<int64_t, const std::vector<uint32_t>*>> masks;  // (logit row, mask)
   int64_t r = 0;
   for (const SeqBatchEntry& s : batch.seqs) {
     if (!s.want_logits) continue;
@@ -338,16 +349,32 @@ Status DeviceModel::UploadEdits(const ForwardBatch& batch) {
     row.repetition = e->repetition_penalty;
     row.presence = e->presence_penalty;
     row.frequency = e->frequency_penalty;
+    if (e->allow.empty()) continue;
+    if (static_cast<int64_t>(e->allow.size()) != W)
+      return InvalidArgument("a grammar's mask of " + std::to_string(e->allow.size()) +
+                             " words for a vocabulary of " + std::to_string(output_.rows));
+    row.mask = static_cast<int32_t>((r - 1) * W);
+    masks.push_back({r - 1, &e->allow});
   }
-  const int64_t ints = 8 * R + 2 * static_cast<int64_t>(edit_list_.size());
+  const int64_t at_edits = 8 * R + R * W;
+  const int64_t ints = at_edits + 2 * static_cast<int64_t>(edit_list_.size());
   if (ints > edits_capacity_) {
     const int64_t n = std::max(ints, 2 * edits_capacity_);
     PENG_RETURN_IF_ERROR(Scratch(n, &edits_));
     edits_capacity_ = n;
   }
   PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_, edit_rows_.data(), R * sizeof(Row)));
+  if (!masks.empty()) {  // (the slots from the first masked row's to the last's, in one copy)
+    const int64_t first = masks.front().first;
+    mask_host_.resize((masks.back().first - first + 1) * W);
+    for (const auto& [row, allow] : masks)
+      std::copy(allow->begin(), allow->end(), mask_host_.begin() + (row - first) * W);
+    PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_ + 8 * R + first * W, mask_host_.data(),
+                                            mask_host_.size() * sizeof(uint32_t)));
+  }
   if (edit_list_.empty()) return OkStatus();
-  return dev_->CopyToDevice(edits_ + 8 * R, edit_list_.data(), edit_list_.size() * sizeof(Edit));
+  return dev_->CopyToDevice(edits_ + at_edits, edit_list_.data(),
+                            edit_list_.size() * sizeof(Edit));
 }
 
 Status DeviceModel::CopyLogitRow(int64_t row, float* dst) {

@@ -136,7 +136,7 @@ class DeviceModel {
   // other rows whole into `logits`.
   Status CopyLogits(const ForwardBatch& batch, int top_k, bool draws, float* logits);
   int64_t DrawnDoublesAt(int top_k) const;
-  Status UploadEdits(const ForwardBatch& batch);
+  Status UploadEdits(const ForwardBatch& batch, bool masked);
   backend::Device::DrawResults Drawn(int top_k);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
 
@@ -172,11 +172,15 @@ class DeviceModel {
   int64_t logit_rows_ = 0;
   const int32_t* d_logit_rows_ = nullptr;
   const backend::Device::TokenDraw* d_draws_ = nullptr;  // [logit rows], meta_'s start
-  // The step's LogitEdits (UploadEdits): [logit rows] Device::LogitEditRow, then the edits.
+  // The step's LogitEdits (UploadEdits): [logit rows] Device::LogitEditRow, in a step with a
+  // grammar's mask [logit rows] slots of MaskWords() words, then the edits.
   int32_t* edits_ = nullptr;
   int64_t edits_capacity_ = 0;
   std::vector<backend::Device::LogitEditRow> edit_rows_;
   std::vector<backend::Device::LogitEdit> edit_list_;
+  std::vector<uint32_t> mask_host_;  // the masks' slots from the first masked row's to the last's
+  // A mask's words: a bit a logit (grammar::MaskWords of the vocabulary).
+  int64_t MaskWords() const { return (output_.rows + 31) / 32; }
   // Steps replayed as graphs: decode sizes, up to 64 sequences (the CUDA backend's GEMV sizes).
   static constexpr int64_t kGraphMaxTokens = 64;
 };

@@ -22,19 +22,24 @@
 namespace peng {
 
 // What the engine changes in a row before it samples from it -- EngineCore::Choose's
-// logit_bias and min_tokens ban, then Sampler::ApplyPenalties -- for a device to change in its
-// copy of the row (Device::EditLogits), so that the best logits, draw and totals it returns are
-// of the changed row. In this order: bias[i].second added to logit bias[i].first, one after
-// another; the ids of `ban` set to -inf; the penalties on the ids of `history` (the distinct ids
-// of the prompt and the output, each with its count in the output, as a float).
+// logit_bias, grammar mask and bans, then Sampler::ApplyPenalties -- for a device to change in
+// its copy of the row (Device::EditLogits), so that the best logits, draw and totals it returns
+// are of the changed row. In this order: bias[i].second added to logit bias[i].first, one after
+// another; the ids `allow` does not allow and the ids of `ban` set to -inf; the penalties on the
+// ids of `history` (the distinct ids of the prompt and the output, each with its count in the
+// output, as a float).
 struct LogitEdits {
   std::vector<std::pair<int32_t, float>> bias;
+  // A grammar's mask (grammar::Matcher::FillMask: bit id % 32 of word id / 32 set = id allowed;
+  // grammar::MaskWords(vocabulary) words), or empty: every id allowed.
+  std::vector<uint32_t> allow;
   std::vector<int32_t> ban;
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> history;  // (with penalties only)
-  bool empty() const { return bias.empty() && ban.empty() && history.empty(); }
+  bool empty() const { return bias.empty() && allow.empty() && ban.empty() && history.empty(); }
   void clear() {
     bias.clear();
+    allow.clear();
     ban.clear();
     history.clear();
   }

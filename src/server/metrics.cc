@@ -189,6 +189,13 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   counter("generation_tokens_total", "Number of generation tokens processed.",
           static_cast<double>(s.generation_tokens_total));
   counter("engine_steps_total", "Engine steps run.", static_cast<double>(s.steps_total));
+  Header("peng_logit_rows_total", "counter",
+         "Logit rows sampled, by what the model returned of them: its best logits alone (a "
+         "device's, kind best) or the whole row (kind whole).", &out);
+  Sample("peng_logit_rows_total", l + ",kind=\"best\"",
+         static_cast<double>(s.logit_rows_best_total), &out);
+  Sample("peng_logit_rows_total", l + ",kind=\"whole\"",
+         static_cast<double>(s.logit_rows_whole_total), &out);
   // Utilization: what the kernels counted (kernels/work_counter.h) against the machine's
   // peaks (kernels/probe.h); rates over the steps of the last utilization window (2 s by default).
   counter("weight_read_bytes_total", "Bytes of weights the kernels read.",

@@ -187,11 +187,12 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
   }
 }
 
-// EditLogits: the engine's changes to rows (LogitEdits) -- biases, one id twice, bans, the
-// penalties on positive and negative logits, past the float range, on a banned id, on NaN, ids
-// outside the row -- give the host device's values bit for bit, and the host's are what the
-// engine and the sampler do to a whole row (the biases added, the bans, then
-// Sampler::ApplyPenalties).
+// EditLogits: the engine's changes to rows (LogitEdits) -- biases, one id twice, a grammar's
+// mask (rows 0 and 2: a random third of the ids allowed, the last word partly past the row),
+// bans, the penalties on positive and negative logits, past the float range, on a banned or
+// masked id, on NaN, ids outside the row -- give the host device's values bit for bit, and the
+// host's are what the engine and the sampler do to a whole row (the biases added, the ids the
+// mask does not allow and the bans set to -inf, then Sampler::ApplyPenalties).
 TEST_F(CudaTest, EditLogitsEqualTheHost) {
   using Row = backend::Device::LogitEditRow;
   using Edit = backend::Device::LogitEdit;
@@ -202,8 +203,14 @@ TEST_F(CudaTest, EditLogitsEqualTheHost) {
   std::vector<Edit> edits;
   std::vector<Row> hdr(rows);
   std::vector<float> want = x;
+  const int64_t W = (n + 31) / 32;  // (grammar::MaskWords)
+  std::vector<uint32_t> masks(2 * W);
+  std::bernoulli_distribution allowed(1.0 / 3);
+  for (int64_t id = 0; id < 2 * W * 32; ++id)
+    if (allowed(rng_) || id % (W * 32) == 100) masks[id / 32] |= 1u << (id % 32);
   for (int64_t r = 0; r < rows; ++r) {
     Row& h = hdr[r];
+    h.mask = r == 1 ? -1 : static_cast<int32_t>(r / 2 * W);
     h.bias = static_cast<int32_t>(edits.size());
     const std::vector<std::pair<int32_t, float>> bias = {{5, 2.5f}, {9, -100.f}, {5, 0.25f}};
     for (const auto& [id, v] : bias) edits.push_back({id, v});
@@ -226,27 +233,37 @@ TEST_F(CudaTest, EditLogitsEqualTheHost) {
     h.frequency = p.frequency_penalty;
     float* w = want.data() + r * n;  // the engine's and the sampler's changes
     for (const auto& [id, v] : bias) w[id] += v;
+    for (int64_t id = 0; id < n && h.mask >= 0; ++id)
+      if (!(masks[h.mask + id / 32] >> (id % 32) & 1u))
+        w[id] = -std::numeric_limits<float>::infinity();
     for (int32_t id : {11, 12}) w[id] = -std::numeric_limits<float>::infinity();
     Sampler(p).ApplyPenalties(w, n, history);
   }
   const Pair d = Upload(x);
-  host_->EditLogits(d.host, rows, n, hdr.data(), edits.data());
+  host_->EditLogits(d.host, rows, n, hdr.data(), edits.data(), masks.data());
   auto hc = cuda_->Alloc(rows * sizeof(Row));
   auto ec = cuda_->Alloc(edits.size() * sizeof(Edit));
-  ASSERT_TRUE(hc.ok() && ec.ok());
+  auto mc = cuda_->Alloc(masks.size() * sizeof(uint32_t));
+  ASSERT_TRUE(hc.ok() && ec.ok() && mc.ok());
   ASSERT_TRUE(cuda_->CopyToDevice(*hc, hdr.data(), rows * sizeof(Row)).ok());
   ASSERT_TRUE(cuda_->CopyToDevice(*ec, edits.data(), edits.size() * sizeof(Edit)).ok());
-  cuda_->EditLogits(d.cuda, rows, n, static_cast<const Row*>(*hc), static_cast<const Edit*>(*ec));
+  ASSERT_TRUE(cuda_->CopyToDevice(*mc, masks.data(), masks.size() * sizeof(uint32_t)).ok());
+  cuda_->EditLogits(d.cuda, rows, n, static_cast<const Row*>(*hc), static_cast<const Edit*>(*ec),
+                    static_cast<const uint32_t*>(*mc));
   ASSERT_TRUE(cuda_->Synchronize().ok());
   std::vector<float> got(rows * n);
   ASSERT_TRUE(cuda_->CopyToHost(got.data(), d.cuda, rows * n * 4).ok());
   EXPECT_EQ(std::memcmp(got.data(), d.host, rows * n * 4), 0);
   EXPECT_EQ(std::memcmp(d.host, want.data(), rows * n * 4), 0);
-  EXPECT_EQ(d.host[2 * n + 100], std::numeric_limits<float>::max());
+  EXPECT_EQ(d.host[2 * n + 100], std::numeric_limits<float>::max());  // (allowed: bit 100)
+  int64_t masked = 0;
+  for (int64_t id = 0; id < n; ++id) masked += std::isinf(d.host[id]) && d.host[id] < 0;
+  EXPECT_GT(masked, n / 2);  // (row 0: two thirds of its ids)
   EXPECT_TRUE(std::isnan(d.host[n + 7]));
   EXPECT_NE(std::memcmp(d.host, x.data(), rows * n * 4), 0);
   cuda_->Free(*hc);
   cuda_->Free(*ec);
+  cuda_->Free(*mc);
 }
 
 // DrawTokens: plain temperature sampling's draw over each row, the same ids as the host device's

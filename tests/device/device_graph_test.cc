@@ -7,9 +7,14 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/device.h"
+#include "core/test_paths.h"
 #include "device_test_util.h"
 #include "engine/engine_test_util.h"
+#include "grammar/gbnf_builder.h"
+#include "grammar/grammar.h"
 #include "kernels/ops.h"
 #include "model/deepseek2/deepseek2.h"
 
@@ -197,6 +202,114 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
     ASSERT_EQ(got[1][i].logprobs[0].size(), 12u);
     EXPECT_EQ(got[1][i].logprobs[0][3].top.size(), static_cast<size_t>(reqs[i].params.logprobs));
   }
+}
+
+// Rows with a grammar: the device masks them (LogitEdits::allow, Device::EditLogits; with
+// ignore_eos its end-of-generation ids, with min_tokens the bans) and returns their best
+// logits, and the engine samples from those, then the grammar takes the token. On the host
+// device every such request -- greedy, the device's draw, top-k, top-p (a nucleus past the best
+// 64 too), penalties, min_tokens, ignore_eos, a bias -- gets the CPU engine's tokens. The
+// requests that need their whole rows still get them (logprobs of a changed row; a request
+// that forks: its prompt's row), and a greedy or top-k grammar row comes back as its best
+// logits alone: peng_logit_rows_total's counts, exactly.
+TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
+  const std::string path = test_util::ModelFile("smollm2-135m-instruct-q4_1.gguf");
+  if (path.empty()) GTEST_SKIP() << "smollm2-135m-instruct-q4_1.gguf not found";
+  std::vector<std::unique_ptr<Engine>> engines;  // (the third for the best rows alone, below)
+  for (const char* device : {"cpu", "host", "host"}) {
+    EngineOptions o;
+    o.model_path = path;
+    o.device = device;
+    o.threads = 2;
+    o.max_model_len = 512;
+    auto e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << device << ": " << e.status().ToString();
+    engines.push_back(std::move(*e));
+  }
+  const auto vocab = grammar::TokenVocab::Build(*engines[0]->tokenizer());
+  const auto compile = [&](const std::string& gbnf) {
+    auto g = grammar::Grammar::ParseGbnf(gbnf);
+    EXPECT_TRUE(g.ok()) << gbnf;
+    auto c = grammar::CompiledGrammar::Create(*g, vocab);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : nullptr;
+  };
+  const auto json = compile(*grammar::JsonSchemaToGbnf(nlohmann::json::parse(
+      R"({"type": "object", "properties": {"name": {"type": "string"},
+          "age": {"type": "integer"}}, "required": ["name", "age"]})")));
+  const auto choice = compile(grammar::ChoiceToGbnf({"red", "green", "blue", "dark purple"}));
+  const auto digits = compile(*grammar::RegexToGbnf("[0-9]+( [0-9]+)*"));
+  const test_util::Ids prompt = engines[0]->tokenizer()->Encode(
+      "<|im_start|>user\nDescribe a person as JSON.<|im_end|>\n<|im_start|>assistant\n", false);
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 12; ++i) {
+    GenerateRequest r;
+    r.id = "g" + std::to_string(i);
+    r.prompt = prompt;
+    r.grammar = i % 3 == 0 ? json : i % 3 == 1 ? choice : digits;
+    SamplingParams& p = r.params;
+    p.max_tokens = 24;
+    p.seed = 70 + i;
+    p.temperature = 0.8f;
+    switch (i) {
+      case 0: p.temperature = 0; break;
+      case 1: p.top_k = 3; break;
+      case 2: p.ignore_eos = true, p.max_tokens = 12; break;  // plain temperature: drawn
+      case 3: p.top_p = 0.9f; break;
+      case 4: p.temperature = 1.5f, p.top_p = 0.99f; break;  // a nucleus past the best 64
+      case 5: p.top_k = 10, p.repetition_penalty = 1.3f, p.frequency_penalty = 0.5f; break;
+      case 6: p.temperature = 0, p.min_tokens = 3; break;
+      case 7: p.temperature = 0, p.logit_bias = {{28, 5.f}}; break;
+      case 8:  // (the end-of-generation id wanted, where the grammar would end: banned)
+        p.temperature = 0, p.ignore_eos = true, p.max_tokens = 10;
+        p.logit_bias = {{engines[0]->tokenizer()->eos_id(), 50.f}};
+        break;
+      case 9: p.want_logprobs = true, p.logprobs = 2; break;  // whole rows
+      case 10: r.n = 2; break;                                // the prompt's row whole
+      case 11: p.min_p = 0.1f; break;
+    }
+    reqs.push_back(r);
+  }
+  std::vector<std::vector<test_util::Result>> got;
+  for (int i = 0; i < 2; ++i) got.push_back(test_util::RunBatch(engines[i].get(), reqs));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE(reqs[i].id);
+    EXPECT_EQ(got[0][i].error, "");
+    EXPECT_EQ(got[1][i].error, "");
+    EXPECT_EQ(got[0][i].tokens, got[1][i].tokens);
+    EXPECT_EQ(got[0][i].finish, got[1][i].finish);
+    EXPECT_FALSE(got[1][i].tokens[0].empty());
+  }
+  const std::string colour = got[1][1].text[0];
+  EXPECT_TRUE(colour == "red" || colour == "green" || colour == "blue" || colour == "dark purple")
+      << colour;
+  EXPECT_EQ(got[1][2].tokens[0].size(), 12u);  // (ignore_eos: on while the grammar allows)
+  EXPECT_EQ(got[1][8].tokens[0].size(), 10u);
+  // Greedy and top-k grammar rows alone: every row from its best logits.
+  const std::vector<size_t> picked = {0, 1, 6, 7};
+  std::vector<GenerateRequest> best;
+  for (size_t i : picked) best.push_back(reqs[i]);
+  const std::vector<test_util::Result> b = test_util::RunBatch(engines[2].get(), best);
+  int64_t best_tokens = 0;
+  for (size_t i = 0; i < best.size(); ++i) {
+    EXPECT_EQ(b[i].tokens, got[0][picked[i]].tokens);
+    best_tokens += static_cast<int64_t>(b[i].tokens[0].size());
+  }
+  // The counts (final once drained): a row a token, but for the forked copy's first (Fork).
+  for (const auto& e : engines) ASSERT_TRUE(e->Drain(test_util::Patience()));
+  const EngineStats cpu = engines[0]->GetStats(), host = engines[1]->GetStats();
+  const EngineStats best_only = engines[2]->GetStats();
+  int64_t rows = -1;
+  for (const test_util::Result& r : got[0])
+    for (const test_util::Ids& t : r.tokens) rows += static_cast<int64_t>(t.size());
+  EXPECT_EQ(cpu.logit_rows_best_total, 0);
+  EXPECT_EQ(cpu.logit_rows_whole_total, rows);
+  EXPECT_EQ(host.logit_rows_best_total + host.logit_rows_whole_total, rows);
+  // (whole: request 9's rows -- logprobs --, the forking prompt's row, nuclei past the best 64)
+  EXPECT_GE(host.logit_rows_whole_total, static_cast<int64_t>(got[1][9].tokens[0].size()) + 1);
+  EXPECT_GT(host.logit_rows_best_total, rows / 2);
+  EXPECT_EQ(best_only.logit_rows_best_total, best_tokens);
+  EXPECT_EQ(best_only.logit_rows_whole_total, 0);
 }
 
 TEST(DeviceGraph, ExactModeToo) {

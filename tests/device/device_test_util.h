@@ -200,10 +200,11 @@ inline bool WantsLogTotal(size_t step, size_t seq) {
 }
 
 // And the changes the device makes to a row first (SeqBatchEntry::edits): steps 0's and 1's
-// drawing rows, with these -- a bias that lifts id 1, a ban, the penalties over a history.
+// drawing rows, with these -- a bias that lifts id 1, a ban, the penalties over a history; step
+// 1's also a grammar's mask (LogitEdits::allow) that allows no id 3, 8, 13, ...
 inline bool EditsRow(size_t step, size_t seq) { return step <= 1 && DrawsToken(step, seq); }
 struct StepEdits {
-  StepEdits() : history(std::vector<int32_t>{1, 4}) {
+  explicit StepEdits(int64_t vocab) : history(std::vector<int32_t>{1, 4}) {
     for (int32_t id : {4, 6, 6}) history.Append(id);
     params.repetition_penalty = 1.5f;
     params.presence_penalty = 0.5f;
@@ -215,18 +216,26 @@ struct StepEdits {
     edits.frequency_penalty = params.frequency_penalty;
     for (const TokenHistory::Entry& e : history.distinct())
       edits.history.push_back({e.id, static_cast<float>(e.output_count)});
+    masked = edits;
+    masked.allow.assign((vocab + 31) / 32, 0u);  // (grammar::MaskWords)
+    for (int64_t id = 0; id < vocab; ++id)
+      if (Allowed(id)) masked.allow[id / 32] |= 1u << (id % 32);
   }
-  // What the engine and the sampler do to a whole row.
-  std::vector<float> Apply(const float* row, int64_t vocab) const {
+  static bool Allowed(int64_t id) { return id % 5 != 3; }
+  const LogitEdits& For(size_t step) const { return step == 1 ? masked : edits; }
+  // What the engine and the sampler do to step `step`'s whole row.
+  std::vector<float> Apply(const float* row, int64_t vocab, size_t step) const {
     std::vector<float> r(row, row + vocab);
     for (const auto& [id, v] : edits.bias) r[id] += v;
+    for (int64_t id = 0; id < vocab && step == 1; ++id)
+      if (!Allowed(id)) r[id] = -std::numeric_limits<float>::infinity();
     for (int32_t id : edits.ban) r[id] = -std::numeric_limits<float>::infinity();
     Sampler(params).ApplyPenalties(r.data(), vocab, history);
     return r;
   }
   TokenHistory history;
   SamplingParams params;
-  LogitEdits edits;
+  LogitEdits edits, masked;
 };
 
 // The model at `path` through the executor of `device` -- "cpu": the CPU engine's
@@ -257,7 +266,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
   if (!ex.ok()) return r;
   Steps s = MakeSteps(vocab, with_chunk);
   r.top.resize(s.batches.size());
-  const StepEdits edits;
+  const StepEdits edits(vocab);
   for (size_t i = 0; i < s.batches.size(); ++i) {
     std::vector<BlockCopy> copies;
     if (s.copies_before[i].first >= 0)
@@ -277,7 +286,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
           e.draw_uniform = DrawUniform(i, j);
         }
         e.log_total = e.top_logits > 0 && WantsLogTotal(i, j);
-        if (e.top_logits > 0 && EditsRow(i, j)) e.edits = &edits.edits;
+        if (e.top_logits > 0 && EditsRow(i, j)) e.edits = &edits.For(i);
       }
     }
     std::vector<float> logits(b.NumLogitRows() * vocab);
@@ -304,7 +313,7 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
       const int64_t rows = e.all_logits ? e.n_tokens : 1;
       const size_t j = &e - s.batches[i].seqs.data();
       const std::vector<float> edited =
-          EditsRow(i, j) ? StepEdits().Apply(whole.logits[i].data() + row * vocab, vocab)
+          EditsRow(i, j) ? StepEdits(vocab).Apply(whole.logits[i].data() + row * vocab, vocab, i)
                          : std::vector<float>();
       const float* w = EditsRow(i, j) ? edited.data() : whole.logits[i].data() + row * vocab;
       if (e.all_logits) {

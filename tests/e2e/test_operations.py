@@ -6,6 +6,7 @@ URL where nothing listens.
 """
 
 import json
+import os
 import subprocess
 import threading
 
@@ -95,4 +96,13 @@ def test_utilization_metrics_after_load(server):
     for kind in ["fp32", "int8"]:
         assert f'peng_compute_ops_total{{model_name="{MODEL_NAME}",kind="{kind}"}}' in m
         assert f'peng_peak_compute_ops_per_second{{model_name="{MODEL_NAME}",kind="{kind}"}}' in m
+    # Logit rows sampled, by what came back: a row a token (the 16 above at least); on the CPU
+    # every row whole, on a device (PENG_E2E_SERVE_ARGS=--device ...) greedy rows as their best.
+    rows = {}
+    for kind in ["best", "whole"]:
+        line = f'peng_logit_rows_total{{model_name="{MODEL_NAME}",kind="{kind}"}} '
+        assert line in m, line
+        rows[kind] = float(m.split(line)[1].split()[0])
+    on_device = "--device" in os.environ.get("PENG_E2E_SERVE_ARGS", "")
+    assert rows["best" if on_device else "whole"] >= 16
     assert server.metric("request_queue_time_seconds_count") >= 1

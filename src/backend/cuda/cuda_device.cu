@@ -728,9 +728,9 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
   void EditLogits(float* x, int64_t R, int64_t n, const LogitEditRow* rows,
-                  const LogitEdit* edits) override {
+                  const LogitEdit* edits, const uint32_t* masks) override {
     if (R == 0) return;
-    Launch(EditLogitsKernel, R, 256, launch_, x, n, rows, edits);
+    Launch(EditLogitsKernel, R, 256, launch_, x, n, rows, edits, masks);
     Note(cudaGetLastError());
   }
   void DrawTokens(const float* x, int64_t R, int64_t n, const float* best, int best_stride,

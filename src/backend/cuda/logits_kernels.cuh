@@ -178,11 +178,11 @@ __global__ void __launch_bounds__(kTopThreads)
 }
 
 // A block a row (Device::EditLogits): thread 0 adds the biases in their order (an id may come
-// twice), then the threads set the bans and apply the penalties (the history's ids are
-// distinct) -- each operation rounded on its own (no multiply-add fused), so that the values
-// are kernels::PenalizedLogit's.
+// twice), then the threads set what the mask does not allow and the bans to -inf and apply the
+// penalties (the history's ids are distinct) -- each operation rounded on its own (no
+// multiply-add fused), so that the values are kernels::PenalizedLogit's.
 __global__ void EditLogitsKernel(float* x, int64_t n, const Device::LogitEditRow* rows,
-                                 const Device::LogitEdit* edits) {
+                                 const Device::LogitEdit* edits, const uint32_t* masks) {
   KernelStart();
   const Device::LogitEditRow e = rows[blockIdx.x];
   float* row = x + int64_t{blockIdx.x} * n;
@@ -191,6 +191,11 @@ __global__ void EditLogitsKernel(float* x, int64_t n, const Device::LogitEditRow
     for (int32_t i = e.bias; i < e.ban; ++i)
       if (in_row(edits[i].id)) row[edits[i].id] = __fadd_rn(row[edits[i].id], edits[i].value);
   __syncthreads();
+  if (e.mask >= 0) {
+    const uint32_t* m = masks + e.mask;
+    for (int64_t id = threadIdx.x; id < n; id += blockDim.x)
+      if (!(m[id / 32] >> (id % 32) & 1u)) row[id] = -INFINITY;
+  }
   for (int32_t i = e.ban + threadIdx.x; i < e.history; i += blockDim.x)
     if (in_row(edits[i].id)) row[edits[i].id] = -INFINITY;
   __syncthreads();
