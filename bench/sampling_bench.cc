@@ -9,8 +9,8 @@
 // of the repetitions, in us a step (one thread; the engine spreads a step's whole rows over
 // its threads). The rows are random (normal, sd 3) -- or, with --nuclei, a model's: the rows of
 // a .npy that `peng logits` wrote, for which it counts the rows whose top-p nucleus lies within
-// their best 64 (SampleNucleus answers from the list) at temperatures 0.7 / 1 and top-p 0.9 /
-// 0.95.
+// their best 64 and their best 256 (SampleNucleus answers from the list; a device returns up to
+// 256) at temperatures 0.7 / 1 and top-p 0.9 / 0.95.
 //
 //   sampling_bench [rows] [vocab] [reps]   (defaults 64 151936 9)
 //   sampling_bench --nuclei LOGITS.npy
@@ -73,17 +73,19 @@ std::vector<float> ReadNpy(const char* path, int64_t* rows, int64_t* n) {
   return v;
 }
 
-// How many of a model's rows SampleNucleus serves from their best 64.
+// How many of a model's rows SampleNucleus serves from their best 64 and 256
+// (Device::kTopLogitsMax).
 int Nuclei(const char* path) {
   int64_t R = 0, V = 0;
   const std::vector<float> x = ReadNpy(path, &R, &V);
-  const int N = 64;
-  if (x.empty() || V <= N) {
-    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab > %d] .npy\n", path, N);
+  const int kMost = 256;
+  if (x.empty() || V <= kMost) {
+    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab > %d] .npy\n", path,
+                 kMost);
     return 1;
   }
-  std::vector<float> val(N);
-  std::vector<int32_t> idx(N);
+  std::vector<float> val(kMost);
+  std::vector<int32_t> idx(kMost);
   std::printf("%s: %lld rows of %lld logits\n", path, static_cast<long long>(R),
               static_cast<long long>(V));
   for (float temp : {0.7f, 1.f})
@@ -93,15 +95,17 @@ int Nuclei(const char* path) {
       p.top_p = top_p;
       p.seed = 1;
       Sampler s(p);
-      int64_t within = 0;
+      int64_t within[2] = {0, 0};
       for (int64_t r = 0; r < R; ++r) {
         const float* row = x.data() + r * V;
-        kernels::TopK(row, V, N, val.data(), idx.data());
+        kernels::TopK(row, V, kMost, val.data(), idx.data());  // (its first 64: TopK's 64)
         const double total = kernels::TemperatureTotal(row, V, val[0], 1.f / temp);
-        within += s.SampleNucleus(val.data(), idx.data(), N, V, total) >= 0;
+        for (int i = 0; i < 2; ++i)
+          within[i] += s.SampleNucleus(val.data(), idx.data(), i ? kMost : 64, V, total) >= 0;
       }
-      std::printf("  temperature %.1f, top-p %.2f: %5.1f%% of the rows from their best 64\n",
-                  temp, top_p, 100.0 * within / R);
+      std::printf("  temperature %.1f, top-p %.2f: %5.1f%% of the rows from their best 64, "
+                  "%5.1f%% from their best 256\n",
+                  temp, top_p, 100.0 * within[0] / R, 100.0 * within[1] / R);
     }
   return 0;
 }

@@ -393,7 +393,7 @@ class Device {
   virtual void GatherRows(const float* src, const int32_t* rows, int64_t n, int64_t n_cols,
                           float* dst) = 0;
   // --- logit rows
-  static constexpr int kTopLogitsMax = 64;
+  static constexpr int kTopLogitsMax = 256;
   // The k best of each of n_rows rows of n values (1 <= k <= kTopLogitsMax, k <= n), best first
   // in kernels::TopK's order, into val / idx [n_rows, k], and each row's first NaN or +inf
   // index (kernels::FindNanOrPosInf; -1: none) into first_bad [n_rows]: all that sampling a

@@ -667,8 +667,10 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
   const bool edited = c.matcher || !p.logit_bias.empty() || c.num_output < p.min_tokens ||
                       p.penalized();
   if (edited && p.want_logprobs) return 0;  // (logprobs of the row before the changes)
+  // (a nucleus: the most the device returns, but at most a quarter of the vocabulary)
+  const int nucleus = static_cast<int>(std::min<int64_t>(top_logits_max_, vocab_ / 4));
   int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
-          : Sampler::SamplesNucleus(p, vocab_) ? top_logits_max_  // (its nucleus, mostly)
+          : Sampler::SamplesNucleus(p, vocab_) ? nucleus  // (its nucleus, mostly)
                                                : Sampler::TopNeeded(p);
   if (k == 0) return 0;
   if (p.want_logprobs) k = std::max(k, p.logprobs);  // (the top-N; log_total the rest)

@@ -207,8 +207,8 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
 // Rows with a grammar: the device masks them (LogitEdits::allow, Device::EditLogits; with
 // ignore_eos its end-of-generation ids, with min_tokens the bans) and returns their best
 // logits, and the engine samples from those, then the grammar takes the token. On the host
-// device every such request -- greedy, the device's draw, top-k, top-p (a nucleus past the best
-// 64 too), penalties, min_tokens, ignore_eos, a bias -- gets the CPU engine's tokens. The
+// device every such request -- greedy, the device's draw, top-k, top-p (nuclei past the best 256
+// too), penalties, min_tokens, ignore_eos, a bias -- gets the CPU engine's tokens. The
 // requests that need their whole rows still get them (logprobs of a changed row; a request
 // that forks: its prompt's row), and a greedy or top-k grammar row comes back as its best
 // logits alone: peng_logit_rows_total's counts, exactly.
@@ -246,7 +246,7 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
     GenerateRequest r;
     r.id = "g" + std::to_string(i);
     r.prompt = prompt;
-    r.grammar = i % 3 == 0 ? json : i % 3 == 1 ? choice : digits;
+    r.grammar = i % 3 == 0 || i == 4 ? json : i % 3 == 1 ? choice : digits;
     SamplingParams& p = r.params;
     p.max_tokens = 24;
     p.seed = 70 + i;
@@ -256,7 +256,7 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
       case 1: p.top_k = 3; break;
       case 2: p.ignore_eos = true, p.max_tokens = 12; break;  // plain temperature: drawn
       case 3: p.top_p = 0.9f; break;
-      case 4: p.temperature = 1.5f, p.top_p = 0.99f; break;  // a nucleus past the best 64
+      case 4: p.temperature = 2.f, p.top_p = 0.999f; break;  // nuclei past the best 256
       case 5: p.top_k = 10, p.repetition_penalty = 1.3f, p.frequency_penalty = 0.5f; break;
       case 6: p.temperature = 0, p.min_tokens = 3; break;
       case 7: p.temperature = 0, p.logit_bias = {{28, 5.f}}; break;
@@ -305,8 +305,9 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
   EXPECT_EQ(cpu.logit_rows_best_total, 0);
   EXPECT_EQ(cpu.logit_rows_whole_total, rows);
   EXPECT_EQ(host.logit_rows_best_total + host.logit_rows_whole_total, rows);
-  // (whole: request 9's rows -- logprobs --, the forking prompt's row, nuclei past the best 64)
-  EXPECT_GE(host.logit_rows_whole_total, static_cast<int64_t>(got[1][9].tokens[0].size()) + 1);
+  // (whole: request 9's rows -- logprobs --, the forking prompt's row, request 4's nuclei past
+  // the best 256)
+  EXPECT_GT(host.logit_rows_whole_total, static_cast<int64_t>(got[1][9].tokens[0].size()) + 1);
   EXPECT_GT(host.logit_rows_best_total, rows / 2);
   EXPECT_EQ(best_only.logit_rows_best_total, best_tokens);
   EXPECT_EQ(best_only.logit_rows_whole_total, 0);

@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kTopThreads = 512;    // threads of both stages' blocks
 constexpr int kTopChunk = 8192;     // values a first-stage block
-constexpr int kTopMax = 64;         // k at most (Device::kTopLogitsMax)
+constexpr int kTopMax = 256;        // k at most (Device::kTopLogitsMax)
 constexpr int kNoBad = 0x7fffffff;  // (no NaN / +inf seen)
 
 // A float's bits as a key that orders as the value: -0.0 as +0.0, NaN below -inf.
