@@ -433,9 +433,7 @@ void EngineCore::FinishStep(Replica* rp) {
   late_.clear();
   for (RowChoice& ch : choices_) {
     if (!ch.nucleus || !ch.parallel || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
-    ++logit_rows_whole_total_;
-    --logit_rows_best_total_;
-    const Status st = executor_->CopyLogitRow(ch.logit_row, ch.row);
+    const Status st = FetchWholeRow(&ch);
     if (st.ok()) {
       late_.push_back(&ch);
     } else {
@@ -531,6 +529,15 @@ void EngineCore::ForEachMinTokensBan(const SamplingParams& p, F&& f) const {
     if (id < vocab_) f(id);
 }
 
+// f(id) for each end-of-generation id of the completion's grammar that ignore_eos bans while the
+// grammar allows more (the output goes on: benchmarks).
+template <typename F>
+void EngineCore::ForEachGrammarEosBan(const Completion& c, F&& f) const {
+  if (!c.matcher || !c.req->in.params.ignore_eos || c.matcher->IsTerminated()) return;
+  for (int32_t id : c.req->in.grammar->vocab().eos_ids())
+    if (id < vocab_) f(id);
+}
+
 // Choose()'s logprobs of a row that came back as its best logits (RowChoice::top_val / top_idx,
 // log_total; the chosen token's logit from the list or, where the device drew it past the list,
 // drawn_logit): Sampler::TopLogprobs' and LogProb's values.
@@ -557,18 +564,14 @@ int32_t EngineCore::Choose(Completion* c, float* row, TokenLogprob* lp,
     if (p.logprobs > 0) Sampler::TopLogprobs(row, vocab_, p.logprobs, &lp->top);
   }
   for (const auto& [id, bias] : p.logit_bias) row[id] += bias;
+  const auto ban = [&](int32_t id) { row[id] = -std::numeric_limits<float>::infinity(); };
   if (c->matcher) {
     if (!c->matcher->ApplyMask(row, vocab_))
       throw std::runtime_error("the grammar is too ambiguous to follow: one token mask went over "
                                "its work budget");
-    // ignore_eos: the output goes on while the grammar allows more (benchmarks).
-    if (p.ignore_eos && !c->matcher->IsTerminated()) {
-      for (int32_t id : c->req->in.grammar->vocab().eos_ids())
-        if (id < vocab_) row[id] = -std::numeric_limits<float>::infinity();
-    }
+    ForEachGrammarEosBan(*c, ban);
   }
-  if (c->num_output < p.min_tokens)  // EOS and stop ids cannot be drawn yet
-    ForEachMinTokensBan(p, [&](int32_t id) { row[id] = -std::numeric_limits<float>::infinity(); });
+  if (c->num_output < p.min_tokens) ForEachMinTokensBan(p, ban);  // (EOS, stop ids: not yet)
   const int32_t id = c->sampler.Sample(row, vocab_, c->history);
   Accept(c, id);
   if (p.want_logprobs) lp->logprob = Sampler::LogProb(raw->data(), vocab_, id);
@@ -600,6 +603,14 @@ void EngineCore::ChooseFromBest(RowChoice* ch) const {
   if (ch->id >= 0 && s.params().want_logprobs) LogprobsFromBest(ch);
 }
 
+// The whole row of a row that came back as its best logits (a nucleus that may reach past
+// them), as the device changed it, into ch->row; counted as a whole row.
+Status EngineCore::FetchWholeRow(RowChoice* ch) {
+  ++logit_rows_whole_total_;
+  --logit_rows_best_total_;
+  return executor_->CopyLogitRow(ch->logit_row, ch->row);
+}
+
 // A grammar's row from its best logits (the device masked it: LogitEdits::allow), on this
 // thread (the grammar's masks share its cache): ChooseFromBest, or where the nucleus may reach
 // past them the whole row as the device changed it; then the grammar takes the token.
@@ -608,9 +619,7 @@ void EngineCore::SampleBestAndEmit(RowChoice* ch) {
   Completion* c = ch->c;
   ChooseFromBest(ch);
   if (ch->id < 0) {
-    ++logit_rows_whole_total_;
-    --logit_rows_best_total_;
-    const Status st = executor_->CopyLogitRow(ch->logit_row, ch->row);
+    const Status st = FetchWholeRow(ch);
     if (!st.ok()) throw std::runtime_error("the logit row: " + st.message());
     ch->id = c->sampler.Sample(ch->row, vocab_, TokenHistory());
   }
@@ -634,10 +643,7 @@ const LogitEdits* EngineCore::EditsFor(Completion* c) const {
       e.clear();
       return nullptr;
     }
-    if (p.ignore_eos && !c->matcher->IsTerminated()) {
-      for (int32_t id : c->req->in.grammar->vocab().eos_ids())
-        if (id < vocab_) e.ban.push_back(id);
-    }
+    ForEachGrammarEosBan(*c, [&](int32_t id) { e.ban.push_back(id); });
   }
   if (c->num_output < p.min_tokens)
     ForEachMinTokensBan(p, [&](int32_t id) { e.ban.push_back(id); });

@@ -105,8 +105,11 @@ class EngineCore {
   const LogitEdits* EditsFor(Completion* c) const;
   template <typename F>
   void ForEachMinTokensBan(const SamplingParams& p, F&& f) const;
+  template <typename F>
+  void ForEachGrammarEosBan(const Completion& c, F&& f) const;
   struct RowChoice;
   void ChooseFromBest(RowChoice* ch) const;
+  Status FetchWholeRow(RowChoice* ch);
   void SampleBestAndEmit(RowChoice* ch);
   static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);

@@ -296,13 +296,12 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
         dev_->Softcap(logits_, c.final_logit_softcap, logit_rows_ * output_.rows);
       if (top_k > 0) {  // (every row's; the whole rows' are not read)
         const int64_t R = logit_rows_;
-        if (edited) {  // (the sampler's changes to the rows, first; UploadEdits' layout)
-          const int64_t masks = masked ? R * MaskWords() : 0;
+        if (edited) {  // (the sampler's changes to the rows, first)
           dev_->EditLogits(
               logits_, R, output_.rows,
               reinterpret_cast<const backend::Device::LogitEditRow*>(edits_),
-              reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + 8 * R + masks),
-              masked ? reinterpret_cast<const uint32_t*>(edits_ + 8 * R) : nullptr);
+              reinterpret_cast<const backend::Device::LogitEdit*>(edits_ + EditsAt(masked)),
+              masked ? reinterpret_cast<const uint32_t*>(edits_ + MasksAt()) : nullptr);
         }
         float* best = reinterpret_cast<float*>(top_);
         dev_->TopLogits(logits_, R, output_.rows, top_k, best, top_ + R * top_k,
@@ -327,7 +326,7 @@ Status DeviceModel::UploadEdits(const ForwardBatch& batch, bool masked) {
   const int64_t R = logit_rows_, W = masked ? MaskWords() : 0;
   edit_rows_.assign(R, Row{0, 0, 0, 0, 1.0f, 0.0f, 0.0f, -1});
   edit_list_.clear();
-  std::vector<std::pair<int64_t, const std::vector<uint32_t>*>> masks;  // (logit row, mask)
+  mask_rows_.clear();
   int64_t r = 0;
   for (const SeqBatchEntry& s : batch.seqs) {
     if (!s.want_logits) continue;
@@ -354,26 +353,25 @@ Status DeviceModel::UploadEdits(const ForwardBatch& batch, bool masked) {
       return InvalidArgument("a grammar's mask of " + std::to_string(e->allow.size()) +
                              " words for a vocabulary of " + std::to_string(output_.rows));
     row.mask = static_cast<int32_t>((r - 1) * W);
-    masks.push_back({r - 1, &e->allow});
+    mask_rows_.push_back({r - 1, &e->allow});
   }
-  const int64_t at_edits = 8 * R + R * W;
-  const int64_t ints = at_edits + 2 * static_cast<int64_t>(edit_list_.size());
+  const int64_t ints = EditsAt(masked) + 2 * static_cast<int64_t>(edit_list_.size());
   if (ints > edits_capacity_) {
     const int64_t n = std::max(ints, 2 * edits_capacity_);
     PENG_RETURN_IF_ERROR(Scratch(n, &edits_));
     edits_capacity_ = n;
   }
   PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_, edit_rows_.data(), R * sizeof(Row)));
-  if (!masks.empty()) {  // (the slots from the first masked row's to the last's, in one copy)
-    const int64_t first = masks.front().first;
-    mask_host_.resize((masks.back().first - first + 1) * W);
-    for (const auto& [row, allow] : masks)
+  if (!mask_rows_.empty()) {  // (the slots from the first masked row's to the last's, one copy)
+    const int64_t first = mask_rows_.front().first;
+    mask_host_.resize((mask_rows_.back().first - first + 1) * W);
+    for (const auto& [row, allow] : mask_rows_)
       std::copy(allow->begin(), allow->end(), mask_host_.begin() + (row - first) * W);
-    PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_ + 8 * R + first * W, mask_host_.data(),
+    PENG_RETURN_IF_ERROR(dev_->CopyToDevice(edits_ + MasksAt() + first * W, mask_host_.data(),
                                             mask_host_.size() * sizeof(uint32_t)));
   }
   if (edit_list_.empty()) return OkStatus();
-  return dev_->CopyToDevice(edits_ + at_edits, edit_list_.data(),
+  return dev_->CopyToDevice(edits_ + EditsAt(masked), edit_list_.data(),
                             edit_list_.size() * sizeof(Edit));
 }
 

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/device.h"
@@ -179,8 +180,14 @@ class DeviceModel {
   std::vector<backend::Device::LogitEditRow> edit_rows_;
   std::vector<backend::Device::LogitEdit> edit_list_;
   std::vector<uint32_t> mask_host_;  // the masks' slots from the first masked row's to the last's
+  std::vector<std::pair<int64_t, const std::vector<uint32_t>*>> mask_rows_;  // (logit row, mask)
   // A mask's words: a bit a logit (grammar::MaskWords of the vocabulary).
   int64_t MaskWords() const { return (output_.rows + 31) / 32; }
+  // Where UploadEdits puts the masks' slots and the edits in edits_ (ints; the rows at 0).
+  int64_t MasksAt() const { return 8 * logit_rows_; }
+  int64_t EditsAt(bool masked) const {
+    return MasksAt() + (masked ? logit_rows_ * MaskWords() : 0);
+  }
   // Steps replayed as graphs: decode sizes, up to 64 sequences (the CUDA backend's GEMV sizes).
   static constexpr int64_t kGraphMaxTokens = 64;
 };

@@ -257,15 +257,12 @@ TEST_F(CudaTest, LongContextDecodeSplitsItsKeys) {
       for (int i = 0; i < 2; ++i) {
         Device* d = i ? plain : cuda_.get();
         const kernels::KvLayerView& kv = i ? kp : kc;
-        auto up = [&](const std::vector<float>& x) {
-          return *d->UploadFloats(x.data(), x.size());
-        };
-        float* Q = up(q);
-        float* K = up(k);
-        float* V = up(v);
-        float* F = up(inv);
-        float* O = up(std::vector<float>(T * H * hd));
-        float* Y = up(std::vector<float>(T * 96));
+        float* Q = UploadTo(d, q);
+        float* K = UploadTo(d, k);
+        float* V = UploadTo(d, v);
+        float* F = UploadTo(d, inv);
+        float* O = UploadTo(d, std::vector<float>(T * H * hd));
+        float* Y = UploadTo(d, std::vector<float>(T * 96));
         const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {}, {}};
         const kernels::AttentionParams p = AttnParams(H, hd);
         d->AttentionMatMuls(Q, kv, i ? b.cuda : a.cuda, p, O,

@@ -407,17 +407,14 @@ TEST_F(CudaTest, InputInsideTheGemvEqualsItsKernel) {
             m->int8_activations = v.dtype == DType::kI8;
             w.push_back(*m);
           }
-          auto up = [&](const std::vector<float>& v) {
-            return *d->UploadFloats(v.data(), v.size());
-          };
-          float* X = up(x);
-          float* U = up(u);
-          float* NW = up(nw);
-          float* BI = up(bias);
-          float* H = in_place ? X : up(std::vector<float>(T * cols));
-          float* A = up(std::vector<float>(T * rows));
-          float* B = up(acc);
-          float* C = up(acc);
+          float* X = UploadTo(d, x);
+          float* U = UploadTo(d, u);
+          float* NW = UploadTo(d, nw);
+          float* BI = UploadTo(d, bias);
+          float* H = in_place ? X : UploadTo(d, std::vector<float>(T * cols));
+          float* A = UploadTo(d, std::vector<float>(T * rows));
+          float* B = UploadTo(d, acc);
+          float* C = UploadTo(d, acc);
           const backend::DeviceMatrix& w1 = w[in_place ? 0 : 1];
           const int64_t k0 = d->KernelLaunches();
           const std::initializer_list<Device::MatMulOut> outs = {
@@ -533,17 +530,14 @@ TEST_F(CudaTest, RopeInsideTheAttentionEqualsItsKernel) {
             w.size_bytes = wo_bytes.size();
             auto wo = d->Upload(w, nullptr);
             ASSERT_TRUE(wo.ok()) << wo.status().ToString();
-            auto up = [&](const std::vector<float>& x) {
-              return *d->UploadFloats(x.data(), x.size());
-            };
-            float* Q = up(q);
-            float* K = up(k);
-            float* V = up(v);
-            float* F = up(inv);
-            float* O = up(std::vector<float>(T * H * hd));
-            float* Y = up(y0);
+            float* Q = UploadTo(d, q);
+            float* K = UploadTo(d, k);
+            float* V = UploadTo(d, v);
+            float* F = UploadTo(d, inv);
+            float* O = UploadTo(d, std::vector<float>(T * H * hd));
+            float* Y = UploadTo(d, y0);
             backend::HeadNorms norms;  // (Gemma's: weights + 1)
-            if (variant == 2) norms = {up(qn), up(kn), 1.f, 1e-6f, hd};
+            if (variant == 2) norms = {UploadTo(d, qn), UploadTo(d, kn), 1.f, 1e-6f, hd};
             const Device::RopeKv r{{Q, H, hd, H * hd}, {K, KV, hd, KV * hd}, &rope, F, K, V, {},
                                    norms};
             const int64_t k0 = d->KernelLaunches();
@@ -622,16 +616,13 @@ TEST_F(CudaTest, MlaRopeInsideTheAbsorptionEqualsItsKernel) {
           Device* d = which == 0 ? cuda_.get() : which == 1 ? plain : host_.get();
           const kernels::KvLayerView& kv = which == 0 ? kc : which == 1 ? kp : kh;
           const backend::StepBatch& sb = which == 0 ? a.cuda : which == 1 ? b.cuda : a.host;
-          auto up = [&](const std::vector<float>& x) {
-            return *d->UploadFloats(x.data(), x.size());
-          };
           backend::MlaWeights w;  // the FP32 copy only
-          w.kvb = up(kvb);
-          float* Q = up(q);
-          float* C = up(ckv);
-          float* NW = up(nw);
-          float* F = up(inv);
-          float* O = up(std::vector<float>(T * H * row));
+          w.kvb = UploadTo(d, kvb);
+          float* Q = UploadTo(d, q);
+          float* C = UploadTo(d, ckv);
+          float* NW = UploadTo(d, nw);
+          float* F = UploadTo(d, inv);
+          float* O = UploadTo(d, std::vector<float>(T * H * row));
           const Device::RopeKv rk{{Q + p.d_nope, H, dqk, H * dqk}, {C + r, 1, row, row}, &rope, F,
                                   C, nullptr, {C, NW, 1e-6f, r, row}, {}};
           const int64_t k0 = d->KernelLaunches();

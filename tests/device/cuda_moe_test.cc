@@ -267,16 +267,16 @@ TEST_F(CudaTest, MoeDownInOneLaunchEqualsItsKernels) {
         std::vector<void*> allocs;
         const auto [w, id] = x.Upload(d, &allocs);
         ASSERT_NE(id, nullptr) << tag;
-        auto up = [&](const std::vector<float>& v) { return *d->UploadFloats(v.data(), v.size()); };
-        float* Y = up(std::vector<float>(T * (k + 1) * rows));
-        float* X = up(x0);
-        const float* W = up(wts);
+        float* Y = UploadTo(d, std::vector<float>(T * (k + 1) * rows));
+        float* X = UploadTo(d, x0);
+        const float* W = UploadTo(d, wts);
         for (int rep = 0; rep < 2; ++rep) {
           Device::SharedExperts shared;
-          if (cs.shared) shared = {up(sg), up(su), sn, which == 2 ? &sh.host : &sh.cuda};
+          if (cs.shared)
+            shared = {UploadTo(d, sg), UploadTo(d, su), sn, which == 2 ? &sh.host : &sh.cuda};
           const int64_t k0 = d->KernelLaunches();
-          auto args = std::tuple(backend::GatedActivation::kSilu, up(g), up(u), T, k, n, w, id,
-                                 W, shared, Y, X);
+          auto args = std::tuple(backend::GatedActivation::kSilu, UploadTo(d, g), UploadTo(d, u), T,
+                                 k, n, w, id, W, shared, Y, X);
           if (which == 1) {
             std::apply([&](auto&&... a) { d->Device::MoeDown(a...); }, args);
           } else {

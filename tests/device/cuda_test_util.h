@@ -248,6 +248,12 @@ class CudaTest : public ::testing::Test {
     return {*c, *h};
   }
   Pair Zeros(int64_t n) { return Upload(std::vector<float>(n, 0.f)); }
+  // x on device d alone (where a test runs the same op on several devices in turn).
+  static float* UploadTo(Device* d, const std::vector<float>& x) {
+    auto p = d->UploadFloats(x.data(), static_cast<int64_t>(x.size()));
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? *p : nullptr;
+  }
   std::vector<float> Download(const float* p, int64_t n) {
     std::vector<float> out(n);
     EXPECT_TRUE(cuda_->CopyToHost(out.data(), p, n * 4).ok());
