@@ -394,8 +394,11 @@ class Device {
                           float* dst) = 0;
   // --- logit rows
   static constexpr int kTopLogitsMax = 256;
-  // The k best of each of n_rows rows of n values (1 <= k <= kTopLogitsMax, k <= n), best first
-  // in kernels::TopK's order, into val / idx [n_rows, k], and each row's first NaN or +inf
+  // The most TopLogits returns for a few rows after a step (a nucleus wider than the best
+  // kTopLogitsMax: Executor::CopyBestOfLogitRows), at a slower rate a row.
+  static constexpr int kTopLogitsWide = 4096;
+  // The k best of each of n_rows rows of n values (1 <= k <= kTopLogitsWide, k <= n), best
+  // first in kernels::TopK's order, into val / idx [n_rows, k], and each row's first NaN or +inf
   // index (kernels::FindNanOrPosInf; -1: none) into first_bad [n_rows]: all that sampling a
   // greedy or top-k row reads (Sampler::SampleTop), so that a step brings back k pairs a row
   // instead of the row. scratch: TopLogitsScratchBytes(n_rows, n, k) bytes of device memory,

@@ -36,6 +36,13 @@ class DeviceExecutor : public Executor {
   int64_t DeviceKernelLaunches() const override { return device_->KernelLaunches(); }
   int top_logits_max() const override { return dm_->top_logits_max(); }
   Status CopyLogitRow(int64_t row, float* dst) override { return dm_->CopyLogitRow(row, dst); }
+  int top_logits_wide() const override {
+    return dm_->top_logits_max() > 0 ? backend::Device::kTopLogitsWide : 0;
+  }
+  Status CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val,
+                             int32_t* idx) override {
+    return dm_->CopyBestOfLogitRows(rows, k, val, idx);
+  }
   Model& model() override { return *model_; }
   ThreadPool& pool() override { return pool_; }
 

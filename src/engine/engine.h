@@ -166,9 +166,11 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
-  // Logit rows sampled from their best logits alone (a device's, Executor::top_logits_max) and
-  // from the whole row (brought to the host where the model ran on a device).
+  // Logit rows sampled from their best logits alone (a device's, Executor::top_logits_max),
+  // from the wider list a nucleus past those takes (Executor::top_logits_wide), and from the
+  // whole row (brought to the host where the model ran on a device).
   int64_t logit_rows_best_total = 0;
+  int64_t logit_rows_wide_total = 0;
   int64_t logit_rows_whole_total = 0;
   int64_t tensor_parallel_size = 1;     // ranks the model is split over (EngineOptions)
   int64_t data_parallel_size = 1;       // replicas of the model, each with its own KV cache
@@ -185,7 +187,8 @@ struct EngineStats {
   int64_t kv_bytes_total = 0;
   int64_t flops_f32_total = 0;
   int64_t ops_int8_total = 0;
-  // Per phase of a step: admit + schedule + batch assembly, the model's forward pass,
+  // Per phase of a step: admit + schedule + batch assembly (on a device also the grammars'
+  // masks and the other logit edits: EngineCore::EditsFor), the model's forward pass,
   // sampling (logits checks, bias, grammar mask, sampler), emitting (detokenize, stop checks,
   // stream events, stats). Indexed by StepPhase; they partition each step's time.
   double phase_seconds_total[4] = {0, 0, 0, 0};

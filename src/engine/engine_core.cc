@@ -113,6 +113,15 @@ struct EngineCore::Replica {
   TopLogits top;  // the rows sampled from their best logits alone (SeqBatchEntry::top_logits)
 };
 
+namespace {
+// EngineCore::top_logits_wide_: the executor's most, at most half the vocabulary, where that is
+// more than a nucleus asks for in a step (TopLogitsFor); else 0.
+int WideList(const Executor& ex, int64_t vocab) {
+  const int64_t k = std::min<int64_t>(ex.top_logits_wide(), vocab / 2);
+  return k > std::min<int64_t>(ex.top_logits_max(), vocab / 4) ? static_cast<int>(k) : 0;
+}
+}  // namespace
+
 EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executor,
                        std::unique_ptr<Tokenizer> tokenizer)
     : opt_(o),
@@ -120,7 +129,8 @@ EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executo
       tokenizer_(std::move(tokenizer)),
       max_model_len_(EffectiveMaxModelLen(o, executor_->config())),
       vocab_(executor_->config().vocab_size),
-      top_logits_max_(executor_->top_logits_max()) {
+      top_logits_max_(executor_->top_logits_max()),
+      top_logits_wide_(WideList(*executor_, vocab_)) {
   for (int d = 0; d < executor_->data_parallel_size(); ++d)
     replicas_.push_back(std::make_unique<Replica>(o, *executor_));
 }
@@ -428,18 +438,24 @@ void EngineCore::FinishStep(Replica* rp) {
   ForRows(&executor_->pool(), static_cast<int64_t>(choices_.size()), any_whole ? vocab_ : 1,
           check_and_choose);
   // Top-p / min-p rows whose nucleus may reach past the best logits the device returned: their
-  // whole rows now (on the device until the next step), sampled from those -- as the device
-  // changed them (SeqBatchEntry::edits): the sampler then makes no change of its own.
+  // best top_logits_wide_ now (ChooseFromWide), and where it may reach past those too their
+  // whole rows (on the device until the next step), sampled from those -- as the device changed
+  // them (SeqBatchEntry::edits): the sampler then makes no change of its own.
   late_.clear();
-  for (RowChoice& ch : choices_) {
-    if (!ch.nucleus || !ch.parallel || ch.id >= 0 || ch.bad >= 0 || !ch.error.empty()) continue;
-    const Status st = FetchWholeRow(&ch);
-    if (st.ok()) {
+  for (RowChoice& ch : choices_)
+    if (ch.nucleus && ch.parallel && ch.id < 0 && ch.bad < 0 && ch.error.empty())
       late_.push_back(&ch);
+  ChooseFromWide(&late_);
+  size_t kept = 0;
+  for (RowChoice* ch : late_) {
+    const Status st = FetchWholeRow(ch);
+    if (st.ok()) {
+      late_[kept++] = ch;
     } else {
-      ch.error = "the logit row: " + st.message();
+      ch->error = "the logit row: " + st.message();
     }
   }
+  late_.resize(kept);
   ForRows(&executor_->pool(), static_cast<int64_t>(late_.size()), vocab_,
           [&](int64_t a, int64_t b) {
             std::vector<float> raw;
@@ -603,11 +619,41 @@ void EngineCore::ChooseFromBest(RowChoice* ch) const {
   if (ch->id >= 0 && s.params().want_logprobs) LogprobsFromBest(ch);
 }
 
+// Rows that came back as their best logits whose nucleus may reach past them (ChooseFromBest
+// drew nothing): their best top_logits_wide_, as the device changed them, in one copy, and
+// ChooseFromBest from those; counted as wide rows. The rows that drew nothing still (or all,
+// where there is no wider list or the copy failed) stay in *rows: their whole rows are next.
+void EngineCore::ChooseFromWide(std::vector<RowChoice*>* rows) {
+  const int k = top_logits_wide_;
+  if (k == 0 || rows->empty()) return;
+  const size_t n = rows->size();
+  wide_rows_.clear();
+  for (const RowChoice* ch : *rows) wide_rows_.push_back(ch->logit_row);
+  wide_val_.resize(n * k);
+  wide_idx_.resize(n * k);
+  if (!executor_->CopyBestOfLogitRows(wide_rows_, k, wide_val_.data(), wide_idx_.data()).ok())
+    return;
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    RowChoice* ch = (*rows)[i];
+    ch->top_val = wide_val_.data() + i * k;
+    ch->top_idx = wide_idx_.data() + i * k;
+    ch->top_k = k;
+    ch->wide = true;
+    ++logit_rows_wide_total_;
+    --logit_rows_best_total_;
+    ChooseFromBest(ch);
+    if (ch->id < 0) (*rows)[kept++] = ch;
+  }
+  rows->resize(kept);
+}
+
 // The whole row of a row that came back as its best logits (a nucleus that may reach past
-// them), as the device changed it, into ch->row; counted as a whole row.
+// them and past its wider list), as the device changed it, into ch->row; counted as a whole
+// row.
 Status EngineCore::FetchWholeRow(RowChoice* ch) {
   ++logit_rows_whole_total_;
-  --logit_rows_best_total_;
+  --(ch->wide ? logit_rows_wide_total_ : logit_rows_best_total_);
   return executor_->CopyLogitRow(ch->logit_row, ch->row);
 }
 
@@ -618,6 +664,10 @@ void EngineCore::SampleBestAndEmit(RowChoice* ch) {
   const Clock::time_point sample_begin = Clock::now();
   Completion* c = ch->c;
   ChooseFromBest(ch);
+  if (ch->id < 0) {
+    std::vector<RowChoice*> one{ch};
+    ChooseFromWide(&one);
+  }
   if (ch->id < 0) {
     const Status st = FetchWholeRow(ch);
     if (!st.ok()) throw std::runtime_error("the logit row: " + st.message());
@@ -843,6 +893,7 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->requests_failed_total = failed_total_;
   s->steps_total = steps_total_;
   s->logit_rows_best_total = logit_rows_best_total_;
+  s->logit_rows_wide_total = logit_rows_wide_total_;
   s->logit_rows_whole_total = logit_rows_whole_total_;
   s->tensor_parallel_size = opt_.tensor_parallel_size;
   s->data_parallel_size = static_cast<int64_t>(replicas_.size());

@@ -109,6 +109,7 @@ class EngineCore {
   void ForEachGrammarEosBan(const Completion& c, F&& f) const;
   struct RowChoice;
   void ChooseFromBest(RowChoice* ch) const;
+  void ChooseFromWide(std::vector<RowChoice*>* rows);
   Status FetchWholeRow(RowChoice* ch);
   void SampleBestAndEmit(RowChoice* ch);
   static void LogprobsFromBest(RowChoice* ch);
@@ -127,6 +128,9 @@ class EngineCore {
   const int64_t max_model_len_;
   const int64_t vocab_;
   const int top_logits_max_;  // Executor::top_logits_max
+  // The best logits a nucleus past a row's best takes before its whole row: the executor's
+  // most (Executor::top_logits_wide), at most half the vocabulary; 0: none.
+  const int top_logits_wide_;
 
   std::unordered_map<std::string, std::unique_ptr<Request>> active_;
   std::vector<std::unique_ptr<Request>> retired_;  // finished this step; freed by Step()
@@ -144,6 +148,7 @@ class EngineCore {
     const TopLogits* top = nullptr;  // the step's (draws, totals: at logit_row)
     int64_t logit_row = 0;
     bool edited = false;    // the device changed the row first (SeqBatchEntry::edits)
+    bool wide = false;      // its nucleus from its best top_logits_wide_ (ChooseFromWide)
     int64_t bad = -1;       // its first NaN / +inf
     bool parallel = false;  // chosen on the pool's threads
     int32_t id = -1;
@@ -151,14 +156,19 @@ class EngineCore {
     std::string error;
   };
   std::vector<RowChoice> choices_;
-  std::vector<RowChoice*> late_;  // nucleus rows sampled from their whole rows
+  std::vector<RowChoice*> late_;  // nucleus rows past their best: the wider list, whole rows
+  // ChooseFromWide's rows and their best top_logits_wide_ logits.
+  std::vector<int64_t> wide_rows_;
+  std::vector<float> wide_val_;
+  std::vector<int32_t> wide_idx_;
   StepInfo step_;
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
   int64_t failed_total_ = 0, steps_total_ = 0;
-  // Logit rows sampled from their best logits alone (a device's TopLogits), and from the whole
-  // row (brought to the host: every row of an executor without best logits).
-  int64_t logit_rows_best_total_ = 0, logit_rows_whole_total_ = 0;
+  // Logit rows sampled from their best logits alone (a device's TopLogits), from the wider
+  // list a nucleus past those takes (ChooseFromWide), and from the whole row (brought to the
+  // host: every row of an executor without best logits).
+  int64_t logit_rows_best_total_ = 0, logit_rows_wide_total_ = 0, logit_rows_whole_total_ = 0;
   double queue_wait_sum_ = 0;
   int64_t queue_wait_count_ = 0;
   double frag_sum_ = 0;  // sum of kv_fragmentation over steps with running sequences

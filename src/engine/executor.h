@@ -63,6 +63,14 @@ class Executor {
   virtual Status CopyLogitRow(int64_t row, float* dst) {
     return Unimplemented("this executor returns whole logit rows only");
   }
+  // The best k (k <= top_logits_wide(), k <= vocab_size) of each of the last Execute's logit
+  // rows `rows`, best first (kernels::TopK's order), into val / idx [rows.size(), k]: rows
+  // whose nucleus reaches past their best top_logits_max(); valid until the next Execute.
+  virtual int top_logits_wide() const { return 0; }
+  virtual Status CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val,
+                                     int32_t* idx) {
+    return Unimplemented("this executor returns whole logit rows only");
+  }
   // This process's part: its model (shard), its thread pool (probes, diagnostics).
   // Kernels the executor's device has launched (backend::Device::KernelLaunches); 0 on the
   // CPU.

@@ -1,6 +1,9 @@
 // Dispatch of the element-wise ops to the active ISA (kernels/cpu/ops_<isa>.cc) or the scalar
 // reference (kernels/ref/ops_ref.cc); TopK, one scalar form for every ISA.
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/ops_simd.h"
@@ -62,6 +65,20 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
   PENG_CHECK(k >= 1 && k <= n);
   // (v, i) ranks above (w, j), j < i (the scan's order): a number above NaN, a larger number.
   const auto above = [](float v, float w) { return !std::isnan(v) && (std::isnan(w) || v > w); };
+  if (k > kTopKInsertMax) {  // a long list: select, then sort what was selected
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    const auto before = [&](int32_t i, int32_t j) {
+      return above(x[i], x[j]) || (!above(x[j], x[i]) && i < j);
+    };
+    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), before);
+    std::sort(order.begin(), order.begin() + k, before);
+    for (int i = 0; i < k; ++i) {
+      idx[i] = order[i];
+      val[i] = x[order[i]];
+    }
+    return;
+  }
   int m = 0;  // entries held
   for (int64_t i = 0; i < n; ++i) {
     if (m == k && !std::isnan(val[k - 1])) {  // only a larger value enters: skip to the next

@@ -106,9 +106,11 @@ int64_t FindNanOrPosInf(const float* x, int64_t n);
 // The lowest i with x[i] > w (NaN is not); n when there is none.
 int64_t FindAbove(const float* x, int64_t n, float w);
 // The k largest of x[0, n) (1 <= k <= n), best first: value descending, equal values (-0.0 and
-// +0.0 are equal) by lower index, NaN below every number. val / idx: k entries each. One pass
-// (FindAbove skips what cannot enter); a value that enters the list moves up to k entries (a
-// small k over a row of logits: the sampler's top-k rows, the host device's TopLogits).
+// +0.0 are equal) by lower index, NaN below every number. val / idx: k entries each. Up to
+// kTopKInsertMax, one pass (FindAbove skips what cannot enter) in which a value that enters the
+// list moves up to k entries (a small k over a row of logits: the sampler's top-k rows, the host
+// device's TopLogits); a longer list is selected (nth_element), then sorted.
+inline constexpr int kTopKInsertMax = 256;
 void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx);
 // A logit under the sampler's penalties (Sampler::ApplyPenalties, a device's EditLogits on the
 // host): the repetition penalty (divides a positive logit, multiplies another), then the

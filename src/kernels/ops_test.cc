@@ -153,17 +153,20 @@ TEST(ElementwiseIsa, LogitScansGiveExactIndices) {
 }
 
 // TopK against a full sort of (value, index) pairs by the order it documents: value
-// descending, -0.0 equal to +0.0, ties to the lower index, NaN last; rows with many ties.
+// descending, -0.0 equal to +0.0, ties to the lower index, NaN last; rows with many ties. Lists
+// up to kTopKInsertMax and past it (the selection's path).
 TEST(Elementwise, TopKIsTheHeadOfTheSortedRow) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  for (int64_t n : {1, 2, 7, 64, 65, 1000}) {
+  for (int64_t n : {1, 2, 7, 64, 65, 1000, 6000}) {
     std::vector<float> x = Random(n, -4.f, 4.f, 31 + n);
     for (float& v : x) v = std::round(v * 2.f) / 2.f;  // 17 distinct values: ties everywhere
     if (n > 3) {
       x[1] = nan;
       x[2] = -0.f;
       x[3] = -inf;
+      x[n - 1] = nan;
+      x[n / 2] = 0.f;
     }
     std::vector<int32_t> order(n);
     for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
@@ -171,7 +174,8 @@ TEST(Elementwise, TopKIsTheHeadOfTheSortedRow) {
       if (std::isnan(x[a]) || std::isnan(x[b])) return !std::isnan(x[a]) && std::isnan(x[b]);
       return x[a] > x[b];
     });
-    for (int k : {1, 2, 5, 40, 64, static_cast<int>(n)}) {
+    for (int k : {1, 2, 5, 40, 64, kTopKInsertMax, kTopKInsertMax + 1, 4096,
+                  static_cast<int>(n)}) {
       if (k > n) continue;
       SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
       std::vector<float> val(k);

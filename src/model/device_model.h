@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,11 @@ class DeviceModel {
   // Logit row `row` of the last Forward whole into host `dst` (a row that came back as its best
   // logits and needs the rest: Sampler::SampleNucleus), until the next Forward.
   Status CopyLogitRow(int64_t row, float* dst);
+  // The best k (1 <= k <= Device::kTopLogitsWide, k <= vocab) of each of the last Forward's
+  // logit rows `rows`, best first, into host val / idx [rows.size(), k]: a nucleus that reaches
+  // past a row's best top_logits_max() (Sampler::SampleNucleus), a block a row on the device,
+  // kWideRows rows a copy; until the next Forward. Where top_logits_max() > 0.
+  Status CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val, int32_t* idx);
 
  protected:
   DeviceModel(const Model& host, backend::Device* device) : host_(host), dev_(device) {}
@@ -161,6 +167,13 @@ class DeviceModel {
   int32_t* top_ = nullptr;
   int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
+  // CopyBestOfLogitRows' [val | idx] of kWideRows rows at k up to Device::kTopLogitsWide, then
+  // their first_bad; its TopLogits scratch (allocated with top_, once); its host copy.
+  static constexpr int64_t kWideRows = 64;
+  int32_t* wide_ = nullptr;
+  int32_t* wide_scratch_ = nullptr;
+  std::vector<int32_t> wide_host_;
+  int64_t WideScratchInts(int k) const;
   int32_t* meta_ = nullptr;
   // This step: the logit rows' draws (Device::TokenDraw), tokens, pos, slot, seq_of_token, table
   // offsets, the sequences' first tokens, logit rows, tables -- uploaded in one copy (the host

@@ -191,9 +191,12 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   counter("engine_steps_total", "Engine steps run.", static_cast<double>(s.steps_total));
   Header("peng_logit_rows_total", "counter",
          "Logit rows sampled, by what the model returned of them: its best logits alone (a "
-         "device's, kind best) or the whole row (kind whole).", &out);
+         "device's, kind best), the wider list a nucleus past those takes (kind wide) or the "
+         "whole row (kind whole).", &out);
   Sample("peng_logit_rows_total", l + ",kind=\"best\"",
          static_cast<double>(s.logit_rows_best_total), &out);
+  Sample("peng_logit_rows_total", l + ",kind=\"wide\"",
+         static_cast<double>(s.logit_rows_wide_total), &out);
   Sample("peng_logit_rows_total", l + ",kind=\"whole\"",
          static_cast<double>(s.logit_rows_whole_total), &out);
   // Utilization: what the kernels counted (kernels/work_counter.h) against the machine's
@@ -212,9 +215,9 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   counter("engine_busy_seconds_total", "Seconds the engine spent in steps.",
           s.busy_seconds_total());
   Header("peng_step_phase_seconds_total", "counter",
-         "Seconds of engine steps by phase: schedule (admit, schedule, batch), forward (the "
-         "model), sample (logits checks, bias, grammar, sampler), emit (detokenize, stop "
-         "checks, stream events).", &out);
+         "Seconds of engine steps by phase: schedule (admit, schedule, batch; on a device the "
+         "grammar masks too), forward (the model), sample (logits checks, bias, grammar, "
+         "sampler), emit (detokenize, stop checks, stream events).", &out);
   for (int i = 0; i < 4; ++i) {
     Sample("peng_step_phase_seconds_total",
            l + ",phase=\"" + std::string(kStepPhaseNames[i]) + "\"", s.phase_seconds_total[i],

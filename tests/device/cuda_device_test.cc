@@ -139,7 +139,7 @@ TEST_F(CudaTest, NormsActivationsAndElementwise) {
 // TopLogits: the k best of each row, best first, and the first NaN / +inf, exactly as the host
 // device's (kernels::TopK, FindNanOrPosInf) -- ties within and across the backend's chunks of
 // 8192, -0.0 next to +0.0, NaN and +inf, a last chunk shorter than k, rows of equal values; k
-// from 1 to Device::kTopLogitsMax (256).
+// from 1 to Device::kTopLogitsMax (256), and past it (a block a row) to kTopLogitsWide (4096).
 TEST_F(CudaTest, TopLogitsEqualTheHost) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
@@ -159,7 +159,9 @@ TEST_F(CudaTest, TopLogitsEqualTheHost) {
       x[5 * n - 1] = 7.f;  // the best is the last value
     }
     const Pair d = Upload(x);
-    for (int k : {1, 5, 40, 64, 200, backend::Device::kTopLogitsMax}) {
+    for (int k : {1, 5, 40, 64, 200, backend::Device::kTopLogitsMax, 257, 1000,
+                  backend::Device::kTopLogitsWide}) {
+      if (k > n) continue;
       SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
       std::vector<float> hv(rows * k), cv(rows * k);
       std::vector<int32_t> hi(rows * k), ci(rows * k), hb(rows), cb(rows);

@@ -92,7 +92,8 @@ void ExpectDecodeStepKernels(const std::string& path, const device_test::Run& c)
 // engine would (Device::EditLogits), the prompt-logit rows whole.
 TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
   const std::string data = test_util::SourceDir() + "/tests/data/";
-  for (const std::string& path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+  for (const std::string& path :
+       {data + "hf_tiny/llama", data + "deepseek_tiny/lite", data + "deepseek_tiny/serve"}) {
     SCOPED_TRACE(path);
     const device_test::Run whole = device_test::RunSteps(path, DeviceUnderTest(), DType::kF32);
     const device_test::Run top =

@@ -113,7 +113,8 @@ TEST(DeviceGraph, DecodeWithKvbPerHeadEqualsTheCpuPath) {
 // kernels::TopK of the rows the same steps give whole; the prompt-logit rows stay whole.
 TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
   const std::string data = test_util::SourceDir() + "/tests/data/";
-  for (const std::string& path : {data + "hf_tiny/llama", data + "deepseek_tiny/lite"}) {
+  for (const std::string& path :
+       {data + "hf_tiny/llama", data + "deepseek_tiny/lite", data + "deepseek_tiny/serve"}) {
     SCOPED_TRACE(path);
     const device_test::Run whole = RunSteps(path, "host", DType::kF32);
     const device_test::Run top = RunSteps(path, "host", DType::kF32, nullptr, false, 5);
@@ -125,8 +126,9 @@ TEST(DeviceGraph, TopLogitsStepsReturnTheRowsBest) {
 // The engine on the host device samples greedy and top-k rows from the best logits the device
 // returns (Executor::top_logits_max), plain temperature rows from the token the device draws
 // (Device::DrawTokens), top-p / min-p rows without top-k from the best 64 and the softmax total
-// (Sampler::SampleNucleus) or, where the nucleus may reach past them, from the whole row
-// fetched after the step (Executor::CopyLogitRow), the others from whole rows; its logits are
+// (Sampler::SampleNucleus) or, where the nucleus may reach past them, from the best 128 fetched
+// after the step (half the vocabulary: Executor::CopyBestOfLogitRows) or past those from the
+// whole row (Executor::CopyLogitRow), the others from whole rows; its logits are
 // the CPU engine's bit for bit, so every request -- greedy, top-k with top-p / min-p and a
 // seed, n = 2, logprobs, penalties, min_tokens, plain temperature, top-p or min-p alone --
 // gets the CPU engine's tokens, and its logprobs (from the best logits, the log-softmax's total
@@ -169,6 +171,7 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
     reqs.push_back(r);
   }
   std::vector<std::vector<test_util::Result>> got;
+  EngineStats stats;  // the host device's
   for (const char* device : {"cpu", "host"}) {
     EngineOptions o;
     o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
@@ -177,7 +180,15 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
     auto e = Engine::Create(o);
     ASSERT_TRUE(e.ok()) << device << ": " << e.status().ToString();
     got.push_back(test_util::RunBatch(e->get(), reqs));
+    ASSERT_TRUE((*e)->Drain(test_util::Patience()));
+    stats = (*e)->GetStats();
   }
+  // Every row from one of the three: nuclei within the best 64 and 128 and past them.
+  EXPECT_EQ(stats.logit_rows_best_total + stats.logit_rows_wide_total +
+                stats.logit_rows_whole_total,
+            21 * 12 - 1);  // (request 4's copy takes its first token from the prompt's row)
+  EXPECT_GT(stats.logit_rows_wide_total, 0);
+  EXPECT_GT(stats.logit_rows_whole_total, 0);
   for (size_t i = 0; i < reqs.size(); ++i) {
     SCOPED_TRACE(reqs[i].id);
     ASSERT_EQ(got[0][i].tokens.size(), static_cast<size_t>(reqs[i].n));
@@ -207,8 +218,9 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
 // Rows with a grammar: the device masks them (LogitEdits::allow, Device::EditLogits; with
 // ignore_eos its end-of-generation ids, with min_tokens the bans) and returns their best
 // logits, and the engine samples from those, then the grammar takes the token. On the host
-// device every such request -- greedy, the device's draw, top-k, top-p (nuclei past the best 256
-// too), penalties, min_tokens, ignore_eos, a bias -- gets the CPU engine's tokens. The
+// device every such request -- greedy, the device's draw, top-k, top-p (nuclei past the best 256,
+// within the best 4096 and past them too), penalties, min_tokens, ignore_eos, a bias -- gets the
+// CPU engine's tokens. The
 // requests that need their whole rows still get them (logprobs of a changed row; a request
 // that forks: its prompt's row), and a greedy or top-k grammar row comes back as its best
 // logits alone: peng_logit_rows_total's counts, exactly.
@@ -255,7 +267,7 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
       case 0: p.temperature = 0; break;
       case 1: p.top_k = 3; break;
       case 2: p.ignore_eos = true, p.max_tokens = 12; break;  // plain temperature: drawn
-      case 3: p.top_p = 0.9f; break;
+      case 3: p.temperature = 1.3f, p.top_p = 0.97f; break;  // and past 256 within 4096
       case 4: p.temperature = 2.f, p.top_p = 0.999f; break;  // nuclei past the best 256
       case 5: p.top_k = 10, p.repetition_penalty = 1.3f, p.frequency_penalty = 0.5f; break;
       case 6: p.temperature = 0, p.min_tokens = 3; break;
@@ -304,12 +316,16 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
     for (const test_util::Ids& t : r.tokens) rows += static_cast<int64_t>(t.size());
   EXPECT_EQ(cpu.logit_rows_best_total, 0);
   EXPECT_EQ(cpu.logit_rows_whole_total, rows);
-  EXPECT_EQ(host.logit_rows_best_total + host.logit_rows_whole_total, rows);
+  EXPECT_EQ(host.logit_rows_best_total + host.logit_rows_wide_total +
+                host.logit_rows_whole_total,
+            rows);
   // (whole: request 9's rows -- logprobs --, the forking prompt's row, request 4's nuclei past
-  // the best 256)
+  // the best 4096; wide: request 3's past the best 256 within the best 4096)
   EXPECT_GT(host.logit_rows_whole_total, static_cast<int64_t>(got[1][9].tokens[0].size()) + 1);
+  EXPECT_GT(host.logit_rows_wide_total, 0);
   EXPECT_GT(host.logit_rows_best_total, rows / 2);
   EXPECT_EQ(best_only.logit_rows_best_total, best_tokens);
+  EXPECT_EQ(best_only.logit_rows_wide_total, 0);
   EXPECT_EQ(best_only.logit_rows_whole_total, 0);
 }
 

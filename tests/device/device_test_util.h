@@ -183,6 +183,9 @@ struct Run {
   int64_t hidden_size = 0;                 // (hidden holds layers + 1 blocks of [T, this])
   std::vector<int64_t> kernels;            // per step: kernels the device launched
   std::vector<TopLogits> top;              // per step, with top_logits (RunSteps)
+  // Per step, with top_logits: the same rows' best half the vocabulary (at most the executor's
+  // top_logits_wide) after the step (Executor::CopyBestOfLogitRows; val, idx and k alone).
+  std::vector<TopLogits> wide;
 };
 
 // Which rows of RunSteps with top_logits have their softmax total summed and their token drawn
@@ -244,7 +247,8 @@ struct StepEdits {
 // replace: the first step's residual stream entering each layer is replaced with these values
 // (ForwardBatch::replace_hidden; the device graph only). top_logits > 0: every row of a
 // sequence without all_logits asks for its best top_logits instead (SeqBatchEntry::top_logits;
-// the device graph only), into Run::top. setup: called on the model once it is loaded.
+// the device graph only), into Run::top and Run::wide. setup: called on the model once it is
+// loaded.
 inline Run RunSteps(const std::string& path, const std::string& device, DType kv_dtype,
                     const std::vector<float>* replace = nullptr, bool with_chunk = false,
                     int top_logits = 0, const std::function<void(Model*)>& setup = {}) {
@@ -266,6 +270,7 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
   if (!ex.ok()) return r;
   Steps s = MakeSteps(vocab, with_chunk);
   r.top.resize(s.batches.size());
+  r.wide.resize(s.batches.size());
   const StepEdits edits(vocab);
   for (size_t i = 0; i < s.batches.size(); ++i) {
     std::vector<BlockCopy> copies;
@@ -293,8 +298,23 @@ inline Run RunSteps(const std::string& path, const std::string& device, DType kv
     const int64_t k0 = (*ex)->DeviceKernelLaunches();
     const Status st = (*ex)->Execute(b, copies, logits.data());
     EXPECT_TRUE(st.ok()) << device << ": " << st.ToString();
-    r.logits.push_back(std::move(logits));
     r.kernels.push_back((*ex)->DeviceKernelLaunches() - k0);
+    const int wide = static_cast<int>(std::min<int64_t>((*ex)->top_logits_wide(), vocab / 2));
+    if (top_logits > 0 && wide > 0) {  // (the rows asked for their best: not all_logits)
+      std::vector<int64_t> rows;
+      int64_t row = 0;
+      for (const SeqBatchEntry& e : b.seqs) {
+        if (e.want_logits && !e.all_logits) rows.push_back(row);
+        row += e.all_logits ? e.n_tokens : e.want_logits;
+      }
+      TopLogits& w = r.wide[i];
+      w.k = wide;
+      w.val.resize(rows.size() * wide);
+      w.idx.resize(rows.size() * wide);
+      const Status ws = (*ex)->CopyBestOfLogitRows(rows, wide, w.val.data(), w.idx.data());
+      EXPECT_TRUE(ws.ok()) << device << ": " << ws.ToString();
+    }
+    r.logits.push_back(std::move(logits));
   }
   return r;
 }
@@ -308,7 +328,8 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
   ASSERT_EQ(top.logits.size(), whole.logits.size());
   for (size_t i = 0; i < whole.logits.size(); ++i) {
     const TopLogits& t = top.top[i];
-    int64_t row = 0;
+    const TopLogits& wide = top.wide[i];
+    int64_t row = 0, wide_row = 0;
     for (const SeqBatchEntry& e : s.batches[i].seqs) {
       const int64_t rows = e.all_logits ? e.n_tokens : 1;
       const size_t j = &e - s.batches[i].seqs.data();
@@ -329,6 +350,17 @@ inline void ExpectTopOfWholeRows(const Run& whole, const Run& top, int64_t vocab
             << "step " << i << " row " << row;
         EXPECT_TRUE(std::equal(val.begin(), val.end(), t.val.begin() + row * t.k));
         EXPECT_EQ(t.first_bad[row], -1);
+        if (wide.k > 0) {  // (the same row's best half the vocabulary, after the step)
+          val.resize(wide.k);
+          idx.resize(wide.k);
+          kernels::TopK(w, vocab, wide.k, val.data(), idx.data());
+          const int64_t at = wide_row++ * wide.k;
+          EXPECT_TRUE(std::equal(idx.begin(), idx.end(), wide.idx.begin() + at))
+              << "step " << i << " row " << row << ": the best " << wide.k;
+          EXPECT_TRUE(std::equal(val.begin(), val.end(), wide.val.begin() + at));
+          val.resize(t.k);
+          idx.resize(t.k);
+        }
         // The drawn token: kernels::DrawInIdOrder of the whole row (the device may sum in
         // another order: the same id but within rounding of a boundary, which these are not);
         // the total kernels::TemperatureTotal's, within 1e-12.

@@ -99,7 +99,7 @@ def test_utilization_metrics_after_load(server):
     # Logit rows sampled, by what came back: a row a token (the 16 above at least); on the CPU
     # every row whole, on a device (PENG_E2E_SERVE_ARGS=--device ...) greedy rows as their best.
     rows = {}
-    for kind in ["best", "whole"]:
+    for kind in ["best", "wide", "whole"]:
         line = f'peng_logit_rows_total{{model_name="{MODEL_NAME}",kind="{kind}"}} '
         assert line in m, line
         rows[kind] = float(m.split(line)[1].split()[0])

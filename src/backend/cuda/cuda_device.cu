@@ -50,7 +50,7 @@ enum ActFormat : int { kFp32Act = 0, kBlocks32, kBlocks256, kW8A8Groups };
 QActOut Q32Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? QActOut{} : q; }
 QActOut Q256Slot(ActFormat f, const QActOut& q) { return f == kBlocks256 ? q : QActOut{}; }
 
-static_assert(kTopMax == Device::kTopLogitsMax);
+static_assert(kTopMax == Device::kTopLogitsMax && kTopWide == Device::kTopLogitsWide);
 
 class CudaDevice final : public Device {
  public:
@@ -706,7 +706,7 @@ class CudaDevice final : public Device {
     Note(cudaGetLastError());
   }
   int64_t TopLogitsScratchBytes(int64_t n_rows, int64_t n, int k) const override {
-    return n_rows * Blocks(n, kTopChunk) * (k * 8 + 4);
+    return k > kTopMax ? n_rows * k * 8 : n_rows * Blocks(n, kTopChunk) * (k * 8 + 4);
   }
   void TopLogits(const float* x, int64_t R, int64_t n, int k, float* val, int32_t* idx,
                  int32_t* first_bad, void* scratch) override {
@@ -715,8 +715,13 @@ class CudaDevice final : public Device {
       Keep(InvalidArgument(name_ + ": TopLogits' scratch is not 8-byte aligned"));
       return;
     }
-    const int64_t chunks = Blocks(n, kTopChunk);
     auto* keys = static_cast<uint64_t*>(scratch);
+    if (k > kTopMax) {  // (a few rows after a step: a block a row)
+      Launch(TopWideKernel, R, kTopThreads, launch_, x, n, k, keys, val, idx, first_bad);
+      Note(cudaGetLastError());
+      return;
+    }
+    const int64_t chunks = Blocks(n, kTopChunk);
     auto* bad = reinterpret_cast<int32_t*>(keys + R * chunks * k);
     for (int64_t r0 = 0; r0 < R; r0 += kMaxGridY) {  // (rows as gridDim.y)
       const int64_t r = std::min(R - r0, kMaxGridY);

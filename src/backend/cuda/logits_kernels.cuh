@@ -2,7 +2,8 @@
 // kernels.cuh): the k best logits of each row and its first NaN / +inf (Device::TopLogits), in
 // two stages -- the best k of each chunk of kTopChunk values (a block a chunk, the chunk in
 // shared memory; TopChunksKernel), then the best k of the chunks' (a block a row, sorted;
-// TopMergeKernel) -- each by radix select over 64-bit keys that order the values as
+// TopMergeKernel); a longer list a block a row (TopWideKernel) -- each by radix select over
+// 64-bit keys that order the values as
 // kernels::TopK does: the float's order key above the complement of its index, so that equal
 // values rank by the lower index and no two keys are equal. And plain temperature sampling's
 // draw over a row (Device::DrawTokens: DrawKernel).
@@ -18,7 +19,8 @@ namespace {
 
 constexpr int kTopThreads = 512;    // threads of both stages' blocks
 constexpr int kTopChunk = 8192;     // values a first-stage block
-constexpr int kTopMax = 256;        // k at most (Device::kTopLogitsMax)
+constexpr int kTopMax = 256;        // k at most in a step (Device::kTopLogitsMax)
+constexpr int kTopWide = 4096;      // k at most (Device::kTopLogitsWide: TopWideKernel)
 constexpr int kNoBad = 0x7fffffff;  // (no NaN / +inf seen)
 
 // A float's bits as a key that orders as the value: -0.0 as +0.0, NaN below -inf.
@@ -174,6 +176,54 @@ __global__ void __launch_bounds__(kTopThreads)
     const int32_t i = TopKeyIndex(c);
     idx[row * k + rank] = i;
     val[row * k + rank] = x[row * n + i];
+  }
+}
+
+// A block a row, for k > kTopMax (up to kTopWide: a few rows whose nucleus reaches past their
+// best kTopMax, Device::TopLogits after a step): the best k of the row by SelectTop over the
+// row itself (its keys into keys[row k ...]), sorted best first in shared memory (a bitonic
+// sort over the next power of two, padded with 0 keys), into val / idx [row k ...]; the row's
+// first NaN / +inf into first_bad[row].
+__global__ void __launch_bounds__(kTopThreads)
+    TopWideKernel(const float* x, int64_t n, int k, uint64_t* keys, float* val, int32_t* idx,
+                  int32_t* first_bad) {
+  KernelStart();
+  __shared__ TopSelect s;
+  __shared__ uint64_t sorted[kTopWide];
+  __shared__ int s_bad;
+  const int64_t row = blockIdx.x;
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x + row * n);
+  const int tid = threadIdx.x, m = static_cast<int>(n);
+  if (tid == 0) s_bad = kNoBad;
+  __syncthreads();
+  int my_bad = kNoBad;
+  for (int i = tid; i < m && my_bad == kNoBad; i += blockDim.x)
+    if (NanOrPosInf(bits[i])) my_bad = i;  // (a thread's first is its lowest)
+  if (my_bad != kNoBad) atomicMin(&s_bad, my_bad);
+  uint64_t* out = keys + row * k;
+  SelectTop([&](int i) { return TopKey(bits[i], i); }, m, k, out, s);  // (barriers: s_bad set)
+  if (tid == 0) first_bad[row] = s_bad == kNoBad ? -1 : s_bad;
+  int p = 1;
+  while (p < k) p *= 2;
+  for (int i = tid; i < p; i += blockDim.x) sorted[i] = i < k ? out[i] : 0;
+  __syncthreads();
+  for (int size = 2; size <= p; size *= 2)  // (the last merge, size p, is descending)
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int i = tid; i < p; i += blockDim.x) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const uint64_t a = sorted[i], b = sorted[j];
+        if ((i & size) == 0 ? a < b : a > b) {
+          sorted[i] = b;
+          sorted[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  for (int i = tid; i < k; i += blockDim.x) {
+    const int32_t at = TopKeyIndex(sorted[i]);
+    idx[row * k + i] = at;
+    val[row * k + i] = x[row * n + at];
   }
 }
 
