@@ -5,7 +5,8 @@ brought back whole (PENG_DEVICE_TOP_LOGITS=0), each twice, alternating.
 
 Serves MODEL with `peng serve --device host` (the device path on the CPU), sends N_CLIENTS
 concurrent chat requests with a JSON Schema response_format (temperature 1, top_p 0.95, a seed
-each), and prints per run: the wall time, the logit rows sampled (peng_logit_rows_total) and the
+each), and prints per run: the wall time, the logit rows sampled (peng_logit_rows_total: from
+the best logits, from the best 4096 after the step, whole) and the
 engine's schedule / sample / forward / emit seconds (peng_step_phase_seconds_total) over the
 load, and how many outputs parse as JSON with the required fields. Needs `requests` (the e2e
 venv has it).
@@ -89,7 +90,7 @@ def run(peng, model, mode, n, max_tokens):
         server.terminate()
         server.wait()
     d = {k: after[k] - before.get(k, 0) for k in after}
-    rows = d["rows_best"] + d["rows_whole"]
+    rows = d["rows_best"] + d.get("rows_wide", 0) + d["rows_whole"]
 
     def valid(o):
         try:
@@ -97,7 +98,8 @@ def run(peng, model, mode, n, max_tokens):
         except (TypeError, ValueError, AttributeError):
             return False
 
-    print(f"{mode}: wall {wall:.1f} s, rows {rows:.0f} (best {d['rows_best']:.0f}), "
+    print(f"{mode}: wall {wall:.1f} s, rows {rows:.0f} (best {d['rows_best']:.0f}, "
+          f"wide {d.get('rows_wide', 0):.0f}), "
           f"sample {d['sample']:.2f} s = {1000 * d['sample'] / rows:.2f} ms a row, "
           f"schedule {d['schedule']:.2f} s, forward {d['forward']:.1f} s, emit {d['emit']:.2f} s, "
           f"valid JSON {sum(map(valid, outs))}/{n}", flush=True)

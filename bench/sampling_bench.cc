@@ -9,8 +9,8 @@
 // of the repetitions, in us a step (one thread; the engine spreads a step's whole rows over
 // its threads). The rows are random (normal, sd 3) -- or, with --nuclei, a model's: the rows of
 // a .npy that `peng logits` wrote, for which it counts the rows whose top-p nucleus lies within
-// their best 64 and their best 256 (SampleNucleus answers from the list; a device returns up to
-// 256) at temperatures 0.7 / 1 and top-p 0.9 / 0.95.
+// their best 64, 256 and 4096 (SampleNucleus answers from the list; a device returns up to 256
+// a row in a step, 4096 after it) at temperatures 0.7 / 1 and top-p 0.9 / 0.95.
 //
 //   sampling_bench [rows] [vocab] [reps]   (defaults 64 151936 9)
 //   sampling_bench --nuclei LOGITS.npy
@@ -73,19 +73,24 @@ std::vector<float> ReadNpy(const char* path, int64_t* rows, int64_t* n) {
   return v;
 }
 
-// How many of a model's rows SampleNucleus serves from their best 64 and 256
-// (Device::kTopLogitsMax).
+// How many of a model's rows SampleNucleus serves from their best 64, 256
+// (Device::kTopLogitsMax) and 4096 (Device::kTopLogitsWide: the list a row past its best 256
+// takes after the step, EngineCore::ChooseFromWide), and at temperature 1 / top-p 0.95 what a
+// row costs the host: sampled whole (copied on, scanned, Sampler::Sample) or from its best 4096.
 int Nuclei(const char* path) {
   int64_t R = 0, V = 0;
   const std::vector<float> x = ReadNpy(path, &R, &V);
-  const int kMost = 256;
-  if (x.empty() || V <= kMost) {
-    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab > %d] .npy\n", path,
-                 kMost);
+  const int kLists[3] = {64, 256, 4096};
+  if (x.empty() || V < 2 * kLists[2]) {
+    std::fprintf(stderr, "sampling_bench: %s: not a float32 [rows, vocab >= %d] .npy\n", path,
+                 2 * kLists[2]);
     return 1;
   }
-  std::vector<float> val(kMost);
-  std::vector<int32_t> idx(kMost);
+  const int kMost = kLists[2];
+  std::vector<float> val(R * kMost);
+  std::vector<int32_t> idx(R * kMost);
+  for (int64_t r = 0; r < R; ++r)  // (each shorter list is its head: TopK's order)
+    kernels::TopK(x.data() + r * V, V, kMost, val.data() + r * kMost, idx.data() + r * kMost);
   std::printf("%s: %lld rows of %lld logits\n", path, static_cast<long long>(R),
               static_cast<long long>(V));
   for (float temp : {0.7f, 1.f})
@@ -95,17 +100,35 @@ int Nuclei(const char* path) {
       p.top_p = top_p;
       p.seed = 1;
       Sampler s(p);
-      int64_t within[2] = {0, 0};
+      int64_t within[3] = {0, 0, 0};
+      std::vector<double> total(R);
       for (int64_t r = 0; r < R; ++r) {
-        const float* row = x.data() + r * V;
-        kernels::TopK(row, V, kMost, val.data(), idx.data());  // (its first 64: TopK's 64)
-        const double total = kernels::TemperatureTotal(row, V, val[0], 1.f / temp);
-        for (int i = 0; i < 2; ++i)
-          within[i] += s.SampleNucleus(val.data(), idx.data(), i ? kMost : 64, V, total) >= 0;
+        const float* v = val.data() + r * kMost;
+        total[r] = kernels::TemperatureTotal(x.data() + r * V, V, v[0], 1.f / temp);
+        for (int i = 0; i < 3; ++i)
+          within[i] += s.SampleNucleus(v, idx.data() + r * kMost, kLists[i], V, total[r]) >= 0;
       }
-      std::printf("  temperature %.1f, top-p %.2f: %5.1f%% of the rows from their best 64, "
-                  "%5.1f%% from their best 256\n",
-                  temp, top_p, 100.0 * within[0] / R, 100.0 * within[1] / R);
+      std::printf("  temperature %.1f, top-p %.2f: of the rows from their best 64 %5.1f%%, "
+                  "256 %5.1f%%, 4096 %5.1f%%\n",
+                  temp, top_p, 100.0 * within[0] / R, 100.0 * within[1] / R,
+                  100.0 * within[2] / R);
+      if (temp != 1.f || top_p != 0.95f) continue;
+      std::vector<float> row(V);
+      int64_t sink = 0;
+      const double whole = MedianUs(5, [&] {
+        for (int64_t r = 0; r < R; ++r) {
+          std::memcpy(row.data(), x.data() + r * V, V * sizeof(float));
+          sink += kernels::FindNanOrPosInf(row.data(), V);
+          sink += s.Sample(row.data(), V, TokenHistory());
+        }
+      });
+      const double list = MedianUs(5, [&] {
+        for (int64_t r = 0; r < R; ++r)
+          sink += s.SampleNucleus(val.data() + r * kMost, idx.data() + r * kMost, kMost, V,
+                                  total[r]);
+      });
+      std::printf("    a row on the host: whole %.1f us, from its best 4096 %.1f us (%lld)\n",
+                  whole / R, list / R, static_cast<long long>(sink % 2));
     }
   return 0;
 }
