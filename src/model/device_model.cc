@@ -132,11 +132,14 @@ Status DeviceModel::EnsureScratch(int64_t T, int64_t meta_ints) {
                                                         top_logits_max());
       PENG_RETURN_IF_ERROR(Scratch(DrawnDoublesAt(top_logits_max()) + 4 * logit_rows_, &top_));
       PENG_RETURN_IF_ERROR(Scratch((bytes + 3) / 4, &top_scratch_));  // (aligned as allocated)
-      if (!wide_) {
+      if (!wide_) {  // (CopyBestOfLogitRows' k: up to kTopLogitsWide, its scratch's largest)
         const int k = backend::Device::kTopLogitsWide;
-        PENG_RETURN_IF_ERROR(Scratch(kWideRows * (2 * k + 1), &wide_));
-        const int64_t per_row = std::max(WideScratchInts(k), WideScratchInts(top_logits_max()));
-        PENG_RETURN_IF_ERROR(Scratch(kWideRows * per_row, &wide_scratch_));
+        PENG_RETURN_IF_ERROR(Scratch(kWideRows * (2 * k + 2), &wide_));
+        PENG_RETURN_IF_ERROR(Scratch(kWideRows * output_.rows, &wide_rows_));
+        const int64_t most =
+            std::max(dev_->TopLogitsScratchBytes(kWideRows, output_.rows, k),
+                     dev_->TopLogitsScratchBytes(kWideRows, output_.rows, top_logits_max()));
+        PENG_RETURN_IF_ERROR(Scratch((most + 3) / 4, &wide_scratch_));
       }
     }
     logit_capacity_ = logit_rows_;
@@ -388,30 +391,27 @@ Status DeviceModel::CopyLogitRow(int64_t row, float* dst) {
   return dev_->CopyToHost(dst, logits_ + row * output_.rows, output_.rows * 4);
 }
 
-// A row's TopLogits scratch at k, in ints, 8-byte aligned (its keys).
-int64_t DeviceModel::WideScratchInts(int k) const {
-  return (dev_->TopLogitsScratchBytes(1, output_.rows, k) + 7) / 8 * 2;
-}
-
 Status DeviceModel::CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val,
                                         int32_t* idx) {
   const int64_t V = output_.rows;
   if (!wide_) return Unimplemented("the device model returns no best logits");
   if (k < 1 || k > backend::Device::kTopLogitsWide || k > V)
     return InvalidArgument("the best " + std::to_string(k) + " of a logit row");
-  const int64_t per_row = WideScratchInts(k);
+  // wide_: [val | idx] of n rows at k, first_bad, the rows' ids; the rows gathered.
+  int32_t* d_ids = wide_ + kWideRows * (2 * backend::Device::kTopLogitsWide + 1);
   for (size_t r0 = 0; r0 < rows.size(); r0 += kWideRows) {
     const int64_t n = std::min<int64_t>(kWideRows, static_cast<int64_t>(rows.size() - r0));
-    auto* d_val = reinterpret_cast<float*>(wide_);
-    int32_t* d_idx = wide_ + n * k;
+    int32_t ids[kWideRows];
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = rows[r0 + i];
-      if (row < 0 || row >= logit_rows_)
-        return InvalidArgument("logit row " + std::to_string(row) + " of " +
+      if (rows[r0 + i] < 0 || rows[r0 + i] >= logit_rows_)
+        return InvalidArgument("logit row " + std::to_string(rows[r0 + i]) + " of " +
                                std::to_string(logit_rows_));
-      dev_->TopLogits(logits_ + row * V, 1, V, k, d_val + i * k, d_idx + i * k,
-                      wide_ + 2 * n * k + i, wide_scratch_ + i * per_row);
+      ids[i] = static_cast<int32_t>(rows[r0 + i]);
     }
+    PENG_RETURN_IF_ERROR(dev_->CopyToDevice(d_ids, ids, n * sizeof(int32_t)));
+    dev_->GatherRows(logits_, d_ids, n, V, wide_rows_);
+    dev_->TopLogits(wide_rows_, n, V, k, reinterpret_cast<float*>(wide_), wide_ + n * k,
+                    wide_ + 2 * n * k, wide_scratch_);
     wide_host_.resize(2 * n * k);
     PENG_RETURN_IF_ERROR(dev_->CopyToHost(wide_host_.data(), wide_, wide_host_.size() * 4));
     std::memcpy(val + r0 * k, wide_host_.data(), n * k * 4);

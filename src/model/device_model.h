@@ -67,8 +67,9 @@ class DeviceModel {
   Status CopyLogitRow(int64_t row, float* dst);
   // The best k (1 <= k <= Device::kTopLogitsWide, k <= vocab) of each of the last Forward's
   // logit rows `rows`, best first, into host val / idx [rows.size(), k]: a nucleus that reaches
-  // past a row's best top_logits_max() (Sampler::SampleNucleus), a block a row on the device,
-  // kWideRows rows a copy; until the next Forward. Where top_logits_max() > 0.
+  // past a row's best top_logits_max() (Sampler::SampleNucleus): kWideRows rows at a time
+  // gathered on the device, their TopLogits in one launch and one copy; until the next
+  // Forward. Where top_logits_max() > 0.
   Status CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val, int32_t* idx);
 
  protected:
@@ -168,12 +169,13 @@ class DeviceModel {
   int32_t* top_scratch_ = nullptr;
   std::vector<int32_t> top_host_;
   // CopyBestOfLogitRows' [val | idx] of kWideRows rows at k up to Device::kTopLogitsWide, then
-  // their first_bad; its TopLogits scratch (allocated with top_, once); its host copy.
-  static constexpr int64_t kWideRows = 64;
+  // their first_bad and their row ids; the rows gathered (a launch and a copy for kWideRows);
+  // its TopLogits scratch (allocated with top_, once); its host copy.
+  static constexpr int64_t kWideRows = 16;
   int32_t* wide_ = nullptr;
+  float* wide_rows_ = nullptr;
   int32_t* wide_scratch_ = nullptr;
   std::vector<int32_t> wide_host_;
-  int64_t WideScratchInts(int k) const;
   int32_t* meta_ = nullptr;
   // This step: the logit rows' draws (Device::TokenDraw), tokens, pos, slot, seq_of_token, table
   // offsets, the sequences' first tokens, logit rows, tables -- uploaded in one copy (the host
