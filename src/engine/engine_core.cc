@@ -368,11 +368,12 @@ void EngineCore::FinishStep(Replica* rp) {
   }
   // The rows to sample, in order. Each is first checked for NaN (or +inf, which the softmax
   // cannot weigh): such a row is garbage and fails its request (the device checked the rows it
-  // returned the best of). A completion without a grammar (whose masks share the grammar's
-  // cache) that does not fork then chooses its token there too; both over the pool's threads
-  // (a batch's logits are megabytes, and the tokens of a step's sequences depend only on their
-  // own rows and samplers). The other completions sample, and every token is emitted, after,
-  // in order, on this thread.
+  // returned the best of). A row that came back as its best logits (a grammar's too: the device
+  // masked it), or a whole row of a completion without a grammar (whose masks share the
+  // grammar's cache) that does not fork, then has its token chosen there too; both over the
+  // pool's threads (a batch's logits are megabytes, and the tokens of a step's sequences
+  // depend only on their own rows and samplers). The other completions sample, the grammars
+  // take their tokens, and every token is emitted, after, in order, on this thread.
   choices_.clear();
   bool any_whole = false;
   int64_t row = 0;
@@ -413,7 +414,7 @@ void EngineCore::FinishStep(Replica* rp) {
     }
     any_whole = any_whole || ch.top_k == 0;
     ++(ch.top_k > 0 ? logit_rows_best_total_ : logit_rows_whole_total_);
-    ch.parallel = !c->matcher && !(r->in.n > 1 && !r->forked);
+    ch.parallel = ch.top_k > 0 || (!c->matcher && !(r->in.n > 1 && !r->forked));
     choices_.push_back(std::move(ch));
   }
   const Clock::time_point sample_begin = Clock::now();
@@ -479,17 +480,11 @@ void EngineCore::FinishStep(Replica* rp) {
                          ")");
       continue;
     }
-    if (ch.parallel) {
-      if (!ch.error.empty()) {
-        FailRequest(r, ch.error);
-      } else {
-        EmitToken(c, ch.id, r->in.params.want_logprobs ? &ch.lp : nullptr);
-      }
-      continue;
-    }
     try {
-      if (ch.top_k > 0) {  // (a grammar's row, masked by the device)
-        SampleBestAndEmit(&ch);
+      if (ch.parallel) {
+        if (!ch.error.empty()) throw std::runtime_error(ch.error);
+        if (ch.top_k > 0) Accept(c, ch.id);  // (a grammar's row: the device masked it)
+        EmitToken(c, ch.id, r->in.params.want_logprobs ? &ch.lp : nullptr);
       } else {
         if (r->in.n > 1 && !r->forked) Fork(r, ch.row);
         SampleAndEmit(c, ch.row);
@@ -655,27 +650,6 @@ Status EngineCore::FetchWholeRow(RowChoice* ch) {
   ++logit_rows_whole_total_;
   --(ch->wide ? logit_rows_wide_total_ : logit_rows_best_total_);
   return executor_->CopyLogitRow(ch->logit_row, ch->row);
-}
-
-// A grammar's row from its best logits (the device masked it: LogitEdits::allow), on this
-// thread (the grammar's masks share its cache): ChooseFromBest, or where the nucleus may reach
-// past them the whole row as the device changed it; then the grammar takes the token.
-void EngineCore::SampleBestAndEmit(RowChoice* ch) {
-  const Clock::time_point sample_begin = Clock::now();
-  Completion* c = ch->c;
-  ChooseFromBest(ch);
-  if (ch->id < 0) {
-    std::vector<RowChoice*> one{ch};
-    ChooseFromWide(&one);
-  }
-  if (ch->id < 0) {
-    const Status st = FetchWholeRow(ch);
-    if (!st.ok()) throw std::runtime_error("the logit row: " + st.message());
-    ch->id = c->sampler.Sample(ch->row, vocab_, TokenHistory());
-  }
-  Accept(c, ch->id);
-  step_.sample_seconds += Seconds(Clock::now() - sample_begin);  // the rest is emitting
-  EmitToken(c, ch->id, c->req->in.params.want_logprobs ? &ch->lp : nullptr);
 }
 
 // What Choose() would change in the completion's next row before its sampler draws -- the

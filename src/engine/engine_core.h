@@ -111,7 +111,6 @@ class EngineCore {
   void ChooseFromBest(RowChoice* ch) const;
   void ChooseFromWide(std::vector<RowChoice*>* rows);
   Status FetchWholeRow(RowChoice* ch);
-  void SampleBestAndEmit(RowChoice* ch);
   static void LogprobsFromBest(RowChoice* ch);
   void EmitToken(Completion* c, int32_t id, TokenLogprob* lp);
   void Emit(Request* r, RequestOutput ev);

@@ -63,9 +63,10 @@ class Executor {
   virtual Status CopyLogitRow(int64_t row, float* dst) {
     return Unimplemented("this executor returns whole logit rows only");
   }
-  // The best k (k <= top_logits_wide(), k <= vocab_size) of each of the last Execute's logit
-  // rows `rows`, best first (kernels::TopK's order), into val / idx [rows.size(), k]: rows
-  // whose nucleus reaches past their best top_logits_max(); valid until the next Execute.
+  // The most best logits CopyBestOfLogitRows returns a row (0: none), and those: the best k
+  // (k <= top_logits_wide(), k <= vocab_size) of each of the last Execute's logit rows `rows`,
+  // best first (kernels::TopK's order), into val / idx [rows.size(), k], for rows whose nucleus
+  // reaches past their best top_logits_max(); valid until the next Execute.
   virtual int top_logits_wide() const { return 0; }
   virtual Status CopyBestOfLogitRows(std::span<const int64_t> rows, int k, float* val,
                                      int32_t* idx) {
