@@ -1,6 +1,6 @@
 // The CUDA emulator itself (src/backend/cuda/emulator.h): that it runs kernels as CUDA would
-// -- every thread, barriers, shuffles (and WarpButterfly's one exchange), graph capture -- and
-// that it reports the misuses it is there to find instead of passing them: a shuffle after
+// -- every thread, barriers, shuffles (and WarpButterfly's one exchange), votes, graph capture --
+// and that it reports the misuses it is there to find instead of passing them: a shuffle after
 // lanes have returned, a deadlock between __syncthreads and a warp's barrier, launches beyond
 // the hardware's limits, vector loads not aligned to their size, allocations and host copies
 // inside a captured graph.
@@ -196,6 +196,46 @@ TEST(CudaEmulator, ButterflyInOneExchangeEqualsTheShuffles) {
   }
   emu::SetReversedOrder(false);
   cudaFree(dx);
+  cudaFree(dout);
+}
+
+// Each lane's votes: the lanes whose value equals its own, the lanes whose predicate holds, and
+// the first of each (__match_any_sync, __ballot_sync, __ffs, __popc).
+__global__ void VoteKernel(const int* v, unsigned* out) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned same = __match_any_sync(0xffffffffu, v[t]);
+  const unsigned odd = __ballot_sync(0xffffffffu, v[t] % 2);
+  out[4 * t] = same;
+  out[4 * t + 1] = odd;
+  out[4 * t + 2] = static_cast<unsigned>(__ffs(static_cast<int>(same)));
+  out[4 * t + 3] = static_cast<unsigned>(__popc(same));
+}
+
+TEST(CudaEmulator, VotesOfAWarp) {
+  std::vector<int> v(64);
+  for (int t = 0; t < 64; ++t) v[t] = (t * 7 + t / 32) % 5;  // (the second warp: other values)
+  int* dv = nullptr;
+  unsigned* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dv), v.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dout), 4 * v.size() * 4), cudaSuccess);
+  cudaMemcpyAsync(dv, v.data(), v.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  Launch(VoteKernel, 2, 32, nullptr, dv, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<unsigned> out(4 * v.size());
+  cudaMemcpyAsync(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost, nullptr);
+  for (int t = 0; t < 64; ++t) {
+    const int w = t / 32 * 32;
+    unsigned same = 0, odd = 0;
+    for (int l = 0; l < 32; ++l) {
+      same |= static_cast<unsigned>(v[w + l] == v[t]) << l;
+      odd |= static_cast<unsigned>(v[w + l] % 2) << l;
+    }
+    EXPECT_EQ(out[4 * t], same) << t;
+    EXPECT_EQ(out[4 * t + 1], odd) << t;
+    EXPECT_EQ(out[4 * t + 2], static_cast<unsigned>(std::countr_zero(same) + 1)) << t;
+    EXPECT_EQ(out[4 * t + 3], static_cast<unsigned>(std::popcount(same))) << t;
+  }
+  cudaFree(dv);
   cudaFree(dout);
 }
 

@@ -28,6 +28,7 @@
 // one exchange here, the last lane computing every lane's rounds as the shuffles would.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -248,6 +249,37 @@ template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   return __shfl_sync(mask, v, (emu::Lane() ^ lane_mask) % width, width);
 }
+
+namespace emu {
+// The last lane's rounds of a vote (ExchangeThen): each slot becomes the mask of the lanes whose
+// value equals its own (__match_any_sync), or of those whose value is not 0 (__ballot_sync).
+inline void MatchRounds(uint64_t* slots) {
+  uint64_t m[32] = {};
+  for (int l = 0; l < 32; ++l)
+    for (int o = 0; o < 32; ++o) m[l] |= uint64_t{slots[o] == slots[l]} << o;
+  std::memcpy(slots, m, sizeof(m));
+}
+inline void BallotRounds(uint64_t* slots) {
+  uint64_t m = 0;
+  for (int l = 0; l < 32; ++l) m |= uint64_t{slots[l] != 0} << l;
+  for (int l = 0; l < 32; ++l) slots[l] = m;
+}
+}  // namespace emu
+// (Full masks only, as the shuffles.)
+template <typename T>
+unsigned __match_any_sync(unsigned mask, T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  if (mask != 0xffffffffu) emu::SyncWarp(mask);  // (reported: a partial mask)
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return static_cast<unsigned>(emu::ExchangeThen(b, &emu::MatchRounds));
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  if (mask != 0xffffffffu) emu::SyncWarp(mask);  // (reported: a partial mask)
+  return static_cast<unsigned>(emu::ExchangeThen(predicate != 0, &emu::BallotRounds));
+}
+inline int __popc(unsigned x) { return std::popcount(x); }
+inline int __ffs(int x) { return x ? std::countr_zero(static_cast<unsigned>(x)) + 1 : 0; }
 
 // (A launch's blocks run one after another: every store is visible to the blocks after.)
 inline void __threadfence() {}

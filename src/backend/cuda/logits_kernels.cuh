@@ -72,14 +72,25 @@ __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) 
     __syncthreads();
     return;
   }
+  // (Every lane of a warp runs the loops below as often as the others -- to n rounded up to
+  // the block -- for the warp's votes: the lanes that count one byte add once, and those that
+  // take a key take their places at once. Most keys of a row share its first bytes, and a
+  // shared atomic's lanes on one address take turns.)
+  const int lane = tid % kWarp, rounded = (n + blockDim.x - 1) / blockDim.x * blockDim.x;
   uint64_t prefix = 0, mask = 0;
   uint32_t need = static_cast<uint32_t>(k);
   for (int shift = 56;; shift -= 8) {
     for (int b = tid; b < 256; b += blockDim.x) s.hist[b] = 0;
     __syncthreads();
-    for (int i = tid; i < n; i += blockDim.x) {
-      const uint64_t c = key(i);
-      if ((c & mask) == prefix) atomicAdd(&s.hist[(c >> shift) & 255], 1u);
+    for (int i = tid; i < rounded; i += blockDim.x) {
+      int byte = -1;
+      if (i < n) {
+        const uint64_t c = key(i);
+        if ((c & mask) == prefix) byte = static_cast<int>((c >> shift) & 255);
+      }
+      const unsigned same = __match_any_sync(0xffffffffu, byte);
+      if (byte >= 0 && __ffs(static_cast<int>(same)) - 1 == lane)
+        atomicAdd(&s.hist[byte], static_cast<uint32_t>(__popc(same)));
     }
     __syncthreads();
     if (tid < kWarp) {  // the byte where the count from the top reaches `need`: 8 bins a lane
@@ -93,12 +104,21 @@ __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) 
       }
       const uint32_t excl = incl - sum;
       if (excl < need && need <= incl) {
-        uint32_t above = excl;
-        int j = 0;
-        while (above + c[j] < need) above += c[j++];
+        uint32_t above = excl, cj = 0;
+        int j = 8;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {  // (unrolled: c stays in registers)
+          if (j < 8) continue;
+          if (above + c[q] < need) {
+            above += c[q];
+          } else {
+            j = q;
+            cj = c[q];
+          }
+        }
         s.prefix = prefix | uint64_t{255u - 8u * lane - j} << shift;
         s.need = need - above;
-        s.done = c[j] == need - above;
+        s.done = cj == need - above;
         s.taken = 0;
       }
     }
@@ -109,9 +129,14 @@ __device__ void SelectTop(KeyOf key, int n, int k, uint64_t* out, TopSelect& s) 
     if (s.done || shift == 0) break;  // (the keys are distinct: done at the last byte)
   }
   // The keys above the prefix and those that share it: k in all.
-  for (int i = tid; i < n; i += blockDim.x) {
-    const uint64_t c = key(i);
-    if ((c & mask) >= prefix) out[atomicAdd(&s.taken, 1)] = c;
+  for (int i = tid; i < rounded; i += blockDim.x) {
+    const uint64_t c = i < n ? key(i) : 0;
+    const bool take = i < n && (c & mask) >= prefix;
+    const unsigned taking = __ballot_sync(0xffffffffu, take);
+    int at = 0;
+    if (lane == 0 && taking != 0) at = atomicAdd(&s.taken, __popc(taking));
+    at = __shfl_sync(0xffffffffu, at, 0);
+    if (take) out[at + __popc(taking & ((1u << lane) - 1u))] = c;
   }
   __syncthreads();
 }
