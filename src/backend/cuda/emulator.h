@@ -1,17 +1,17 @@
 // The CUDA emulator: the part of CUDA that the CUDA backend uses (runtime calls, streams, graph
-// capture, FP16, warp shuffles, barriers, cublasGemmEx), implemented on the CPU, so that the
-// backend's own sources -- compiled as C++ by cuda_device_emulated.cc -- run in CI on machines
-// without a GPU and are checked against the host device by cuda_device_test
+// capture, FP16, warp shuffles and votes, barriers, cublasGemmEx), implemented on the CPU, so
+// that the backend's own sources -- compiled as C++ by cuda_device_emulated.cc -- run in CI on
+// machines without a GPU and are checked against the host device by cuda_device_test
 // (tests: cuda_emulator_test, device "cuda-emu").
 //
 // What it checks: the kernels' index arithmetic (lanes, warps, blocks, row splits, token
 // tiles), launch configurations against the hardware's limits, barrier and shuffle usage (every
-// lane of a warp at a full-mask shuffle, no lane leaving while its warp waits, no deadlock
-// between __syncthreads and a warp's barrier), vector loads aligned to their size (LoadVector,
-// the weight layout's loads), allocations during graph capture, and what a replayed graph reads
-// (the arguments as captured), and races between blocks or between threads outside barriers
-// where the two orders it runs in (SetReversedOrder) give different results. Built with
-// AddressSanitizer (scripts/sanitize.sh), accesses past a device allocation too.
+// lane of a warp at a full-mask shuffle or vote, no lane leaving while its warp waits, no
+// deadlock between __syncthreads and a warp's barrier), vector loads aligned to their size
+// (LoadVector, the weight layout's loads), allocations during graph capture, and what a
+// replayed graph reads (the arguments as captured), and races between blocks or between threads
+// outside barriers where the two orders it runs in (SetReversedOrder) give different results.
+// Built with AddressSanitizer (scripts/sanitize.sh), accesses past a device allocation too.
 // What it does not: timing, memory coalescing, races that give the same result in both
 // orders, and the code under __CUDA_ARCH__ (weight_layout.h's device-only branches: the
 // emulator runs their host twins, which weight_layout_test checks against the CPU kernels).
