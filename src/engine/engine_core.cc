@@ -4,18 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
 
-#include "backend/device.h"
 #include "engine/llm.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
 #include "kernels/ops.h"
-#include "model/registry.h"
 #include "tokenizer/streaming_decoder.h"
 
 namespace peng {
@@ -25,54 +21,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-// Bytes of the weight files at `path` (a file, or a folder's .safetensors shards).
-int64_t WeightFileBytes(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) {
-    const auto n = fs::file_size(path, ec);
-    return ec ? 0 : static_cast<int64_t>(n);
-  }
-  int64_t total = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
-    if (e.path().extension() == ".safetensors") total += static_cast<int64_t>(e.file_size(ec));
-  return total;
-}
-
-// MemAvailable of /proc/meminfo (free memory plus the page cache the kernel can drop), or 0.
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  while (in >> key >> kib) {
-    if (key == "MemAvailable:") return kib * 1024;
-    in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  return 0;
-}
-
 }  // namespace
-
-bool WeightsInHugePages(const EngineOptions& o) {
-  if (!o.huge_pages || o.device != "cpu") return false;
-  const int64_t bytes = WeightFileBytes(o.model_path);
-  // A quarter: the kernels' packed panels (kernels::PackPanels) may hold a second copy of most
-  // of the weights, and the KV cache comes on top.
-  return bytes > 0 && bytes <= AvailableMemoryBytes() / 4;
-}
-
-Status ValidateOptions(const EngineOptions& o) {
-  if (o.threads < 0) return InvalidArgument("threads must be >= 0");
-  if (o.tensor_parallel_size < 1) return InvalidArgument("tensor_parallel_size must be >= 1");
-  if (o.data_parallel_size < 1) return InvalidArgument("data_parallel_size must be >= 1");
-  if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
-  if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
-      o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
-      o.num_kv_blocks < 0)
-    return InvalidArgument("engine options must be positive (kv_cache_bytes >= 0)");
-  if (o.device != "cpu") PENG_RETURN_IF_ERROR(backend::ParseDeviceSpec(o.device).status());
-  return OkStatus();
-}
 
 // One completion of a request: a scheduler sequence plus its sampling and text state.
 struct EngineCore::Completion : Sequence {
@@ -875,129 +824,6 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->kv_dtype = opt_.kv_dtype;
   s->queue_wait_seconds_sum = queue_wait_sum_;
   s->queue_wait_count = queue_wait_count_;
-}
-
-StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
-                                                       std::unique_ptr<Model> model,
-                                                       std::unique_ptr<Tokenizer> tok) {
-  PENG_RETURN_IF_ERROR(ValidateOptions(o));
-  if (o.tensor_parallel_size != 1 || o.data_parallel_size != 1)
-    return InvalidArgument("a loaded model runs in one process (tensor and data parallel size 1)");
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                        CreateLocalExecutor(o, std::move(model)));
-  return EngineCore::Create(o, std::move(executor), std::move(tok));
-}
-
-namespace {
-
-bool workers_listening = false;  // rank 0 of a job whose other ranks serve its engine cores
-
-// The job's shape: tensor_parallel_size x data_parallel_size processes, the tensor-parallel
-// groups innermost (replica d = ranks [d * tp, (d + 1) * tp)), so a group stays on one host
-// when the hosts are filled in order.
-struct JobLayout {
-  Communicator* world = nullptr;
-  Communicator* tp = nullptr;  // this rank's tensor-parallel group (the world when dp = 1)
-  Communicator* dp = nullptr;  // the replicas' leaders (null when dp = 1; unused off leaders)
-  Communicator* peers = nullptr;  // this tensor-parallel index in every replica (dp > 1)
-  int tp_rank = 0, dp_rank = 0;
-};
-JobLayout listening_layout;  // rank 0's, when workers_listening
-
-StatusOr<JobLayout> Layout(const EngineOptions& o) {
-  static std::unique_ptr<Communicator> tp_comm, dp_comm, peers_comm;
-  static int made_tp = 0, made_dp = 0;
-  PENG_ASSIGN_OR_RETURN(Communicator* world, WorldComm());
-  const int64_t want = int64_t{o.tensor_parallel_size} * o.data_parallel_size;
-  const std::string shape = "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
-                            " x --data-parallel-size " + std::to_string(o.data_parallel_size);
-  if (world->size() != want) {
-    if (world->size() == 1)
-      return InvalidArgument(shape + " needs a job of " + std::to_string(want) +
-                             " processes: start it with mpirun -np " + std::to_string(want));
-    return InvalidArgument("this MPI job has " + std::to_string(world->size()) +
-                           " processes but " + shape + " = " + std::to_string(want) +
-                           "; they must be equal");
-  }
-  JobLayout L;
-  L.world = world;
-  const int tp = o.tensor_parallel_size;
-  L.tp_rank = world->rank() % tp;
-  L.dp_rank = world->rank() / tp;
-  if (o.data_parallel_size == 1) {
-    L.tp = world;
-  } else {
-    if (made_tp == 0) {  // collective: every rank makes the split once, in the same order
-      tp_comm = world->Split(L.dp_rank, L.tp_rank);
-      dp_comm = world->Split(L.tp_rank == 0 ? 0 : 1, L.dp_rank);
-      peers_comm = world->Split(L.tp_rank, L.dp_rank);
-      made_tp = tp;
-      made_dp = o.data_parallel_size;
-    } else if (made_tp != tp || made_dp != o.data_parallel_size) {
-      return InvalidArgument("the job's layout is fixed at its start: " + shape +
-                             " differs from the first");
-    }
-    L.tp = tp_comm.get();
-    L.dp = dp_comm.get();
-    L.peers = peers_comm.get();
-  }
-  if (world->size() > 1 && world->rank() == 0) {
-    workers_listening = true;
-    listening_layout = L;
-  }
-  return L;
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
-  PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
-  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
-  if (L.world->size() == 1) {
-    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                          LoadModel(o.model_path, {.huge_pages = WeightsInHugePages(o)}));
-    PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
-    return CreateEngineCore(o, std::move(model), std::move(tok));
-  }
-  if (L.world->rank() != 0) return Internal("the engine core runs on rank 0 of the job");
-  // A rank that fails to load its shard aborts the job; so does rank 0 (the workers are
-  // waiting for its first broadcast).
-  Communicator* tp = L.tp->size() > 1 ? L.tp : nullptr;
-  StatusOr<std::unique_ptr<Model>> model =
-      LoadModel(o.model_path, {.tp = tp, .expert_parallel = o.enable_expert_parallel,
-                               .ep_replicas = L.peers});
-  if (!model.ok()) L.world->Abort("rank 0: " + model.status().ToString());
-  PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
-  std::unique_ptr<Executor> executor;
-  if (L.dp) {
-    PENG_ASSIGN_OR_RETURN(executor, CreateDataParallelExecutor(o, L.dp, tp, std::move(*model)));
-  } else {
-    PENG_ASSIGN_OR_RETURN(executor, CreateTensorParallelExecutor(o, L.tp, std::move(*model)));
-  }
-  return EngineCore::Create(o, std::move(executor), std::move(tok));
-}
-
-StatusOr<bool> RunParallelWorker(const EngineOptions& o) {
-  PENG_RETURN_IF_ERROR(ValidateOptions(o));
-  if (o.tensor_parallel_size == 1 && o.data_parallel_size == 1 && !LaunchedByMpirun())
-    return false;
-  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
-  if (L.world->rank() == 0) return false;
-  if (L.tp_rank != 0) {
-    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.tp, L.peers));
-  } else {
-    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.tp, L.peers));
-  }
-  return true;
-}
-
-void EndParallelJob() {
-  if (!workers_listening) return;
-  workers_listening = false;
-  // The replicas' leaders first (each then ends its group's workers), then rank 0's own group.
-  const JobLayout& L = listening_layout;
-  if (L.dp) EndTensorParallelJob(L.dp);
-  if (L.tp->size() > 1) EndTensorParallelJob(L.tp);
 }
 
 }  // namespace peng
