@@ -63,11 +63,15 @@ struct EngineCore::Replica {
 };
 
 namespace {
+// EngineCore::top_logits_nucleus_: the executor's most, at most a quarter of the vocabulary.
+int NucleusList(const Executor& ex, int64_t vocab) {
+  return static_cast<int>(std::min<int64_t>(ex.top_logits_max(), vocab / 4));
+}
 // EngineCore::top_logits_wide_: the executor's most, at most half the vocabulary, where that is
-// more than a nucleus asks for in a step (TopLogitsFor); else 0.
+// more than a step's nucleus list; else 0.
 int WideList(const Executor& ex, int64_t vocab) {
   const int64_t k = std::min<int64_t>(ex.top_logits_wide(), vocab / 2);
-  return k > std::min<int64_t>(ex.top_logits_max(), vocab / 4) ? static_cast<int>(k) : 0;
+  return k > NucleusList(ex, vocab) ? static_cast<int>(k) : 0;
 }
 }  // namespace
 
@@ -79,6 +83,7 @@ EngineCore::EngineCore(const EngineOptions& o, std::unique_ptr<Executor> executo
       max_model_len_(EffectiveMaxModelLen(o, executor_->config())),
       vocab_(executor_->config().vocab_size),
       top_logits_max_(executor_->top_logits_max()),
+      top_logits_nucleus_(NucleusList(*executor_, vocab_)),
       top_logits_wide_(WideList(*executor_, vocab_)) {
   for (int d = 0; d < executor_->data_parallel_size(); ++d)
     replicas_.push_back(std::make_unique<Replica>(o, *executor_));
@@ -646,10 +651,8 @@ int EngineCore::TopLogitsFor(const Completion& c) const {
   const bool edited = c.matcher || !p.logit_bias.empty() || c.num_output < p.min_tokens ||
                       p.penalized();
   if (edited && p.want_logprobs) return 0;  // (logprobs of the row before the changes)
-  // (a nucleus: the most the device returns, but at most a quarter of the vocabulary)
-  const int nucleus = static_cast<int>(std::min<int64_t>(top_logits_max_, vocab_ / 4));
   int k = Sampler::DrawsInIdOrder(p, vocab_)   ? 1  // (its best, and the device's draw)
-          : Sampler::SamplesNucleus(p, vocab_) ? nucleus  // (its nucleus, mostly)
+          : Sampler::SamplesNucleus(p, vocab_) ? top_logits_nucleus_  // (mostly)
                                                : Sampler::TopNeeded(p);
   if (k == 0) return 0;
   if (p.want_logprobs) k = std::max(k, p.logprobs);  // (the top-N; log_total the rest)

@@ -127,8 +127,11 @@ class EngineCore {
   const int64_t max_model_len_;
   const int64_t vocab_;
   const int top_logits_max_;  // Executor::top_logits_max
-  // The best logits a nucleus past a row's best takes before its whole row: the executor's
-  // most (Executor::top_logits_wide), at most half the vocabulary; 0: none.
+  // The best logits a top-p / min-p row asks for in a step: the executor's most, at most a
+  // quarter of the vocabulary (TopLogitsFor).
+  const int top_logits_nucleus_;
+  // The best logits a nucleus past those takes after the step, before its whole row: the
+  // executor's most (Executor::top_logits_wide), at most half the vocabulary; 0: none.
   const int top_logits_wide_;
 
   std::unordered_map<std::string, std::unique_ptr<Request>> active_;

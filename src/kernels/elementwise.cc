@@ -66,7 +66,8 @@ void TopK(const float* x, int64_t n, int k, float* val, int32_t* idx) {
   // (v, i) ranks above (w, j), j < i (the scan's order): a number above NaN, a larger number.
   const auto above = [](float v, float w) { return !std::isnan(v) && (std::isnan(w) || v > w); };
   if (k > kTopKInsertMax) {  // a long list: select, then sort what was selected
-    std::vector<int32_t> order(static_cast<size_t>(n));
+    thread_local std::vector<int32_t> order;  // (scratch: no allocation a call)
+    order.resize(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     const auto before = [&](int32_t i, int32_t j) {
       return above(x[i], x[j]) || (!above(x[j], x[i]) && i < j);

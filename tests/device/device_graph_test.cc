@@ -152,10 +152,10 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       case 4: p.top_k = 10, r.n = 2; break;  // the prompt's row whole: the copies draw from it
       case 5: p.temperature = 0, p.want_logprobs = true, p.logprobs = 3; break;
       case 6: p.top_k = 20, p.repetition_penalty = 1.2f; break;
-      case 7: p.top_k = 5, p.min_tokens = 4; break;  // whole rows until min_tokens
+      case 7: p.top_k = 5, p.min_tokens = 4; break;  // banned on the device until min_tokens
       case 8: break;  // plain temperature: the device draws
-      case 9: p.temperature = 1.f, p.top_p = 0.9f; break;  // a nucleus past the best 64
-      case 10: p.temperature = 1.5f, p.min_tokens = 3; break;  // whole rows, then drawn
+      case 9: p.temperature = 1.f, p.top_p = 0.9f; break;  // nuclei past the best 64 and 128
+      case 10: p.temperature = 1.5f, p.min_tokens = 3; break;  // banned, then drawn
       case 11: p.temperature = 0.3f, p.top_p = 0.8f; break;  // nuclei within the best 64
       case 12: p.temperature = 0.5f, p.min_p = 0.2f; break;
       case 13: p.temperature = 1.5f, p.want_logprobs = true, p.logprobs = 20; break;  // drawn
@@ -187,8 +187,10 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
   EXPECT_EQ(stats.logit_rows_best_total + stats.logit_rows_wide_total +
                 stats.logit_rows_whole_total,
             21 * 12 - 1);  // (request 4's copy takes its first token from the prompt's row)
-  EXPECT_GT(stats.logit_rows_wide_total, 0);
-  EXPECT_GT(stats.logit_rows_whole_total, 0);
+  // (exactly: the rows and their nuclei are the CPU engine's, seed for seed; whole: request
+  // 4's prompt row, which its copies draw from)
+  EXPECT_EQ(stats.logit_rows_wide_total, 19);
+  EXPECT_EQ(stats.logit_rows_whole_total, 1);
   for (size_t i = 0; i < reqs.size(); ++i) {
     SCOPED_TRACE(reqs[i].id);
     ASSERT_EQ(got[0][i].tokens.size(), static_cast<size_t>(reqs[i].n));
@@ -321,9 +323,11 @@ TEST(DeviceGraph, GrammarRowsFromTheBestLogitsEqualTheCpuEngine) {
             rows);
   // (whole: request 9's rows -- logprobs --, the forking prompt's row, request 4's nuclei past
   // the best 4096; wide: request 3's past the best 256 within the best 4096)
+  // (exactly: the rows and their nuclei are the CPU engine's, seed for seed)
   EXPECT_GT(host.logit_rows_whole_total, static_cast<int64_t>(got[1][9].tokens[0].size()) + 1);
-  EXPECT_GT(host.logit_rows_wide_total, 0);
-  EXPECT_GT(host.logit_rows_best_total, rows / 2);
+  EXPECT_EQ(host.logit_rows_whole_total, 29);
+  EXPECT_EQ(host.logit_rows_wide_total, 2);
+  EXPECT_EQ(host.logit_rows_best_total, 143);
   EXPECT_EQ(best_only.logit_rows_best_total, best_tokens);
   EXPECT_EQ(best_only.logit_rows_wide_total, 0);
   EXPECT_EQ(best_only.logit_rows_whole_total, 0);
