@@ -154,7 +154,7 @@ TEST(DeviceGraph, EngineSamplingFromTheBestLogitsEqualsTheCpuEngine) {
       case 6: p.top_k = 20, p.repetition_penalty = 1.2f; break;
       case 7: p.top_k = 5, p.min_tokens = 4; break;  // banned on the device until min_tokens
       case 8: break;  // plain temperature: the device draws
-      case 9: p.temperature = 1.f, p.top_p = 0.9f; break;  // nuclei past the best 64 and 128
+      case 9: p.temperature = 1.f, p.top_p = 0.9f; break;  // nuclei past the best 64, within 128
       case 10: p.temperature = 1.5f, p.min_tokens = 3; break;  // banned, then drawn
       case 11: p.temperature = 0.3f, p.top_p = 0.8f; break;  // nuclei within the best 64
       case 12: p.temperature = 0.5f, p.min_p = 0.2f; break;
