@@ -29,8 +29,9 @@
 #        the norms, activations and quantizations before quantized GEMVs and RoPE + the KV
 #        write before the attention in kernels of their own (PENG_CUDA_FUSED_INPUT=0
 #        PENG_CUDA_FUSED_ROPE=0), and with
-#        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
-#        INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
+#        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), its decode of 64
+#        sequences together with the products on the tensor cores and on the dp4a GEMV
+#        (PENG_CUDA_MMA_GEMV=0), and its INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
 #        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
 #        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0), and with MLA's products
 #        a block a (token, head) (PENG_CUDA_MLA_GEMM=0), and with the attention on the FP32
@@ -381,6 +382,15 @@ run() {
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/whole-rows-qwen.json" --tg 128 \
       --batch 32
     summarize_bench "$RES/whole-rows-qwen.json"
+    # What the tensor cores are worth in batched decode's products (QMmaKernel, steps of 16 to
+    # 64 tokens): Qwen2.5's decode of 64 sequences together on them and on the dp4a GEMV
+    # (PENG_CUDA_MMA_GEMV=0).
+    for m in mma dp4a; do
+      PENG_CUDA_MMA_GEMV=$([[ $m == mma ]] && echo 1 || echo 0) step bench-batch64-$m \
+        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/batch64-$m-qwen.json" \
+        --tg 64 --batch 64
+      summarize_bench "$RES/batch64-$m-qwen.json"
+    done
     # INT8 W8A8 (peng quantize of the same random file: the integer GEMV over INT8 rows).
     step quantize-w8a8 "$BUNDLE/bin/peng" quantize "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
       "$mdir/qwen2.5-w8a8" --scheme w8a8

@@ -131,6 +131,25 @@ __global__ void MmaKernel(const float* a, const float* b, const float* c, float*
   for (int i = 0; i < 4; ++i) out[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = d[i];
 }
 
+// One warp: D = A B + C twice over for int8 A (16 x 16) and B (16 x 8), C int32, each lane's
+// fragments taken by PTX's formulas for mma.m16n8k16's .s8 elements (A's a0..a7, B's b0..b3:
+// four a register, the first in the low byte; C's c0..c3).
+__global__ void MmaS8Kernel(const int8_t* a, const int8_t* b, const int* c, int* out) {
+  const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+  uint32_t ra[2] = {0, 0}, rb = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int row = i < 4 ? g : g + 8, col = t * 4 + (i & 3);
+    ra[i / 4] |= uint32_t{static_cast<uint8_t>(a[row * 16 + col])} << (8 * (i & 3));
+  }
+  for (int i = 0; i < 4; ++i)
+    rb |= uint32_t{static_cast<uint8_t>(b[(t * 4 + i) * 8 + g])} << (8 * i);
+  int d[4];
+  for (int i = 0; i < 4; ++i) d[i] = c[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)];
+  MmaS8(d, ra, rb);
+  MmaS8(d, ra, rb);
+  for (int i = 0; i < 4; ++i) out[(i < 2 ? g : g + 8) * 8 + t * 2 + (i & 1)] = d[i];
+}
+
 TEST(CudaEmulator, EveryThreadOfEveryBlockRuns) {
   int* d = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 6 * 64 * 4), cudaSuccess);
@@ -268,6 +287,45 @@ TEST(CudaEmulator, TensorCoreProductOfFragments) {
   }
   emu::SetReversedOrder(false);
   for (float* p : d) cudaFree(p);
+}
+
+// The int8 product (runtime.h, MmaS8) against the product of the matrices: exact, the extreme
+// values included.
+TEST(CudaEmulator, Int8TensorCoreProductOfFragments) {
+  std::vector<int8_t> a(16 * 16), b(16 * 8);
+  std::vector<int> c(16 * 8);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int8_t>((i * 37 + 11) % 256 - 128);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int8_t>((i * 53 + 7) % 256 - 128);
+  a[0] = b[0] = -128;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<int>(i * 1000) - 60000;
+  int8_t *da = nullptr, *db = nullptr;
+  int *dc = nullptr, *dout = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&da), a.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&db), b.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dc), c.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dout), c.size() * 4), cudaSuccess);
+  cudaMemcpyAsync(da, a.data(), a.size(), cudaMemcpyHostToDevice, nullptr);
+  cudaMemcpyAsync(db, b.data(), b.size(), cudaMemcpyHostToDevice, nullptr);
+  cudaMemcpyAsync(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice, nullptr);
+  for (const bool reversed : {false, true}) {
+    emu::SetReversedOrder(reversed);
+    Launch(MmaS8Kernel, 1, 32, nullptr, da, db, dc, dout);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    std::vector<int> got(16 * 8);
+    cudaMemcpyAsync(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost, nullptr);
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        int want = c[i * 8 + j];
+        for (int k = 0; k < 16; ++k) want += 2 * a[i * 16 + k] * b[k * 8 + j];
+        EXPECT_EQ(got[i * 8 + j], want) << i << ", " << j;
+      }
+    }
+  }
+  emu::SetReversedOrder(false);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  cudaFree(dout);
 }
 
 // Each order reads what the other does not, so a result that depends on the order shows in one

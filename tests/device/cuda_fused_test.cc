@@ -157,7 +157,10 @@ TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
 // The quantized GEMVs (default mode: activations quantized as the CPU kernels quantize them,
 // backend/cuda/weight_layout.h; INT8 as W8A8, kernels::QuantizeActivations' groups of 32): the
 // integer parts equal the host's, so the results differ by the order of FP32 sums only. 2816
-// columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks.
+// columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks. From 16 tokens on the
+// products are the tensor cores' (QMmaKernel: 77 rows, five tiles of 16, the last with 13
+// rows (3 past the matrix); 88 units, the block's eight warps taking 12 or 8 each, in groups of
+// 4); 17 and 40 tokens end inside a tile of 8, 64 take two blocks of 32.
 TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   kernels::SetExactActivations(false);
   const int64_t rows = 77, cols = 2816;
@@ -171,7 +174,7 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     wc.push_back(w.cuda);
     wh.push_back(w.host);
   }
-  for (int64_t T : {1, 3, 9, 32, 64}) {
+  for (int64_t T : {1, 3, 9, 17, 32, 40, 64}) {
     std::vector<float> xv = Random(T * cols, -3.f, 3.f);
     for (int64_t c = 0; c < 32; ++c) xv[c] = 0.f;  // a block of zeros (scale 0)
     const Pair x = Upload(xv);
@@ -192,11 +195,12 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   }
   // The other row splits of the GEMV (backend/cuda/cuda_device.cu, LaunchQGemv): many rows a
   // warp each (2200 rows: at least 16 warps a multiprocessor up to 137 of them), few long rows
-  // four warps each (144 units).
+  // four warps each (144 units); on the tensor cores, a matrix of fewer units than a block's
+  // warps take at once (512 columns: 16 units, warps 0-3 of 8).
   for (auto [r2, c2] : {std::pair<int64_t, int64_t>{2200, 512}, {77, 4608}}) {
     for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
       const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, r2, c2, &rng_, &bytes);
-      for (int64_t T : {1, 11}) {
+      for (int64_t T : {1, 11, 24}) {
         const Pair x = Upload(Random(T * c2, -3.f, 3.f));
         const Pair y = Zeros(T * r2);
         cuda_->MatMul(w.cuda, x.cuda, T, y.cuda);
@@ -215,7 +219,7 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     for (int64_t r : rs)
       ws.push_back(UploadRandom(cuda_.get(), host_.get(), DType::kQ4_1, r, 512, &rng_, &bytes));
     const Pair bias = Upload(Random(2200));
-    for (int64_t T : {1, 5}) {
+    for (int64_t T : {1, 5, 21}) {
       const Pair x = Upload(Random(T * 512, -3.f, 3.f));
       std::vector<Pair> ys;
       for (int64_t r : rs) ys.push_back(Upload(Random(T * r)));

@@ -5,8 +5,10 @@
 //     quantized as the CPU quantizes them (once for all the matrices that share them, inside
 //     the RMSNorm or activation kernel before where there is one); one to four warps an output
 //     row, a unit a lane, dp4a against up to kTokenTile tokens; the epilogue (INT8's row scale,
-//     bias, residual add) in the store. Exact mode (kernels::SetExactActivations), float and
-//     INT8 W8A16 weights: FP32 activations, lane l decoding value l of each unit.
+//     bias, residual add) in the store; from kQMmaMinTokens tokens on, the same arithmetic on
+//     the tensor cores (qmma_kernels.cuh: tiles of 16 rows and 32 tokens, int8 mma.sync).
+//     Exact mode (kernels::SetExactActivations), float and INT8 W8A16 weights: FP32
+//     activations, lane l decoding value l of each unit.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
@@ -33,6 +35,7 @@
 #include "backend/cuda/logits_kernels.cuh"
 #include "backend/cuda/mla_kernels.cuh"
 #include "backend/cuda/moe_kernels.cuh"
+#include "backend/cuda/qmma_kernels.cuh"
 #include "backend/cuda/runtime.h"
 #include "kernels/ops.h"
 #ifdef PENG_HAVE_NCCL
@@ -419,11 +422,23 @@ class CudaDevice final : public Device {
   // one wave the input's own kernel (launched here first) costs less.
   // input's route rides on the launch (true) as blocks of z index n where the launch runs input
   // and has one tile of tokens and a block for every 8 of the router's rows.
+  // From kQMmaMinTokens tokens on the products run on the tensor cores instead (QMmaKernel,
+  // after input's own kernel).
   static constexpr int kFusedInputBlocksPerSm = 3;
   bool LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
                    const FusedInput* input = nullptr) {
     int64_t rows = 0;
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
+    if (mma_gemv_ && T >= kQMmaMinTokens) {
+      if (input) LaunchInput(*input, T);
+      WithType(type, [&]<DType D>() {
+        if constexpr (layout::kIntDot<D>)
+          Launch(QMmaKernel<D>, dim3(Blocks(rows, kQMmaRows), Blocks(T, kQMmaTileTokens), n),
+                 kQMmaWarps * kWarp, launch_, ms, a, T);
+      });
+      Note(cudaGetLastError());
+      return false;
+    }
     const int64_t units = cols / 32;
     const int wpr = rows >= 16 * sm_count_ ? 1
                     : units >= 4 * kWarp   ? 4
@@ -899,6 +914,7 @@ class CudaDevice final : public Device {
   bool graphs_on_ = EnvOn("PENG_CUDA_GRAPHS");
   bool quantized_gemv_ = EnvOn("PENG_CUDA_QGEMV");
   bool fused_input_ = EnvOn("PENG_CUDA_FUSED_INPUT");  // ProductsAfter's input inside the GEMV
+  bool mma_gemv_ = EnvOn("PENG_CUDA_MMA_GEMV");  // LaunchQGemv's tensor-core products
   bool fused_rope_ = EnvOn("PENG_CUDA_FUSED_ROPE");  // AttentionMatMuls' RoPE inside the attention
   bool fused_route_ = EnvOn("PENG_CUDA_FUSED_ROUTE");  // MatMulMoeRoute in one kernel
   bool tiled_attention_ = EnvOn("PENG_CUDA_TILED_ATTENTION");  // Tiled()

@@ -131,6 +131,48 @@ inline void MmaF16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]
   MmaOperands m{a, b, d};
   (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaRounds);
 }
+// MmaS8 (below) the same way: the int8 tiles gathered by PTX's layout, products summed in
+// int32 (exact, as on the tensor cores).
+struct MmaS8Operands {
+  const uint32_t* a;
+  uint32_t b;
+  int* d;
+};
+inline void MmaS8Rounds(uint64_t* slots) {
+  int a[16][16], b[16][8], d[16][8];
+  auto byte = [](uint32_t w, int i) { return int{static_cast<int8_t>(w >> (8 * i))}; };
+  for (int l = 0; l < 32; ++l) {
+    const auto* m = reinterpret_cast<const MmaS8Operands*>(static_cast<uintptr_t>(slots[l]));
+    const int g = l / 4, c = 4 * (l % 4);
+    for (int i = 0; i < 4; ++i) {
+      a[g][c + i] = byte(m->a[0], i);
+      a[g + 8][c + i] = byte(m->a[1], i);
+      b[c + i][g] = byte(m->b, i);
+    }
+    for (int i = 0; i < 2; ++i) {
+      d[g][2 * (l % 4) + i] = m->d[i];
+      d[g + 8][2 * (l % 4) + i] = m->d[2 + i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      int s = 0;
+      for (int k = 0; k < 16; ++k) s += a[i][k] * b[k][j];
+      d[i][j] += s;
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const auto* m = reinterpret_cast<const MmaS8Operands*>(static_cast<uintptr_t>(slots[l]));
+    for (int i = 0; i < 2; ++i) {
+      m->d[i] = d[l / 4][2 * (l % 4) + i];
+      m->d[2 + i] = d[l / 4 + 8][2 * (l % 4) + i];
+    }
+  }
+}
+inline void MmaS8(int (&d)[4], const uint32_t (&a)[2], uint32_t b) {
+  MmaS8Operands m{a, b, d};
+  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaS8Rounds);
+}
 #else
 // The launch, with no dynamic shared memory (no kernel uses any).
 template <typename... P, typename... A>
@@ -191,6 +233,19 @@ __device__ __forceinline__ void MmaF16(float (&d)[4], const uint32_t (&a)[4],
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+// D += A B over one tile of 16 x 8 x 16 int8 values (mma.sync m16n8k16, sm_80 and later: int32
+// accumulation, exact). With g = lane / 4 and c = 4 (lane % 4), each register four int8
+// values of consecutive columns (or rows of B), the first in its low byte: a[0] holds A(g,
+// c..c+3), a[1] A(g+8, c..c+3); b B(c..c+3, g); d[0..1] D(g, 2 (lane % 4) ..), d[2..3]
+// D(g+8, 2 (lane % 4) ..). (The emulator's MmaS8 gathers the tiles by the same layout.)
+__device__ __forceinline__ void MmaS8(int (&d)[4], const uint32_t (&a)[2], uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%0, %1, %2, %3};"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b));
 #endif
 }
 #endif

@@ -233,12 +233,19 @@ struct Unit {
   int sc0 = 1, sc1 = 1, off = 0;
   float dw = 0.f, mw = 0.f;
 };
+// A type's off (the same for every unit).
+template <DType T>
+constexpr int kUnitOff = T == DType::kQ4_0   ? -8
+                         : T == DType::kQ5_0 ? -16
+                         : T == DType::kQ6_K ? -32
+                                             : 0;
 
 // Unit u for the integer dot products.
 template <DType T>
 PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
   using namespace kernels;
   Unit w;
+  w.off = kUnitOff<T>;
   if constexpr (T == DType::kI8) {  // 32 bytes a unit, the scale the row's (dw 1)
     w.dw = 1.f;
     Load16(row + 32 * u, w.q);
@@ -265,7 +272,6 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
         w.q[i + 4] |= FifthBits(qh >> (16 + 4 * i));
       }
     }
-    w.off = kMin ? 0 : kFive ? -16 : -8;
   } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
     constexpr bool kFive = T == DType::kQ5_K;
     constexpr int kSize = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
@@ -314,7 +320,6 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
     const uint16_t sc = Load2(b + 192 + 8 * h + 2 * kk);
     w.sc0 = static_cast<int8_t>(sc & 0xFF);
     w.sc1 = static_cast<int8_t>(sc >> 8);
-    w.off = -32;
     w.dw = HalfBits(Load2(row + (n / 8) * kQ6Body + 2 * (u / 8)));
   }
   return w;
@@ -325,8 +330,18 @@ template <DType T>
 constexpr bool kHasMin = T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ4_K ||
                          T == DType::kQ5_K;
 
-// Unit w (of type T)'s dot with 32 activation values a (eight words), their block scale ad and
-// their sums s0 (values 0-15) and s1 (16-31).
+// Unit w (of type T)'s dot with 32 activation values from the integer dots of its two halves
+// with them, lo (values 0-15) and hi (16-31), wherever those were summed (UnitDot's dp4a, the
+// tensor cores' tiles); ad is the activations' block scale, s0 / s1 their sums over values
+// 0-15 / 16-31. w's words are not read.
+template <DType T>
+PENG_HD float HalvesDot(const Unit& w, int lo, int hi, float ad, int s0, int s1) {
+  const int isum = w.sc0 * (lo + w.off * s0) + w.sc1 * (hi + w.off * s1);
+  const float dot = ad * w.dw * static_cast<float>(isum);
+  if constexpr (kHasMin<T>) return dot + ad * w.mw * static_cast<float>(s0 + s1);
+  return dot;
+}
+// The same with 32 activation values a (eight words), the halves' dots by dp4a.
 template <DType T>
 PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1) {
   int lo = 0, hi = 0;
@@ -335,10 +350,7 @@ PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1
     lo = Dp4a(w.q[i], a[i], lo);
     hi = Dp4a(w.q[i + 4], a[i + 4], hi);
   }
-  const int isum = w.sc0 * (lo + w.off * s0) + w.sc1 * (hi + w.off * s1);
-  const float dot = ad * w.dw * static_cast<float>(isum);
-  if constexpr (kHasMin<T>) return dot + ad * w.mw * static_cast<float>(s0 + s1);
-  return dot;
+  return HalvesDot<T>(w, lo, hi, ad, s0, s1);
 }
 
 // ------------------------------------------------------------------------------------------
