@@ -80,15 +80,19 @@ __global__ void __launch_bounds__(kQMmaWarps * kWarp, 2) QMmaKernel(QMats ms, QA
       const uint32_t* const row_g = wq + g * kQMmaRowWords + j * 8;
       const uint32_t lo_a[2] = {row_g[c], row_g[8 * kQMmaRowWords + c]};
       const uint32_t hi_a[2] = {row_g[4 + c], row_g[8 * kQMmaRowWords + 4 + c]};
-      layout::Unit w[2];  // rows g and g + 8: their numbers (HalvesDot reads no words)
+      // Rows g and g + 8: their numbers (HalvesDot reads no words); the sub-block scales of
+      // the K-quants only (the others' are 1, as their mw is unread: constants to the compiler).
+      constexpr bool kSubScales =
+          T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K;
+      layout::Unit w[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const QMmaUnitScales s = scales[warp][g + 8 * h][j];
-        w[h].sc0 = s.sc0;
-        w[h].sc1 = s.sc1;
+        w[h].sc0 = kSubScales ? s.sc0 : 1;
+        w[h].sc1 = kSubScales ? s.sc1 : 1;
         w[h].off = layout::kUnitOff<T>;
         w[h].dw = s.dw;
-        w[h].mw = s.mw;
+        w[h].mw = layout::kHasMin<T> ? s.mw : 0.f;
       }
 #pragma unroll
       for (int b = 0; b < kQMmaTiles; ++b) {
