@@ -193,6 +193,25 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
     Expect(b, T * rows, 1e-5, "MatMuls Q4_K T=" + std::to_string(T));
     Expect(f, T * rows, 1e-4, "MatMuls F16 T=" + std::to_string(T));
   }
+  // The dp4a GEMV at such counts of tokens (PENG_CUDA_MMA_GEMV=0), every type: the path the
+  // tensor cores' products replace from 16 tokens on.
+  {
+    const std::unique_ptr<Device> dp4a = DeviceWithout("PENG_CUDA_MMA_GEMV");
+    ASSERT_NE(dp4a, nullptr);
+    std::vector<Uploaded> ws;  // (uploaded there: an upload sizes the device's scratch)
+    for (DType t : types)
+      ws.push_back(UploadRandom(dp4a.get(), host_.get(), t, rows, cols, &rng_, &bytes));
+    for (int64_t T : {17, 64}) {
+      const Pair x = Upload(Random(T * cols, -3.f, 3.f));
+      for (size_t i = 0; i < types.size(); ++i) {
+        const Pair y = Zeros(T * rows);
+        dp4a->MatMul(ws[i].cuda, x.cuda, T, y.cuda);
+        host_->MatMul(ws[i].host, x.host, T, y.host);
+        Expect(y, T * rows, 1e-5,
+               std::string("dp4a MatMul ") + DTypeName(types[i]) + " T=" + std::to_string(T));
+      }
+    }
+  }
   // The other row splits of the GEMV (backend/cuda/cuda_device.cu, LaunchQGemv): many rows a
   // warp each (2200 rows: at least 16 warps a multiprocessor up to 137 of them), few long rows
   // four warps each (144 units); on the tensor cores, a matrix of fewer units than a block's

@@ -71,15 +71,19 @@ RoutedExperts MakeRoutedExperts(DType t, int64_t E, int64_t rows, int64_t n, int
 }
 
 // Prefill's experts (past 32 tokens: the pairs grouped by expert, GroupedExpertsMatMul) over
-// activations quantized as the GEMVs quantize them (GroupedExpertsQGemvKernel; a quantize launch
-// before it; in a scratch of their own past the shared one's 512 rows): within 1e-5 of the host
-// device's quantized path, per token and per slot, Q4_0, Q4_K and INT8 W8A8 experts (the odd
-// ones another rank's: zeros), 37, 90 and 180 tokens of 3 slots each.
+// activations quantized as the GEMVs quantize them (on the tensor cores in tiles of up to 32
+// pairs, GroupedExpertsQMmaKernel, and by dp4a in tiles of 8 with PENG_CUDA_MMA_GEMV=0,
+// GroupedExpertsQGemvKernel; a quantize launch before either; in a scratch of their own past
+// the shared one's 512 rows): within 1e-5 of the host device's quantized path, per token and
+// per slot, Q4_0, Q4_K, Q6_K and INT8 W8A8 experts (the odd ones another rank's: zeros), 37,
+// 90 and 180 tokens of 3 slots each (14 to 68 pairs an expert: whole and partial tiles).
 TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
+  const std::unique_ptr<Device> dp4a = DeviceWithout("PENG_CUDA_MMA_GEMV");
+  ASSERT_NE(dp4a, nullptr);
   kernels::SetExactActivations(false);
   const int64_t E = 8, rows = 64, cols = 256;
   const int k = 3;
-  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kI8}) {
+  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kI8}) {
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<std::vector<float>> scales;
     std::vector<TensorView> views;
@@ -90,11 +94,12 @@ TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
       ep.push_back(e % 2 ? nullptr : &views[e]);
       if (type == DType::kI8) sp.push_back(e % 2 ? nullptr : scales[e].data());
     }
-    std::vector<void*> allocs_c, allocs_h;
+    std::vector<void*> allocs_c, allocs_d, allocs_h;
     const bool w8a8 = type == DType::kI8;
     auto ec = cuda_->UploadExperts(ep, &allocs_c, sp, w8a8);
+    auto ed = dp4a->UploadExperts(ep, &allocs_d, sp, w8a8);
     auto eh = host_->UploadExperts(ep, &allocs_h, sp, w8a8);
-    ASSERT_TRUE(ec.ok() && eh.ok());
+    ASSERT_TRUE(ec.ok() && ed.ok() && eh.ok());
     for (int64_t T : {37, 90, 180}) {
       std::vector<int32_t> ids(T * k);
       for (int64_t i = 0; i < T * k; ++i) ids[i] = static_cast<int32_t>((i * 5 + i / 7) % E);
@@ -102,15 +107,19 @@ TEST_F(CudaTest, GroupedExpertsOverQuantizedActivations) {
       ASSERT_TRUE(ids_c.ok());
       ASSERT_TRUE(cuda_->CopyToDevice(*ids_c, ids.data(), T * k * 4).ok());
       for (bool per_slot : {false, true}) {
-        const std::string tag = std::string(DTypeName(type)) + " T=" + std::to_string(T) +
-                                (per_slot ? " per slot" : " per token");
-        const Pair x = Upload(Random((per_slot ? T * k : T) * cols, -2.f, 2.f));
-        const Pair y = Upload(std::vector<float>(T * k * rows, 7.f));
-        const int64_t k0 = cuda_->KernelLaunches();
-        cuda_->ExpertsMatMul(*ec, x.cuda, T, static_cast<int32_t*>(*ids_c), k, per_slot, y.cuda);
-        EXPECT_EQ(cuda_->KernelLaunches() - k0, 4) << tag;  // tiles, scatter, quantize, GEMV
-        host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
-        Expect(y, T * k * rows, 1e-5, "grouped experts " + tag);
+        for (Device* dev : {cuda_.get(), dp4a.get()}) {
+          const std::string tag = std::string(DTypeName(type)) + " T=" + std::to_string(T) +
+                                  (per_slot ? " per slot" : " per token") +
+                                  (dev == dp4a.get() ? " dp4a" : "");
+          const Pair x = Upload(Random((per_slot ? T * k : T) * cols, -2.f, 2.f));
+          const Pair y = Upload(std::vector<float>(T * k * rows, 7.f));
+          const int64_t k0 = dev->KernelLaunches();
+          dev->ExpertsMatMul(dev == dp4a.get() ? *ed : *ec, x.cuda, T,
+                             static_cast<int32_t*>(*ids_c), k, per_slot, y.cuda);
+          EXPECT_EQ(dev->KernelLaunches() - k0, 4) << tag;  // tiles, scatter, quantize, product
+          host_->ExpertsMatMul(*eh, x.host, T, ids.data(), k, per_slot, y.host);
+          Expect(y, T * k * rows, 1e-5, "grouped experts " + tag);
+        }
       }
     }
   }

@@ -11,7 +11,8 @@
 //     activations, lane l decoding value l of each unit.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
 //     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
-//   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile.
+//   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile
+//     (of 32 pairs on the tensor cores, of 8 by dp4a).
 // Paged attention in decode steps runs one thread block per (token, head) over the sequence's
 // blocks, each warp scoring 32 keys at a time with its own online softmax, merged across warps
 // at the end; steps with prompts take tiles of a sequence's (token, head) rows that read each

@@ -214,14 +214,18 @@ void CudaDevice::GroupedExpertsMatMul(const DeviceExperts& w, const float* x, in
   int32_t* tile_start = offsets + (E + 1);
   int32_t* cursor = tile_start + (E + 1);
   int32_t* list = cursor + (E + 1);
-  Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, offsets, tile_start, cursor);
-  Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
-         list);
-  // The activations quantized as the GEMVs take them (dp4a: GroupedExpertsQGemvKernel): in
-  // the scratch where their rows fit, else in one of their own (the routed experts' down
-  // projection over a long prompt's pairs).
+  // The activations quantized as the GEMVs take them (on the tensor cores in tiles of
+  // kQMmaTileTokens pairs, GroupedExpertsQMmaKernel; PENG_CUDA_MMA_GEMV=0: by dp4a in tiles of
+  // kTokenTile, GroupedExpertsQGemvKernel): in the scratch where their rows fit, else in one
+  // of their own (the routed experts' down projection over a long prompt's pairs).
   const int64_t x_rows = x_per_slot ? n_pairs : T;
   const ActFormat f = Format(w.dtype, w.int8_activations, w.cols, /*T=*/1, /*rows=*/1);
+  const bool mma = f != kFp32Act && mma_gemv_;
+  const int tile_pairs = mma ? kQMmaTileTokens : kTokenTile;
+  Launch(ExpertTilesKernel, 1, 256, launch_, ids, n_pairs, E, tile_pairs, offsets, tile_start,
+         cursor);
+  Launch(ScatterPairsKernel, Blocks(n_pairs, 256), 256, launch_, ids, n_pairs, offsets, cursor,
+         list);
   QActOut q;
   if (f != kFp32Act && x_rows <= kMaxActRows) {
     q = WriteOut(f, w.cols);
@@ -232,12 +236,20 @@ void CudaDevice::GroupedExpertsMatMul(const DeviceExperts& w, const float* x, in
   if (f != kFp32Act)
     Launch(QuantizeActKernel, dim3(Blocks(w.cols, 256), x_rows), 256, launch_, x, w.cols,
            Q32Slot(f, q), Q256Slot(f, q));
-  // At most ceil(n_pairs / kTokenTile) + E tiles; blocks past the last one return at once.
-  const int64_t max_tiles = Blocks(n_pairs, kTokenTile) + E;
+  // At most ceil(n_pairs / tile_pairs) + E tiles; blocks past the last one return at once.
+  const int64_t max_tiles = Blocks(n_pairs, tile_pairs) + E;
   WithType(w.dtype, [&]<DType D>() {
     for (int64_t g0 = 0; g0 < max_tiles; g0 += kMaxGridY) {
       const dim3 grid(Blocks(w.rows, kRowsPerBlock), std::min(kMaxGridY, max_tiles - g0));
       if constexpr (layout::kIntDot<D>) {
+        if (mma) {
+          Launch(GroupedExpertsQMmaKernel<D>,
+                 dim3(Blocks(w.rows, kQMmaRows), std::min(kMaxGridY, max_tiles - g0)),
+                 kQMmaWarps * kWarp, launch_, w.data, w.scales, w.row_bytes, w.rows,
+                 QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot, E, offsets, tile_start, list, g0,
+                 y);
+          continue;
+        }
         if (f != kFp32Act) {
           Launch(GroupedExpertsQGemvKernel<D>, grid, kRowsPerBlock * kWarp, launch_, w.data,
                  w.scales, w.row_bytes, w.rows, QAct{q.qs, q.d, q.s, w.cols}, k, x_per_slot, E,

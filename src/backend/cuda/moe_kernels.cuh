@@ -1,8 +1,9 @@
 // The CUDA backend's mixture-of-experts kernels (included by cuda_device.cu after
 // kernels.cuh, whose GEMV pieces they use): top-k routing (kernels::MoeRoute's arithmetic), the
 // experts' GEMVs per (token, slot) pair -- over quantized activations (ExpertsQGemvKernel) or
-// FP32 ones (ExpertsGemvKernel) --, the pairs grouped by expert for prefill, and the routed
-// experts' weighted sum (SlotSumKernel). INT8 experts' row scales are applied in the store.
+// FP32 ones (ExpertsGemvKernel) --, the pairs grouped by expert for prefill (by dp4a here; on
+// the tensor cores: qmma_kernels.cuh), and the routed experts' weighted sum (SlotSumKernel).
+// INT8 experts' row scales are applied in the store.
 #pragma once
 
 #include <cstdint>
@@ -426,14 +427,15 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, const float* co
 }
 
 // Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
-// that an expert's matrix is read once per tile of up to kTokenTile of its pairs:
+// that an expert's matrix is read once per tile of up to tile_pairs of its pairs (kTokenTile
+// for the GEMVs, kQMmaTileTokens on the tensor cores):
 //   ExpertTiles (one block: the pairs counted per expert, then offsets[e]: the expert's first
 //   place in the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the
 //   list of pairs, expert by expert; their order within an expert does not matter: each pair's
 //   products are its own) -> GroupedExpertsGemv (block y = one tile). (No memset: the counts
 //   live in the block's shared memory.)
-__global__ void ExpertTilesKernel(const int32_t* ids, int64_t n_pairs, int E, int32_t* offsets,
-                                  int32_t* tile_start, int32_t* cursor) {
+__global__ void ExpertTilesKernel(const int32_t* ids, int64_t n_pairs, int E, int tile_pairs,
+                                  int32_t* offsets, int32_t* tile_start, int32_t* cursor) {
   KernelStart();
   __shared__ int32_t counts[kernels::kMaxRoutedExperts];
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
@@ -447,7 +449,7 @@ __global__ void ExpertTilesKernel(const int32_t* ids, int64_t n_pairs, int E, in
     tile_start[e] = g;
     cursor[e] = 0;
     o += counts[e];
-    g += (counts[e] + kTokenTile - 1) / kTokenTile;
+    g += (counts[e] + tile_pairs - 1) / tile_pairs;
   }
   offsets[E] = o;
   tile_start[E] = g;
@@ -461,13 +463,13 @@ __global__ void ScatterPairsKernel(const int32_t* ids, int64_t n_pairs, const in
 }
 
 // Tile g of the grouped pairs: its expert (the last whose tiles start at or before g), its
-// first place in the list and its pairs (up to kTokenTile).
+// first place in the list and its pairs (up to tile_pairs).
 struct ExpertTile {
   int expert, n;
   int64_t first;
 };
 __device__ __forceinline__ ExpertTile FindTile(int64_t g, int E, const int32_t* offsets,
-                                               const int32_t* tile_start) {
+                                               const int32_t* tile_start, int tile_pairs) {
   int lo = 0, hi = E - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -477,9 +479,9 @@ __device__ __forceinline__ ExpertTile FindTile(int64_t g, int E, const int32_t* 
       hi = mid - 1;
     }
   }
-  const int64_t first = offsets[lo] + (g - tile_start[lo]) * kTokenTile;
-  const int n = offsets[lo + 1] - first < kTokenTile ? static_cast<int>(offsets[lo + 1] - first)
-                                                    : kTokenTile;
+  const int64_t first = offsets[lo] + (g - tile_start[lo]) * tile_pairs;
+  const int n = offsets[lo + 1] - first < tile_pairs ? static_cast<int>(offsets[lo + 1] - first)
+                                                    : tile_pairs;
   return {lo, n, first};
 }
 
@@ -491,7 +493,7 @@ __device__ __forceinline__ bool GroupedWork(int64_t rows, int E, const int32_t* 
   *r = int64_t{blockIdx.x} * kRowsPerBlock + threadIdx.x / kWarp;
   const int64_t g = tile0 + blockIdx.y;
   if (*r >= rows || g >= tile_start[E]) return false;
-  *tile = FindTile(g, E, offsets, tile_start);
+  *tile = FindTile(g, E, offsets, tile_start, kTokenTile);
   return true;
 }
 
