@@ -29,9 +29,8 @@
 #        the norms, activations and quantizations before quantized GEMVs and RoPE + the KV
 #        write before the attention in kernels of their own (PENG_CUDA_FUSED_INPUT=0
 #        PENG_CUDA_FUSED_ROPE=0), and with
-#        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), its decode of 64
-#        sequences together with the products on the tensor cores and on the dp4a GEMV
-#        (PENG_CUDA_MMA_GEMV=0), and its INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
+#        the greedy rows brought back whole (PENG_DEVICE_TOP_LOGITS=0), and its
+#        INT8 W8A8 form (peng quantize); V2-Lite's decode again with the routing and the MoE
 #        down projections apart (PENG_CUDA_FUSED_ROUTE=0 PENG_CUDA_FUSED_MOE_DOWN=0), and its
 #        prefill with the FP32-activation kernels (PENG_CUDA_QGEMV=0), and with MLA's products
 #        a block a (token, head) (PENG_CUDA_MLA_GEMM=0), and with the attention on the FP32
@@ -40,7 +39,9 @@
 #        pp512 and tg128 after 4096 tokens of context (--depth 4096), the decode attention's
 #        keys split over blocks and not (PENG_CUDA_ATTN_SPLIT=0), its pp512 there with the
 #        prompts' attention on the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0), the 8-bit KV cache
-#        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens; these two after step 5);
+#        (--kv-cache-dtype q8_0; V2-Lite's too, after 1024 tokens), Qwen2.5's decode of 64
+#        sequences together with the products on the tensor cores and by dp4a
+#        (PENG_CUDA_MMA_GEMV=0) and V2-Lite's pp512 by dp4a (these five after step 5);
 #        each line with the kernels a decode step launches and what they cost at the kernel
 #        floor (an empty kernel's time in a recorded step)
 #     4. serving: peng serve --device cuda + peng bench serve with 64 concurrent clients, greedy
@@ -382,15 +383,6 @@ run() {
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/whole-rows-qwen.json" --tg 128 \
       --batch 32
     summarize_bench "$RES/whole-rows-qwen.json"
-    # What the tensor cores are worth in batched decode's products (QMmaKernel, steps of 16 to
-    # 64 tokens): Qwen2.5's decode of 64 sequences together on them and on the dp4a GEMV
-    # (PENG_CUDA_MMA_GEMV=0).
-    for m in mma dp4a; do
-      PENG_CUDA_MMA_GEMV=$([[ $m == mma ]] && echo 1 || echo 0) step bench-batch64-$m \
-        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/batch64-$m-qwen.json" \
-        --tg 64 --batch 64
-      summarize_bench "$RES/batch64-$m-qwen.json"
-    done
     # INT8 W8A8 (peng quantize of the same random file: the integer GEMV over INT8 rows).
     step quantize-w8a8 "$BUNDLE/bin/peng" quantize "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
       "$mdir/qwen2.5-w8a8" --scheme w8a8
@@ -433,6 +425,19 @@ run() {
     STEP_TIMEOUT=150 step bench-deepseek-q8_0 bench_json "$ds" "$RES/deepseek-q8_0.json" \
       --tg 64 --depth 1024 --kv-cache-dtype q8_0
     summarize_bench "$RES/deepseek-q8_0.json"
+    # What the tensor cores are worth in the quantized products of 16 to 64 tokens
+    # (QMmaKernel) and in the experts' grouped by expert (GroupedExpertsQMmaKernel): Qwen2.5's
+    # decode of 64 sequences together on them and on dp4a (PENG_CUDA_MMA_GEMV=0), and V2-Lite's
+    # pp512 on dp4a (against bench-deepseek).
+    for m in mma dp4a; do
+      PENG_CUDA_MMA_GEMV=$([[ $m == mma ]] && echo 1 || echo 0) step bench-batch64-$m \
+        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/batch64-$m-qwen.json" \
+        --tg 64 --batch 64
+      summarize_bench "$RES/batch64-$m-qwen.json"
+    done
+    PENG_CUDA_MMA_GEMV=0 STEP_TIMEOUT=90 step bench-deepseek-dp4a bench_json "$ds" \
+      "$RES/deepseek-dp4a.json" --tg 8
+    summarize_bench "$RES/deepseek-dp4a.json"
   fi
   if [[ " ${STEPS:-} " == *" profile "* ]] && command -v ncu > /dev/null; then
     # Each kernel's time in the prefills, decode steps and a batched decode (asked for by name
