@@ -139,6 +139,18 @@ bench_json() {  # model out.json args...: peng bench's JSON document into out.js
   "$BUNDLE/bin/peng" bench -m "$model" --device cuda --pp 512 --reps 3 --json "$@" > "$out"
 }
 
+# The same bench with a switch of docs/devices.md on, then off: steps bench-NAME-ON and
+# bench-NAME-OFF, each into $RES/NAME-ON.json / NAME-OFF.json, each summarized.
+bench_switch() {  # variable name on off model args...
+  local var=$1 name=$2 on=$3 off=$4 model=$5 m
+  shift 5
+  for m in "$on" "$off"; do
+    local -x "$var=$([[ $m == "$on" ]] && echo 1 || echo 0)"
+    step "bench-$name-$m" bench_json "$model" "$RES/$name-$m.json" "$@"
+    summarize_bench "$RES/$name-$m.json"
+  done
+}
+
 serve_bench() {  # model port name [bench serve args]: 256 requests, 64 at a time
   local model=$1 port=$2 name=$3
   shift 3
@@ -338,13 +350,8 @@ run() {
     # Prefill and decode after a context of 4096 tokens (peng bench --depth, llama-bench's -d):
     # the decode attention's keys split over blocks (AttnSplits), and not
     # (PENG_CUDA_ATTN_SPLIT=0).
-    local m
-    for m in split unsplit; do
-      PENG_CUDA_ATTN_SPLIT=$([[ $m == split ]] && echo 1 || echo 0) step bench-depth-$m \
-        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/depth-$m-qwen.json" \
-        --tg 128 --depth 4096
-      summarize_bench "$RES/depth-$m-qwen.json"
-    done
+    bench_switch PENG_CUDA_ATTN_SPLIT depth split unsplit \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" --tg 128 --depth 4096
     # What the prompts' attention on the tensor cores is worth (AttentionMmaKernel): the same
     # pp512 after 4096 tokens with the FP32 tiles (PENG_CUDA_MMA_ATTENTION=0).
     PENG_CUDA_MMA_ATTENTION=0 step bench-depth-fp32-tiles bench_json \
@@ -353,12 +360,8 @@ run() {
     summarize_bench "$RES/depth-fp32-tiles-qwen.json"
     # The same for heads of 256 (AttentionMmaWideKernel): Gemma 3's pp512 after 4096 tokens on
     # the tensor cores and on the FP32 tiles.
-    for m in mma fp32-tiles; do
-      PENG_CUDA_MMA_ATTENTION=$([[ $m == mma ]] && echo 1 || echo 0) step bench-depth-gemma-$m \
-        bench_json "$mdir/gemma-3-270m-q4_k_m.gguf" "$RES/depth-$m-gemma.json" --tg 8 \
-        --depth 4096
-      summarize_bench "$RES/depth-$m-gemma.json"
-    done
+    bench_switch PENG_CUDA_MMA_ATTENTION depth-gemma mma fp32-tiles \
+      "$mdir/gemma-3-270m-q4_k_m.gguf" --tg 8 --depth 4096
     # What the CUDA graphs are worth (decode of the same file, replay off).
     PENG_CUDA_GRAPHS=0 step bench-no-graphs bench_json \
       "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/no-graphs-qwen.json" --tg 128
@@ -429,12 +432,8 @@ run() {
     # (QMmaKernel) and in the experts' grouped by expert (GroupedExpertsQMmaKernel): Qwen2.5's
     # decode of 64 sequences together on them and on dp4a (PENG_CUDA_MMA_GEMV=0), and V2-Lite's
     # pp512 on dp4a (against bench-deepseek).
-    for m in mma dp4a; do
-      PENG_CUDA_MMA_GEMV=$([[ $m == mma ]] && echo 1 || echo 0) step bench-batch64-$m \
-        bench_json "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$RES/batch64-$m-qwen.json" \
-        --tg 64 --batch 64
-      summarize_bench "$RES/batch64-$m-qwen.json"
-    done
+    bench_switch PENG_CUDA_MMA_GEMV batch64 mma dp4a \
+      "$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" --tg 64 --batch 64
     PENG_CUDA_MMA_GEMV=0 STEP_TIMEOUT=90 step bench-deepseek-dp4a bench_json "$ds" \
       "$RES/deepseek-dp4a.json" --tg 8
     summarize_bench "$RES/deepseek-dp4a.json"
