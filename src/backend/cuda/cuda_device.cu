@@ -804,12 +804,8 @@ class CudaDevice final : public Device {
   ActFormat Format(const DeviceMatrix& w, int64_t T) const {
     return Format(w.dtype, w.int8_activations, w.cols, T, T);
   }
-  // Format of the experts' per-pair GEMVs (up to kExpertsGemvMaxTokens tokens; past them the
-  // pairs are grouped by expert, in FP32).
-  ActFormat ExpertsFormat(const DeviceExperts& w, int64_t T, int64_t rows) const {
-    return T <= kExpertsGemvMaxTokens ? Format(w.dtype, w.int8_activations, w.cols, T, rows)
-                                      : kFp32Act;
-  }
+  bool PerPairExperts(int64_t T) const;  // (device_moe.cuh)
+  ActFormat ExpertsFormat(const DeviceExperts& w, int64_t T, int64_t rows) const;
   // The scratch region of format f, laid out for rows of `cols`: where the quantizer writes
   // (ActOut) and what the GEMVs read (Act).
   QActOut ActOut(ActFormat f, int64_t cols) const {

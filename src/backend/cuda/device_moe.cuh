@@ -33,10 +33,23 @@ void CudaDevice::MatMulMoeRoute(const DeviceMatrix& r, const float* x, int64_t T
   Note(cudaGetLastError());
 }
 
+// Whether the routed experts' products of a step of T tokens are a GEMV per (token, slot)
+// pair: up to kExpertsGemvMaxTokens tokens, and only below kQMmaMinTokens where the grouped
+// products run on the tensor cores; else the pairs are grouped by expert
+// (GroupedExpertsMatMul), each expert's rows read once a tile instead of once a pair.
+bool CudaDevice::PerPairExperts(int64_t T) const {
+  return T <= kExpertsGemvMaxTokens && !(mma_gemv_ && T >= kQMmaMinTokens);
+}
+// Format of the experts' per-pair GEMVs; kFp32Act where the pairs are grouped (they quantize
+// on their own): the fused forms then compose from ExpertsMatMul.
+ActFormat CudaDevice::ExpertsFormat(const DeviceExperts& w, int64_t T, int64_t rows) const {
+  return PerPairExperts(T) ? Format(w.dtype, w.int8_activations, w.cols, T, rows) : kFp32Act;
+}
+
 void CudaDevice::ExpertsMatMul(const DeviceExperts& w, const float* x, int64_t T,
                                const int32_t* ids, int k, bool x_per_slot, float* y) {
   if (T == 0) return;
-  if (T > kExpertsGemvMaxTokens) {
+  if (!PerPairExperts(T)) {
     GroupedExpertsMatMul(w, x, T, ids, k, x_per_slot, y);
     return;
   }
