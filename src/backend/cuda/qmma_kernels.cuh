@@ -52,7 +52,12 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
                                          StoreFn store) {
   alignas(16) __shared__ uint32_t words[kQMmaWarps][kQMmaRows * kQMmaRowWords];
   __shared__ QMmaUnitScales scales[kQMmaWarps][kQMmaRows][kQMmaUnits];
+  // act_row(tt) of every column, asked once (the experts' is a division); past nt the last's.
+  __shared__ int64_t tile_rows[kQMmaTileTokens];
   static_assert(sizeof(words) >= sizeof(float) * kQMmaWarps * 4 * kQMmaTiles * kWarp);
+  if (const int tt = static_cast<int>(threadIdx.x); tt < kQMmaTileTokens)
+    tile_rows[tt] = act_row(tt < nt ? tt : nt - 1);
+  __syncthreads();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
   constexpr int kPerScale = layout::kActBlock<T> / 32;  // units an activation scale covers
   const int64_t units = w_rows ? a.cols / 32 : 0, d_stride = a.cols / layout::kActBlock<T>;
@@ -98,15 +103,14 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
       for (int b = 0; b < kQMmaTiles; ++b) {
         if (8 * b >= nt) break;
         // B's column g: token 8 b + g of the tile (the last one's again past nt).
-        const int64_t tb = act_row(8 * b + g < nt ? 8 * b + g : nt - 1);
+        const int64_t tb = tile_rows[8 * b + g];
         const int8_t* const at = a.qs + tb * a.cols + u * 16 + 4 * c;
         int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
         MmaS8(lo, lo_a, LoadVector<uint32_t>(at));
         MmaS8(hi, hi_a, LoadVector<uint32_t>(at + a.cols / 2));
 #pragma unroll
         for (int e = 0; e < 2; ++e) {  // D's columns 2 c + e: token 8 b + 2 c + e
-          const int te = 8 * b + 2 * c + e < nt ? 8 * b + 2 * c + e : nt - 1;
-          const int64_t t = act_row(te);
+          const int64_t t = tile_rows[8 * b + 2 * c + e];
           const int2 s = LoadVector<int2>(a.s + t * (a.cols / 16) + 2 * u);
           const float ad = a.d[t * d_stride + u / kPerScale];
           acc[b][e] += layout::HalvesDot<T>(w[0], lo[e], hi[e], ad, s.x, s.y);
@@ -136,7 +140,7 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
 
 // The products of up to three matrices (blockIdx.z) over the step's T tokens: block (x, y)
 // takes row tile x and tokens 32 y ... (Both kernels' bounds ask for two blocks a
-// multiprocessor, at most 128 registers a thread: ptxas gives them 80-124, no spills, on sm_80
+// multiprocessor, at most 128 registers a thread: ptxas gives them 72-96, no spills, on sm_80
 // and sm_90; without the bound sm_80 spilled Q5_0's at 80.)
 template <DType T>
 __global__ void __launch_bounds__(kQMmaWarps * kWarp, 2)
