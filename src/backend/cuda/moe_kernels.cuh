@@ -426,9 +426,10 @@ __global__ void ExpertsGemvKernel(const uint8_t* const* experts, const float* co
   if (lane == 0) y[pair * rows + r] = ExpertRowScaled(scales, ids[pair], r, acc);
 }
 
-// Steps of more than kExpertsGemvMaxTokens tokens group the (token, slot) pairs by expert, so
-// that an expert's matrix is read once per tile of up to tile_pairs of its pairs (kTokenTile
-// for the GEMVs, kQMmaTileTokens on the tensor cores):
+// Steps past the GEMV per pair (CudaDevice::PerPairExperts: more than kExpertsGemvMaxTokens
+// tokens, or from kQMmaMinTokens on the tensor cores) group the (token, slot) pairs by expert,
+// so that an expert's matrix is read once per tile of up to tile_pairs of its pairs
+// (kTokenTile for the GEMVs, kQMmaTileTokens on the tensor cores):
 //   ExpertTiles (one block: the pairs counted per expert, then offsets[e]: the expert's first
 //   place in the list, tile_start[e]: its first tile; E + 1 entries each) -> ScatterPairs (the
 //   list of pairs, expert by expert; their order within an expert does not matter: each pair's

@@ -42,7 +42,7 @@ struct QMmaUnitScales {
   float dw, mw;
 };
 
-// One block's tile: rows r0 .. r0 + 15 of the matrix w (rows of row_bytes; null: another
+// One block's tile: rows r0 .. r0 + 15 of the matrix at w_rows (rows of row_bytes; null: another
 // rank's expert, whose products are zeros) times the tile's nt (<= kQMmaTileTokens) activation
 // rows act_row(0) .. act_row(nt - 1) of a; store(tt, r, s) takes each product s of the tile's
 // token tt and row r < rows. Every thread of the block calls it.
