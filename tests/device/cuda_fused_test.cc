@@ -160,7 +160,7 @@ TEST_F(CudaTest, FusedAttentionOutputAndSlotSum) {
 // columns: 88 units (lanes take 2-3 each), 11 K-quant super-blocks. From 16 tokens on the
 // products are the tensor cores' (QMmaKernel: 77 rows, five tiles of 16, the last with 13
 // rows (3 past the matrix); 88 units, the block's eight warps taking 12 or 8 each, in groups of
-// 4); 17 and 40 tokens end inside a tile of 8, 64 take two blocks of 32.
+// 4; so few rows take blocks of 8 tokens); 17 and 40 tokens end inside a tile of 8.
 TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   kernels::SetExactActivations(false);
   const int64_t rows = 77, cols = 2816;
@@ -215,8 +215,10 @@ TEST_F(CudaTest, QuantizedGemvMatchesTheCpuQuantizedPath) {
   // The other row splits of the GEMV (backend/cuda/cuda_device.cu, LaunchQGemv): many rows a
   // warp each (2200 rows: at least 16 warps a multiprocessor up to 137 of them), few long rows
   // four warps each (144 units); on the tensor cores, a matrix of fewer units than a block's
-  // warps take at once (512 columns: 16 units, warps 0-3 of 8).
-  for (auto [r2, c2] : {std::pair<int64_t, int64_t>{2200, 512}, {77, 4608}}) {
+  // warps take at once (512 columns: 16 units, warps 0-3 of 8), blocks of 16 tokens (2200
+  // rows: 138 tiles of 16 rows, fewer than two blocks a multiprocessor with 32 tokens a block)
+  // and of 32 (4400 rows: 275 tiles).
+  for (auto [r2, c2] : {std::pair<int64_t, int64_t>{2200, 512}, {77, 4608}, {4400, 256}}) {
     for (DType t : {DType::kQ4_1, DType::kQ6_K}) {
       const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, r2, c2, &rng_, &bytes);
       for (int64_t T : {1, 11, 24}) {

@@ -424,7 +424,9 @@ class CudaDevice final : public Device {
   // input's route rides on the launch (true) as blocks of z index n where the launch runs input
   // and has one tile of tokens and a block for every 8 of the router's rows.
   // From kQMmaMinTokens tokens on the products run on the tensor cores instead (QMmaKernel,
-  // after input's own kernel).
+  // after input's own kernel), a block taking 32 tokens -- 16 or 8 where that leaves fewer
+  // blocks than two a multiprocessor (what is resident at once): few rows then spread over
+  // more blocks, each decoding its weights for fewer tokens.
   static constexpr int kFusedInputBlocksPerSm = 3;
   bool LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
                    const FusedInput* input = nullptr) {
@@ -432,10 +434,12 @@ class CudaDevice final : public Device {
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     if (mma_gemv_ && T >= kQMmaMinTokens) {
       if (input) LaunchInput(*input, T);
+      int tile = kQMmaTileTokens;
+      auto grid = [&] { return dim3(Blocks(rows, kQMmaRows), Blocks(T, tile), n); };
+      while (tile > 8 && int64_t{grid().x} * grid().y * n < 2 * sm_count_) tile /= 2;
       WithType(type, [&]<DType D>() {
         if constexpr (layout::kIntDot<D>)
-          Launch(QMmaKernel<D>, dim3(Blocks(rows, kQMmaRows), Blocks(T, kQMmaTileTokens), n),
-                 kQMmaWarps * kWarp, launch_, ms, a, T);
+          Launch(QMmaKernel<D>, grid(), kQMmaWarps * kWarp, launch_, ms, a, T, tile);
       });
       Note(cudaGetLastError());
       return false;

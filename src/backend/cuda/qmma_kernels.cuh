@@ -139,19 +139,19 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
 }
 
 // The products of up to three matrices (blockIdx.z) over the step's T tokens: block (x, y)
-// takes row tile x and tokens 32 y ... (Both kernels' bounds ask for two blocks a
+// takes row tile x and tokens tile_tokens y ... (tile_tokens: 8, 16 or kQMmaTileTokens,
+// LaunchQGemv's choice). (Both kernels' bounds ask for two blocks a
 // multiprocessor, at most 128 registers a thread: ptxas gives them 72-96, no spills, on sm_80
 // and sm_90; without the bound sm_80 spilled Q5_0's at 80.)
 template <DType T>
 __global__ void __launch_bounds__(kQMmaWarps * kWarp, 2)
-    QMmaKernel(QMats ms, QAct a, int64_t n_tokens) {
+    QMmaKernel(QMats ms, QAct a, int64_t n_tokens, int tile_tokens) {
   const QMat m = BlockMat(ms);
   const int64_t r0 = int64_t{blockIdx.x} * kQMmaRows;
   GemvStart(m.w, m.row_bytes, r0, m.rows - r0 < kQMmaRows ? m.rows - r0 : kQMmaRows);
   if (r0 >= m.rows) return;  // (a smaller matrix's: the whole block)
-  const int64_t t0 = int64_t{blockIdx.y} * kQMmaTileTokens;
-  const int nt = n_tokens - t0 < kQMmaTileTokens ? static_cast<int>(n_tokens - t0)
-                                                 : kQMmaTileTokens;
+  const int64_t t0 = int64_t{blockIdx.y} * tile_tokens;
+  const int nt = n_tokens - t0 < tile_tokens ? static_cast<int>(n_tokens - t0) : tile_tokens;
   QMmaTile<T>(
       m.w, m.row_bytes, m.rows, r0, a, nt, [t0](int tt) { return t0 + tt; },
       [&m, t0](int tt, int64_t r, float s) {
