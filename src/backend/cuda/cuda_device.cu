@@ -434,12 +434,13 @@ class CudaDevice final : public Device {
     for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
     if (mma_gemv_ && T >= kQMmaMinTokens) {
       if (input) LaunchInput(*input, T);
+      const int64_t row_tiles = Blocks(rows, kQMmaRows);
       int tile = kQMmaTileTokens;
-      auto grid = [&] { return dim3(Blocks(rows, kQMmaRows), Blocks(T, tile), n); };
-      while (tile > 8 && int64_t{grid().x} * grid().y * n < 2 * sm_count_) tile /= 2;
+      while (tile > 8 && row_tiles * n * Blocks(T, tile) < 2 * sm_count_) tile /= 2;
       WithType(type, [&]<DType D>() {
         if constexpr (layout::kIntDot<D>)
-          Launch(QMmaKernel<D>, grid(), kQMmaWarps * kWarp, launch_, ms, a, T, tile);
+          Launch(QMmaKernel<D>, dim3(row_tiles, Blocks(T, tile), n), kQMmaWarps * kWarp,
+                 launch_, ms, a, T, tile);
       });
       Note(cudaGetLastError());
       return false;

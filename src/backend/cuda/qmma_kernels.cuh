@@ -36,12 +36,6 @@ constexpr int kQMmaUnits = 4;  // units a warp decodes at a time (a lane one, of
 // fragment register (rows g, words c of one unit) fall in 32 banks.
 constexpr int kQMmaRowWords = kQMmaUnits * 8 + 4;
 
-// A decoded unit's numbers but its words (the HalvesDot arithmetic; off is the type's).
-struct QMmaUnitScales {
-  int sc0, sc1;
-  float dw, mw;
-};
-
 // One block's tile: rows r0 .. r0 + 15 of the matrix at w_rows (rows of row_bytes; null: another
 // rank's expert, whose products are zeros) times the tile's nt (<= kQMmaTileTokens) activation
 // rows act_row(0) .. act_row(nt - 1) of a; store(tt, r, s) takes each product s of the tile's
@@ -51,7 +45,7 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
                                          int64_t r0, const QAct& a, int nt, ActRow act_row,
                                          StoreFn store) {
   alignas(16) __shared__ uint32_t words[kQMmaWarps][kQMmaRows * kQMmaRowWords];
-  __shared__ QMmaUnitScales scales[kQMmaWarps][kQMmaRows][kQMmaUnits];
+  __shared__ layout::UnitScale scales[kQMmaWarps][kQMmaRows][kQMmaUnits];
   // act_row(tt) of every column, asked once (the experts' is a division); past nt the last's.
   __shared__ int64_t tile_rows[kQMmaTileTokens];
   static_assert(sizeof(words) >= sizeof(float) * kQMmaWarps * 4 * kQMmaTiles * kWarp);
@@ -76,7 +70,7 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
       uint32_t* const to = wq + rr * kQMmaRowWords + c * 8;
       StoreVector(to, uint4{w.q[0], w.q[1], w.q[2], w.q[3]});
       StoreVector(to + 4, uint4{w.q[4], w.q[5], w.q[6], w.q[7]});
-      scales[warp][rr][c] = {w.sc0, w.sc1, w.dw, w.mw};
+      scales[warp][rr][c] = w.s;
     }
     __syncwarp();
     const int n_units = units - u0 < kQMmaUnits ? static_cast<int>(units - u0) : kQMmaUnits;
@@ -85,20 +79,7 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
       const uint32_t* const row_g = wq + g * kQMmaRowWords + j * 8;
       const uint32_t lo_a[2] = {row_g[c], row_g[8 * kQMmaRowWords + c]};
       const uint32_t hi_a[2] = {row_g[4 + c], row_g[8 * kQMmaRowWords + 4 + c]};
-      // Rows g and g + 8: their numbers (HalvesDot reads no words); the sub-block scales of
-      // the K-quants only (the others' are 1, as their mw is unread: constants to the compiler).
-      constexpr bool kSubScales =
-          T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K;
-      layout::Unit w[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const QMmaUnitScales s = scales[warp][g + 8 * h][j];
-        w[h].sc0 = kSubScales ? s.sc0 : 1;
-        w[h].sc1 = kSubScales ? s.sc1 : 1;
-        w[h].off = layout::kUnitOff<T>;
-        w[h].dw = s.dw;
-        w[h].mw = layout::kHasMin<T> ? s.mw : 0.f;
-      }
+      const layout::UnitScale w0 = scales[warp][g][j], w1 = scales[warp][g + 8][j];
 #pragma unroll
       for (int b = 0; b < kQMmaTiles; ++b) {
         if (8 * b >= nt) break;
@@ -113,8 +94,8 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
           const int64_t t = tile_rows[8 * b + 2 * c + e];
           const int2 s = LoadVector<int2>(a.s + t * (a.cols / 16) + 2 * u);
           const float ad = a.d[t * d_stride + u / kPerScale];
-          acc[b][e] += layout::HalvesDot<T>(w[0], lo[e], hi[e], ad, s.x, s.y);
-          acc[b][2 + e] += layout::HalvesDot<T>(w[1], lo[2 + e], hi[2 + e], ad, s.x, s.y);
+          acc[b][e] += layout::HalvesDot<T>(w0, lo[e], hi[e], ad, s.x, s.y);
+          acc[b][2 + e] += layout::HalvesDot<T>(w1, lo[2 + e], hi[2 + e], ad, s.x, s.y);
         }
       }
     }
@@ -140,9 +121,9 @@ __device__ __forceinline__ void QMmaTile(const uint8_t* w_rows, size_t row_bytes
 
 // The products of up to three matrices (blockIdx.z) over the step's T tokens: block (x, y)
 // takes row tile x and tokens tile_tokens y ... (tile_tokens: 8, 16 or kQMmaTileTokens,
-// LaunchQGemv's choice). (Both kernels' bounds ask for two blocks a
-// multiprocessor, at most 128 registers a thread: ptxas gives them 72-96, no spills, on sm_80
-// and sm_90; without the bound sm_80 spilled Q5_0's at 80.)
+// LaunchQGemv's choice). (Both kernels' bounds ask for two blocks a multiprocessor, at most
+// 128 registers a thread: ptxas gives them 78-106, no spills, on sm_80 and sm_90; without the
+// bound sm_80 spilled Q5_0's at 80.)
 template <DType T>
 __global__ void __launch_bounds__(kQMmaWarps * kWarp, 2)
     QMmaKernel(QMats ms, QAct a, int64_t n_tokens, int tile_tokens) {

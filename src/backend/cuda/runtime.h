@@ -87,91 +87,79 @@ T WarpButterfly(T v, Op) {
   std::memcpy(&v, &b, sizeof(T));
   return v;
 }
-// MmaF16 (below) in one exchange: each lane passes the address of its operands, and the last
-// lane to arrive gathers the three tiles from the 32 lanes by PTX's fragment layout, multiplies
-// them in FP32 (a product of two halves is exact in FP32) and writes each lane's d.
-struct MmaOperands {
+// MmaF16 and MmaS8 (below) in one exchange: each lane passes the address of its operands, and
+// the last lane to arrive gathers the three tiles from the 32 lanes by PTX's fragment layout --
+// A and B by the operands' own (Operands::Gather), the accumulator's shared: lane l's d[0..1]
+// D(l / 4, 2 (l % 4) ..), d[2..3] D(l / 4 + 8, ..) --, adds A B to D in the operands' Value
+// (FP32 for FP16 operands, whose products are exact in it; int32 for int8, exact) and writes
+// each lane's d.
+template <typename Operands>
+void MmaRounds(uint64_t* slots) {
+  using Value = typename Operands::Value;
+  Value a[16][16], b[16][8], d[16][8];
+  auto lane = [slots](int l) {
+    return reinterpret_cast<const Operands*>(static_cast<uintptr_t>(slots[l]));
+  };
+  for (int l = 0; l < 32; ++l) {
+    lane(l)->Gather(l, a, b);
+    for (int i = 0; i < 2; ++i) {
+      d[l / 4][2 * (l % 4) + i] = lane(l)->d[i];
+      d[l / 4 + 8][2 * (l % 4) + i] = lane(l)->d[2 + i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      Value s{};
+      for (int k = 0; k < 16; ++k) s += a[i][k] * b[k][j];
+      d[i][j] += s;
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    for (int i = 0; i < 2; ++i) {
+      lane(l)->d[i] = d[l / 4][2 * (l % 4) + i];
+      lane(l)->d[2 + i] = d[l / 4 + 8][2 * (l % 4) + i];
+    }
+  }
+}
+struct MmaF16Operands {
+  using Value = float;
   const uint32_t* a;
   const uint32_t* b;
   float* d;
+  void Gather(int l, float (&ta)[16][16], float (&tb)[16][8]) const {
+    const int g = l / 4, c = 2 * (l % 4);
+    for (int i = 0; i < 2; ++i) {
+      ta[g][c + i] = HalfOfPair(a[0], i);
+      ta[g + 8][c + i] = HalfOfPair(a[1], i);
+      ta[g][c + 8 + i] = HalfOfPair(a[2], i);
+      ta[g + 8][c + 8 + i] = HalfOfPair(a[3], i);
+      tb[c + i][g] = HalfOfPair(b[0], i);
+      tb[c + 8 + i][g] = HalfOfPair(b[1], i);
+    }
+  }
 };
-inline void MmaRounds(uint64_t* slots) {
-  float a[16][16], b[16][8], d[16][8];
-  for (int l = 0; l < 32; ++l) {
-    const MmaOperands* m = reinterpret_cast<const MmaOperands*>(static_cast<uintptr_t>(slots[l]));
-    const int g = l / 4, c = 2 * (l % 4);
-    for (int i = 0; i < 2; ++i) {
-      a[g][c + i] = HalfOfPair(m->a[0], i);
-      a[g + 8][c + i] = HalfOfPair(m->a[1], i);
-      a[g][c + 8 + i] = HalfOfPair(m->a[2], i);
-      a[g + 8][c + 8 + i] = HalfOfPair(m->a[3], i);
-      b[c + i][g] = HalfOfPair(m->b[0], i);
-      b[c + 8 + i][g] = HalfOfPair(m->b[1], i);
-      d[g][c + i] = m->d[i];
-      d[g + 8][c + i] = m->d[2 + i];
-    }
-  }
-  for (int i = 0; i < 16; ++i) {
-    for (int j = 0; j < 8; ++j) {
-      float s = 0.f;
-      for (int k = 0; k < 16; ++k) s += a[i][k] * b[k][j];
-      d[i][j] += s;
-    }
-  }
-  for (int l = 0; l < 32; ++l) {
-    const MmaOperands* m = reinterpret_cast<const MmaOperands*>(static_cast<uintptr_t>(slots[l]));
-    const int g = l / 4, c = 2 * (l % 4);
-    for (int i = 0; i < 2; ++i) {
-      m->d[i] = d[g][c + i];
-      m->d[2 + i] = d[g + 8][c + i];
-    }
-  }
-}
-inline void MmaF16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  MmaOperands m{a, b, d};
-  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaRounds);
-}
-// MmaS8 (below) the same way: the int8 tiles gathered by PTX's layout, products summed in
-// int32 (exact, as on the tensor cores).
 struct MmaS8Operands {
+  using Value = int;
   const uint32_t* a;
   uint32_t b;
   int* d;
-};
-inline void MmaS8Rounds(uint64_t* slots) {
-  int a[16][16], b[16][8], d[16][8];
-  auto byte = [](uint32_t w, int i) { return int{static_cast<int8_t>(w >> (8 * i))}; };
-  for (int l = 0; l < 32; ++l) {
-    const auto* m = reinterpret_cast<const MmaS8Operands*>(static_cast<uintptr_t>(slots[l]));
+  void Gather(int l, int (&ta)[16][16], int (&tb)[16][8]) const {
     const int g = l / 4, c = 4 * (l % 4);
+    auto byte = [](uint32_t w, int i) { return int{static_cast<int8_t>(w >> (8 * i))}; };
     for (int i = 0; i < 4; ++i) {
-      a[g][c + i] = byte(m->a[0], i);
-      a[g + 8][c + i] = byte(m->a[1], i);
-      b[c + i][g] = byte(m->b, i);
-    }
-    for (int i = 0; i < 2; ++i) {
-      d[g][2 * (l % 4) + i] = m->d[i];
-      d[g + 8][2 * (l % 4) + i] = m->d[2 + i];
+      ta[g][c + i] = byte(a[0], i);
+      ta[g + 8][c + i] = byte(a[1], i);
+      tb[c + i][g] = byte(b, i);
     }
   }
-  for (int i = 0; i < 16; ++i) {
-    for (int j = 0; j < 8; ++j) {
-      int s = 0;
-      for (int k = 0; k < 16; ++k) s += a[i][k] * b[k][j];
-      d[i][j] += s;
-    }
-  }
-  for (int l = 0; l < 32; ++l) {
-    const auto* m = reinterpret_cast<const MmaS8Operands*>(static_cast<uintptr_t>(slots[l]));
-    for (int i = 0; i < 2; ++i) {
-      m->d[i] = d[l / 4][2 * (l % 4) + i];
-      m->d[2 + i] = d[l / 4 + 8][2 * (l % 4) + i];
-    }
-  }
+};
+inline void MmaF16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  MmaF16Operands m{a, b, d};
+  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaRounds<MmaF16Operands>);
 }
 inline void MmaS8(int (&d)[4], const uint32_t (&a)[2], uint32_t b) {
   MmaS8Operands m{a, b, d};
-  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaS8Rounds);
+  (void)emu::ExchangeThen(reinterpret_cast<uintptr_t>(&m), &MmaRounds<MmaS8Operands>);
 }
 #else
 // The launch, with no dynamic shared memory (no kernel uses any).

@@ -228,12 +228,16 @@ PENG_HD uint32_t FifthBits(uint32_t b) {
   return ((b & 1u) | (b & 2u) << 7 | (b & 4u) << 14 | (b & 8u) << 21) << 4;
 }
 
-struct Unit {
-  uint32_t q[8];
-  int sc0 = 1, sc1 = 1, off = 0;
+// A unit's numbers (the formula above): its sub-blocks' scales, the weight scale and the
+// minimum term's; off is its type's (kUnitOff).
+struct UnitScale {
+  int sc0 = 1, sc1 = 1;
   float dw = 0.f, mw = 0.f;
 };
-// A type's off (the same for every unit).
+struct Unit {
+  uint32_t q[8];
+  UnitScale s;
+};
 template <DType T>
 constexpr int kUnitOff = T == DType::kQ4_0   ? -8
                          : T == DType::kQ5_0 ? -16
@@ -245,21 +249,20 @@ template <DType T>
 PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
   using namespace kernels;
   Unit w;
-  w.off = kUnitOff<T>;
   if constexpr (T == DType::kI8) {  // 32 bytes a unit, the scale the row's (dw 1)
-    w.dw = 1.f;
+    w.s.dw = 1.f;
     Load16(row + 32 * u, w.q);
     Load16(row + 32 * u + 16, w.q + 4);
   } else if constexpr (T == DType::kQ8_0) {
-    w.dw = HalfBits(Load2(row + 2 * u));
+    w.s.dw = HalfBits(Load2(row + 2 * u));
     Load16(row + QsOffset<T>(n) + 32 * u, w.q);
     Load16(row + QsOffset<T>(n) + 32 * u + 16, w.q + 4);
   } else if constexpr (kFieldArrays<T>) {
     constexpr bool kMin = T == DType::kQ4_1 || T == DType::kQ5_1;
     constexpr bool kFive = T == DType::kQ5_0 || T == DType::kQ5_1;
     const uint8_t* head = row + (kFive ? 4 * n : 0) + (kMin ? 4 : 2) * u;
-    w.dw = HalfBits(Load2(head));
-    if constexpr (kMin) w.mw = HalfBits(Load2(head + 2));
+    w.s.dw = HalfBits(Load2(head));
+    if constexpr (kMin) w.s.mw = HalfBits(Load2(head + 2));
     uint32_t v[4];
     Load16(row + QsOffset<T>(n) + 16 * u, v);
     const uint32_t qh = kFive ? Load4(row + 4 * u) : 0;
@@ -286,9 +289,9 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
     const uint64_t m8 = (head[2] & 0x3F3F3F3Fu) | uint64_t{m_hi} << 32;
     const int sc = static_cast<int>((sc8 >> (8 * j)) & 0xFF);
     const int m = static_cast<int>((m8 >> (8 * j)) & 0xFF);
-    w.sc0 = w.sc1 = sc;
-    w.dw = HalfBits(static_cast<uint16_t>(head[0]));
-    w.mw = -HalfBits(static_cast<uint16_t>(head[0] >> 16)) * static_cast<float>(m);
+    w.s.sc0 = w.s.sc1 = sc;
+    w.s.dw = HalfBits(static_cast<uint16_t>(head[0]));
+    w.s.mw = -HalfBits(static_cast<uint16_t>(head[0] >> 16)) * static_cast<float>(m);
     const uint8_t* qs = b + (kFive ? 48 : 16) + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     uint32_t v[8];
@@ -318,9 +321,9 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
     for (int i = 0; i < 8; ++i)
       w.q[i] = ((lo[i] >> lo_shift) & 0x0F0F0F0Fu) | (((hi[i] >> hi_shift) & 0x03030303u) << 4);
     const uint16_t sc = Load2(b + 192 + 8 * h + 2 * kk);
-    w.sc0 = static_cast<int8_t>(sc & 0xFF);
-    w.sc1 = static_cast<int8_t>(sc >> 8);
-    w.dw = HalfBits(Load2(row + (n / 8) * kQ6Body + 2 * (u / 8)));
+    w.s.sc0 = static_cast<int8_t>(sc & 0xFF);
+    w.s.sc1 = static_cast<int8_t>(sc >> 8);
+    w.s.dw = HalfBits(Load2(row + (n / 8) * kQ6Body + 2 * (u / 8)));
   }
   return w;
 }
@@ -329,14 +332,21 @@ PENG_HD Unit DecodeUnit(const uint8_t* row, int64_t n, int64_t u) {
 template <DType T>
 constexpr bool kHasMin = T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ4_K ||
                          T == DType::kQ5_K;
-
-// Unit w (of type T)'s dot with 32 activation values from the integer dots of its two halves
-// with them, lo (values 0-15) and hi (16-31), wherever those were summed (UnitDot's dp4a, the
-// tensor cores' tiles); ad is the activations' block scale, s0 / s1 their sums over values
-// 0-15 / 16-31. w's words are not read.
+// Formats whose units carry sub-block scales (sc0 for values 0-15, sc1 for 16-31: the
+// K-quants); the others' are 1.
 template <DType T>
-PENG_HD float HalvesDot(const Unit& w, int lo, int hi, float ad, int s0, int s1) {
-  const int isum = w.sc0 * (lo + w.off * s0) + w.sc1 * (hi + w.off * s1);
+constexpr bool kSubScales = T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K;
+
+// The dot of a unit of type T whose numbers are w with 32 activation values, from the integer
+// dots of its two halves with them, lo (values 0-15) and hi (16-31), wherever those were
+// summed (UnitDot's dp4a, the tensor cores' tiles); ad is the activations' block scale, s0 / s1
+// their sums over values 0-15 / 16-31. Only the numbers T has are read (the others are
+// constants to the compiler).
+template <DType T>
+PENG_HD float HalvesDot(const UnitScale& w, int lo, int hi, float ad, int s0, int s1) {
+  constexpr int off = kUnitOff<T>;
+  const int sc0 = kSubScales<T> ? w.sc0 : 1, sc1 = kSubScales<T> ? w.sc1 : 1;
+  const int isum = sc0 * (lo + off * s0) + sc1 * (hi + off * s1);
   const float dot = ad * w.dw * static_cast<float>(isum);
   if constexpr (kHasMin<T>) return dot + ad * w.mw * static_cast<float>(s0 + s1);
   return dot;
@@ -350,7 +360,7 @@ PENG_HD float UnitDot(const Unit& w, const uint32_t* a, float ad, int s0, int s1
     lo = Dp4a(w.q[i], a[i], lo);
     hi = Dp4a(w.q[i + 4], a[i + 4], hi);
   }
-  return HalvesDot<T>(w, lo, hi, ad, s0, s1);
+  return HalvesDot<T>(w.s, lo, hi, ad, s0, s1);
 }
 
 // ------------------------------------------------------------------------------------------
