@@ -88,6 +88,55 @@ TEST_F(CudaTest, MatMulEveryWeightType) {
   }
 }
 
+// The prefill GEMM over activations past FP16's range (65504): a gated FFN's outlier, or a whole
+// row of them, would be inf in the FP16 copy. Each token row against the host's FP32 product
+// within 1e-2 of that row's largest |value|: rows of values up to 1e6, one outlier of 2e5
+// among values of 1, values just under 65504 (near the overflow of a rounding) and values of 1e-3
+// (unscaled). With and without the residual add and the bias.
+TEST_F(CudaTest, PrefillGemmOfActivationsPastFp16sRange) {
+  const int64_t rows = 96, cols = 512, T = 80;
+  std::vector<float> xv = Random(T * cols);
+  for (int64_t t = 0; t < T; ++t) {
+    float* r = &xv[t * cols];
+    switch (t % 4) {
+      case 0: for (int64_t c = 0; c < cols; ++c) r[c] *= 1e6f; break;
+      case 1: r[t % cols] = 2e5f; break;
+      case 2: for (int64_t c = 0; c < cols; ++c) r[c] = std::copysign(65000.f - c, r[c]); break;
+      default: for (int64_t c = 0; c < cols; ++c) r[c] *= 1e-3f;
+    }
+  }
+  const Pair x = Upload(xv);
+  const Pair bias = Upload(Random(rows));
+  for (DType t : {DType::kF16, DType::kQ4_0}) {
+    std::vector<std::vector<uint8_t>> keep;
+    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &keep);
+    for (bool add : {false, true}) {
+      const std::vector<float> y0 = Random(T * rows);
+      const Pair y = Upload(y0);
+      for (Device* d : {cuda_.get(), host_.get()})
+        d->MatMuls(d == cuda_.get() ? x.cuda : x.host, T,
+                   {{d == cuda_.get() ? &w.cuda : &w.host,
+                     d == cuda_.get() ? y.cuda : y.host, add ? bias.cuda : nullptr, add}});
+      ASSERT_TRUE(cuda_->Synchronize().ok());
+      const std::vector<float> got = Download(y.cuda, T * rows);
+      double worst = 0;
+      for (int64_t tk = 0; tk < T; ++tk) {
+        double scale = 1e-30, diff = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const double ref = y.host[tk * rows + r];
+          scale = std::max(scale, std::abs(ref));
+          diff = std::max(diff, std::abs(got[tk * rows + r] - ref));  // (NaN: fails below)
+          if (!std::isfinite(got[tk * rows + r])) diff = HUGE_VAL;
+        }
+        worst = std::max(worst, diff / scale);
+      }
+      std::printf("[cuda] prefill GEMM %s%s: worst row max |d| / its max |ref| = %.2e\n",
+                  DTypeName(t), add ? " (residual add, bias)" : "", worst);
+      EXPECT_LE(worst, 1e-2) << DTypeName(t) << (add ? " accumulating" : "");
+    }
+  }
+}
+
 // The kernel floor (peng bench's kernel_floor_us): a positive time, from launches that the
 // work counter does not count (they are no step's).
 TEST_F(CudaTest, KernelFloorIsMeasuredOffTheCount) {

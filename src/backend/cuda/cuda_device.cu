@@ -10,7 +10,8 @@
 //     Exact mode (kernels::SetExactActivations), float and INT8 W8A16 weights: FP32
 //     activations, lane l decoding value l of each unit.
 //   GEMM (prefill): the matrix is decoded into an FP16 scratch copy and multiplied by the FP16
-//     activations with cublasGemmEx (FP32 accumulation, CUBLAS_COMPUTE_32F).
+//     activations (a row past 2^15 scaled by a power of two) with cublasGemmEx (FP32
+//     accumulation, CUBLAS_COMPUTE_32F).
 //   MoE prefill: the (token, slot) pairs grouped by expert, an expert's rows read once a tile
 //     (of 32 pairs on the tensor cores, of 8 by dp4a).
 // Paged attention in decode steps runs one thread block per (token, head) over the sequence's
@@ -429,70 +430,7 @@ class CudaDevice final : public Device {
   // more blocks, each decoding its weights for fewer tokens.
   static constexpr int kFusedInputBlocksPerSm = 3;
   bool LaunchQGemv(const QMats& ms, int n, DType type, int64_t cols, const QAct& a, int64_t T,
-                   const FusedInput* input = nullptr) {
-    int64_t rows = 0;
-    for (int i = 0; i < n; ++i) rows = std::max(rows, ms.m[i].rows);
-    if (mma_gemv_ && T >= kQMmaMinTokens) {
-      if (input) LaunchInput(*input, T);
-      const int64_t row_tiles = Blocks(rows, kQMmaRows);
-      int tile = kQMmaTileTokens;
-      while (tile > 8 && row_tiles * n * Blocks(T, tile) < 2 * sm_count_) tile /= 2;
-      WithType(type, [&]<DType D>() {
-        if constexpr (layout::kIntDot<D>)
-          Launch(QMmaKernel<D>, dim3(row_tiles, Blocks(T, tile), n), kQMmaWarps * kWarp,
-                 launch_, ms, a, T, tile);
-      });
-      Note(cudaGetLastError());
-      return false;
-    }
-    const int64_t units = cols / 32;
-    const int wpr = rows >= 16 * sm_count_ ? 1
-                    : units >= 4 * kWarp   ? 4
-                    : units >= 2 * kWarp   ? 2
-                                           : 1;
-    int passes = 1;
-    auto blocks = [&](int p) {
-      return Blocks(rows, kRowsPerBlock / wpr * p) * Blocks(T, T == 1 ? 1 : kTokenTile) * n;
-    };
-    const int64_t most = int64_t{kFusedInputBlocksPerSm} * sm_count_;
-    while (passes < 4 && blocks(passes) > most) passes *= 2;
-    if (input && blocks(passes) > most) {
-      LaunchInput(*input, T);
-      input = nullptr;
-    }
-    bool routed = false;
-    WithType(type, [&]<DType D>() {
-      if constexpr (layout::kIntDot<D>) {
-        auto go = [&]<int NT, int WPR>() {
-          const dim3 grid(Blocks(rows, kRowsPerBlock / WPR), Blocks(T, NT), n);
-          if (input) {
-            const dim3 fewer(Blocks(rows, kRowsPerBlock / WPR * passes), Blocks(T, NT), n);
-            FusedInput f = *input;
-            routed = f.route.w && T <= NT && fewer.x >= Blocks(f.route.rows, kRowsPerBlock);
-            if (routed) {
-              f.route.z = static_cast<unsigned>(n);
-              Launch(FusedQGemvKernel<D, NT, WPR, true>, dim3(fewer.x, fewer.y, n + 1),
-                     kRowsPerBlock * kWarp, launch_, ms, f, T, passes);
-            } else {
-              f.route = {};
-              Launch(FusedQGemvKernel<D, NT, WPR>, fewer, kRowsPerBlock * kWarp, launch_, ms, f,
-                     T, passes);
-            }
-          } else {
-            Launch(QGemvKernel<D, NT, WPR>, grid, kRowsPerBlock * kWarp, launch_, ms, a, T);
-          }
-        };
-        auto tokens = [&]<int WPR>() {
-          T == 1 ? go.template operator()<1, WPR>() : go.template operator()<kTokenTile, WPR>();
-        };
-        wpr == 4   ? tokens.template operator()<4>()
-        : wpr == 2 ? tokens.template operator()<2>()
-                   : tokens.template operator()<1>();
-      }
-    });
-    Note(cudaGetLastError());
-    return routed;
-  }
+                   const FusedInput* input = nullptr);  // (device_matmul.cuh)
 
   // The products of MatMuls over x, its quantized forms (in the scratch regions) written by
   // the kernel before when Quantizations said so. The quantized ones of one type share a
@@ -561,47 +499,8 @@ class CudaDevice final : public Device {
   }
 
   // The FP32-activation products: GEMV (exact mode, float and INT8 weights) and GEMM.
-  void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y, Epilogue ep) {
-    const uint8_t* wd = static_cast<const uint8_t*>(w.data);
-    if (T <= kGemvMaxTokens) {
-      WithType(w.dtype, [&]<DType D>() {
-        const dim3 block(kRowsPerBlock * kWarp);
-        const dim3 one(Blocks(w.rows, kRowsPerBlock), 1);
-        const dim3 tiles(Blocks(w.rows, kRowsPerBlock), Blocks(T, kTokenTile));
-        auto args = [&](auto kernel, dim3 grid) {
-          Launch(kernel, grid, block, launch_, wd, w.row_bytes, w.rows, w.cols, w.scales, x, T, y,
-                 ep);
-        };
-        T == 1 ? args(GemvKernel<D, 1>, one) : args(GemvKernel<D, kTokenTile>, tiles);
-      });
-      Note(cudaGetLastError());
-      return;
-    }
-    // Prefill: FP16 copies of W and x, cuBLAS with FP32 accumulation.
-    if (!Grow(&w_half_, &w_half_bytes_, w.rows * w.cols * 2) ||
-        !Grow(&x_half_, &x_half_bytes_, T * w.cols * 2))
-      return;
-    __half* wh = static_cast<__half*>(w_half_);
-    __half* xh = static_cast<__half*>(x_half_);
-    WithType(w.dtype, [&]<DType D>() {
-      Launch(DecodeToHalfKernel<D>, Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, launch_, wd,
-             w.row_bytes, w.rows, w.cols, w.scales, wh);
-    });
-    Launch(ToHalfKernel, Blocks(T * w.cols, 256), 256, launch_, x, T * w.cols, xh);
-    Note(cudaGetLastError());
-    const float one = 1.f, beta = ep.accumulate ? 1.f : 0.f;
-    // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T] (+ Y^T).
-    const cublasStatus_t s = cublasGemmEx(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(T),
-        static_cast<int>(w.cols), &one, wh, CUDA_R_16F, static_cast<int>(w.cols), xh, CUDA_R_16F,
-        static_cast<int>(w.cols), &beta, y, CUDA_R_32F, static_cast<int>(w.rows),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    ++launches_;  // (counted as one kernel)
-    if (s != CUBLAS_STATUS_SUCCESS)
-      Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
-    AddBiasRows(y, ep.bias, T, w.rows);
-    if (ep.slots.rows) SlotSum(ep.slots.rows, ep.slots.w, T, ep.slots.k, w.rows, y);
-  }
+  void FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, float* y,
+                   Epilogue ep);  // (device_matmul.cuh)
 
   void EmbedRows(const DeviceMatrix& w, const StepBatch& b, float scale, float* out,
                  int64_t row0) override {
@@ -976,6 +875,7 @@ class CudaDevice final : public Device {
 }  // namespace peng::backend::cuda
 
 #include "backend/cuda/device_attention.cuh"
+#include "backend/cuda/device_matmul.cuh"
 #include "backend/cuda/device_moe.cuh"
 
 namespace peng::backend::cuda {

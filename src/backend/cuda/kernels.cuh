@@ -393,21 +393,53 @@ __global__ void EmbedKernel(const uint8_t* w, size_t row_bytes, int64_t rows, in
       out[t * cols + c] = DecodeOne<T>(w + id * row_bytes, cols / 32, c) * s;
 }
 
-__global__ void ToHalfKernel(const float* x, int64_t n, __half* out) {
-  KernelStart();
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __float2half_rn(x[i]);
-}
-
-__device__ float BlockSum(float v, float* shared) {
-  v = WarpSum(v);
+// op (AddOp, MaxOp) over v of every thread of the block, in warp order (shared: 32 floats).
+template <typename Op>
+__device__ float BlockReduce(float v, float* shared, Op op) {
+  v = WarpButterfly(v, op);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  float s = 0.f;
-  for (int i = 0; i < static_cast<int>(blockDim.x / kWarp); ++i) s += shared[i];
+  float s = shared[0];
+  for (int i = 1; i < static_cast<int>(blockDim.x / kWarp); ++i) s = op(s, shared[i]);
   __syncthreads();
   return s;
+}
+__device__ float BlockSum(float v, float* shared) { return BlockReduce(v, shared, AddOp{}); }
+
+// The prefill GEMM's FP16 copy of x (a block a row of n values). FP16 ends at 65504: a row whose
+// largest |value| reaches 2^15 (a gated FFN's outlier) is divided by the power of two 2^e that
+// brings it below, and row_scale[row] = 2^e multiplies its products in GemmStoreKernel (exact:
+// a row under 2^15, or with an inf or a NaN, keeps e = 0 and its values).
+__global__ void RowsToHalfKernel(const float* x, int64_t n, __half* out, float* row_scale) {
+  KernelStart();
+  __shared__ float shared[32];
+  const float* xr = x + int64_t{blockIdx.x} * n;
+  float m = 0.f;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, fabsf(xr[c]));
+  m = BlockReduce(m, shared, MaxOp{});
+  int e = 0;
+  if (m < HUGE_VALF) {  // (fmaxf drops NaNs)
+    frexpf(m, &e);  // m in [2^(e-1), 2^e)
+    e = e > 15 ? e - 15 : 0;
+  }
+  const float inv = ldexpf(1.f, -e);
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+    out[int64_t{blockIdx.x} * n + c] = __float2half_rn(xr[c] * inv);
+  if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.f, e);
+}
+
+// The prefill GEMM's store, over n_rows rows of n: y = row_scale[t] * acc (+ y, accumulating)
+// + bias[r] (acc may be y).
+__global__ void GemmStoreKernel(const float* acc, const float* row_scale, const float* bias,
+                                bool accumulate, int64_t n_rows, int64_t n, float* y) {
+  KernelStart();
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n_rows * n) return;
+  float v = row_scale[i / n] * acc[i];
+  if (accumulate) v = y[i] + v;
+  if (bias) v += bias[i % n];
+  y[i] = v;
 }
 
 // 1 / sqrt(mean(x^2) + eps) over the n values of x, by the whole block (kernels::RmsNorm's
