@@ -238,8 +238,9 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   PENG_RETURN_IF_ERROR(PrepareStep(batch));
   PENG_RETURN_IF_ERROR(BeginLayers(T));
   std::vector<float>* cap = batch.capture_hidden;
-  // A small step (decode) without collectives or captures is recorded once per shape and then
-  // replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
+  // A small step (decode) without captures -- and without collectives, but where the device's
+  // communicator records them (NCCL inside CUDA graphs: tensor parallelism) -- is recorded once
+  // per shape and then replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
   // step depends on -- token, sequence and logit-row counts (they size the launches and place
   // the metadata arrays; the block tables come last, so that a sequence growing by a block
   // does not make a new shape) -- and the scratch buffers stay where they are until they
@@ -263,8 +264,8 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
     masked = masked || (s.edits && !s.edits->allow.empty());
   }
   if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch, masked));
-  const bool graph = dev_->SupportsGraphs() && !comm_ && !layer_collectives_ && !cap &&
-                     !replace && T <= kGraphMaxTokens;
+  const bool graph = dev_->SupportsGraphs() && (!comm_ || comm_->InDeviceGraphs()) &&
+                     !layer_collectives_ && !cap && !replace && T <= kGraphMaxTokens;
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
                        static_cast<uint64_t>(logit_rows_) << 32 |
                        static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(masked) << 60 |

@@ -57,6 +57,10 @@ class Communicator {
   // (tensor-parallel groups inside a data-parallel job). Collective.
   virtual std::unique_ptr<Communicator> Split(int color, int key) = 0;
   virtual std::string Describe() const = 0;  // "single process", "Open MPI 4.1.4, rank 1 of 2"
+  // Whether AllReduceSum, ReduceScatterSum, AllGather and Broadcast (over device memory, in the
+  // device's stream) may be recorded into the device's graphs (Device::BeginGraph) and run when
+  // they replay: NCCL's are. The host's collectives run when called: never.
+  virtual bool InDeviceGraphs() const { return false; }
 };
 
 // The communicator of a process that runs alone (size 1).

@@ -74,15 +74,6 @@ void Fail(cudaError_t e, const std::string& what) {
 Stream default_stream;
 Stream* Of(cudaStream_t s) { return s ? s : &default_stream; }
 
-// Runs op now, or records it when the stream is being captured.
-void Submit(cudaStream_t s, std::function<void()> op) {
-  Stream* st = Of(s);
-  if (st->capturing) {
-    st->ops.push_back(std::move(op));
-  } else {
-    op();
-  }
-}
 // A call that must not happen while s (or any stream: allocations) is captured.
 bool Capturing(cudaStream_t s) { return Of(s)->capturing; }
 int capturing_streams = 0;
@@ -509,6 +500,17 @@ void SetReversedOrder(bool reversed) { reversed_order.store(reversed); }
 uint64_t KernelsRun() { return kernels_run.load(std::memory_order_relaxed); }
 
 bool IsCapturing(cudaStream_t s) { return Of(s)->capturing; }
+
+void Submit(cudaStream_t s, std::function<void()> op) {
+  Stream* st = Of(s);
+  if (st->capturing) {
+    st->ops.push_back(std::move(op));
+  } else {
+    op();
+  }
+}
+
+void ReportFailure(const std::string& what) { Fail(cudaErrorLaunchFailure, what); }
 
 void Misaligned(const void* p, int bytes) {
   if (!runner || !current_thread) return;  // (host code reading the same layout)

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -225,6 +226,11 @@ uint64_t KernelsRun();
 void Misaligned(const void* p, int bytes);
 // Whether s is being captured into a graph.
 bool IsCapturing(cudaStream_t s);
+// Runs op now, or records it when s is being captured: a stream's work other than kernels (the
+// emulated NCCL's collectives).
+void Submit(cudaStream_t s, std::function<void()> op);
+// A failure of such work once recorded: cudaGetLastError's sticky error, as a launch's.
+void ReportFailure(const std::string& what);
 }  // namespace emu
 
 #define threadIdx (::peng::backend::cuda::emu::current_thread->idx)

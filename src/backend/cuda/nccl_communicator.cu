@@ -85,6 +85,15 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> Split(int, int) override {
     Abort("Split of an NCCL communicator: split the host communicator instead");
   }
+  // NCCL's collectives are captured by CUDA graphs; PENG_NCCL_IN_GRAPHS=0: steps with
+  // collectives run unrecorded.
+  bool InDeviceGraphs() const override {
+    static const bool on = [] {
+      const char* e = std::getenv("PENG_NCCL_IN_GRAPHS");
+      return !(e && std::string(e) == "0");
+    }();
+    return on;
+  }
   std::string Describe() const override {
     int v = 0;
     ncclGetVersion(&v);
@@ -107,6 +116,10 @@ class NcclCommunicator final : public Communicator {
 
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicator* group, int device,
                                                                cudaStream_t stream) {
+  // Every connection made by ncclCommInitRank, unless the environment says otherwise: from NCCL
+  // 2.22 on a connection is made at the first collective that needs it, which may be inside a
+  // graph being recorded (InDeviceGraphs), and captures failed that way.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   ncclUniqueId id{};
   ncclResult_t r = ncclSuccess;
   if (group->rank() == 0) r = ncclGetUniqueId(&id);
@@ -121,6 +134,18 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicator* gro
     return Internal("ncclCommInitRank (rank " + std::to_string(group->rank()) + " of " +
                     std::to_string(group->size()) + ", GPU " + std::to_string(device) +
                     "): " + ncclGetErrorString(r));
+  // One all-reduce now, outside any graph: what NCCL sets up at a communicator's first
+  // collective is then set up.
+  void* one = nullptr;
+  if (cudaMalloc(&one, sizeof(float)) != cudaSuccess)
+    return Internal("cudaMalloc of the NCCL communicator's first all-reduce failed");
+  cudaMemsetAsync(one, 0, sizeof(float), stream);
+  r = ncclAllReduce(one, one, 1, ncclFloat, ncclSum, comm, stream);
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  cudaFree(one);
+  if (r != ncclSuccess || e != cudaSuccess)
+    return Internal(std::string("the NCCL communicator's first all-reduce: ") +
+                    (r != ncclSuccess ? ncclGetErrorString(r) : cudaGetErrorString(e)));
   return std::unique_ptr<Communicator>(new NcclCommunicator(group, comm, stream));
 }
 

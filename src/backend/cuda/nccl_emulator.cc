@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 namespace peng::backend::cuda {
@@ -38,15 +39,23 @@ size_t Bytes(ncclDataType_t t) { return t == ncclFloat ? 4 : 1; }
 MPI_Datatype MpiType(ncclDataType_t t) { return t == ncclFloat ? MPI_FLOAT : MPI_BYTE; }
 bool Valid(ncclDataType_t t) { return t == ncclFloat || t == ncclChar; }
 
-// A collective's checks: a communicator, a known type and sum, a count MPI takes, and a
-// stream not being captured (the device graphs record no collectives).
-ncclResult_t Check(ncclComm_t comm, ncclDataType_t t, size_t count, cudaStream_t stream) {
+// A call's checks: a communicator, a known type and sum, a count MPI takes.
+ncclResult_t Check(ncclComm_t comm, ncclDataType_t t, size_t count) {
   if (!comm || comm->comm == MPI_COMM_NULL || !Valid(t) || count > INT32_MAX)
     return ncclInvalidArgument;
-  if (emu::IsCapturing(stream)) return ncclInvalidUsage;
   return ncclSuccess;
 }
 ncclResult_t FromMpi(int rc) { return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+// A collective (`mpi`: its MPI calls) run now -- or, while the stream is being captured,
+// recorded into the graph and run each time it replays, as CUDA graphs capture NCCL's
+// collectives (a replay's failure: the stream's error).
+ncclResult_t Collective(cudaStream_t stream, std::function<int()> mpi) {
+  if (!emu::IsCapturing(stream)) return FromMpi(mpi());
+  emu::Submit(stream, [mpi = std::move(mpi)] {
+    if (mpi() != MPI_SUCCESS) emu::ReportFailure("an NCCL collective of a graph: MPI failed");
+  });
+  return ncclSuccess;
+}
 
 }  // namespace
 
@@ -133,45 +142,54 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  if (const ncclResult_t r = Check(comm, type, count, stream); r != ncclSuccess) return r;
+  if (const ncclResult_t r = Check(comm, type, count); r != ncclSuccess) return r;
   if (op != ncclSum || type != ncclFloat) return ncclInvalidArgument;  // (what peng sums)
-  return FromMpi(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                           MPI_FLOAT, MPI_SUM, comm->comm));
+  return Collective(stream, [=] {
+    return MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                         MPI_FLOAT, MPI_SUM, comm->comm);
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count,
                                ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                cudaStream_t stream) {
-  if (const ncclResult_t r = Check(comm, type, recv_count * comm->size, stream); r != ncclSuccess)
+  if (const ncclResult_t r = Check(comm, type, recv_count * comm->size); r != ncclSuccess)
     return r;
   if (op != ncclSum || type != ncclFloat) return ncclInvalidArgument;
-  return FromMpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT,
-                                      MPI_SUM, comm->comm));
+  return Collective(stream, [=] {
+    return MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), MPI_FLOAT, MPI_SUM,
+                                    comm->comm);
+  });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream) {
-  if (const ncclResult_t r = Check(comm, type, send_count * comm->size, stream); r != ncclSuccess)
+  if (const ncclResult_t r = Check(comm, type, send_count * comm->size); r != ncclSuccess)
     return r;
   const size_t bytes = send_count * Bytes(type);
   const bool in_place = send == static_cast<const char*>(recv) + comm->rank * bytes;
-  return FromMpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(send_count),
-                           MpiType(type), recv, static_cast<int>(send_count), MpiType(type),
-                           comm->comm));
+  return Collective(stream, [=] {
+    return MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(send_count),
+                         MpiType(type), recv, static_cast<int>(send_count), MpiType(type),
+                         comm->comm);
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                            int root, ncclComm_t comm, cudaStream_t stream) {
-  if (const ncclResult_t r = Check(comm, type, count, stream); r != ncclSuccess) return r;
+  if (const ncclResult_t r = Check(comm, type, count); r != ncclSuccess) return r;
   if (root < 0 || root >= comm->size) return ncclInvalidArgument;
-  if (comm->rank == root && send != recv) std::memmove(recv, send, count * Bytes(type));
-  return FromMpi(MPI_Bcast(recv, static_cast<int>(count), MpiType(type), root, comm->comm));
+  return Collective(stream, [=] {
+    if (comm->rank == root && send != recv) std::memmove(recv, send, count * Bytes(type));
+    return MPI_Bcast(recv, static_cast<int>(count), MpiType(type), root, comm->comm);
+  });
 }
 
 namespace {
 ncclResult_t PointToPoint(bool send, void* buf, size_t count, ncclDataType_t type, int peer,
                           ncclComm_t comm, cudaStream_t stream) {
-  if (const ncclResult_t r = Check(comm, type, count, stream); r != ncclSuccess) return r;
+  if (const ncclResult_t r = Check(comm, type, count); r != ncclSuccess) return r;
+  if (emu::IsCapturing(stream)) return ncclInvalidUsage;  // (the graphs record none)
   if (peer < 0 || peer >= comm->size || count * Bytes(type) > INT32_MAX)
     return ncclInvalidArgument;
   Pending p{send, buf, static_cast<int>(count * Bytes(type)), peer, comm->comm};

@@ -1,6 +1,7 @@
 // NCCL's API for the CUDA emulator (emulator.h), over MPI: device memory is the host's there,
 // so a collective is MPI's on the same buffers, run when it is called -- the emulator runs a
-// stream's work at once. It lets nccl_communicator.cu (compiled as C++ into
+// stream's work at once -- or, in a stream being captured, when the graph replays (as CUDA
+// graphs capture NCCL's collectives; sends and receives are refused there). It lets nccl_communicator.cu (compiled as C++ into
 // cuda_device_emulated.cc) and the device graphs' collectives on CudaDevice run under mpirun
 // without a GPU: the calls, their counts, buffers, roots and groups as NCCL takes them. The
 // ranks of a communicator find each other through MPI_COMM_WORLD (ncclCommInitRank: every rank
