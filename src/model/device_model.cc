@@ -239,12 +239,13 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   PENG_RETURN_IF_ERROR(BeginLayers(T));
   std::vector<float>* cap = batch.capture_hidden;
   // A small step (decode) without captures -- and without collectives, but where the device's
-  // communicator records them (NCCL inside CUDA graphs: tensor parallelism) -- is recorded once
-  // per shape and then replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a kernel launch of the
-  // step depends on -- token, sequence and logit-row counts (they size the launches and place
-  // the metadata arrays; the block tables come last, so that a sequence growing by a block
-  // does not make a new shape) -- and the scratch buffers stay where they are until they
-  // grow, which drops the recordings.
+  // communicators record them (NCCL inside CUDA graphs: tensor parallelism, and expert
+  // parallelism across replicas of at most kGraphMaxTokens rows in all) -- is recorded once
+  // per shape and then replayed (Device::LaunchGraph: CUDA graphs); the shape is everything a
+  // kernel launch of the step depends on -- token, sequence and logit-row counts (they size
+  // the launches and place the metadata arrays; the block tables come last, so that a sequence
+  // growing by a block does not make a new shape), the layers' rows -- and the scratch
+  // buffers stay where they are until they grow, which drops the recordings.
   const std::vector<float>* replace = batch.replace_hidden;
   if (replace && static_cast<int64_t>(replace->size()) < (c.n_layers + 1) * T * D)
     return InvalidArgument("replace_hidden: fewer than (layers + 1) x tokens x hidden values");
@@ -265,12 +266,16 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   }
   if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch, masked));
   const bool graph = dev_->SupportsGraphs() && (!comm_ || comm_->InDeviceGraphs()) &&
-                     !layer_collectives_ && !cap && !replace && T <= kGraphMaxTokens;
-  const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 16 |
-                       static_cast<uint64_t>(logit_rows_) << 32 |
-                       static_cast<uint64_t>(top_k) << 48 | static_cast<uint64_t>(masked) << 60 |
-                       static_cast<uint64_t>(edited) << 61 |
-                       static_cast<uint64_t>(draws) << 62;
+                     (!layer_comm_ || (layer_comm_->InDeviceGraphs() &&
+                                       layer_rows_ <= kGraphMaxTokens)) &&
+                     !cap && !replace && T <= kGraphMaxTokens;
+  // The shape's fields, 8 bits each (T, its sequences and logit rows are at most 64 here, the
+  // layers' rows too; top_k at most 256: 9 bits), then the three flags.
+  const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 8 |
+                       static_cast<uint64_t>(logit_rows_) << 16 |
+                       static_cast<uint64_t>(layer_comm_ ? layer_rows_ : 0) << 24 |
+                       static_cast<uint64_t>(top_k) << 32 | static_cast<uint64_t>(masked) << 41 |
+                       static_cast<uint64_t>(edited) << 42 | static_cast<uint64_t>(draws) << 43;
   if (!graph || !dev_->LaunchGraph(key)) {
     if (graph) dev_->BeginGraph();
     dev_->EmbedRows(tok_embd_, step_, c.embed_scale, x_, host_tp_ ? vocab_.begin() : 0);

@@ -129,7 +129,12 @@ class DeviceModel {
   // host group itself when that works on the device's memory (the host device).
   Communicator* comm_ = nullptr;
   std::unique_ptr<Communicator> own_comm_;
-  bool layer_collectives_ = false;  // the layers call collectives of their own: no recording
+  // The layers' collectives of their own (expert parallelism across replicas; null: none) and
+  // the rows they and the ops between them take this step (set by BeginLayers, before the step
+  // is recorded: part of its shape). Such a step is recorded only where that communicator's
+  // collectives can be and those rows are at most kGraphMaxTokens (no op allocates then).
+  Communicator* layer_comm_ = nullptr;
+  int64_t layer_rows_ = 0;
   std::vector<void*> allocs_;  // everything this model allocated on the device
   int64_t weight_bytes_ = 0;
 

@@ -35,7 +35,7 @@ class DeviceDeepseekModel : public DeviceModel {
     if (m_.ep_) {  // (after the tensor-parallel group's: every rank sets them up in this order)
       PENG_ASSIGN_OR_RETURN(ep_own_, dev_->CreateCommunicator(m_.ep_));
       ep_comm_ = ep_own_ ? ep_own_.get() : m_.ep_;
-      layer_collectives_ = true;
+      layer_comm_ = ep_comm_;
     }
     return OkStatus();
   }
@@ -165,6 +165,7 @@ class DeviceDeepseekModel : public DeviceModel {
     m_.ep_->AllGather(&T, sizeof T, counts.data());
     ep_max_t_ = *std::max_element(counts.begin(), counts.end());
     const int64_t N = n_rep * ep_max_t_;
+    layer_rows_ = N;
     if (N <= ep_capacity_) return OkStatus();
     const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
     for (auto [n, p] : {std::pair{D, &ep_send_}, {D, &ep_in_}, {D, &ep_out_},
