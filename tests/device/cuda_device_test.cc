@@ -11,7 +11,8 @@
 //    activations times the dequantized weights) on random inputs. Tolerances, relative to the
 //    largest |value| of the reference output:
 //      GEMV (<= 64 tokens, FP32 throughout)          1e-4
-//      GEMM (prefill, FP16 operands, FP32 accum.)    1e-2
+//      GEMM (prefill, FP16 / BF16 operands, FP32     1e-2
+//      accumulation)
 //      RMSNorm, RoPE, activations, attention         1e-4 (F16 KV: both sides read the same
 //                                                    rounded values)
 // 2. The device graph on CUDA against the same graph on the host device (exact mode, F32 KV):
@@ -92,7 +93,9 @@ TEST_F(CudaTest, MatMulEveryWeightType) {
 // row of them, would be inf in the FP16 copy. Each token row against the host's FP32 product
 // within 1e-2 of that row's largest |value|: rows of values up to 1e6, one outlier of 2e5
 // among values of 1, values just under 65504 (near the overflow of a rounding) and values of 1e-3
-// (unscaled). With and without the residual add and the bias.
+// (unscaled). With and without the residual add and the bias. F16 and BF16 matrices are read
+// as uploaded (BF16 ones with BF16 activations; PENG_CUDA_BF16_GEMM=0: decoded into FP16), the
+// others decoded into an FP16 copy: the kernels launched say which.
 TEST_F(CudaTest, PrefillGemmOfActivationsPastFp16sRange) {
   const int64_t rows = 96, cols = 512, T = 80;
   std::vector<float> xv = Random(T * cols);
@@ -105,34 +108,42 @@ TEST_F(CudaTest, PrefillGemmOfActivationsPastFp16sRange) {
       default: for (int64_t c = 0; c < cols; ++c) r[c] *= 1e-3f;
     }
   }
-  const Pair x = Upload(xv);
-  const Pair bias = Upload(Random(rows));
-  for (DType t : {DType::kF16, DType::kQ4_0}) {
+  const std::vector<float> bias = Random(rows);
+  // BF16 weights take BF16 activations, or FP16 ones on a device without them.
+  std::unique_ptr<Device> fp16_only = DeviceWithout("PENG_CUDA_BF16_GEMM");
+  for (auto [d, t] : {std::pair{cuda_.get(), DType::kF16}, {cuda_.get(), DType::kBF16},
+                      {fp16_only.get(), DType::kBF16}, {cuda_.get(), DType::kQ4_0}}) {
     std::vector<std::vector<uint8_t>> keep;
-    const Uploaded w = UploadRandom(cuda_.get(), host_.get(), t, rows, cols, &rng_, &keep);
+    const Uploaded w = UploadRandom(d, host_.get(), t, rows, cols, &rng_, &keep);
+    const std::string what = std::string(DTypeName(t)) + (d == cuda_.get() ? "" : " (FP16 x)");
     for (bool add : {false, true}) {
       const std::vector<float> y0 = Random(T * rows);
-      const Pair y = Upload(y0);
-      for (Device* d : {cuda_.get(), host_.get()})
-        d->MatMuls(d == cuda_.get() ? x.cuda : x.host, T,
-                   {{d == cuda_.get() ? &w.cuda : &w.host,
-                     d == cuda_.get() ? y.cuda : y.host, add ? bias.cuda : nullptr, add}});
-      ASSERT_TRUE(cuda_->Synchronize().ok());
-      const std::vector<float> got = Download(y.cuda, T * rows);
+      std::vector<float> ref = y0;
+      float* y = UploadTo(d, y0);
+      const float* xd = UploadTo(d, xv);
+      const float* bd = add ? UploadTo(d, bias) : nullptr;
+      const int64_t k0 = d->KernelLaunches();
+      d->MatMuls(xd, T, {{&w.cuda, y, bd, add}});
+      // x's copy, the GEMM and the store; a matrix not read as uploaded decoded first.
+      const bool as_uploaded = t == DType::kF16 || (t == DType::kBF16 && d == cuda_.get());
+      EXPECT_EQ(d->KernelLaunches() - k0, as_uploaded ? 3 : 4) << what;
+      host_->MatMuls(xv.data(), T, {{&w.host, ref.data(), add ? bias.data() : nullptr, add}});
+      ASSERT_TRUE(d->Synchronize().ok());
+      std::vector<float> got(T * rows);
+      ASSERT_TRUE(d->CopyToHost(got.data(), y, got.size() * 4).ok());
       double worst = 0;
       for (int64_t tk = 0; tk < T; ++tk) {
         double scale = 1e-30, diff = 0;
         for (int64_t r = 0; r < rows; ++r) {
-          const double ref = y.host[tk * rows + r];
-          scale = std::max(scale, std::abs(ref));
-          diff = std::max(diff, std::abs(got[tk * rows + r] - ref));  // (NaN: fails below)
-          if (!std::isfinite(got[tk * rows + r])) diff = HUGE_VAL;
+          scale = std::max(scale, std::abs(double{ref[tk * rows + r]}));
+          const double g = got[tk * rows + r];
+          diff = std::isfinite(g) ? std::max(diff, std::abs(g - ref[tk * rows + r])) : HUGE_VAL;
         }
         worst = std::max(worst, diff / scale);
       }
       std::printf("[cuda] prefill GEMM %s%s: worst row max |d| / its max |ref| = %.2e\n",
-                  DTypeName(t), add ? " (residual add, bias)" : "", worst);
-      EXPECT_LE(worst, 1e-2) << DTypeName(t) << (add ? " accumulating" : "");
+                  what.c_str(), add ? ", residual add and bias" : "", worst);
+      EXPECT_LE(worst, 1e-2) << what << (add ? " accumulating" : "");
     }
   }
 }

@@ -821,6 +821,7 @@ class CudaDevice final : public Device {
   bool tiled_attention_ = EnvOn("PENG_CUDA_TILED_ATTENTION");  // Tiled()
   bool mma_attention_ = EnvOn("PENG_CUDA_MMA_ATTENTION");  // OnTensorCores()
   bool mla_gemm_ = EnvOn("PENG_CUDA_MLA_GEMM");  // MlaGemm()
+  bool bf16_gemm_ = EnvOn("PENG_CUDA_BF16_GEMM");  // FloatMatMul: BF16 weights as uploaded
   unsigned* route_done_ = nullptr;  // RouterKernel's count of finished blocks (0 between)
   bool fused_moe_down_ = EnvOn("PENG_CUDA_FUSED_MOE_DOWN");  // MoeDown in one kernel
   // MoeDownKernel's counts of finished blocks, a token's rows at a time (0 between).

@@ -738,13 +738,14 @@ namespace {
 // Element (i, j) of op(M) for a column-major M with leading dimension ld.
 float At(const void* m, cudaDataType t, cublasOperation_t op, int ld, int i, int j) {
   const int64_t idx = op == CUBLAS_OP_N ? i + int64_t{j} * ld : j + int64_t{i} * ld;
-  return t == CUDA_R_16F ? F16ToF32(static_cast<const uint16_t*>(m)[idx])
-                         : static_cast<const float*>(m)[idx];
+  return t == CUDA_R_16F    ? F16ToF32(static_cast<const uint16_t*>(m)[idx])
+         : t == CUDA_R_16BF ? Bf16ToF32(static_cast<const uint16_t*>(m)[idx])
+                            : static_cast<const float*>(m)[idx];
 }
 
 // The element `stride` elements of type t past m.
 const void* Offset(const void* m, cudaDataType t, long long stride) {
-  return static_cast<const char*>(m) + stride * (t == CUDA_R_16F ? 2 : 4);
+  return static_cast<const char*>(m) + stride * (t == CUDA_R_32F ? 4 : 2);
 }
 }  // namespace
 
@@ -756,8 +757,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     const void* b, cudaDataType type_b, int ldb, long long stride_b, const void* beta, void* c,
     cudaDataType type_c, int ldc, long long stride_c, int batch, cublasComputeType_t,
     cublasGemmAlgo_t) {
-  if (type_c != CUDA_R_32F || m < 0 || n < 0 || k < 0 || batch < 0)
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (type_c != CUDA_R_32F || type_a != type_b || m < 0 || n < 0 || k < 0 || batch < 0)
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // (cuBLAS multiplies no FP16 by BF16 either)
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   emu::Submit(*h, [=] {
     // op(A) rows and op(B) columns as contiguous FP32 rows of k values, then the dots.

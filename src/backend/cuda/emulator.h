@@ -167,7 +167,7 @@ enum cublasStatus_t {
   CUBLAS_STATUS_NOT_SUPPORTED = 15
 };
 enum cublasOperation_t { CUBLAS_OP_N, CUBLAS_OP_T };
-enum cudaDataType { CUDA_R_32F, CUDA_R_16F };
+enum cudaDataType { CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF };
 enum cublasComputeType_t { CUBLAS_COMPUTE_32F };
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 cublasStatus_t cublasCreate(cublasHandle_t* h);

@@ -407,25 +407,32 @@ __device__ float BlockReduce(float v, float* shared, Op op) {
 }
 __device__ float BlockSum(float v, float* shared) { return BlockReduce(v, shared, AddOp{}); }
 
-// The prefill GEMM's FP16 copy of x (a block a row of n values). FP16 ends at 65504: a row whose
-// largest |value| reaches 2^15 (a gated FFN's outlier) is divided by the power of two 2^e that
-// brings it below, and row_scale[row] = 2^e multiplies its products in GemmStoreKernel (exact:
-// a row under 2^15, or with an inf or a NaN, keeps e = 0 and its values).
-__global__ void RowsToHalfKernel(const float* x, int64_t n, __half* out, float* row_scale) {
+// The prefill GEMM's 16-bit copy of x (a block a row of n values), in BF16 (kBf16: for BF16
+// weights, which the GEMM reads as they are) or FP16. FP16 ends at 65504: a row whose largest
+// |value| reaches 2^15 (a gated FFN's outlier) is divided by the power of two 2^e that brings
+// it below, and row_scale[row] = 2^e multiplies its products in GemmStoreKernel (exact: a row
+// under 2^15, or with an inf or a NaN, keeps e = 0 and its values; BF16 has FP32's range).
+template <bool kBf16>
+__global__ void RowsTo16Kernel(const float* x, int64_t n, uint16_t* out, float* row_scale) {
   KernelStart();
-  __shared__ float shared[32];
   const float* xr = x + int64_t{blockIdx.x} * n;
-  float m = 0.f;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, fabsf(xr[c]));
-  m = BlockReduce(m, shared, MaxOp{});
   int e = 0;
-  if (m < HUGE_VALF) {  // (fmaxf drops NaNs)
-    frexpf(m, &e);  // m in [2^(e-1), 2^e)
-    e = e > 15 ? e - 15 : 0;
+  if constexpr (!kBf16) {
+    __shared__ float shared[32];
+    float m = 0.f;
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, fabsf(xr[c]));
+    m = BlockReduce(m, shared, MaxOp{});
+    if (m < HUGE_VALF) {  // (fmaxf drops NaNs)
+      frexpf(m, &e);      // m in [2^(e-1), 2^e)
+      e = e > 15 ? e - 15 : 0;
+    }
   }
   const float inv = ldexpf(1.f, -e);
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-    out[int64_t{blockIdx.x} * n + c] = __float2half_rn(xr[c] * inv);
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = xr[c] * inv;
+    out[int64_t{blockIdx.x} * n + c] =
+        kBf16 ? layout::Bf16FromFloat(v) : __half_as_ushort(__float2half_rn(v));
+  }
   if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.f, e);
 }
 

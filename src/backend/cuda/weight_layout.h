@@ -101,6 +101,17 @@ PENG_HD float Bf16Bits(uint16_t h) {
   return Bf16ToF32(h);
 #endif
 }
+// v rounded to the nearest BF16 (ties to even; a NaN stays one), as its bits: F32ToBf16.
+PENG_HD uint16_t Bf16FromFloat(float v) {
+#if defined(__CUDA_ARCH__)
+  uint32_t u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+#else
+  return F32ToBf16(v);
+#endif
+}
 
 // c + the dot product of the four signed bytes of a and b.
 PENG_HD int Dp4a(uint32_t a, uint32_t b, int c) {
