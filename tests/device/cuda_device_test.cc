@@ -93,9 +93,9 @@ TEST_F(CudaTest, MatMulEveryWeightType) {
 // row of them, would be inf in the FP16 copy. Each token row against the host's FP32 product
 // within 1e-2 of that row's largest |value|: rows of values up to 1e6, one outlier of 2e5
 // among values of 1, values just under 65504 (near the overflow of a rounding) and values of 1e-3
-// (unscaled). With and without the residual add and the bias. F16 and BF16 matrices are read
-// as uploaded (BF16 ones with BF16 activations; PENG_CUDA_BF16_GEMM=0: decoded into FP16), the
-// others decoded into an FP16 copy: the kernels launched say which.
+// (unscaled). With and without the residual add (of the products' size) and the bias. F16 and
+// BF16 matrices are read as uploaded (BF16 ones with BF16 activations; PENG_CUDA_BF16_GEMM=0:
+// decoded into FP16), the others decoded into an FP16 copy: the kernels launched say which.
 TEST_F(CudaTest, PrefillGemmOfActivationsPastFp16sRange) {
   const int64_t rows = 96, cols = 512, T = 80;
   std::vector<float> xv = Random(T * cols);
@@ -116,8 +116,14 @@ TEST_F(CudaTest, PrefillGemmOfActivationsPastFp16sRange) {
     std::vector<std::vector<uint8_t>> keep;
     const Uploaded w = UploadRandom(d, host_.get(), t, rows, cols, &rng_, &keep);
     const std::string what = std::string(DTypeName(t)) + (d == cuda_.get() ? "" : " (FP16 x)");
+    // The residual the products add to: of their size, row by row (the host's products,
+    // shifted by a column and scaled), so that a row scaled for FP16 must have it scaled too.
+    std::vector<float> y0(T * rows);
+    host_->MatMuls(xv.data(), T, {{&w.host, y0.data()}});
+    for (int64_t tk = 0; tk < T; ++tk)
+      std::rotate(&y0[tk * rows], &y0[tk * rows + 1], &y0[(tk + 1) * rows]);
+    for (float& v : y0) v *= 1.5f;
     for (bool add : {false, true}) {
-      const std::vector<float> y0 = Random(T * rows);
       std::vector<float> ref = y0;
       float* y = UploadTo(d, y0);
       const float* xd = UploadTo(d, xv);

@@ -91,21 +91,18 @@ void CudaDevice::FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, f
     return;
   }
   // Prefill: a 16-bit W -- an F16 or BF16 matrix as uploaded, any other decoded into an FP16
-  // copy -- and x in its type (FP16 rows scaled into FP16's range: RowsTo16Kernel), cuBLAS
-  // with FP32 accumulation into y -- accumulating, into scratch --, then the store (the rows'
-  // scales, the residual add, the bias). PENG_CUDA_BF16_GEMM=0: BF16 matrices decoded to FP16
-  // too (x keeps FP16's 11 bits; BF16 has 8).
+  // copy -- and x in its type (FP16 rows scaled into FP16's range, and y's rows with them where
+  // the products add to y: RowsTo16Kernel), cuBLAS with FP32 accumulation (beta 1 for the
+  // residual add), then the store (the rows' scales and the bias). PENG_CUDA_BF16_GEMM=0: BF16
+  // matrices decoded to FP16 too (x keeps FP16's 11 bits; BF16 has 8).
   const bool bf16 = w.dtype == DType::kBF16 && bf16_gemm_;
   const bool as_uploaded = w.dtype == DType::kF16 || bf16;
   const int64_t half_bytes = (T * w.cols * 2 + 15) / 16 * 16;
-  const int64_t scale_bytes = (T * 4 + 15) / 16 * 16;
-  const int64_t acc_bytes = ep.accumulate ? T * w.rows * 4 : 0;
   if ((!as_uploaded && !Grow(&w_half_, &w_half_bytes_, w.rows * w.cols * 2)) ||
-      !Grow(&x_half_, &x_half_bytes_, half_bytes + scale_bytes + acc_bytes))
+      !Grow(&x_half_, &x_half_bytes_, half_bytes + T * 4))
     return;
   uint16_t* xh = static_cast<uint16_t*>(x_half_);
   float* row_scale = reinterpret_cast<float*>(static_cast<char*>(x_half_) + half_bytes);
-  float* acc = ep.accumulate ? row_scale + scale_bytes / 4 : y;
   if (!as_uploaded) {
     WithType(w.dtype, [&]<DType D>() {
       Launch(DecodeToHalfKernel<D>, Blocks(w.rows * ((w.cols + 31) / 32), 256), 256, launch_, wd,
@@ -113,22 +110,22 @@ void CudaDevice::FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, f
     });
   }
   Launch(bf16 ? RowsTo16Kernel<true> : RowsTo16Kernel<false>, T, 256, launch_, x, w.cols, xh,
-         row_scale);
+         row_scale, ep.accumulate ? y : nullptr, w.rows);
   Note(cudaGetLastError());
   const void* wh = as_uploaded ? w.data : w_half_;
   const int ldw = static_cast<int>(as_uploaded ? w.row_bytes / 2 : w.cols);
   const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const float one = 1.f, zero = 0.f;
-  // Column-major: acc^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T].
+  const float one = 1.f, beta = ep.accumulate ? 1.f : 0.f;
+  // Column-major: Y^T [rows, T] = W^T^T [rows, cols] x X^T [cols, T] (+ Y^T).
   const cublasStatus_t s = cublasGemmEx(
       blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), static_cast<int>(T),
-      static_cast<int>(w.cols), &one, wh, type, ldw, xh, type, static_cast<int>(w.cols), &zero,
-      acc, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      static_cast<int>(w.cols), &one, wh, type, ldw, xh, type, static_cast<int>(w.cols), &beta, y,
+      CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   ++launches_;  // (counted as one kernel)
   if (s != CUBLAS_STATUS_SUCCESS)
     Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
-  Launch(GemmStoreKernel, Blocks(T * w.rows, 256), 256, launch_, acc, row_scale, ep.bias,
-         ep.accumulate, T, w.rows, y);
+  Launch(GemmStoreKernel, Blocks(T * w.rows, 256), 256, launch_, row_scale, ep.bias, T, w.rows,
+         y);
   Note(cudaGetLastError());
   if (ep.slots.rows) SlotSum(ep.slots.rows, ep.slots.w, T, ep.slots.k, w.rows, y);
 }

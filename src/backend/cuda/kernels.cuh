@@ -412,8 +412,11 @@ __device__ float BlockSum(float v, float* shared) { return BlockReduce(v, shared
 // |value| reaches 2^15 (a gated FFN's outlier) is divided by the power of two 2^e that brings
 // it below, and row_scale[row] = 2^e multiplies its products in GemmStoreKernel (exact: a row
 // under 2^15, or with an inf or a NaN, keeps e = 0 and its values; BF16 has FP32's range).
+// `y` (its rows of y_cols; null: none): what the GEMM adds its products to, divided by 2^e
+// too, so that the store's multiplication gives it back.
 template <bool kBf16>
-__global__ void RowsTo16Kernel(const float* x, int64_t n, uint16_t* out, float* row_scale) {
+__global__ void RowsTo16Kernel(const float* x, int64_t n, uint16_t* out, float* row_scale,
+                               float* y, int64_t y_cols) {
   KernelStart();
   const float* xr = x + int64_t{blockIdx.x} * n;
   int e = 0;
@@ -433,18 +436,19 @@ __global__ void RowsTo16Kernel(const float* x, int64_t n, uint16_t* out, float* 
     out[int64_t{blockIdx.x} * n + c] =
         kBf16 ? layout::Bf16FromFloat(v) : __half_as_ushort(__float2half_rn(v));
   }
+  if (e > 0 && y)
+    for (int64_t c = threadIdx.x; c < y_cols; c += blockDim.x)
+      y[int64_t{blockIdx.x} * y_cols + c] *= inv;
   if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.f, e);
 }
 
-// The prefill GEMM's store, over n_rows rows of n: y = row_scale[t] * acc (+ y, accumulating)
-// + bias[r] (acc may be y).
-__global__ void GemmStoreKernel(const float* acc, const float* row_scale, const float* bias,
-                                bool accumulate, int64_t n_rows, int64_t n, float* y) {
+// The prefill GEMM's store, over n_rows rows of n: y = row_scale[t] * y + bias[r].
+__global__ void GemmStoreKernel(const float* row_scale, const float* bias, int64_t n_rows,
+                                int64_t n, float* y) {
   KernelStart();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n_rows * n) return;
-  float v = row_scale[i / n] * acc[i];
-  if (accumulate) v = y[i] + v;
+  float v = row_scale[i / n] * y[i];
   if (bias) v += bias[i % n];
   y[i] = v;
 }
