@@ -118,7 +118,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(Communicator* gro
                                                                cudaStream_t stream) {
   // Every connection made by ncclCommInitRank, unless the environment says otherwise: from NCCL
   // 2.22 on a connection is made at the first collective that needs it, which may be inside a
-  // graph being recorded (InDeviceGraphs), and captures failed that way.
+  // graph being recorded (InDeviceGraphs).
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   ncclUniqueId id{};
   ncclResult_t r = ncclSuccess;
