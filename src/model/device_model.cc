@@ -273,7 +273,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   // layers' rows too; top_k at most 256: 9 bits), then the three flags.
   const uint64_t key = static_cast<uint64_t>(T) | static_cast<uint64_t>(step_.n_seqs) << 8 |
                        static_cast<uint64_t>(logit_rows_) << 16 |
-                       static_cast<uint64_t>(layer_comm_ ? layer_rows_ : 0) << 24 |
+                       static_cast<uint64_t>(layer_rows_) << 24 |
                        static_cast<uint64_t>(top_k) << 32 | static_cast<uint64_t>(masked) << 41 |
                        static_cast<uint64_t>(edited) << 42 | static_cast<uint64_t>(draws) << 43;
   if (!graph || !dev_->LaunchGraph(key)) {

@@ -93,11 +93,12 @@ void CudaDevice::FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, f
   // Prefill: a 16-bit W -- an F16 or BF16 matrix as uploaded, any other decoded into an FP16
   // copy -- and x in its type (FP16 rows scaled into FP16's range, and y's rows with them where
   // the products add to y: RowsTo16Kernel), cuBLAS with FP32 accumulation (beta 1 for the
-  // residual add), then the store (the rows' scales and the bias). PENG_CUDA_BF16_GEMM=0: BF16
-  // matrices decoded to FP16 too (x keeps FP16's 11 bits; BF16 has 8).
+  // residual add), then the store (the rows' scales and the bias; BF16 rows are never scaled:
+  // the bias alone, where there is one). PENG_CUDA_BF16_GEMM=0: BF16 matrices decoded to FP16
+  // too (x keeps FP16's 11 bits; BF16 has 8).
   const bool bf16 = w.dtype == DType::kBF16 && bf16_gemm_;
   const bool as_uploaded = w.dtype == DType::kF16 || bf16;
-  const int64_t half_bytes = (T * w.cols * 2 + 15) / 16 * 16;
+  const int64_t half_bytes = layout::Align16(T * w.cols * 2);
   if ((!as_uploaded && !Grow(&w_half_, &w_half_bytes_, w.rows * w.cols * 2)) ||
       !Grow(&x_half_, &x_half_bytes_, half_bytes + T * 4))
     return;
@@ -124,9 +125,13 @@ void CudaDevice::FloatMatMul(const DeviceMatrix& w, const float* x, int64_t T, f
   ++launches_;  // (counted as one kernel)
   if (s != CUBLAS_STATUS_SUCCESS)
     Keep(Internal(name_ + ": cublasGemmEx failed (" + std::to_string(s) + ")"));
-  Launch(GemmStoreKernel, Blocks(T * w.rows, 256), 256, launch_, row_scale, ep.bias, T, w.rows,
-         y);
-  Note(cudaGetLastError());
+  if (bf16) {
+    AddBiasRows(y, ep.bias, T, w.rows);
+  } else {
+    Launch(GemmStoreKernel, Blocks(T * w.rows, 256), 256, launch_, row_scale, ep.bias, T,
+           w.rows, y);
+    Note(cudaGetLastError());
+  }
   if (ep.slots.rows) SlotSum(ep.slots.rows, ep.slots.w, T, ep.slots.k, w.rows, y);
 }
 

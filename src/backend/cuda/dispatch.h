@@ -37,10 +37,10 @@ struct Nothing {
   void operator()() const {}
 };
 
-int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
+inline int64_t Blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }
 
 // False when the environment variable is "0" (the switches of docs/devices.md).
-bool EnvOn(const char* name) {
+inline bool EnvOn(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::string(e) == "0");
 }

@@ -411,7 +411,8 @@ __device__ float BlockSum(float v, float* shared) { return BlockReduce(v, shared
 // weights, which the GEMM reads as they are) or FP16. FP16 ends at 65504: a row whose largest
 // |value| reaches 2^15 (a gated FFN's outlier) is divided by the power of two 2^e that brings
 // it below, and row_scale[row] = 2^e multiplies its products in GemmStoreKernel (exact: a row
-// under 2^15, or with an inf or a NaN, keeps e = 0 and its values; BF16 has FP32's range).
+// under 2^15, or with an inf or a NaN, keeps e = 0 and its values). BF16 has FP32's range: no
+// scaling, no row_scale.
 // `y` (its rows of y_cols; null: none): what the GEMM adds its products to, divided by 2^e
 // too, so that the store's multiplication gives it back.
 template <bool kBf16>
@@ -439,7 +440,7 @@ __global__ void RowsTo16Kernel(const float* x, int64_t n, uint16_t* out, float* 
   if (e > 0 && y)
     for (int64_t c = threadIdx.x; c < y_cols; c += blockDim.x)
       y[int64_t{blockIdx.x} * y_cols + c] *= inv;
-  if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.f, e);
+  if (!kBf16 && threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.f, e);
 }
 
 // The prefill GEMM's store, over n_rows rows of n: y = row_scale[t] * y + bias[r].

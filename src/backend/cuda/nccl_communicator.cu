@@ -1,5 +1,7 @@
 #include "backend/cuda/nccl_communicator.h"
 
+#include "backend/cuda/dispatch.h"
+
 #if defined(PENG_CUDA_EMULATOR)
 #include "backend/cuda/nccl_emulator.h"
 #else
@@ -87,13 +89,7 @@ class NcclCommunicator final : public Communicator {
   }
   // NCCL's collectives are captured by CUDA graphs; PENG_NCCL_IN_GRAPHS=0: steps with
   // collectives run unrecorded.
-  bool InDeviceGraphs() const override {
-    static const bool on = [] {
-      const char* e = std::getenv("PENG_NCCL_IN_GRAPHS");
-      return !(e && std::string(e) == "0");
-    }();
-    return on;
-  }
+  bool InDeviceGraphs() const override { return in_graphs_; }
   std::string Describe() const override {
     int v = 0;
     ncclGetVersion(&v);
@@ -110,6 +106,7 @@ class NcclCommunicator final : public Communicator {
   Communicator* group_;
   ncclComm_t comm_;
   cudaStream_t stream_;
+  const bool in_graphs_ = EnvOn("PENG_NCCL_IN_GRAPHS");
 };
 
 }  // namespace

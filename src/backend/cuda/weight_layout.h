@@ -35,6 +35,7 @@
 #include "kernels/quant_blocks.h"
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #define PENG_HD __host__ __device__ __forceinline__
 #else
@@ -101,13 +102,10 @@ PENG_HD float Bf16Bits(uint16_t h) {
   return Bf16ToF32(h);
 #endif
 }
-// v rounded to the nearest BF16 (ties to even; a NaN stays one), as its bits: F32ToBf16.
+// v rounded to the nearest BF16 (ties to even), as its bits.
 PENG_HD uint16_t Bf16FromFloat(float v) {
 #if defined(__CUDA_ARCH__)
-  uint32_t u = __float_as_uint(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 #else
   return F32ToBf16(v);
 #endif
