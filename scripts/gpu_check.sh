@@ -20,7 +20,8 @@
 #        against the host device -- with CUDA graphs, again without, and again without
 #        programmatic dependent launch (PENG_CUDA_PDL=0) -- and the golden checks
 #        where the trained models are present), hf_model_test with PENG_TEST_DEVICE=cuda (the
-#        tiny Llama / Qwen2 / Gemma 3 fixtures against their float64 transformers references);
+#        tiny Llama / Qwen2 / Gemma 3 fixtures against their float64 transformers references),
+#        peng eval compare of the GPU's logits against the CPU engine's (Qwen2.5's shapes);
 #        the first two failed op tests again under compute-sanitizer's memcheck
 #     3. benchmarks: peng bench --device cuda (pp512, tg128, 3 reps; batched decode at 32 for
 #        the small models) with the device's measured read bandwidth -> bench-*.json, one line
@@ -295,6 +296,16 @@ run() {
       "$BUNDLE/bin/cuda_device_test" --gtest_filter='CudaTest.*Graph*'
     step test-hf-cuda env PENG_TEST_DEVICE=cuda "$BUNDLE/bin/hf_model_test" \
       --gtest_filter='HfModelTest.*'
+    # The GPU's logits against the CPU engine's over a text, with the same arithmetic where the
+    # GPU mirrors it (quantized activations; prefill's GEMMs are FP16 there): KL, top-1 and the
+    # relative deviation recorded, not judged (random weights amplify any difference: the CPU's
+    # own quantized-vs-exact deviation on this file is 8%).
+    local qwen_rnd=$mdir/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    step eval-cuda-vs-cpu "$BUNDLE/bin/peng" eval compare -m "$qwen_rnd" --reference "$qwen_rnd" \
+      --device cuda --reference-device cpu --text tests/data/eval/gpl3_excerpt.txt --ctx 256 \
+      --max-tokens 512 --max-deviation 1 --max-weight-deviation 1 --json
+    grep -E '"(mean_kl|top1_agreement|mean_deviation|max_deviation)"' \
+      "$RES/eval-cuda-vs-cpu.log" | tr -d ' \n' && echo
     grep -h '^\[cuda\]' "$RES"/test-*.log | sort -u
     # The first two failed tests again under compute-sanitizer's memcheck.
     if command -v compute-sanitizer > /dev/null; then

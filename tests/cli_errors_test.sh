@@ -170,6 +170,19 @@ PY
     "$peng" eval compare -m "$model" --reference "$model" --kv-cache-dtype q8_0 --text "$text" --ctx 128 --max-tokens 256
   expect "eval compare honest int8" 0 "relative logit deviation: mean 0.0" \
     "$peng" eval compare -m "$tmp/smol_w8a8" --reference "$model" --exact-reference --text "$text" --ctx 128 --max-tokens 256
+  # peng eval on a device (host: the device graph on the CPU kernels, the CPU engine's
+  # arithmetic): the CPU engine's perplexity to the digit; compare against the CPU engine
+  # (--reference-device) passes; an unknown device is named.
+  ppl_cpu=$("$peng" eval ppl -m "$model" --text "$text" --ctx 128 --max-tokens 256 | grep '^PPL: ')
+  expect "eval ppl on a device" 0 "${ppl_cpu:-PPL missing on the cpu}" \
+    "$peng" eval ppl -m "$model" --text "$text" --ctx 128 --max-tokens 256 --device host
+  expect "eval compare a device against the cpu" 0 '"passed": true' \
+    "$peng" eval compare -m "$model" --reference "$model" --device host --reference-device cpu \
+    --exact-reference --text "$text" --ctx 128 --max-tokens 256 --json
+  expect "eval unknown device" 1 "unknown device 'tpu'" \
+    "$peng" eval ppl -m "$model" --text "$text" --device tpu
+  expect "eval unknown reference device" 1 "unknown device 'tpu'" \
+    "$peng" eval compare -m "$model" --reference "$model" --reference-device tpu --text "$text"
   expect "eval compare corrupted scale" 1 "tensor blk.10.ffn_down.weight (relative error 0.37" \
     "$peng" eval compare -m "$tmp/smol_bad" --reference "$model" --exact-reference --text "$text" --ctx 128 --max-tokens 256
 else

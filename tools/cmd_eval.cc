@@ -27,7 +27,10 @@ namespace {
 struct EvalArgs {
   std::string model, reference, text;
   int64_t ctx = 512, stride = 256, max_tokens = 0;
+  std::string device = "cpu";
+  std::string reference_device;  // (compare; empty: --device)
   int threads = 0;
+  bool huge_pages = false;
   bool exact = false, exact_reference = false, json = false, diagnose = false;
   DType kv_dtype = DType::kF16;  // --kv-cache-dtype of --model (the reference keeps f16)
   double max_deviation = 0.03, max_weight_deviation = 0.10;
@@ -43,10 +46,12 @@ StatusOr<std::string> ReadText(const std::string& path) {
 }
 
 // `path` with an F32 KV cache when exact, else one of kv_dtype.
-StatusOr<std::unique_ptr<Llm>> LoadModel(const std::string& path, const EvalArgs& a,
-                                         bool exact, DType kv_dtype) {
+StatusOr<std::unique_ptr<Llm>> LoadModel(const std::string& path, const std::string& device,
+                                         const EvalArgs& a, bool exact, DType kv_dtype) {
   LlmOptions o;
   o.model_path = path;
+  o.device = device;
+  o.huge_pages = a.huge_pages;
   o.threads = a.threads;
   o.max_model_len = a.ctx;
   o.kv_dtype = exact ? DType::kF32 : kv_dtype;
@@ -85,7 +90,7 @@ int RunPpl(EvalArgs a) {
   if (a.exact) kernels::SetExactActivations(true);  // before loading: any load-time choices
   if (a.exact && a.kv_dtype != DType::kF16)
     return Fail("--exact runs with an f32 KV cache; leave out --kv-cache-dtype");
-  auto llm = LoadModel(a.model, a, a.exact, a.kv_dtype);
+  auto llm = LoadModel(a.model, a.device, a, a.exact, a.kv_dtype);
   kernels::SetExactActivations(false);
   if (!llm.ok()) return Fail(llm.status().ToString());
   auto ids = Tokens(**llm, a);
@@ -112,9 +117,10 @@ int RunPpl(EvalArgs a) {
 }
 
 int RunCompare(EvalArgs a) {
-  auto model = LoadModel(a.model, a, false, a.kv_dtype);
+  auto model = LoadModel(a.model, a.device, a, false, a.kv_dtype);
   if (!model.ok()) return Fail(model.status().ToString());
-  auto ref = LoadModel(a.reference, a, a.exact_reference, DType::kF16);
+  auto ref = LoadModel(a.reference, a.reference_device.empty() ? a.device : a.reference_device, a,
+                       a.exact_reference, DType::kF16);
   if (!ref.ok()) return Fail(ref.status().ToString());
   const int64_t vocab = (*model)->model().config().vocab_size;
   if ((*ref)->model().config().vocab_size != vocab) {
@@ -241,6 +247,7 @@ void AddCommon(CLI::App* c, EvalArgs* a) {
   c->add_option("-t,--threads", a->threads, "Threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   c->add_flag("--json", a->json, "Print JSON");
+  AddDeviceOptions(c, &a->device, &a->huge_pages);
   AddKvCacheDtypeOption(c, &a->kv_dtype);
 }
 
@@ -271,6 +278,9 @@ void RegisterEval(CLI::App& app, int* exit_code) {
                   "have (same name and shape)");
   cmp->add_flag("--diagnose", c->diagnose,
                 "Always print the per-layer and per-tensor deviation (else only on failure)");
+  cmp->add_option("--reference-device", c->reference_device,
+                  "Where the reference runs (default: --device's), e.g. cpu to check a GPU's "
+                  "logits against the CPU engine's");
   cmp->add_flag("--exact-reference", c->exact_reference,
                 "Run the reference with FP32 activations and KV cache");
   cmp->callback([c, exit_code] { *exit_code = RunCompare(*c); });
