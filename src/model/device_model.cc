@@ -267,7 +267,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
   if (edited) PENG_RETURN_IF_ERROR(UploadEdits(batch, masked));
   const bool graph = dev_->SupportsGraphs() && (!comm_ || comm_->InDeviceGraphs()) &&
                      (!layer_comm_ || (layer_comm_->InDeviceGraphs() &&
-                                       layer_rows_ <= kGraphMaxTokens)) &&
+                                       layer_rows_ <= kGraphMaxTokens && !layer_host_sync_)) &&
                      !cap && !replace && T <= kGraphMaxTokens;
   // The shape's fields, 8 bits each (T, its sequences and logit rows are at most 64 here, the
   // layers' rows too; top_k at most 256: 9 bits), then the three flags.
@@ -292,6 +292,7 @@ Status DeviceModel::Forward(const ForwardBatch& batch, float* logits) {
       if (replace)
         PENG_RETURN_IF_ERROR(dev_->CopyToDevice(x_, replace->data() + il * T * D, T * D * 4));
       RunLayer(il);
+      if (!layer_status_.ok()) return std::exchange(layer_status_, OkStatus());
       PENG_RETURN_IF_ERROR(capture());
     }
     if (logit_rows_ > 0) {

@@ -78,7 +78,8 @@ class DeviceModel {
   virtual Status UploadLayers() = 0;
   // Per-layer scratch for T tokens (the subclass; called when T grows).
   virtual Status EnsureLayerScratch(int64_t T) = 0;
-  // One layer over step_: x_ in, x_ out.
+  // One layer over step_: x_ in, x_ out. What fails on the host inside it (a copy of the
+  // experts' routing back to the host) goes to layer_status_, which the step returns.
   virtual void RunLayer(int il) = 0;
   // Before the layers of a step of T > 0 tokens: what may fail (the subclass; e.g. the step's
   // exchange of token counts and its scratch for expert parallelism across replicas).
@@ -135,6 +136,8 @@ class DeviceModel {
   // collectives can be and those rows are at most kGraphMaxTokens (no op allocates then).
   Communicator* layer_comm_ = nullptr;
   int64_t layer_rows_ = 0;
+  bool layer_host_sync_ = false;  // the layers wait for the host this step: never recorded
+  Status layer_status_;  // (RunLayer's first host-side failure in this step)
   std::vector<void*> allocs_;  // everything this model allocated on the device
   int64_t weight_bytes_ = 0;
 

@@ -9,10 +9,13 @@
 // shared output with the device's collectives, as the CPU model does; another rank's expert
 // contributes zeros here. Expert parallelism across data-parallel replicas: each MoE layer
 // gathers every replica's tokens with the device's collectives, runs this rank's experts on
-// them and reduce-scatters the sums back (the CPU model's all-gather exchange); such steps are
-// not recorded as graphs, and a replica without tokens runs the exchanges alone (IdleStep).
+// them and reduce-scatters the sums back (the CPU model's all-gather exchange; recorded where
+// the rows are few), or -- from the CPU model's token count on -- sends each peer only the rows
+// its experts need (its all-to-all; not recorded: the routing comes back to the host); a
+// replica without tokens runs the exchanges alone (IdleStep).
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/deepseek2/deepseek2.h"
@@ -164,7 +167,13 @@ class DeviceDeepseekModel : public DeviceModel {
     std::vector<int64_t> counts(n_rep);
     m_.ep_->AllGather(&T, sizeof T, counts.data());
     ep_max_t_ = *std::max_element(counts.begin(), counts.end());
+    int64_t n = 0;
+    for (const int64_t t : counts) n += t;
     const int64_t N = n_rep * ep_max_t_;
+    // From the CPU model's count on (PENG_EP_ALL_TO_ALL_TOKENS, the same on every rank), the
+    // exchange is the all-to-all, whose host round trip no recording may hold.
+    ep_all_to_all_ = n > 0 && n >= m_.ep_all_to_all_tokens_;
+    layer_host_sync_ = ep_all_to_all_;
     layer_rows_ = N;
     if (N <= ep_capacity_) return OkStatus();
     const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
@@ -173,15 +182,21 @@ class DeviceDeepseekModel : public DeviceModel {
                         {k * c.moe_intermediate_size, &ep_gate_},
                         {k * c.moe_intermediate_size, &ep_up_}, {k * D, &ep_ys_}})
       PENG_RETURN_IF_ERROR(Scratch(N * n, p));
+    PENG_RETURN_IF_ERROR(Scratch((N + 1) * D, &ep_back_));
+    PENG_RETURN_IF_ERROR(Scratch(N, &ep_ones_));
     PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_ids_));
+    PENG_RETURN_IF_ERROR(Scratch(2 * N, &ep_rows_));
     ep_capacity_ = N;
     return OkStatus();
   }
   Status IdleStep() override {
     if (!m_.ep_) return OkStatus();
     PENG_RETURN_IF_ERROR(BeginLayers(0));
-    for (const Layer& L : layers_)
-      if (L.moe) RoutedAcrossReplicas(L, 0);
+    for (const Layer& L : layers_) {
+      if (!L.moe) continue;
+      ep_all_to_all_ ? RoutedAllToAll(L, 0) : RoutedAcrossReplicas(L, 0);
+      if (!layer_status_.ok()) return std::exchange(layer_status_, OkStatus());
+    }
     return dev_->Synchronize();
   }
   // The routed experts of this rank for every replica's tokens: this replica's T normalized
@@ -205,6 +220,89 @@ class DeviceDeepseekModel : public DeviceModel {
     d.MoeDown(backend::GatedActivation::kSilu, ep_gate_, ep_up_, N, k, c.moe_intermediate_size,
               L.exp_down, ep_ids_, ep_w_, {}, ep_ys_, ep_out_);
     ep_comm_->ReduceScatterSum(ep_out_, ep_send_, ep_max_t_ * D);
+  }
+
+  // The same by all-to-all from ep_all_to_all_tokens_ tokens in all on (the CPU model's
+  // DeepseekV2Model::ExchangeAllToAll): this replica's T rows routed here and their routing
+  // brought to the host, which lists the rows each peer's experts need (expert e is global
+  // rank e / per_rank = replica x tp + the tensor-parallel index: ours); the counts exchanged
+  // over the host group; each peer sent those rows alone (ep_send_) and running its experts on
+  // what it received (ep_in_, routed again) into ep_out_, which goes back the same way
+  // (ep_back_, a zero row after the rows); each token's returns then gathered in peer order
+  // (ep_in_ [T, n_rep], the zero row where a peer had none of them) and summed into
+  // ep_send_ [T, D] (SlotSum, weights 1: the CPU model's additions in its order).
+  void RoutedAllToAll(const Layer& L, int64_t T) {
+    const DeepseekV2Config& c = m_.cfg_;
+    const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
+    const int n_rep = m_.ep_->size();
+    const int64_t per_rank = m_.experts_.size;
+    backend::Device& d = *dev_;
+    const int64_t row_bytes = D * static_cast<int64_t>(sizeof(float));
+    auto keep = [&](Status s) {
+      if (layer_status_.ok()) layer_status_ = std::move(s);
+      return layer_status_.ok();
+    };
+    std::vector<int32_t>& ids = a2a_ids_;
+    ids.resize(T * k);
+    if (T > 0) {
+      d.MatMuls(h_, T, {{&L.router, ep_logits_}});
+      d.MoeRoute(ep_logits_, L.router_bias, T, c.Routing(), ep_ids_, ep_w_);
+      if (!keep(d.CopyToHost(ids.data(), ep_ids_, T * k * 4))) return;
+    }
+    // Rows to send, peer by peer (ep_rows_[0, n_send)), and where each token's return from
+    // each peer lands in ep_back_ (ep_rows_[N, N + T n_rep); n_send: the zero row).
+    std::vector<int32_t>& rows = a2a_rows_;
+    std::vector<int32_t>& at = a2a_at_;
+    rows.clear();
+    at.assign(T * n_rep, -1);
+    std::vector<int64_t> send(n_rep), recv(n_rep);
+    for (int p = 0; p < n_rep; ++p) {
+      for (int64_t t = 0; t < T; ++t) {
+        bool need = false;
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t g = ids[t * k + j] / per_rank;
+          need |= g % m_.tp_size_ == m_.tp_rank_ && g / m_.tp_size_ == p;
+        }
+        if (!need) continue;
+        at[t * n_rep + p] = static_cast<int32_t>(rows.size());
+        rows.push_back(static_cast<int32_t>(t));
+      }
+      send[p] = static_cast<int64_t>(rows.size());
+    }
+    const int64_t n_send = static_cast<int64_t>(rows.size());
+    for (int p = n_rep - 1; p > 0; --p) send[p] -= send[p - 1];
+    for (int32_t& a : at)
+      if (a < 0) a = static_cast<int32_t>(n_send);
+    m_.ep_->AllToAll(send.data(), sizeof(int64_t), recv.data());
+    int64_t n_recv = 0;
+    for (int p = 0; p < n_rep; ++p) {
+      n_recv += recv[p];
+      send[p] *= row_bytes;
+      recv[p] *= row_bytes;
+    }
+    const int64_t N = ep_capacity_;
+    a2a_ones_.assign(T * n_rep, 1.f);
+    if (n_send > 0 && !keep(d.CopyToDevice(ep_rows_, rows.data(), n_send * 4))) return;
+    if (T > 0 && (!keep(d.CopyToDevice(ep_rows_ + N, at.data(), T * n_rep * 4)) ||
+                  !keep(d.CopyToDevice(ep_ones_, a2a_ones_.data(), T * n_rep * 4))))
+      return;
+    d.GatherRows(h_, ep_rows_, n_send, D, ep_send_);
+    ep_comm_->AllToAllV(ep_send_, send.data(), ep_in_, recv.data());
+    d.Fill(ep_out_, 0, n_recv * row_bytes);
+    if (n_recv > 0) {
+      d.MatMuls(ep_in_, n_recv, {{&L.router, ep_logits_}});
+      d.MoeRoute(ep_logits_, L.router_bias, n_recv, c.Routing(), ep_ids_, ep_w_);
+      d.ExpertsMatMuls(ep_in_, n_recv, ep_ids_, static_cast<int>(k), false,
+                       {{&L.exp_gate, ep_gate_}, {&L.exp_up, ep_up_}});
+      d.MoeDown(backend::GatedActivation::kSilu, ep_gate_, ep_up_, n_recv, static_cast<int>(k),
+                c.moe_intermediate_size, L.exp_down, ep_ids_, ep_w_, {}, ep_ys_, ep_out_);
+    }
+    ep_comm_->AllToAllV(ep_out_, recv.data(), ep_back_, send.data());
+    if (T == 0) return;
+    d.Fill(ep_back_ + n_send * D, 0, row_bytes);
+    d.GatherRows(ep_back_, ep_rows_ + N, T * n_rep, D, ep_in_);
+    d.Fill(ep_send_, 0, T * row_bytes);
+    d.SlotSum(ep_in_, ep_ones_, T, n_rep, D, ep_send_);
   }
 
   // The dense FFN: h_ = RmsNorm(x_), gate / up / SiLU over its T rows, then the down
@@ -271,7 +369,7 @@ class DeviceDeepseekModel : public DeviceModel {
       } else {
         d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
       }
-      RoutedAcrossReplicas(L, T);
+      ep_all_to_all_ ? RoutedAllToAll(L, T) : RoutedAcrossReplicas(L, T);
       if (L.shared)
         d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
                        L.sh_gate.rows, {{&L.sh_down, ep_send_, nullptr, true}});
@@ -327,6 +425,14 @@ class DeviceDeepseekModel : public DeviceModel {
   float *ep_send_ = nullptr, *ep_in_ = nullptr, *ep_out_ = nullptr, *ep_logits_ = nullptr;
   float *ep_w_ = nullptr, *ep_gate_ = nullptr, *ep_up_ = nullptr, *ep_ys_ = nullptr;
   int32_t* ep_ids_ = nullptr;
+  // The all-to-all's (this step's choice; RoutedAllToAll): the returned rows and a zero row
+  // [capacity + 1, D], weights of 1, the rows sent and where the returns land [2 capacity], and
+  // their host lists.
+  bool ep_all_to_all_ = false;
+  float *ep_back_ = nullptr, *ep_ones_ = nullptr;
+  int32_t* ep_rows_ = nullptr;
+  std::vector<int32_t> a2a_ids_, a2a_rows_, a2a_at_;
+  std::vector<float> a2a_ones_;
 };
 
 StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDeepseek(const DeepseekV2Model& model,
