@@ -127,6 +127,60 @@ TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
   EXPECT_EQ((*llm)->DeviceKernelLaunches() - k0, 6 * (25 + 2));
 }
 
+// A model that does not fit the device's free memory is a clear error when it loads, and the
+// failed load gives back all it allocated; with the memory back the same model loads and
+// decodes. Free memory is cut to `spare` bytes: on a GPU by one allocation of the rest, in the
+// emulator by its size (PENG_EMULATOR_DEVICE_MEMORY: what is in use plus spare). The emulator
+// tries several points of the load: inside the device's opening, and after it with room for
+// part of the weights (about 440 KB).
+TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
+  LlmOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/deepseek_tiny/v2";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_model_len = 64;
+  std::vector<int64_t> spares = {int64_t{64} << 10};
+  if (Emulated()) {
+    const int64_t free = cuda_->FreeMemoryBytes();
+    int64_t open = 0;  // what a device takes when it opens
+    {
+      auto d = backend::CreateDevice(DeviceUnderTest(), &pool_);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      open = free - (*d)->FreeMemoryBytes();
+    }
+    for (const int64_t part : {64, 128, 256, 384}) spares.push_back(open + (part << 10));
+  }
+  for (const int64_t spare : spares) {
+    SCOPED_TRACE("spare " + std::to_string(spare));
+    const int64_t free = cuda_->FreeMemoryBytes();
+    void* ballast = nullptr;
+    if (Emulated()) {
+      const int64_t total = int64_t{16} << 30;  // (the emulator's)
+      ASSERT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY",
+                       std::to_string(total - free + spare).c_str(), 1), 0);
+    } else {
+      auto b = cuda_->Alloc(free - spare);
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ballast = *b;
+    }
+    const int64_t cut = cuda_->FreeMemoryBytes();
+    {
+      auto llm = Llm::Load(o);
+      ASSERT_FALSE(llm.ok()) << "loaded in " << cut << " bytes";
+      std::printf("[cuda] %lld bytes free: %s\n", static_cast<long long>(cut),
+                  llm.status().ToString().c_str());
+      EXPECT_EQ(llm.status().code(), StatusCode::kResourceExhausted);
+      EXPECT_NE(llm.status().message().find("bytes of device memory"), std::string::npos);
+    }
+    EXPECT_EQ(cuda_->FreeMemoryBytes(), cut) << "the failed load kept device memory";
+    if (ballast) cuda_->Free(ballast);
+    unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
+  }
+  auto llm = Llm::Load(o);
+  ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+  EXPECT_TRUE((*llm)->BenchDecode(2).ok());
+}
+
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal
 // the host's within 1e-5 on equal inputs (above), but the graphs' inputs are not equal: the GPU
 // sums in another order, and quantized activations amplify such differences -- a value near a

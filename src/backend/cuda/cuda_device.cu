@@ -123,9 +123,12 @@ class CudaDevice final : public Device {
   StatusOr<void*> Alloc(int64_t bytes) override {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, std::max<int64_t>(bytes, 256));
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // (the failed call's error is not the next launch's)
       return ResourceExhausted(name_ + ": cannot allocate " + std::to_string(bytes) +
-                               " bytes: " + cudaGetErrorString(e));
+                               " bytes of device memory (" + std::to_string(FreeMemoryBytes()) +
+                               " free): " + cudaGetErrorString(e));
+    }
     blocks_.insert(p);
     return p;
   }

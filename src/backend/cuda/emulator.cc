@@ -81,7 +81,12 @@ int capturing_streams = 0;
 std::mutex alloc_mu;
 std::map<void*, size_t> allocations;
 size_t allocated = 0;
-constexpr size_t kTotalMemory = size_t{16} << 30;
+// The device's memory: 16 GiB, or PENG_EMULATOR_DEVICE_MEMORY bytes (read at each call: tests
+// shrink it to see what a model that does not fit does).
+size_t TotalMemory() {
+  const char* e = std::getenv("PENG_EMULATOR_DEVICE_MEMORY");
+  return e && *e ? std::strtoull(e, nullptr, 10) : size_t{16} << 30;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Coroutines
@@ -568,7 +573,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int i) {
   if (i != 0) return cudaErrorInvalidDevice;
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "CUDA emulator on the CPU, shaped as an H200");
-  p->totalGlobalMem = emu::kTotalMemory;
+  p->totalGlobalMem = emu::TotalMemory();
   p->multiProcessorCount = 132;
   p->major = 9;
   p->minor = 0;
@@ -577,8 +582,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int i) {
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   std::lock_guard<std::mutex> lock(emu::alloc_mu);
-  *total = emu::kTotalMemory;
-  *free = emu::kTotalMemory - std::min(emu::allocated, emu::kTotalMemory);
+  *total = emu::TotalMemory();
+  *free = *total - std::min(emu::allocated, *total);
   return cudaSuccess;
 }
 
@@ -587,11 +592,15 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     Fail(cudaErrorStreamCaptureUnsupported, "cudaMalloc while a stream is being captured");
     return cudaErrorStreamCaptureUnsupported;
   }
-  std::lock_guard<std::mutex> lock(emu::alloc_mu);
+  std::unique_lock<std::mutex> lock(emu::alloc_mu);
   const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  if (emu::allocated + n > emu::kTotalMemory) return cudaErrorMemoryAllocation;
-  *p = std::aligned_alloc(256, n);
-  if (!*p) return cudaErrorMemoryAllocation;
+  *p = emu::allocated + n > emu::TotalMemory() ? nullptr : std::aligned_alloc(256, n);
+  if (!*p) {  // (as CUDA: the error is also the next cudaGetLastError's)
+    lock.unlock();
+    std::lock_guard<std::mutex> error_lock(emu::error_mu);
+    if (emu::last_error == cudaSuccess) emu::last_error = cudaErrorMemoryAllocation;
+    return cudaErrorMemoryAllocation;
+  }
   std::memset(*p, 0xff, n);  // (device memory is not zeroed: NaNs expose reads before writes)
   emu::allocations[*p] = n;
   emu::allocated += n;
