@@ -86,6 +86,8 @@ expect "unknown device" 1 "unknown device 'tpu'" "$peng" logits -m "$tiny" --tok
 if ! nvidia-smi -L > /dev/null 2>&1; then
   expect "cuda without a gpu" 1 "CUDA" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device cuda
 fi
+expect "gpu memory share of 0" 1 "gpu_memory_utilization (--gpu-memory-utilization) must be in (0, 1]" \
+  "$peng" serve "$tiny" --gpu-memory-utilization 0 --port 0
 expect "host device" 0 "" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device host
 # --kv-cache-dtype: an unknown type is a usage error; q8_0 needs head dimensions of whole 32-value
 # blocks (the tiny llama's are 16), and --exact keeps its f32 cache.

@@ -157,6 +157,11 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   c->add_option("--threads", a->engine.threads, "Compute threads (0 = physical cores)")
       ->check(CLI::Range(0, 1024));
   AddDeviceOptions(c, &a->engine.device, &a->engine.huge_pages);
+  c->add_option("--gpu-memory-utilization", a->engine.gpu_memory_utilization,
+                "With --device cuda: the share of the GPU's memory this server may fill "
+                "(weights, scratch, KV cache); the default KV cache stops there")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   AddKvCacheDtypeOption(c, &a->engine.kv_dtype);
   c->add_option("--max-waiting", a->engine.max_waiting,
                 "Queued requests at most; beyond that requests get 429")

@@ -136,8 +136,9 @@ class Device {
   virtual ~Device() = default;
   // "host", "cuda:0 (NVIDIA H200, 139.8 GiB)".
   virtual std::string Name() const = 0;
-  // Bytes of device memory free for the KV cache and scratch after the weights.
+  // Bytes of device memory free for the KV cache and scratch after the weights; all of it.
   virtual int64_t FreeMemoryBytes() const = 0;
+  virtual int64_t TotalMemoryBytes() const { return FreeMemoryBytes(); }
 
   // --- memory (Alloc'd blocks are freed by Free or when the device is destroyed)
   virtual StatusOr<void*> Alloc(int64_t bytes) = 0;

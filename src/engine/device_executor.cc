@@ -1,4 +1,5 @@
 // The executor of `--device cuda[:N]`: the engine core's batches on a backend::Device.
+#include <algorithm>
 #include <string>
 
 #include "backend/device.h"
@@ -18,7 +19,11 @@ class DeviceExecutor : public Executor {
     PENG_ASSIGN_OR_RETURN(device_, backend::CreateDevice(o.device, &pool_));
     PENG_ASSIGN_OR_RETURN(dm_, DeviceModel::Create(*model_, device_.get()));
     dm_->set_host_pool(&pool_);
-    const int64_t cap = device_->FreeMemoryBytes() / 10 * 9;
+    // What of the share of the device's memory is still free after the weights (its other
+    // users' memory counts as used).
+    const int64_t free = device_->FreeMemoryBytes(), total = device_->TotalMemoryBytes();
+    const int64_t cap = std::max<int64_t>(
+        0, free - static_cast<int64_t>((1 - o.gpu_memory_utilization) * static_cast<double>(total)));
     PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model_, cap));
     return dm_->AllocateKvCache(blocks, o.block_size, o.kv_dtype);
   }

@@ -41,6 +41,10 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 0;           // 0 = enough for max_num_seqs full-length sequences,
                                         // capped at 25% of physical memory
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
+  // On a device (--device cuda): the share of its memory this engine may fill -- weights,
+  // scratch and KV cache --, vLLM's --gpu-memory-utilization: the default KV cache is capped
+  // at what stays free of it after the weights (free - (1 - share) x total); 0 < share <= 1.
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   DType kv_dtype = DType::kF16;         // --kv-cache-dtype: F16, F32 (exact-mode scoring,
                                         // `peng logits --exact`) or Q8_0 (KvCacheDtypes)

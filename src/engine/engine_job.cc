@@ -55,6 +55,9 @@ Status ValidateOptions(const EngineOptions& o) {
   if (o.tensor_parallel_size < 1) return InvalidArgument("tensor_parallel_size must be >= 1");
   if (o.data_parallel_size < 1) return InvalidArgument("data_parallel_size must be >= 1");
   if (!(o.utilization_window_s > 0)) return InvalidArgument("utilization_window_s must be > 0");
+  if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
+    return InvalidArgument("gpu_memory_utilization (--gpu-memory-utilization) must be in "
+                           "(0, 1]");
   if (o.block_size <= 0 || o.max_num_seqs <= 0 || o.max_num_batched_tokens <= 0 ||
       o.max_model_len <= 0 || o.kv_cache_bytes < 0 || o.max_waiting <= 0 ||
       o.num_kv_blocks < 0)

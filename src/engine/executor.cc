@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -327,6 +328,14 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t m
   } else {
     blocks = KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype,
                                       o.kv_cache_bytes);
+  }
+  if (blocks < 1 && o.kv_cache_bytes == 0 && memory_cap >= 0) {  // (a device's, after weights)
+    char share[32];
+    std::snprintf(share, sizeof share, "%g", o.gpu_memory_utilization);
+    return ResourceExhausted("no KV cache block of " + std::to_string(o.block_size) +
+                             " tokens fits the " + std::to_string(memory_cap) +
+                             " bytes left of the device's memory (--gpu-memory-utilization " +
+                             share + " of it, less the weights and its other users)");
   }
   if (blocks < 1)
     return InvalidArgument("the KV cache budget of " + std::to_string(o.kv_cache_bytes) +

@@ -181,6 +181,53 @@ TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
   EXPECT_TRUE((*llm)->BenchDecode(2).ok());
 }
 
+// --gpu-memory-utilization: the default KV cache (1024 whole contexts of the tiny Llama's 128
+// tokens, 32 MB at 4 KB a block) stops where the engine's share of the device's memory is full
+// -- the share set so that it leaves the engine 24 MB past what is in use now, so the memory
+// still free after the engine starts is what the rest of the share leaves, within a block (and
+// on a GPU the allocations' granularity) --; a share that the weights fill already is
+// ResourceExhausted naming the flag, and keeps nothing.
+TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
+  EngineOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_num_seqs = 1024;
+  o.measure_peaks = false;
+  if (Emulated()) {  // (its memory: what is in use and 64 MB)
+    const int64_t in_use = cuda_->TotalMemoryBytes() - cuda_->FreeMemoryBytes();
+    ASSERT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(in_use + (64 << 20)).c_str(),
+                     1), 0);
+  }
+  const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
+  const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;
+  const int64_t room = int64_t{24} << 20;
+  o.gpu_memory_utilization = 1 - static_cast<double>(free - room) / static_cast<double>(total);
+  {
+    auto e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const int64_t left = cuda_->FreeMemoryBytes(), blocks = (*e)->GetStats().kv_blocks_total;
+    std::printf("[cuda] --gpu-memory-utilization %.6f: %lld KV blocks, %lld bytes left of %lld "
+                "(the share leaves %lld)\n", o.gpu_memory_utilization,
+                static_cast<long long>(blocks), static_cast<long long>(left),
+                static_cast<long long>(free), static_cast<long long>(free - room));
+    EXPECT_GT(blocks, 0);
+    EXPECT_LT(blocks * block, int64_t{32} << 20) << "not capped";
+    EXPECT_GE(left, free - room - slack);
+    EXPECT_LE(left, free - room + block + slack);
+  }
+  o.gpu_memory_utilization = 1 - static_cast<double>(free - (1 << 20)) / static_cast<double>(total);
+  {
+    auto e = Engine::Create(o);
+    ASSERT_FALSE(e.ok());
+    std::printf("[cuda] %s\n", e.status().ToString().c_str());
+    EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(e.status().message().find("--gpu-memory-utilization"), std::string::npos);
+  }
+  EXPECT_EQ(cuda_->FreeMemoryBytes(), free);
+  unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
+}
+
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal
 // the host's within 1e-5 on equal inputs (above), but the graphs' inputs are not equal: the GPU
 // sums in another order, and quantized activations amplify such differences -- a value near a

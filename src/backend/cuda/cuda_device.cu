@@ -119,6 +119,12 @@ class CudaDevice final : public Device {
     if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
     return static_cast<int64_t>(free);
   }
+  int64_t TotalMemoryBytes() const override {
+    size_t free = 0, total = 0;
+    cudaSetDevice(index_);
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+    return static_cast<int64_t>(total);
+  }
 
   StatusOr<void*> Alloc(int64_t bytes) override {
     void* p = nullptr;
