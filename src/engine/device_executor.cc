@@ -1,11 +1,14 @@
 // The executor of `--device cuda[:N]`: the engine core's batches on a backend::Device.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backend/device.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "model/device_model.h"
+#include "model/kv_cache.h"
+#include "parallel/communicator.h"
 
 namespace peng {
 namespace {
@@ -20,11 +23,26 @@ class DeviceExecutor : public Executor {
     PENG_ASSIGN_OR_RETURN(dm_, DeviceModel::Create(*model_, device_.get()));
     dm_->set_host_pool(&pool_);
     // What of the share of the device's memory is still free after the weights (its other
-    // users' memory counts as used).
+    // users' memory counts as used; `others`: the rest of the device).
     const int64_t free = device_->FreeMemoryBytes(), total = device_->TotalMemoryBytes();
-    const int64_t cap = std::max<int64_t>(
-        0, free - static_cast<int64_t>((1 - o.gpu_memory_utilization) * static_cast<double>(total)));
-    PENG_ASSIGN_OR_RETURN(const int64_t blocks, KvBlocks(o, *model_, cap));
+    const double others = (1 - o.gpu_memory_utilization) * static_cast<double>(total);
+    const int64_t cap = std::max<int64_t>(0, free - static_cast<int64_t>(others));
+    const StatusOr<int64_t> mine = KvBlocks(o, *model_, cap);
+    int64_t blocks = mine.ok() ? *mine : 0;
+    if (mine.ok() && o.kv_fit_devices)  // (a job's default size, rank 0's count: at most what
+                                        // fits here)
+      blocks = std::min(blocks, KvCache::BlocksForBudget(model_->kv_spec(), o.block_size,
+                                                         o.kv_dtype, cap));
+    if (o.kv_group) {  // every rank the same, the smallest (a collective: every rank gets here)
+      std::vector<int64_t> all(o.kv_group->size());
+      o.kv_group->AllGather(&blocks, sizeof blocks, all.data());
+      blocks = *std::min_element(all.begin(), all.end());
+    }
+    if (!mine.ok()) return mine.status();
+    if (blocks < 1)
+      return ResourceExhausted("no KV cache block of " + std::to_string(o.block_size) +
+                               " tokens fits some rank's share of its device's memory "
+                               "(--gpu-memory-utilization)");
     return dm_->AllocateKvCache(blocks, o.block_size, o.kv_dtype);
   }
 

@@ -24,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace peng {
+class Communicator;
 namespace grammar {
 class CompiledGrammar;
 }
@@ -45,6 +46,11 @@ struct EngineOptions {
   // scratch and KV cache --, vLLM's --gpu-memory-utilization: the default KV cache is capped
   // at what stays free of it after the weights (free - (1 - share) x total); 0 < share <= 1.
   double gpu_memory_utilization = 0.9;
+  // Set by a job of several ranks on devices (not by users): the ranks' executors agree on one
+  // KV cache size over kv_group (the job's world), and with kv_fit_devices (the default size,
+  // CoreStart) it is the smallest that any rank's share of its device holds.
+  Communicator* kv_group = nullptr;
+  bool kv_fit_devices = false;
   bool enable_prefix_caching = true;
   DType kv_dtype = DType::kF16;         // --kv-cache-dtype: F16, F32 (exact-mode scoring,
                                         // `peng logits --exact`) or Q8_0 (KvCacheDtypes)

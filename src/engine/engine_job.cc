@@ -137,11 +137,20 @@ StatusOr<JobLayout> Layout(const EngineOptions& o) {
   return L;
 }
 
+// A job of several ranks on devices: the ranks agree on their KV caches' size over the world
+// (DeviceExecutor).
+EngineOptions WithKvGroup(const EngineOptions& o, const JobLayout& L) {
+  EngineOptions out = o;
+  if (o.device != "cpu" && L.world->size() > 1) out.kv_group = L.world;
+  return out;
+}
+
 }  // namespace
 
-StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
-  PENG_RETURN_IF_ERROR(ValidateOptions(o));  // before the (slow) model load
-  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
+StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(options));  // before the (slow) model load
+  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(options));
+  const EngineOptions o = WithKvGroup(options, L);
   if (L.world->size() == 1) {
     PENG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                           LoadModel(o.model_path, {.huge_pages = WeightsInHugePages(o)}));
@@ -166,11 +175,12 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o) {
   return EngineCore::Create(o, std::move(executor), std::move(tok));
 }
 
-StatusOr<bool> RunParallelWorker(const EngineOptions& o) {
-  PENG_RETURN_IF_ERROR(ValidateOptions(o));
-  if (o.tensor_parallel_size == 1 && o.data_parallel_size == 1 && !LaunchedByMpirun())
+StatusOr<bool> RunParallelWorker(const EngineOptions& options) {
+  PENG_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.tensor_parallel_size == 1 && options.data_parallel_size == 1 && !LaunchedByMpirun())
     return false;
-  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(o));
+  PENG_ASSIGN_OR_RETURN(const JobLayout L, Layout(options));
+  const EngineOptions o = WithKvGroup(options, L);
   if (L.world->rank() == 0) return false;
   if (L.tp_rank != 0) {
     PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.tp, L.peers));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -62,6 +63,8 @@ struct CoreStart {
   int64_t job_over = 0;       // 1: no more cores; the workers return
   int64_t exact = 0;          // kernels::ExactActivations() of rank 0
   int64_t expert_parallel = 0;  // rank 0's options.enable_expert_parallel
+  int64_t fit_devices = 0;    // the default KV size on devices: num_kv_blocks at most, each
+                              // rank's device may hold fewer (EngineOptions::kv_fit_devices)
   int64_t path_bytes = 0;     // then the model path (rank 0's options.model_path)
 };
 
@@ -276,13 +279,21 @@ CoreStart StartOf(const EngineOptions& o, const StatusOr<int64_t>& blocks) {
 // CoreStart and the model path; returns the options with that block count.
 StatusOr<EngineOptions> SendStart(const EngineOptions& options, const Model& model,
                                   Communicator* comm) {
-  StatusOr<int64_t> blocks = KvBlocks(options, model);
+  // On devices the default size is not capped by the host's memory: each rank's device caps
+  // it when its executor starts, and the ranks agree on the smallest.
+  const bool fit = options.kv_fit_devices ||
+                   (options.device != "cpu" && options.num_kv_blocks == 0 &&
+                    options.kv_cache_bytes == 0);
+  StatusOr<int64_t> blocks =
+      KvBlocks(options, model, fit ? std::numeric_limits<int64_t>::max() / 2 : -1);
   CoreStart start = StartOf(options, blocks);
+  start.fit_devices = fit;
   comm->BroadcastPolled(&start, sizeof start, 0);
   comm->Broadcast(const_cast<char*>(options.model_path.data()), start.path_bytes, 0);
   if (!blocks.ok()) return blocks.status();
   EngineOptions o = options;
   o.num_kv_blocks = *blocks;
+  o.kv_fit_devices = fit;
   return o;
 }
 
@@ -304,6 +315,7 @@ EngineOptions OptionsOf(const EngineOptions& options, const CoreStart& start,
   o.block_size = static_cast<int>(start.block_size);
   o.kv_dtype = static_cast<DType>(start.kv_dtype);
   o.enable_expert_parallel = start.expert_parallel != 0;
+  o.kv_fit_devices = start.fit_devices != 0;
   return o;
 }
 

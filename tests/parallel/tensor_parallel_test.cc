@@ -44,6 +44,7 @@ using test_util::World;
 
 int g_tp = 1, g_dp = 1;  // the job's layout (main)
 std::string g_device = "cpu";  // --device of the parallel run (the reference runs on the CPU)
+int64_t g_last_rank_memory = 0;  // --last-rank-device-memory: the emulator's memory there
 
 EngineOptions Options(const std::string& path, DType kv, bool expert_parallel) {
   EngineOptions o;
@@ -270,6 +271,37 @@ TEST(ExpertParallelTest, EachRankBindsItsOwnExperts) {
             static_cast<size_t>(2 * 3 * (8 - 8 / ranks)));
 }
 
+// On devices, the default KV cache (here 4096 whole contexts of the tiny Llama: 32768 blocks,
+// 64 MB a rank at tp 2) is the smallest any rank's share of its device holds, the same on every
+// rank: the last rank's emulated device has 48 MB (--last-rank-device-memory), rank 0's 16 GiB,
+// so the cache is capped below the 64 MB -- by less than the last rank's 0.9 x 48 MB -- and the
+// job decodes as one process does (a rank with fewer blocks than rank 0's block ids would
+// write past its cache).
+TEST(TensorParallelTest, DefaultKvCacheIsTheSmallestRanksShare) {
+  if (g_last_rank_memory == 0) GTEST_SKIP() << "no --last-rank-device-memory";
+  const std::string path = Tiny("llama");
+  EngineOptions o = Options(path, DType::kF16, false);
+  o.num_kv_blocks = 0;
+  o.max_num_seqs = 4096;
+  o.max_model_len = 128;
+  auto core = ParallelCore(o);
+  ASSERT_TRUE(core);
+  EngineStats st;
+  core->FillStats(&st);
+  const int64_t block = 2 * 2 * 16 * 2 * 2 * 16 / g_tp;  // (layers, K / V, KV heads, dims, F16)
+  std::printf("default KV cache: %lld blocks (%lld bytes a rank)\n",
+              static_cast<long long>(st.kv_blocks_total),
+              static_cast<long long>(st.kv_blocks_total / g_dp * block));
+  EXPECT_GT(st.kv_blocks_total, 0);
+  EXPECT_LT(st.kv_blocks_total / g_dp * block, g_last_rank_memory * 9 / 10);
+  o.num_kv_blocks = 64;
+  auto one = SingleCore(o);
+  ASSERT_TRUE(one);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(Prompt(20, 256, 40 + i));
+  EXPECT_EQ(GreedyBatch(core.get(), prompts, 8), GreedyBatch(one.get(), prompts, 8));
+}
+
 // Data parallelism: each request goes to the replica with the fewest sequences; among the
 // least loaded, to the one that has the prompt's prefix cached.
 TEST(DataParallelTest, RequestsGoToTheLeastLoadedReplicaWithTheirPrefix) {
@@ -317,7 +349,11 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--tp") peng::g_tp = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--dp") peng::g_dp = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--device") peng::g_device = argv[i + 1];
+    if (std::string(argv[i]) == "--last-rank-device-memory")
+      peng::g_last_rank_memory = std::atoll(argv[i + 1]);
   }
+  if (peng::g_last_rank_memory > 0 && world->rank() == world->size() - 1)
+    setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(peng::g_last_rank_memory).c_str(), 1);
   if (peng::g_tp == 0) peng::g_tp = world->size() / std::max(1, peng::g_dp);
   peng::EngineOptions o;  // the layout and threads; the model and KV come from rank 0
   o.threads = 1;
