@@ -186,6 +186,8 @@ class DeviceDeepseekModel : public DeviceModel {
     PENG_RETURN_IF_ERROR(Scratch(N, &ep_ones_));
     PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_ids_));
     PENG_RETURN_IF_ERROR(Scratch(2 * N, &ep_rows_));
+    PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_send_w_));
+    PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_send_ids_));
     ep_capacity_ = N;
     return OkStatus();
   }
@@ -226,9 +228,12 @@ class DeviceDeepseekModel : public DeviceModel {
   // DeepseekV2Model::ExchangeAllToAll): this replica's T rows routed here and their routing
   // brought to the host, which lists the rows each peer's experts need (expert e is global
   // rank e / per_rank = replica x tp + the tensor-parallel index: ours); the counts exchanged
-  // over the host group; each peer sent those rows alone (ep_send_) and running its experts on
-  // what it received (ep_in_, routed again) into ep_out_, which goes back the same way
-  // (ep_back_, a zero row after the rows); each token's returns then gathered in peer order
+  // over the host group; each peer sent those rows alone (ep_send_) with their routing (ids
+  // and weights: the CPU model routes what it receives again, with the same arithmetic; a
+  // device's router may not give a row the same bits in another batch -- a GEMV up to 64 rows,
+  // FP16 GEMMs past them --, and a row's peers must use the routing that chose them) and
+  // running its experts on what it received (ep_in_) into ep_out_, which goes back the same
+  // way (ep_back_, a zero row after the rows); each token's returns then gathered in peer order
   // (ep_in_ [T, n_rep], the zero row where a peer had none of them) and summed into
   // ep_send_ [T, D] (SlotSum, weights 1: the CPU model's additions in its order).
   void RoutedAllToAll(const Layer& L, int64_t T) {
@@ -286,12 +291,22 @@ class DeviceDeepseekModel : public DeviceModel {
     if (T > 0 && (!keep(d.CopyToDevice(ep_rows_ + N, at.data(), T * n_rep * 4)) ||
                   !keep(d.CopyToDevice(ep_ones_, a2a_ones_.data(), T * n_rep * 4))))
       return;
+    // The rows and their routing out (the ids moved as the bits of floats: GatherRows copies);
+    // the routing received in ep_ids_ / ep_w_, whose own rows have gone out.
     d.GatherRows(h_, ep_rows_, n_send, D, ep_send_);
+    d.GatherRows(ep_w_, ep_rows_, n_send, k, ep_send_w_);
+    d.GatherRows(reinterpret_cast<const float*>(ep_ids_), ep_rows_, n_send, k,
+                 reinterpret_cast<float*>(ep_send_ids_));
     ep_comm_->AllToAllV(ep_send_, send.data(), ep_in_, recv.data());
+    std::vector<int64_t> send_k(n_rep), recv_k(n_rep);  // (k values a row)
+    for (int p = 0; p < n_rep; ++p) {
+      send_k[p] = send[p] / row_bytes * k * 4;
+      recv_k[p] = recv[p] / row_bytes * k * 4;
+    }
+    ep_comm_->AllToAllV(ep_send_w_, send_k.data(), ep_w_, recv_k.data());
+    ep_comm_->AllToAllV(ep_send_ids_, send_k.data(), ep_ids_, recv_k.data());
     d.Fill(ep_out_, 0, n_recv * row_bytes);
     if (n_recv > 0) {
-      d.MatMuls(ep_in_, n_recv, {{&L.router, ep_logits_}});
-      d.MoeRoute(ep_logits_, L.router_bias, n_recv, c.Routing(), ep_ids_, ep_w_);
       d.ExpertsMatMuls(ep_in_, n_recv, ep_ids_, static_cast<int>(k), false,
                        {{&L.exp_gate, ep_gate_}, {&L.exp_up, ep_up_}});
       d.MoeDown(backend::GatedActivation::kSilu, ep_gate_, ep_up_, n_recv, static_cast<int>(k),
@@ -426,11 +441,11 @@ class DeviceDeepseekModel : public DeviceModel {
   float *ep_w_ = nullptr, *ep_gate_ = nullptr, *ep_up_ = nullptr, *ep_ys_ = nullptr;
   int32_t* ep_ids_ = nullptr;
   // The all-to-all's (this step's choice; RoutedAllToAll): the returned rows and a zero row
-  // [capacity + 1, D], weights of 1, the rows sent and where the returns land [2 capacity], and
-  // their host lists.
+  // [capacity + 1, D], weights of 1, the rows sent and where the returns land [2 capacity], the
+  // sent rows' routing [capacity, k] each, and the host's lists.
   bool ep_all_to_all_ = false;
-  float *ep_back_ = nullptr, *ep_ones_ = nullptr;
-  int32_t* ep_rows_ = nullptr;
+  float *ep_back_ = nullptr, *ep_ones_ = nullptr, *ep_send_w_ = nullptr;
+  int32_t *ep_rows_ = nullptr, *ep_send_ids_ = nullptr;
   std::vector<int32_t> a2a_ids_, a2a_rows_, a2a_at_;
   std::vector<float> a2a_ones_;
 };
