@@ -108,17 +108,51 @@ TEST_F(CudaTest, TopLogitsStepsReturnTheRowsBest) {
   }
 }
 
+// Llm's options for a fixture (tests/data/...) on the device under test: one thread, 64 tokens.
+LlmOptions FixtureOnDevice(const std::string& fixture) {
+  LlmOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/" + fixture;
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_model_len = 64;
+  return o;
+}
+
+// Leaves `spare` bytes of the device's memory free while it lives: the emulator's memory cut to
+// what is in use plus spare (PENG_EMULATOR_DEVICE_MEMORY), on a GPU the rest taken by one
+// allocation.
+class FreeMemoryCut {
+ public:
+  FreeMemoryCut(Device* d, int64_t spare) : d_(d) {
+    const int64_t free = d->FreeMemoryBytes();
+    if (Emulated()) {
+      const int64_t in_use = d->TotalMemoryBytes() - free;
+      EXPECT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(in_use + spare).c_str(), 1),
+                0);
+    } else {
+      auto b = d->Alloc(free - spare);
+      EXPECT_TRUE(b.ok()) << b.status().ToString();
+      if (b.ok()) ballast_ = *b;
+    }
+  }
+  ~FreeMemoryCut() {
+    if (ballast_) d_->Free(ballast_);
+    unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
+  }
+  FreeMemoryCut(const FreeMemoryCut&) = delete;
+  FreeMemoryCut& operator=(const FreeMemoryCut&) = delete;
+
+ private:
+  Device* d_;
+  void* ballast_ = nullptr;
+};
+
 // `peng bench --json`'s tg.kernels_per_step: Llm counts the kernels of its device, and a
 // BenchDecode of n tokens is n + 1 one-token steps (the first from its one-token prompt), each
 // the decode step counted above and the two of TopLogits (its greedy rows come back as their
 // best logit, not whole).
 TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
-  LlmOptions o;
-  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
-  o.device = DeviceUnderTest();
-  o.threads = 1;
-  o.max_model_len = 64;
-  auto llm = Llm::Load(o);
+  auto llm = Llm::Load(FixtureOnDevice("hf_tiny/llama"));
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
   EXPECT_EQ((*llm)->DeviceKernelLaunches(), 0);
   ASSERT_TRUE((*llm)->BenchDecode(2).ok());  // (records the graph)
@@ -129,16 +163,11 @@ TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
 
 // A model that does not fit the device's free memory is a clear error when it loads, and the
 // failed load gives back all it allocated; with the memory back the same model loads and
-// decodes. Free memory is cut to `spare` bytes: on a GPU by one allocation of the rest, in the
-// emulator by its size (PENG_EMULATOR_DEVICE_MEMORY: what is in use plus spare). The emulator
-// tries several points of the load: inside the device's opening, and after it with room for
-// part of the weights (about 440 KB).
+// decodes. Free memory is cut to `spare` bytes (FreeMemoryCut). The emulator tries several
+// points of the load: inside the device's opening, and after it with room for part of the
+// weights (about 440 KB).
 TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
-  LlmOptions o;
-  o.model_path = test_util::SourceDir() + "/tests/data/deepseek_tiny/v2";
-  o.device = DeviceUnderTest();
-  o.threads = 1;
-  o.max_model_len = 64;
+  const LlmOptions o = FixtureOnDevice("deepseek_tiny/v2");
   std::vector<int64_t> spares = {int64_t{64} << 10};
   if (Emulated()) {
     const int64_t free = cuda_->FreeMemoryBytes();
@@ -152,29 +181,17 @@ TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
   }
   for (const int64_t spare : spares) {
     SCOPED_TRACE("spare " + std::to_string(spare));
-    const int64_t free = cuda_->FreeMemoryBytes();
-    void* ballast = nullptr;
-    if (Emulated()) {
-      const int64_t total = int64_t{16} << 30;  // (the emulator's)
-      ASSERT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY",
-                       std::to_string(total - free + spare).c_str(), 1), 0);
-    } else {
-      auto b = cuda_->Alloc(free - spare);
-      ASSERT_TRUE(b.ok()) << b.status().ToString();
-      ballast = *b;
-    }
-    const int64_t cut = cuda_->FreeMemoryBytes();
+    const FreeMemoryCut cut(cuda_.get(), spare);
+    const int64_t left = cuda_->FreeMemoryBytes();
     {
       auto llm = Llm::Load(o);
-      ASSERT_FALSE(llm.ok()) << "loaded in " << cut << " bytes";
-      std::printf("[cuda] %lld bytes free: %s\n", static_cast<long long>(cut),
+      ASSERT_FALSE(llm.ok()) << "loaded in " << left << " bytes";
+      std::printf("[cuda] %lld bytes free: %s\n", static_cast<long long>(left),
                   llm.status().ToString().c_str());
       EXPECT_EQ(llm.status().code(), StatusCode::kResourceExhausted);
       EXPECT_NE(llm.status().message().find("bytes of device memory"), std::string::npos);
     }
-    EXPECT_EQ(cuda_->FreeMemoryBytes(), cut) << "the failed load kept device memory";
-    if (ballast) cuda_->Free(ballast);
-    unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
+    EXPECT_EQ(cuda_->FreeMemoryBytes(), left) << "the failed load kept device memory";
   }
   auto llm = Llm::Load(o);
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
@@ -186,7 +203,7 @@ TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
 // -- the share set so that it leaves the engine 24 MB past what is in use now, so the memory
 // still free after the engine starts is what the rest of the share leaves, within a block (and
 // on a GPU the allocations' granularity) --; a share that the weights fill already is
-// ResourceExhausted naming the flag, and keeps nothing.
+// ResourceExhausted naming the flag, and keeps nothing. (64 MB of the device free: FreeMemoryCut.)
 TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
   EngineOptions o;
   o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
@@ -194,11 +211,7 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
   o.threads = 1;
   o.max_num_seqs = 1024;
   o.measure_peaks = false;
-  if (Emulated()) {  // (its memory: what is in use and 64 MB)
-    const int64_t in_use = cuda_->TotalMemoryBytes() - cuda_->FreeMemoryBytes();
-    ASSERT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(in_use + (64 << 20)).c_str(),
-                     1), 0);
-  }
+  const FreeMemoryCut cut(cuda_.get(), int64_t{64} << 20);
   const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
   const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;
   const int64_t room = int64_t{24} << 20;
@@ -225,7 +238,6 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
     EXPECT_NE(e.status().message().find("--gpu-memory-utilization"), std::string::npos);
   }
   EXPECT_EQ(cuda_->FreeMemoryBytes(), free);
-  unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
 }
 
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal
