@@ -155,6 +155,10 @@ class Device {
   virtual void Fill(void* dst, uint8_t value, int64_t bytes) = 0;
   // Waits for the stream; reports the first error of the ops enqueued since the last call.
   virtual Status Synchronize() = 0;
+  // Not ok once the device can run nothing more (CUDA: an error that loses the context -- a
+  // kernel's illegal address or other fault, an assert, uncorrectable ECC -- after which every
+  // call fails until the process ends); for good.
+  virtual Status Health() const { return OkStatus(); }
   // Recorded sequences of ops (CUDA graphs): BeginGraph() records the ops enqueued until
   // EndGraph(key), which stores them under `key` and runs them; LaunchGraph(key) runs them
   // again (false when nothing is stored under it). The recorded ops keep their arguments: the

@@ -57,6 +57,7 @@ class DeviceExecutor : public Executor {
     });
   }
   int64_t DeviceKernelLaunches() const override { return device_->KernelLaunches(); }
+  Status Health() const override { return device_->Health(); }
   int top_logits_max() const override { return dm_->top_logits_max(); }
   Status CopyLogitRow(int64_t row, float* dst) override { return dm_->CopyLogitRow(row, dst); }
   int top_logits_wide() const override {

@@ -176,6 +176,9 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   int64_t requests_failed_total = 0;    // of those, finished with finish_reason "error"
   int64_t steps_total = 0;
+  // Empty while the engine can run steps; else why it cannot (its device lost its context:
+  // Executor::Health), for good: every request failed, new ones are refused, /health is 503.
+  std::string fatal_error;
   // Logit rows sampled from their best logits alone (a device's, Executor::top_logits_max),
   // from the wider list a nucleus past those takes (Executor::top_logits_wide), and from the
   // whole row (brought to the host where the model ran on a device).

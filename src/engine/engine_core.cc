@@ -149,6 +149,7 @@ Status EngineCore::Validate(const GenerateRequest& request) const {
 }
 
 Status EngineCore::Add(GenerateRequest request, Clock::time_point arrival) {
+  if (!health_.ok()) return Internal("the engine cannot run: " + health_.message());
   PENG_RETURN_IF_ERROR(Validate(request));
   if (active_.count(request.id)) return InvalidArgument("duplicate request id " + request.id);
   auto r = std::make_unique<Request>();
@@ -303,6 +304,12 @@ void EngineCore::RunStep() {
         if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
       }
     for (Request* r : failed) FailRequest(r, "model forward pass failed: " + st.message());
+    if (health_.ok()) health_ = executor_->Health();
+    if (!health_.ok()) {  // nothing more can run: every request ends now
+      failed.clear();
+      for (auto& [id, r] : active_) failed.push_back(r.get());
+      for (Request* r : failed) FailRequest(r, "the engine cannot run: " + health_.message());
+    }
     return;
   }
   for (const auto& R : replicas_)
@@ -817,6 +824,7 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->generation_tokens_total = generation_tokens_total_;
   s->requests_finished_total = finished_total_;
   s->requests_failed_total = failed_total_;
+  s->fatal_error = health_.message();
   s->steps_total = steps_total_;
   s->logit_rows_best_total = logit_rows_best_total_;
   s->logit_rows_wide_total = logit_rows_wide_total_;

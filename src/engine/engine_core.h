@@ -167,6 +167,7 @@ class EngineCore {
   int64_t next_seq_id_ = 0;
   int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
   int64_t failed_total_ = 0, steps_total_ = 0;
+  Status health_;  // the executor's, once a step failed and it is not ok (EngineStats)
   // Logit rows sampled from their best logits alone (a device's TopLogits), from the wider
   // list a nucleus past those takes (ChooseFromWide), and from the whole row (brought to the
   // host: every row of an executor without best logits).

@@ -127,6 +127,7 @@ StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest requ
   std::shared_ptr<RequestStream> stream = s.stream;
   std::lock_guard<std::mutex> lk(mu_);
   if (draining_) return ResourceExhausted("the engine is shutting down");
+  if (!stats_.fatal_error.empty()) return Internal("the engine cannot run: " + stats_.fatal_error);
   if (in_flight_.count(request.id)) return InvalidArgument("duplicate request id " + request.id);
   if (stats_.num_waiting + static_cast<int64_t>(submitted_.size()) >= opt_.max_waiting)
     return ResourceExhausted("too many waiting requests");

@@ -136,6 +136,7 @@ class WrappingExecutor : public Executor {
   int block_size() const override { return local_->block_size(); }
   Model& model() override { return local_->model(); }
   ThreadPool& pool() override { return local_->pool(); }
+  Status Health() const override { return local_->Health(); }  // (the other ranks abort)
 
  protected:
   std::unique_ptr<Executor> local_;

@@ -76,6 +76,9 @@ class Executor {
   // Kernels the executor's device has launched (backend::Device::KernelLaunches); 0 on the
   // CPU.
   virtual int64_t DeviceKernelLaunches() const { return 0; }
+  // Not ok once the executor cannot run another step -- its device lost its context (a
+  // kernel's fault, uncorrectable ECC: backend::Device::Health) -- and so for good.
+  virtual Status Health() const { return OkStatus(); }
   virtual Model& model() = 0;
   virtual ThreadPool& pool() = 0;
 };

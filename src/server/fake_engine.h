@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,7 @@ class FakeEngine : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return ResourceExhausted("the engine is shutting down");
     if (queue_full) return ResourceExhausted("too many waiting requests");
+    if (!fatal_error_.empty()) return Internal("the engine cannot run: " + fatal_error_);
     if (Status s = r.params.Validate(); !s.ok()) return s;
     auto stream = std::make_shared<FakeStream>(r.n);
     ++running_;
@@ -47,6 +49,8 @@ class FakeEngine : public Engine {
     s.num_running = running_;
     s.kv_blocks_used = running_;
     s.kv_blocks_total = 64;
+    std::lock_guard<std::mutex> lock(mu_);
+    s.fatal_error = fatal_error_;
     return s;
   }
   const Tokenizer* tokenizer() const override { return nullptr; }
@@ -77,6 +81,11 @@ class FakeEngine : public Engine {
     return false;
   }
   int running() const { return running_; }
+  // As an engine whose device lost its context (EngineStats::fatal_error).
+  void SetFatalError(std::string e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fatal_error_ = std::move(e);
+  }
 
   std::atomic<int> delay_ms{0};
   std::atomic<bool> queue_full{false};
@@ -118,6 +127,7 @@ class FakeEngine : public Engine {
 
   ModelConfig config_;
   mutable std::mutex mu_;
+  std::string fatal_error_;
   std::vector<std::thread> threads_;
   std::set<std::string> aborted_;
   std::atomic<int> running_{0};

@@ -174,6 +174,9 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
   counter("request_failure_total",
           "Requests that failed inside the engine (finish_reason error); the engine went on.",
           static_cast<double>(s.requests_failed_total));
+  gauge("engine_healthy",
+        "1 while the engine can run steps; 0 for good once its device lost its context.",
+        s.fatal_error.empty() ? 1 : 0);
   if (http_connections >= 0) {
     gauge("http_connections", "Open client connections.",
           static_cast<double>(http_connections));

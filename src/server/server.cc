@@ -210,11 +210,12 @@ std::optional<http::Response> Server::OnHeaders(const http::Request& head) {
 }
 
 void Server::OnRequest(http::Request req, std::shared_ptr<http::Responder> out) {
-  if (req.path == "/health") {
+  if (req.path == "/health") {  // (503 while draining, and for good once the engine cannot run)
     http::Response r;
-    r.status = draining_ ? 503 : 200;
+    const std::string fatal = engine_->GetStats().fatal_error;
+    r.status = draining_ || !fatal.empty() ? 503 : 200;
     r.content_type = "text/plain";
-    r.body = draining_ ? "draining" : "ok";
+    r.body = draining_ ? "draining" : !fatal.empty() ? "unhealthy: " + fatal : "ok";
     return out->Send(std::move(r));
   }
   if (req.path == "/metrics") {

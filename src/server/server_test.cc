@@ -142,6 +142,32 @@ TEST_F(ServerTest, ModelsHealthAndMetrics) {
             std::string::npos);
 }
 
+// An engine that cannot run any more (its device lost its context): /health answers 503 with
+// the reason -- a proxy's health check takes the replica out --, peng_engine_healthy is 0, and
+// a new request gets 500 with the reason.
+TEST_F(ServerTest, AnEngineThatCannotRunIsUnhealthy) {
+  RunningServer s(&engine_, Options());
+  auto c = s.Client();
+  auto metrics = c->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("peng_engine_healthy{model_name=\"fake\"} 1\n"), std::string::npos)
+      << metrics->body;
+  engine_.SetFatalError("cuda:0: an illegal memory access was encountered");
+  auto health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(health->body, "unhealthy: cuda:0: an illegal memory access was encountered");
+  metrics = c->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("peng_engine_healthy{model_name=\"fake\"} 0\n"), std::string::npos);
+  auto r = c->Post("/v1/completions", R"({"prompt": [1], "max_tokens": 2})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  EXPECT_NE(r->body.find("the engine cannot run: cuda:0: an illegal memory access"),
+            std::string::npos)
+      << r->body;
+}
+
 // A second server on a port in use must fail to bind (no SO_REUSEPORT sharing of connections).
 TEST_F(ServerTest, SecondServerOnTheSamePortFailsToBind) {
   RunningServer first(&engine_, Options());

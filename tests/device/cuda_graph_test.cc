@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "engine/engine_test_util.h"
 #include "engine/llm.h"
 #include "golden_check.h"
 
@@ -238,6 +239,37 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
     EXPECT_NE(e.status().message().find("--gpu-memory-utilization"), std::string::npos);
   }
   EXPECT_EQ(cuda_->FreeMemoryBytes(), free);
+}
+
+// A device that loses its context (the emulator's PENG_EMULATOR_FAULT: every kernel, copy and
+// synchronization fails, as after a kernel's illegal address) fails the request whose step it
+// was running, and for good: the engine reports why (EngineStats::fatal_error, which the
+// server's /health answers with 503 and peng_engine_healthy with 0) and refuses new requests.
+// Before the fault requests run.
+TEST_F(CudaTest, ADeviceThatLosesItsContextEndsTheEngine) {
+  if (!Emulated()) GTEST_SKIP() << "the fault is the emulator's";
+  EngineOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.measure_peaks = false;
+  auto e = Engine::Create(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const test_util::Result before = test_util::RunOne(e->get(), test_util::Greedy("a", {1, 2}, 4));
+  EXPECT_EQ(before.finish[0], "length");
+  EXPECT_TRUE((*e)->GetStats().fatal_error.empty());
+  ASSERT_EQ(setenv("PENG_EMULATOR_FAULT", "1", 1), 0);
+  const test_util::Result during = test_util::RunOne(e->get(), test_util::Greedy("b", {1, 2}, 4));
+  unsetenv("PENG_EMULATOR_FAULT");
+  EXPECT_EQ(during.finish[0], "error");
+  EXPECT_NE(during.error.find("an illegal memory access"), std::string::npos) << during.error;
+  const std::string fatal = (*e)->GetStats().fatal_error;
+  std::printf("[cuda] the engine after the fault: %s\n", fatal.c_str());
+  EXPECT_NE(fatal.find("the GPU's context is lost"), std::string::npos) << fatal;
+  auto refused = (*e)->Submit(test_util::Greedy("c", {1, 2}, 4));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the engine cannot run"), std::string::npos);
+  EXPECT_EQ((*e)->GetStats().fatal_error, fatal);  // (for good, the fault gone or not)
 }
 
 // The graphs in the default mode (quantized GEMVs on both devices). The quantized GEMVs equal

@@ -145,7 +145,9 @@ class CudaDevice final : public Device {
     }
   }
   Status CopyToDevice(void* dst, const void* src, int64_t bytes) override {
-    return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_);
+    Lost(e);
+    return Check(e, "upload");
   }
   Status CopyToHost(void* dst, const void* src, int64_t bytes) override {
     PENG_RETURN_IF_ERROR(
@@ -171,6 +173,7 @@ class CudaDevice final : public Device {
     (void)(error_ = OkStatus());
     return s;
   }
+  Status Health() const override { return lost_; }
 
   // CUDA graphs of decode steps; PENG_CUDA_GRAPHS=0 turns them off.
   bool SupportsGraphs() const override { return graphs_on_; }
@@ -791,7 +794,31 @@ class CudaDevice final : public Device {
   }
   // Keeps the first asynchronous error for Synchronize().
   void Note(cudaError_t e) {
-    if (e != cudaSuccess) Keep(Internal(name_ + ": " + cudaGetErrorString(e)));
+    if (e == cudaSuccess) return;
+    Lost(e);
+    Keep(Internal(name_ + ": " + cudaGetErrorString(e)));
+  }
+  // Health() after an error that loses the context (CUDA's "sticky" errors: every later call
+  // fails the same way until the process ends).
+  void Lost(cudaError_t e) {
+    switch (e) {
+      case cudaErrorIllegalAddress:
+      case cudaErrorLaunchTimeout:
+      case cudaErrorAssert:
+      case cudaErrorHardwareStackError:
+      case cudaErrorIllegalInstruction:
+      case cudaErrorMisalignedAddress:
+      case cudaErrorInvalidAddressSpace:
+      case cudaErrorInvalidPc:
+      case cudaErrorLaunchFailure:
+      case cudaErrorECCUncorrectable:
+        if (lost_.ok())
+          (void)(lost_ = Internal(name_ + ": " + cudaGetErrorString(e) +
+                                  " (the GPU's context is lost: restart the process)"));
+        return;
+      default:
+        return;
+    }
   }
   void Keep(Status s) {
     if (error_.ok()) (void)(error_ = std::move(s));
@@ -859,6 +886,7 @@ class CudaDevice final : public Device {
   cublasHandle_t blas_ = nullptr;
   std::set<void*> blocks_;
   Status error_;
+  Status lost_;  // Health()
   void* w_half_ = nullptr;
   void* x_half_ = nullptr;
   void* group_ = nullptr;  // GroupedExpertsMatMul's offsets, tiles, cursors and list

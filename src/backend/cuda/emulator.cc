@@ -83,6 +83,13 @@ std::map<void*, size_t> allocations;
 size_t allocated = 0;
 // The device's memory: 16 GiB, or PENG_EMULATOR_DEVICE_MEMORY bytes (read at each call: tests
 // shrink it to see what a model that does not fit does).
+// PENG_EMULATOR_FAULT set: the device has lost its context, as after a kernel's illegal
+// address -- every kernel fails without running, and so do copies and synchronizations
+// (tests of what the engine does then).
+bool Faulty() {
+  const char* e = std::getenv("PENG_EMULATOR_FAULT");
+  return e && *e;
+}
 size_t TotalMemory() {
   const char* e = std::getenv("PENG_EMULATOR_DEVICE_MEMORY");
   return e && *e ? std::strtoull(e, nullptr, 10) : size_t{16} << 30;
@@ -420,6 +427,10 @@ std::atomic<uint64_t> kernels_run{0};
 
 void RunGrid(dim3 grid, dim3 block, bool pdl, const std::function<void()>& body) {
   kernels_run.fetch_add(1, std::memory_order_relaxed);
+  if (Faulty()) {
+    Fail(cudaErrorIllegalAddress, "a kernel's illegal address (PENG_EMULATOR_FAULT)");
+    return;
+  }
   const uint64_t n = uint64_t{block.x} * block.y * block.z;
   if (n == 0 || n > kMaxThreads || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
@@ -547,6 +558,17 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid device ordinal";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure (emulator finding)";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+      return "a fault that loses the context (not raised by the emulator)";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
@@ -642,6 +664,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     emu::Of(s)->invalidated = true;
     return cudaErrorStreamCaptureUnsupported;
   }
+  if (emu::Faulty()) return cudaErrorIllegalAddress;
   if (bytes > 0) emu::Submit(s, [=] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
@@ -665,7 +688,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::Of(s)->invalidated = true;
     return cudaErrorStreamCaptureUnsupported;
   }
-  return cudaSuccess;
+  return emu::Faulty() ? cudaErrorIllegalAddress : cudaSuccess;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
