@@ -119,9 +119,10 @@ LlmOptions FixtureOnDevice(const std::string& fixture) {
   return o;
 }
 
-// Leaves `spare` bytes of the device's memory free while it lives: the emulator's memory cut to
-// what is in use plus spare (PENG_EMULATOR_DEVICE_MEMORY), on a GPU the rest taken by one
-// allocation.
+// Leaves `spare` bytes of the device's memory free while it lives (on a GPU up to 2 MiB more:
+// its allocations' granularity): the emulator's memory cut to what is in use plus spare
+// (PENG_EMULATOR_DEVICE_MEMORY), on a GPU the rest taken by allocations, the largest that
+// succeed first.
 class FreeMemoryCut {
  public:
   FreeMemoryCut(Device* d, int64_t spare) : d_(d) {
@@ -130,14 +131,20 @@ class FreeMemoryCut {
       const int64_t in_use = d->TotalMemoryBytes() - free;
       EXPECT_EQ(setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(in_use + spare).c_str(), 1),
                 0);
-    } else {
-      auto b = d->Alloc(free - spare);
-      EXPECT_TRUE(b.ok()) << b.status().ToString();
-      if (b.ok()) ballast_ = *b;
+      return;
+    }
+    constexpr int64_t kPage = int64_t{2} << 20;
+    for (int64_t chunk = (free - spare) / kPage * kPage; chunk >= kPage;) {
+      auto b = d->FreeMemoryBytes() - spare >= chunk ? d->Alloc(chunk) : StatusOr<void*>(nullptr);
+      if (b.ok() && *b) {
+        ballast_.push_back(*b);
+      } else {
+        chunk = chunk / 2 / kPage * kPage;
+      }
     }
   }
   ~FreeMemoryCut() {
-    if (ballast_) d_->Free(ballast_);
+    for (void* b : ballast_) d_->Free(b);
     unsetenv("PENG_EMULATOR_DEVICE_MEMORY");
   }
   FreeMemoryCut(const FreeMemoryCut&) = delete;
@@ -145,7 +152,7 @@ class FreeMemoryCut {
 
  private:
   Device* d_;
-  void* ballast_ = nullptr;
+  std::vector<void*> ballast_;
 };
 
 // `peng bench --json`'s tg.kernels_per_step: Llm counts the kernels of its device, and a
@@ -168,6 +175,7 @@ TEST_F(CudaTest, LlmCountsTheKernelsOfItsDecodeSteps) {
 // points of the load: inside the device's opening, and after it with room for part of the
 // weights (about 440 KB).
 TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
+  if (DeviceUnderTest() == "host") GTEST_SKIP() << "the host device's memory is not counted";
   const LlmOptions o = FixtureOnDevice("deepseek_tiny/v2");
   std::vector<int64_t> spares = {int64_t{64} << 10};
   if (Emulated()) {
@@ -192,30 +200,34 @@ TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
       EXPECT_EQ(llm.status().code(), StatusCode::kResourceExhausted);
       EXPECT_NE(llm.status().message().find("bytes of device memory"), std::string::npos);
     }
-    EXPECT_EQ(cuda_->FreeMemoryBytes(), left) << "the failed load kept device memory";
+    // (a GPU's runtime may keep a page of its own)
+    const int64_t slack = Emulated() ? 0 : int64_t{2} << 20;
+    EXPECT_GE(cuda_->FreeMemoryBytes(), left - slack) << "the failed load kept device memory";
   }
   auto llm = Llm::Load(o);
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
   EXPECT_TRUE((*llm)->BenchDecode(2).ok());
 }
 
-// --gpu-memory-utilization: the default KV cache (1024 whole contexts of the tiny Llama's 128
-// tokens, 32 MB at 4 KB a block) stops where the engine's share of the device's memory is full
-// -- the share set so that it leaves the engine 24 MB past what is in use now, so the memory
-// still free after the engine starts is what the rest of the share leaves, within a block (and
-// on a GPU the allocations' granularity) --; a share that the weights fill already is
-// ResourceExhausted naming the flag, and keeps nothing. (64 MB of the device free: FreeMemoryCut.)
+// --gpu-memory-utilization: the default KV cache (4096 whole contexts of the tiny Llama's 128
+// tokens, 128 MB at 4 KB a block) stops where the engine's share of the device's memory is
+// full -- the share set so that it leaves the engine 64 MB past what is in use now (256 MB of
+// the device free: FreeMemoryCut), so the memory still free after the engine starts is what
+// the rest of the share leaves, within a block (and on a GPU the allocations' granularity) --;
+// a share that the device's opening and the weights fill already is ResourceExhausted naming
+// the flag, and keeps nothing.
 TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
+  if (DeviceUnderTest() == "host") GTEST_SKIP() << "the host device's memory is not counted";
   EngineOptions o;
   o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
   o.device = DeviceUnderTest();
   o.threads = 1;
-  o.max_num_seqs = 1024;
+  o.max_num_seqs = 4096;
   o.measure_peaks = false;
-  const FreeMemoryCut cut(cuda_.get(), int64_t{64} << 20);
+  const FreeMemoryCut cut(cuda_.get(), int64_t{256} << 20);
   const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
   const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;
-  const int64_t room = int64_t{24} << 20;
+  const int64_t room = int64_t{64} << 20;  // (the device's opening, cuBLAS's on a GPU, in it)
   o.gpu_memory_utilization = 1 - static_cast<double>(free - room) / static_cast<double>(total);
   {
     auto e = Engine::Create(o);
@@ -226,7 +238,7 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
                 static_cast<long long>(blocks), static_cast<long long>(left),
                 static_cast<long long>(free), static_cast<long long>(free - room));
     EXPECT_GT(blocks, 0);
-    EXPECT_LT(blocks * block, int64_t{32} << 20) << "not capped";
+    EXPECT_LT(blocks * block, int64_t{128} << 20) << "not capped";
     EXPECT_GE(left, free - room - slack);
     EXPECT_LE(left, free - room + block + slack);
   }
@@ -238,7 +250,7 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
     EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
     EXPECT_NE(e.status().message().find("--gpu-memory-utilization"), std::string::npos);
   }
-  EXPECT_EQ(cuda_->FreeMemoryBytes(), free);
+  EXPECT_GE(cuda_->FreeMemoryBytes(), free - slack);  // (nothing kept)
 }
 
 // A device that loses its context (the emulator's PENG_EMULATOR_FAULT: every kernel, copy and
