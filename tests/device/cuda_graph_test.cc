@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -275,7 +277,13 @@ TEST_F(CudaTest, ADeviceThatLosesItsContextEndsTheEngine) {
   unsetenv("PENG_EMULATOR_FAULT");
   EXPECT_EQ(during.finish[0], "error");
   EXPECT_NE(during.error.find("an illegal memory access"), std::string::npos) << during.error;
-  const std::string fatal = (*e)->GetStats().fatal_error;
+  // (the stats are published after the step whose events ended the stream)
+  std::string fatal;
+  const auto until = std::chrono::steady_clock::now() + test_util::Patience();
+  while (fatal.empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    fatal = (*e)->GetStats().fatal_error;
+  }
   std::printf("[cuda] the engine after the fault: %s\n", fatal.c_str());
   EXPECT_NE(fatal.find("the GPU's context is lost"), std::string::npos) << fatal;
   auto refused = (*e)->Submit(test_util::Greedy("c", {1, 2}, 4));
