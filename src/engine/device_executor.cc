@@ -7,7 +7,6 @@
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "model/device_model.h"
-#include "model/kv_cache.h"
 #include "parallel/communicator.h"
 
 namespace peng {
@@ -29,10 +28,6 @@ class DeviceExecutor : public Executor {
     const int64_t cap = std::max<int64_t>(0, free - static_cast<int64_t>(others));
     const StatusOr<int64_t> mine = KvBlocks(o, *model_, cap);
     int64_t blocks = mine.ok() ? *mine : 0;
-    if (mine.ok() && o.kv_fit_devices)  // (a job's default size, rank 0's count: at most what
-                                        // fits here)
-      blocks = std::min(blocks, KvCache::BlocksForBudget(model_->kv_spec(), o.block_size,
-                                                         o.kv_dtype, cap));
     if (o.kv_group) {  // every rank the same, the smallest (a collective: every rank gets here)
       std::vector<int64_t> all(o.kv_group->size());
       o.kv_group->AllGather(&blocks, sizeof blocks, all.data());

@@ -47,8 +47,9 @@ struct EngineOptions {
   // at what stays free of it after the weights (free - (1 - share) x total); 0 < share <= 1.
   double gpu_memory_utilization = 0.9;
   // Set by a job of several ranks on devices (not by users): the ranks' executors agree on one
-  // KV cache size over kv_group (the job's world), and with kv_fit_devices (the default size,
-  // CoreStart) it is the smallest that any rank's share of its device holds.
+  // KV cache size over kv_group (the job's world), the smallest any proposes; kv_fit_devices
+  // (the default size, CoreStart): num_kv_blocks is rank 0's count, which KvBlocks caps by the
+  // rank's share of its device.
   Communicator* kv_group = nullptr;
   bool kv_fit_devices = false;
   bool enable_prefix_caching = true;

@@ -331,10 +331,12 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t m
   PENG_RETURN_IF_ERROR(model.kv_spec().CheckDtype(o.kv_dtype));
   const int64_t max_len = EffectiveMaxModelLen(o, model.config());
   int64_t blocks;
-  if (o.num_kv_blocks > 0) {
+  if (o.num_kv_blocks > 0 && !o.kv_fit_devices) {
     blocks = o.num_kv_blocks;
-  } else if (o.kv_cache_bytes == 0) {
-    blocks = int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
+  } else if (o.kv_cache_bytes == 0) {  // (kv_fit_devices: rank 0's count, capped here)
+    blocks = o.kv_fit_devices
+                 ? o.num_kv_blocks
+                 : int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);
     const int64_t cap = memory_cap >= 0 ? memory_cap : PhysicalMemoryBytes() / 4;
     blocks = std::min(blocks,
                       KvCache::BlocksForBudget(model.kv_spec(), o.block_size, o.kv_dtype, cap));

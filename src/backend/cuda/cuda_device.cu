@@ -798,27 +798,11 @@ class CudaDevice final : public Device {
     Lost(e);
     Keep(Internal(name_ + ": " + cudaGetErrorString(e)));
   }
-  // Health() after an error that loses the context (CUDA's "sticky" errors: every later call
-  // fails the same way until the process ends).
+  // Health() after an error that loses the context (runtime.h).
   void Lost(cudaError_t e) {
-    switch (e) {
-      case cudaErrorIllegalAddress:
-      case cudaErrorLaunchTimeout:
-      case cudaErrorAssert:
-      case cudaErrorHardwareStackError:
-      case cudaErrorIllegalInstruction:
-      case cudaErrorMisalignedAddress:
-      case cudaErrorInvalidAddressSpace:
-      case cudaErrorInvalidPc:
-      case cudaErrorLaunchFailure:
-      case cudaErrorECCUncorrectable:
-        if (lost_.ok())
-          (void)(lost_ = Internal(name_ + ": " + cudaGetErrorString(e) +
-                                  " (the GPU's context is lost: restart the process)"));
-        return;
-      default:
-        return;
-    }
+    if (LosesTheContext(e) && lost_.ok())
+      (void)(lost_ = Internal(name_ + ": " + cudaGetErrorString(e) +
+                              " (the GPU's context is lost: restart the process)"));
   }
   void Keep(Status s) {
     if (error_.ok()) (void)(error_ = std::move(s));

@@ -560,19 +560,12 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "unspecified launch failure (emulator finding)";
     case cudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
-    case cudaErrorECCUncorrectable:
-    case cudaErrorLaunchTimeout:
-    case cudaErrorAssert:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-      return "a fault that loses the context (not raised by the emulator)";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    default:  // (the other faults that lose the context: the emulator raises none)
+      break;
   }
   return "unknown error";
 }

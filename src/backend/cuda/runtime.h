@@ -32,6 +32,26 @@
 
 namespace peng::backend::cuda {
 
+// Whether e loses the context (CUDA's "sticky" errors: a kernel's fault, an assert,
+// uncorrectable ECC; every later call fails the same way until the process ends).
+inline bool LosesTheContext(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Where a kernel is launched: the stream, and whether with programmatic dependent launch.
 struct LaunchStream {
   LaunchStream(cudaStream_t s = nullptr, bool p = false, int64_t* n = nullptr)  // NOLINT

@@ -171,9 +171,8 @@ class DeviceDeepseekModel : public DeviceModel {
     for (const int64_t t : counts) n += t;
     const int64_t N = n_rep * ep_max_t_;
     // From the CPU model's count on (PENG_EP_ALL_TO_ALL_TOKENS, the same on every rank), the
-    // exchange is the all-to-all, whose host round trip no recording may hold.
-    ep_all_to_all_ = n > 0 && n >= m_.ep_all_to_all_tokens_;
-    layer_host_sync_ = ep_all_to_all_;
+    // exchange is the all-to-all (RoutedAllToAll), whose host round trip no recording may hold.
+    layer_host_sync_ = n > 0 && n >= m_.ep_all_to_all_tokens_;
     layer_rows_ = N;
     if (N <= ep_capacity_) return OkStatus();
     const int64_t D = c.base.hidden_size, k = c.num_experts_per_tok;
@@ -184,6 +183,8 @@ class DeviceDeepseekModel : public DeviceModel {
       PENG_RETURN_IF_ERROR(Scratch(N * n, p));
     PENG_RETURN_IF_ERROR(Scratch((N + 1) * D, &ep_back_));
     PENG_RETURN_IF_ERROR(Scratch(N, &ep_ones_));
+    const std::vector<float> ones(N, 1.f);
+    PENG_RETURN_IF_ERROR(dev_->CopyToDevice(ep_ones_, ones.data(), N * 4));
     PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_ids_));
     PENG_RETURN_IF_ERROR(Scratch(2 * N, &ep_rows_));
     PENG_RETURN_IF_ERROR(Scratch(N * k, &ep_send_w_));
@@ -196,7 +197,7 @@ class DeviceDeepseekModel : public DeviceModel {
     PENG_RETURN_IF_ERROR(BeginLayers(0));
     for (const Layer& L : layers_) {
       if (!L.moe) continue;
-      ep_all_to_all_ ? RoutedAllToAll(L, 0) : RoutedAcrossReplicas(L, 0);
+      layer_host_sync_ ? RoutedAllToAll(L, 0) : RoutedAcrossReplicas(L, 0);
       if (!layer_status_.ok()) return std::exchange(layer_status_, OkStatus());
     }
     return dev_->Synchronize();
@@ -254,13 +255,15 @@ class DeviceDeepseekModel : public DeviceModel {
       d.MoeRoute(ep_logits_, L.router_bias, T, c.Routing(), ep_ids_, ep_w_);
       if (!keep(d.CopyToHost(ids.data(), ep_ids_, T * k * 4))) return;
     }
-    // Rows to send, peer by peer (ep_rows_[0, n_send)), and where each token's return from
-    // each peer lands in ep_back_ (ep_rows_[N, N + T n_rep); n_send: the zero row).
-    std::vector<int32_t>& rows = a2a_rows_;
+    // Rows to send, peer by peer (lists[0, n_send)), then where each token's return from each
+    // peer lands in ep_back_ (lists[n_send, n_send + T n_rep); n_send: the zero row), uploaded
+    // together into ep_rows_; the rows counts to and from each peer (counts[0, 2 n_rep)).
+    std::vector<int32_t>& lists = a2a_lists_;
     std::vector<int32_t>& at = a2a_at_;
-    rows.clear();
+    std::vector<int64_t>& counts = a2a_counts_;
+    lists.clear();
     at.assign(T * n_rep, -1);
-    std::vector<int64_t> send(n_rep), recv(n_rep);
+    counts.assign(2 * n_rep, 0);
     for (int p = 0; p < n_rep; ++p) {
       for (int64_t t = 0; t < T; ++t) {
         bool need = false;
@@ -269,27 +272,29 @@ class DeviceDeepseekModel : public DeviceModel {
           need |= g % m_.tp_size_ == m_.tp_rank_ && g / m_.tp_size_ == p;
         }
         if (!need) continue;
-        at[t * n_rep + p] = static_cast<int32_t>(rows.size());
-        rows.push_back(static_cast<int32_t>(t));
+        at[t * n_rep + p] = static_cast<int32_t>(lists.size());
+        lists.push_back(static_cast<int32_t>(t));
+        ++counts[p];
       }
-      send[p] = static_cast<int64_t>(rows.size());
     }
-    const int64_t n_send = static_cast<int64_t>(rows.size());
-    for (int p = n_rep - 1; p > 0; --p) send[p] -= send[p - 1];
-    for (int32_t& a : at)
-      if (a < 0) a = static_cast<int32_t>(n_send);
-    m_.ep_->AllToAll(send.data(), sizeof(int64_t), recv.data());
+    const int64_t n_send = static_cast<int64_t>(lists.size());
+    for (const int32_t a : at) lists.push_back(a < 0 ? static_cast<int32_t>(n_send) : a);
+    m_.ep_->AllToAll(counts.data(), sizeof(int64_t), counts.data() + n_rep);
     int64_t n_recv = 0;
-    for (int p = 0; p < n_rep; ++p) {
-      n_recv += recv[p];
-      send[p] *= row_bytes;
-      recv[p] *= row_bytes;
+    for (int p = 0; p < n_rep; ++p) n_recv += counts[n_rep + p];
+    // Bytes to and from each peer: its rows (D floats a row), then their routing (k values).
+    std::vector<int64_t>& bytes = a2a_bytes_;
+    bytes.resize(4 * n_rep);
+    for (int i = 0; i < 2 * n_rep; ++i) {
+      bytes[i] = counts[i] * row_bytes;
+      bytes[2 * n_rep + i] = counts[i] * k * 4;
     }
-    const int64_t N = ep_capacity_;
-    a2a_ones_.assign(T * n_rep, 1.f);
-    if (n_send > 0 && !keep(d.CopyToDevice(ep_rows_, rows.data(), n_send * 4))) return;
-    if (T > 0 && (!keep(d.CopyToDevice(ep_rows_ + N, at.data(), T * n_rep * 4)) ||
-                  !keep(d.CopyToDevice(ep_ones_, a2a_ones_.data(), T * n_rep * 4))))
+    const int64_t* send = bytes.data();
+    const int64_t* recv = send + n_rep;
+    const int64_t* send_k = send + 2 * n_rep;
+    const int64_t* recv_k = send + 3 * n_rep;
+    if (!lists.empty() &&
+        !keep(d.CopyToDevice(ep_rows_, lists.data(), static_cast<int64_t>(lists.size()) * 4)))
       return;
     // The rows and their routing out (the ids moved as the bits of floats: GatherRows copies);
     // the routing received in ep_ids_ / ep_w_, whose own rows have gone out.
@@ -297,14 +302,9 @@ class DeviceDeepseekModel : public DeviceModel {
     d.GatherRows(ep_w_, ep_rows_, n_send, k, ep_send_w_);
     d.GatherRows(reinterpret_cast<const float*>(ep_ids_), ep_rows_, n_send, k,
                  reinterpret_cast<float*>(ep_send_ids_));
-    ep_comm_->AllToAllV(ep_send_, send.data(), ep_in_, recv.data());
-    std::vector<int64_t> send_k(n_rep), recv_k(n_rep);  // (k values a row)
-    for (int p = 0; p < n_rep; ++p) {
-      send_k[p] = send[p] / row_bytes * k * 4;
-      recv_k[p] = recv[p] / row_bytes * k * 4;
-    }
-    ep_comm_->AllToAllV(ep_send_w_, send_k.data(), ep_w_, recv_k.data());
-    ep_comm_->AllToAllV(ep_send_ids_, send_k.data(), ep_ids_, recv_k.data());
+    ep_comm_->AllToAllV(ep_send_, send, ep_in_, recv);
+    ep_comm_->AllToAllV(ep_send_w_, send_k, ep_w_, recv_k);
+    ep_comm_->AllToAllV(ep_send_ids_, send_k, ep_ids_, recv_k);
     d.Fill(ep_out_, 0, n_recv * row_bytes);
     if (n_recv > 0) {
       d.ExpertsMatMuls(ep_in_, n_recv, ep_ids_, static_cast<int>(k), false,
@@ -312,10 +312,10 @@ class DeviceDeepseekModel : public DeviceModel {
       d.MoeDown(backend::GatedActivation::kSilu, ep_gate_, ep_up_, n_recv, static_cast<int>(k),
                 c.moe_intermediate_size, L.exp_down, ep_ids_, ep_w_, {}, ep_ys_, ep_out_);
     }
-    ep_comm_->AllToAllV(ep_out_, recv.data(), ep_back_, send.data());
+    ep_comm_->AllToAllV(ep_out_, recv, ep_back_, send);
     if (T == 0) return;
     d.Fill(ep_back_ + n_send * D, 0, row_bytes);
-    d.GatherRows(ep_back_, ep_rows_ + N, T * n_rep, D, ep_in_);
+    d.GatherRows(ep_back_, ep_rows_ + n_send, T * n_rep, D, ep_in_);
     d.Fill(ep_send_, 0, T * row_bytes);
     d.SlotSum(ep_in_, ep_ones_, T, n_rep, D, ep_send_);
   }
@@ -384,7 +384,7 @@ class DeviceDeepseekModel : public DeviceModel {
       } else {
         d.RmsNorm(x_, L.ffn_norm, 0.f, h_, T, D, c.base.rms_eps);
       }
-      ep_all_to_all_ ? RoutedAllToAll(L, T) : RoutedAcrossReplicas(L, T);
+      layer_host_sync_ ? RoutedAllToAll(L, T) : RoutedAcrossReplicas(L, T);
       if (L.shared)
         d.GatedMatMuls(backend::GatedActivation::kSilu, sh_gate_, sh_up_, sh_gate_, T,
                        L.sh_gate.rows, {{&L.sh_down, ep_send_, nullptr, true}});
@@ -440,14 +440,13 @@ class DeviceDeepseekModel : public DeviceModel {
   float *ep_send_ = nullptr, *ep_in_ = nullptr, *ep_out_ = nullptr, *ep_logits_ = nullptr;
   float *ep_w_ = nullptr, *ep_gate_ = nullptr, *ep_up_ = nullptr, *ep_ys_ = nullptr;
   int32_t* ep_ids_ = nullptr;
-  // The all-to-all's (this step's choice; RoutedAllToAll): the returned rows and a zero row
-  // [capacity + 1, D], weights of 1, the rows sent and where the returns land [2 capacity], the
-  // sent rows' routing [capacity, k] each, and the host's lists.
-  bool ep_all_to_all_ = false;
+  // The all-to-all's (RoutedAllToAll, in steps with layer_host_sync_): the returned rows and a
+  // zero row [capacity + 1, D], weights of 1 [capacity], the rows sent and where the returns
+  // land [2 capacity], the sent rows' routing [capacity, k] each, and the host's lists.
   float *ep_back_ = nullptr, *ep_ones_ = nullptr, *ep_send_w_ = nullptr;
   int32_t *ep_rows_ = nullptr, *ep_send_ids_ = nullptr;
-  std::vector<int32_t> a2a_ids_, a2a_rows_, a2a_at_;
-  std::vector<float> a2a_ones_;
+  std::vector<int32_t> a2a_ids_, a2a_lists_, a2a_at_;
+  std::vector<int64_t> a2a_counts_, a2a_bytes_;
 };
 
 StatusOr<std::unique_ptr<DeviceModel>> CreateDeviceDeepseek(const DeepseekV2Model& model,
