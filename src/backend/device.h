@@ -139,6 +139,8 @@ class Device {
   // Bytes of device memory free for the KV cache and scratch after the weights; all of it.
   virtual int64_t FreeMemoryBytes() const = 0;
   virtual int64_t TotalMemoryBytes() const { return FreeMemoryBytes(); }
+  // False where the device's memory is the host's, uncounted (FreeMemoryBytes: a constant).
+  virtual bool CountsMemory() const { return true; }
 
   // --- memory (Alloc'd blocks are freed by Free or when the device is destroyed)
   virtual StatusOr<void*> Alloc(int64_t bytes) = 0;

@@ -24,6 +24,7 @@ class HostDevice final : public Device {
 
   std::string Name() const override { return "host"; }
   int64_t FreeMemoryBytes() const override { return int64_t{1} << 40; }
+  bool CountsMemory() const override { return false; }
 
   StatusOr<void*> Alloc(int64_t bytes) override {
     if (bytes < 0) return InvalidArgument("negative allocation");

@@ -44,7 +44,8 @@ struct EngineOptions {
   int64_t num_kv_blocks = 0;            // > 0: exactly this many blocks (overrides the bytes)
   // On a device (--device cuda): the share of its memory this engine may fill -- weights,
   // scratch and KV cache --, vLLM's --gpu-memory-utilization: the default KV cache is capped
-  // at what stays free of it after the weights (free - (1 - share) x total); 0 < share <= 1.
+  // at what stays free of it after the weights and the largest step's scratch
+  // (DeviceModel::ReserveStepScratch): free - (1 - share) x total; 0 < share <= 1.
   double gpu_memory_utilization = 0.9;
   // Set by a job of several ranks on devices (not by users): the ranks' executors agree on one
   // KV cache size over kv_group (the job's world), the smallest any proposes; kv_fit_devices

@@ -65,6 +65,8 @@ struct CoreStart {
   int64_t expert_parallel = 0;  // rank 0's options.enable_expert_parallel
   int64_t fit_devices = 0;    // the default KV size on devices: num_kv_blocks at most, each
                               // rank's device may hold fewer (EngineOptions::kv_fit_devices)
+  int64_t max_num_batched_tokens = 0;  // rank 0's: the largest step's shape (its scratch,
+  int64_t max_num_seqs = 0;            // DeviceModel::ReserveStepScratch, on every rank)
   int64_t path_bytes = 0;     // then the model path (rank 0's options.model_path)
 };
 
@@ -271,6 +273,8 @@ CoreStart StartOf(const EngineOptions& o, const StatusOr<int64_t>& blocks) {
   start.kv_dtype = static_cast<int64_t>(o.kv_dtype);
   start.exact = kernels::ExactActivations();
   start.expert_parallel = o.enable_expert_parallel;
+  start.max_num_batched_tokens = o.max_num_batched_tokens;
+  start.max_num_seqs = o.max_num_seqs;
   start.path_bytes = static_cast<int64_t>(o.model_path.size());
   return start;
 }
@@ -317,6 +321,8 @@ EngineOptions OptionsOf(const EngineOptions& options, const CoreStart& start,
   o.kv_dtype = static_cast<DType>(start.kv_dtype);
   o.enable_expert_parallel = start.expert_parallel != 0;
   o.kv_fit_devices = start.fit_devices != 0;
+  o.max_num_batched_tokens = start.max_num_batched_tokens;
+  o.max_num_seqs = static_cast<int>(start.max_num_seqs);
   return o;
 }
 

@@ -107,7 +107,8 @@ StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& opt
 // The KV cache's block count for `model` under the options (see CreateLocalExecutor);
 // memory_cap: the most bytes it may take when the options do not size it (-1: a quarter of
 // physical memory; a device's executor passes what EngineOptions::gpu_memory_utilization leaves
-// free after the weights, and no block fitting it is ResourceExhausted).
+// free after the weights and the largest step's scratch, and no block fitting it is
+// ResourceExhausted).
 StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
                            int64_t memory_cap = -1);
 

@@ -114,6 +114,55 @@ Status DeviceModel::AllocateKvCache(int64_t num_blocks, int block_size, DType dt
   return OkStatus();
 }
 
+void DeviceModel::FreeKvCache() {
+  (void)dev_->Synchronize();
+  for (const kernels::KvLayerView& v : kv_) {
+    for (void* p : {static_cast<void*>(v.k), static_cast<void*>(v.v)}) {
+      if (!p) continue;
+      dev_->Free(p);
+      allocs_.erase(std::find(allocs_.begin(), allocs_.end(), p));
+    }
+  }
+  kv_.clear();
+  num_blocks_ = 0;
+  block_size_ = 0;
+  dev_->ClearGraphs();  // (recorded steps point at the freed cache)
+}
+
+Status DeviceModel::ReserveStepScratch(int64_t max_tokens, int64_t max_seqs, int block_size,
+                                       DType dtype) {
+  if (!kv_.empty()) return Internal("the step scratch is reserved before the KV cache");
+  if (max_tokens < 1 || max_seqs < 1 || block_size < 1)
+    return InvalidArgument("the largest step: tokens, sequences and block size must be >= 1");
+  const int64_t S = std::min(max_seqs, max_tokens), chunk = max_tokens - (S - 1);
+  const int64_t chunk_blocks = (chunk + block_size - 1) / block_size;
+  PENG_RETURN_IF_ERROR(AllocateKvCache(chunk_blocks + S - 1, block_size, dtype));
+  std::vector<int32_t> table(chunk_blocks + S - 1);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  ForwardBatch batch;
+  batch.tokens.assign(max_tokens, 0);  // (an id of every vocabulary)
+  TopLogits top;
+  batch.top = &top;
+  const int top_k = std::min(1, top_logits_max());  // rows as the engine asks for them
+  for (int64_t s = 0; s < S; ++s) {
+    SeqBatchEntry e;
+    e.n_tokens = s == 0 ? chunk : 1;
+    e.block_table = table.data() + (s == 0 ? 0 : chunk_blocks + s - 1);
+    e.n_blocks = s == 0 ? chunk_blocks : 1;
+    e.top_logits = top_k;
+    batch.seqs.push_back(e);
+  }
+  std::vector<float> logits(top_k > 0 ? 1 : S * host_.config().vocab_size);
+  Status st = Forward(batch, logits.data());
+  if (st.ok()) st = dev_->Synchronize();
+  FreeKvCache();
+  if (!st.ok())
+    return Status(st.code(), "the largest step (" + std::to_string(max_tokens) + " tokens, " +
+                                 std::to_string(S) + " sequences; --max-num-batched-tokens, " +
+                                 "--max-num-seqs) does not run on the device: " + st.message());
+  return OkStatus();
+}
+
 void DeviceModel::CopyBlock(int32_t src, int32_t dst) {
   for (const kernels::KvLayerView& v : kv_) dev_->CopyKvBlock(v, src, dst);
 }

@@ -47,6 +47,15 @@ class DeviceModel {
 
   // Allocates the paged KV cache in device memory: num_blocks blocks of block_size tokens.
   Status AllocateKvCache(int64_t num_blocks, int block_size, DType dtype);
+  // Before AllocateKvCache: runs one step of the largest shape the engine schedules --
+  // max_tokens tokens (a prompt chunk and min(max_seqs, max_tokens) - 1 decodes), a logit row
+  // a sequence -- over a KV cache of its own, freed after with the steps recorded over it, so
+  // that the scratch a step grows (the model's, and the device's: the FP16 copy of a quantized
+  // matrix, cuBLAS's workspace) is held before the KV cache takes the rest of the memory
+  // (vLLM's profile run). Every rank of a tensor-parallel group calls it with the same shape
+  // (the step's collectives). Not held ahead: prompt logits (rows for every token), a
+  // grammar's masks, block tables longer than the step's.
+  Status ReserveStepScratch(int64_t max_tokens, int64_t max_seqs, int block_size, DType dtype);
   int64_t num_kv_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }
   // Device bytes of weights uploaded.
@@ -155,6 +164,7 @@ class DeviceModel {
   Status UploadEdits(const ForwardBatch& batch, bool masked);
   backend::Device::DrawResults Drawn(int top_k);
   Status EnsureScratch(int64_t T, int64_t meta_ints);
+  void FreeKvCache();
 
   backend::DeviceMatrix tok_embd_, output_;
   Communicator* host_tp_ = nullptr;

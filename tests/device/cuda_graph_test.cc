@@ -255,6 +255,51 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
   EXPECT_GE(cuda_->FreeMemoryBytes(), free - slack);  // (nothing kept)
 }
 
+// The KV cache sized by the device's memory leaves the largest step its scratch
+// (DeviceModel::ReserveStepScratch): with all but 1 MB of the free memory the engine's, steps
+// of up to max_num_batched_tokens tokens (1024) and as many sequences run, and none allocates:
+// the free memory after them is what it was when the engine had started. Without the
+// reservation the KV cache takes that scratch's memory and the first step fails.
+TEST_F(CudaTest, TheKvCacheLeavesTheLargestStepItsScratch) {
+  if (DeviceUnderTest() == "host") GTEST_SKIP() << "the host device's memory is not counted";
+  EngineOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_num_seqs = 4096;  // (the default KV cache: 128 MB, capped)
+  o.max_num_batched_tokens = 1024;
+  o.max_waiting = 2048;
+  o.measure_peaks = false;
+  const FreeMemoryCut cut(cuda_.get(), int64_t{64} << 20);
+  const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
+  const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;
+  o.gpu_memory_utilization = 1 - static_cast<double>(1 << 20) / static_cast<double>(total);
+  auto e = Engine::Create(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const int64_t started = cuda_->FreeMemoryBytes(), blocks = (*e)->GetStats().kv_blocks_total;
+  std::printf("[cuda] %lld KV blocks; %lld bytes free of %lld after the start\n",
+              static_cast<long long>(blocks), static_cast<long long>(started),
+              static_cast<long long>(free));
+  EXPECT_LE(started, (1 << 20) + block + slack);
+  EXPECT_LT(blocks * block, free - (int64_t{4} << 20)) << "no room kept for the scratch";
+  std::vector<GenerateRequest> reqs;  // 12 prompts of 100 tokens: steps of 1024 tokens, then
+  for (int i = 0; i < 12; ++i) {      // 176 and decodes; then 1024 sequences of one token
+    test_util::Ids prompt(100);
+    for (int t = 0; t < 100; ++t) prompt[t] = 3 + (i * 37 + t * 11) % 250;
+    reqs.push_back(test_util::Greedy("long" + std::to_string(i), prompt, 2));
+  }
+  for (int i = 0; i < 1024; ++i)
+    reqs.push_back(test_util::Greedy("one" + std::to_string(i), {3 + i % 250}, 1));
+  for (const test_util::Result& r : test_util::RunBatch(e->get(), {reqs.begin(), reqs.begin() + 12}))
+    EXPECT_EQ(r.finish[0], "length") << r.error;
+  const std::vector<test_util::Result> ones =
+      test_util::RunBatch(e->get(), {reqs.begin() + 12, reqs.end()});
+  EXPECT_EQ(std::count_if(ones.begin(), ones.end(),
+                          [](const test_util::Result& r) { return r.finish[0] == "length"; }),
+            1024);
+  EXPECT_GE(cuda_->FreeMemoryBytes(), started - slack);
+}
+
 // A device that loses its context (the emulator's PENG_EMULATOR_FAULT: every kernel, copy and
 // synchronization fails, as after a kernel's illegal address) fails the request whose step it
 // was running, and for good: the engine reports why (EngineStats::fatal_error, which the
