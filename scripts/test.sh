@@ -62,6 +62,10 @@ step e2e-tp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD
 # completion, chat and metrics tests.
 step e2e-dp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
   PENG_TP=1 PENG_DP=2 PENG_E2E_THREADS=1 bash scripts/e2e_test.sh -k "test_completion or test_chat or metrics"
+# Two pipeline stages (mpirun -np 2 peng serve SmolLM2 -pp 2: layers 0-14 on rank 0, 15-29 on
+# rank 1): the completion, chat and metrics tests.
+step e2e-pp env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \
+  PENG_TP=1 PENG_PP=2 PENG_E2E_THREADS=1 bash scripts/e2e_test.sh -k "test_completion or test_chat or metrics"
 # The same against the DeepSeek-V2 fixture with its experts partitioned over both replicas (DP
 # attention + EP experts: every MoE layer exchanges the replicas' tokens).
 step e2e-dp-ep env PENG_BIN="$PWD/scripts/mpi_serve.sh" PENG_REAL_BIN="$PWD/${BUILD_DIR:-build}/tools/peng" \

@@ -103,6 +103,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   o.max_model_len = std::max<int64_t>(o.max_model_len, int64_t{a.depth} + a.pp + a.tg + 1);
   o.max_num_batched_tokens = std::max<int64_t>(o.max_num_batched_tokens, a.pp);
   o.tensor_parallel_size = a.tensor_parallel_size;
+  o.pipeline_parallel_size = a.pipeline_parallel_size;
   o.enable_expert_parallel = a.enable_expert_parallel;
   o.data_parallel_size = a.data_parallel_size;
   o.huge_pages = a.huge_pages;
@@ -127,6 +128,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   eo.max_waiting = std::max(256, a.batch);
   eo.measure_peaks = false;
   eo.tensor_parallel_size = a.tensor_parallel_size;
+  eo.pipeline_parallel_size = a.pipeline_parallel_size;
   eo.enable_expert_parallel = a.enable_expert_parallel;
   eo.data_parallel_size = a.data_parallel_size;
   eo.huge_pages = a.huge_pages;
@@ -213,6 +215,7 @@ StatusOr<nlohmann::json> RunOfflineBench(const OfflineBenchOptions& a) {
   j["mem_bandwidth_gbs"] = bw;
   j["bandwidth_bound_tokens_per_s"] = bw * 1e9 / bytes;
   j["tensor_parallel_size"] = a.tensor_parallel_size;
+  j["pipeline_parallel_size"] = a.pipeline_parallel_size;
   j["enable_expert_parallel"] = a.enable_expert_parallel;
   j["data_parallel_size"] = a.data_parallel_size;
   if (batched && a.device == "cpu") {
@@ -326,8 +329,12 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->bench.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--pipeline-parallel-size", a->bench.pipeline_parallel_size,
+                "Pipeline stages (-pp, not --pp; the layers split over them; on the CPU)")
+      ->check(CLI::Range(1, 4096));
   c->add_option("--data-parallel-size", a->bench.data_parallel_size,
-                "Data-parallel replicas (-dp; the job has tp x dp processes: mpirun -np tp*dp)")
+                "Data-parallel replicas (-dp; the job has tp x pp x dp processes: "
+                "mpirun -np tp*pp*dp)")
       ->check(CLI::Range(1, 4096));
   c->add_flag("--enable-expert-parallel", a->bench.enable_expert_parallel,
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");

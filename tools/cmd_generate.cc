@@ -129,6 +129,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->llm.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--pipeline-parallel-size", a->llm.pipeline_parallel_size,
+                "Pipeline stages (-pp; the layers split over them; mpirun -np tp*pp)")
+      ->check(CLI::Range(1, 4096));
   c->add_flag("--enable-expert-parallel", a->llm.enable_expert_parallel,
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");
   c->add_flag("--ignore-eos", a->sp.ignore_eos, "Keep generating after end-of-sequence");

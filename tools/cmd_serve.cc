@@ -149,8 +149,12 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", a->engine.tensor_parallel_size,
                 "Tensor-parallel ranks (-tp; run under mpirun -np N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--pipeline-parallel-size", a->engine.pipeline_parallel_size,
+                "Pipeline stages (-pp; the layers split over them; on the CPU)")
+      ->check(CLI::Range(1, 4096));
   c->add_option("--data-parallel-size", a->engine.data_parallel_size,
-                "Data-parallel replicas (-dp; the job has tp x dp processes: mpirun -np tp*dp)")
+                "Data-parallel replicas (-dp; the job has tp x pp x dp processes: "
+                "mpirun -np tp*pp*dp)")
       ->check(CLI::Range(1, 4096));
   c->add_flag("--enable-expert-parallel", a->engine.enable_expert_parallel,
               "MoE models under -tp: whole routed experts per rank instead of a slice of each");

@@ -40,6 +40,7 @@ struct OfflineBenchOptions {
   int reps = 5;
   int batch = 0;    // > 0: also the engine's batched decode (tg tokens per sequence)
   int tensor_parallel_size = 1;  // > 1: under mpirun; ranks > 0 return {"worker": true}
+  int pipeline_parallel_size = 1;  // > 1: under mpirun (layers split over the ranks)
   bool enable_expert_parallel = false;
   int data_parallel_size = 1;    // > 1: under mpirun (with --batch: requests spread over replicas)
   std::string device = "cpu";    // --device

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   for (std::string& arg : args) {
     if (arg == "-tp") arg = "--tensor-parallel-size";
     if (arg == "-dp") arg = "--data-parallel-size";
+    if (arg == "-pp") arg = "--pipeline-parallel-size";
   }
   std::vector<char*> argv2;
   for (std::string& arg : args) argv2.push_back(arg.data());

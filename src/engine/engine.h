@@ -59,10 +59,14 @@ struct EngineOptions {
   // Tensor parallelism over the processes of an MPI job (`mpirun -np N peng ... -tp N`):
   // rank 0 runs the engine, the other ranks run RunParallelWorker() (engine_core.h).
   int tensor_parallel_size = 1;
+  // Pipeline parallelism (`-pp N`): the model's layers split into N stages of contiguous layers
+  // (model/layers/pipeline.h), each stage tensor_parallel_size ranks; on the CPU.
+  int pipeline_parallel_size = 1;
   // Data parallelism: replicas of the model (each tensor_parallel_size ranks with its own KV
   // cache) behind one engine, which routes each request to the least-loaded one; the job has
-  // tensor_parallel_size x data_parallel_size processes, tensor-parallel groups innermost
-  // (ranks [d * tp, (d + 1) * tp) are replica d).
+  // tensor_parallel_size x pipeline_parallel_size x data_parallel_size processes,
+  // tensor-parallel groups innermost, then the stages (ranks [d * tp * pp, (d + 1) * tp * pp)
+  // are replica d).
   int data_parallel_size = 1;
   // MoE models under tensor parallelism: whole routed experts per rank instead of a slice of
   // each (ModelLoadOptions::expert_parallel; `--enable-expert-parallel`).
@@ -188,6 +192,7 @@ struct EngineStats {
   int64_t logit_rows_wide_total = 0;
   int64_t logit_rows_whole_total = 0;
   int64_t tensor_parallel_size = 1;     // ranks the model is split over (EngineOptions)
+  int64_t pipeline_parallel_size = 1;   // stages of its layers, each tensor_parallel_size ranks
   int64_t data_parallel_size = 1;       // replicas of the model, each with its own KV cache
   struct Replica {                      // each data-parallel replica's gauges
     int64_t num_running = 0, num_waiting = 0;

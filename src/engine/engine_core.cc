@@ -830,6 +830,7 @@ void EngineCore::FillStats(EngineStats* s) const {
   s->logit_rows_wide_total = logit_rows_wide_total_;
   s->logit_rows_whole_total = logit_rows_whole_total_;
   s->tensor_parallel_size = opt_.tensor_parallel_size;
+  s->pipeline_parallel_size = opt_.pipeline_parallel_size;
   s->data_parallel_size = static_cast<int64_t>(replicas_.size());
   s->kv_block_size = opt_.block_size;
   s->kv_dtype = opt_.kv_dtype;

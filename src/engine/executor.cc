@@ -393,7 +393,7 @@ void EndTensorParallelJob(Communicator* tp) {
 }
 
 Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
-                               Communicator* ep_replicas) {
+                               const ModelLoadOptions& shard) {
   const std::string who = "tensor-parallel rank " + std::to_string(tp->rank());
   ForwardBatch batch;
   std::vector<int32_t> tables;
@@ -406,9 +406,9 @@ Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
     if (start.job_over) return OkStatus();
     if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
     kernels::SetExactActivations(start.exact != 0);
-    StatusOr<std::unique_ptr<Model>> model =
-        LoadModel(path, {.tp = tp, .expert_parallel = start.expert_parallel != 0,
-                         .ep_replicas = ep_replicas});
+    ModelLoadOptions load = shard;
+    load.expert_parallel = start.expert_parallel != 0;
+    StatusOr<std::unique_ptr<Model>> model = LoadModel(path, load);
     if (!model.ok()) tp->Abort(who + ": " + model.status().ToString());
     const EngineOptions o = OptionsOf(options, start, path);
     StatusOr<std::unique_ptr<Executor>> local = CreateLocalExecutor(o, std::move(*model));
@@ -442,7 +442,7 @@ StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptio
 }
 
 Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp,
-                             Communicator* ep_replicas) {
+                             const ModelLoadOptions& shard) {
   const std::string who = "data-parallel replica " + std::to_string(dp->rank());
   ForwardBatch batch;
   std::vector<int32_t> tables;
@@ -458,10 +458,9 @@ Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Com
     }
     if (start.num_kv_blocks < 1) continue;  // rank 0 could not start this one; it reports why
     kernels::SetExactActivations(start.exact != 0);
-    StatusOr<std::unique_ptr<Model>> model = LoadModel(
-        path, {.tp = tp && tp->size() > 1 ? tp : nullptr,
-               .expert_parallel = start.expert_parallel != 0,
-               .ep_replicas = ep_replicas});
+    ModelLoadOptions load = shard;
+    load.expert_parallel = start.expert_parallel != 0;
+    StatusOr<std::unique_ptr<Model>> model = LoadModel(path, load);
     if (!model.ok()) dp->Abort(who + ": " + model.status().ToString());
     StatusOr<std::unique_ptr<Executor>> ex =
         GroupExecutor(OptionsOf(options, start, path), tp, std::move(*model));

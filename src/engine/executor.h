@@ -18,6 +18,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/registry.h"
 #include "parallel/communicator.h"
 
 namespace peng {
@@ -121,10 +122,12 @@ StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
 StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& options,
                                                          std::unique_ptr<Model> model);
 
-// Tensor parallel over `tp` (size > 1), on its rank 0: `model` is this rank's shard (loaded
-// with ModelLoadOptions::tp). Each Execute() broadcasts the batch (tokens, sequences, block
+// Tensor (and pipeline) parallel over `tp` (size > 1; the replica's ranks: its tensor-parallel
+// groups, one a pipeline stage), on its rank 0: `model` is this rank's shard (loaded with
+// ModelLoadOptions::tp and ::pp). Each Execute() broadcasts the batch (tokens, sequences, block
 // tables, block copies) to the other ranks, which run RunTensorParallelWorker(), and then
-// runs its own shard; the model's collectives join the ranks inside the forward pass. The KV
+// runs its own shard; the model's collectives (and its stages' sends) join the ranks inside
+// the forward pass. The KV
 // cache has the same number of blocks on every rank (rank 0's, broadcast at start). A failure
 // that may leave the ranks out of step (an exception in the forward pass) aborts the job.
 // Destroying it ends the workers' loops.
@@ -136,10 +139,11 @@ StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOpt
 // 0) and run rank 0's batches on it until that core's
 // executor is destroyed; return when rank 0 calls EndTensorParallelJob(). Setting up a shard
 // that fails aborts the job.
-// `ep_replicas`: with data parallelism, this rank's peers in the other replicas (expert
-// parallelism across them, ModelLoadOptions::ep_replicas).
+// `shard`: how this rank's part is loaded (ModelLoadOptions: its tensor-parallel group and
+// pipeline stages, with data parallelism its peers in the other replicas; expert_parallel comes
+// from rank 0).
 Status RunTensorParallelWorker(const EngineOptions& options, Communicator* tp,
-                               Communicator* ep_replicas = nullptr);
+                               const ModelLoadOptions& shard);
 // On rank 0, after its last engine core: the workers' RunTensorParallelWorker() returns (also
 // ends RunDataParallelLeader() when given the leaders' communicator).
 void EndTensorParallelJob(Communicator* tp);
@@ -161,6 +165,6 @@ StatusOr<std::unique_ptr<Executor>> CreateDataParallelExecutor(const EngineOptio
 // EndTensorParallelJob(dp), after ending the group's workers. When the model steps with all
 // replicas (Model::StepsWithAllReplicas) an empty batch still runs its forward pass.
 Status RunDataParallelLeader(const EngineOptions& options, Communicator* dp, Communicator* tp,
-                             Communicator* ep_replicas = nullptr);
+                             const ModelLoadOptions& shard);
 
 }  // namespace peng

@@ -40,6 +40,7 @@ EngineOptions Llm::CoreOptions(const LlmOptions& o) {
   e.kv_dtype = o.kv_dtype;
   e.measure_peaks = false;
   e.tensor_parallel_size = o.tensor_parallel_size;
+  e.pipeline_parallel_size = o.pipeline_parallel_size;
   e.enable_expert_parallel = o.enable_expert_parallel;
   e.data_parallel_size = o.data_parallel_size;
   e.huge_pages = o.huge_pages;

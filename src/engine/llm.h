@@ -30,6 +30,7 @@ struct LlmOptions {
   DType kv_dtype = DType::kF16;          // --kv-cache-dtype (EngineOptions::kv_dtype)
   int64_t max_num_batched_tokens = 512;  // tokens per forward (prefill chunk)
   int tensor_parallel_size = 1;          // > 1: under mpirun (EngineOptions)
+  int pipeline_parallel_size = 1;        // > 1: under mpirun (EngineOptions)
   bool enable_expert_parallel = false;   // (EngineOptions)
   int data_parallel_size = 1;            // (EngineOptions; one request at a time uses replica 0)
   bool huge_pages = false;               // (EngineOptions)

@@ -21,6 +21,9 @@ struct ModelLoadOptions {
   // Tensor parallelism: this rank computes its share of the heads, the FFN and the vocabulary
   // and loads only those weights; null or size 1 = the whole model.
   Communicator* tp = nullptr;
+  // Pipeline parallelism: the stages of this rank's tensor-parallel index, in order; this rank
+  // binds and runs its stage's layers only (layers/pipeline.h). Null or size 1: every layer.
+  Communicator* pp = nullptr;
   // MoE models under tensor parallelism: each rank runs whole routed experts (its E / tp) instead
   // of a slice of every expert (--enable-expert-parallel; no effect on dense models).
   bool expert_parallel = false;

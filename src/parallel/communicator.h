@@ -1,6 +1,6 @@
 // Communicator: the collectives that tensor, expert and data parallelism need between the
 // processes ("ranks") of one job -- rank, size, all-reduce (sum), all-gather, broadcast,
-// all-to-all, barrier and abort. Two implementations: a single-process one (size 1: every
+// all-to-all, send / receive, barrier and abort. Two implementations: a single-process one (size 1: every
 // collective is the identity) and Open MPI (communicator_mpi.cc, compiled in when CMake finds
 // MPI; jobs start with `mpirun`). A GPU backend can put NCCL behind the same interface.
 //
@@ -49,6 +49,15 @@ class Communicator {
   // (back-to-back); recv_bytes[r] must equal what rank r sends here.
   virtual void AllToAllV(const void* in, const int64_t* send_bytes, void* out,
                          const int64_t* recv_bytes) = 0;
+  // Point to point (pipeline parallelism: a stage's output to the next): in[0, bytes) to rank
+  // `to`, which receives it into out[0, bytes) with Recv from this rank. Blocking; where a
+  // communicator has none (the single process, the device's), ends the job.
+  virtual void Send(const void* in, int64_t bytes, int to) {
+    Abort("point-to-point sends are not offered by " + Describe());
+  }
+  virtual void Recv(void* out, int64_t bytes, int from) {
+    Abort("point-to-point receives are not offered by " + Describe());
+  }
   virtual void Barrier() = 0;
   // Ends the whole job at once with `message` on stderr (a rank that cannot go on: the others
   // would wait forever in their next collective). Never returns.

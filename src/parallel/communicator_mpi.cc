@@ -96,6 +96,23 @@ class MpiCommunicator : public Communicator {
                         comm_),
           "all-to-all");
   }
+  void Send(const void* in, int64_t bytes, int to) override {
+    for (int64_t done = 0; done < bytes || done == 0;) {  // (in pieces MPI's int counts hold)
+      const int c = static_cast<int>(std::min<int64_t>(bytes - done, kMaxCount));
+      Check(MPI_Send(static_cast<const char*>(in) + done, c, MPI_BYTE, to, kPointToPoint, comm_),
+            "send");
+      if ((done += c) == 0) break;
+    }
+  }
+  void Recv(void* out, int64_t bytes, int from) override {
+    for (int64_t done = 0; done < bytes || done == 0;) {
+      const int c = static_cast<int>(std::min<int64_t>(bytes - done, kMaxCount));
+      Check(MPI_Recv(static_cast<char*>(out) + done, c, MPI_BYTE, from, kPointToPoint, comm_,
+                     MPI_STATUS_IGNORE),
+            "receive");
+      if ((done += c) == 0) break;
+    }
+  }
   void Barrier() override { Check(MPI_Barrier(comm_), "barrier"); }
   [[noreturn]] void Abort(const std::string& message) override {
     std::fprintf(stderr, "peng: rank %d: fatal: %s; aborting the MPI job\n", rank_,
@@ -120,6 +137,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   static constexpr int64_t kMaxCount = int64_t{1} << 30;
+  static constexpr int kPointToPoint = 17;  // (the tag of Send / Recv)
   void CheckCount(int64_t n, const char* what) {
     if (n < 0 || n > kMaxCount) Abort(std::string(what) + " of " + std::to_string(n) + " bytes");
   }

@@ -131,6 +131,10 @@ std::string ServerMetrics::Render(const EngineStats& s, int64_t http_connections
         "Processes the model is split over (1 = one process); every rank holds the same KV "
         "block ids, so the KV gauges are every rank's.",
         static_cast<double>(s.tensor_parallel_size));
+  gauge("pipeline_parallel_size",
+        "Stages the model's layers are split over, each tensor_parallel_size processes (1 = "
+        "none); every stage holds the same KV block ids, for its layers.",
+        static_cast<double>(s.pipeline_parallel_size));
   gauge("data_parallel_size",
         "Replicas of the model, each with its own scheduler and KV cache (1 = no data "
         "parallelism); the request and KV gauges above are their sums.",

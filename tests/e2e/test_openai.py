@@ -374,9 +374,10 @@ def test_metrics_names(server):
     assert re.search(r'^peng_cache_config_info\{model_name="[^"]*",block_size="16",cache_dtype="'
                      + (dtype.group(1).lower() if dtype else "f16") + r'"\} 1$', text, re.M), \
         "cache_config_info"
-    # The layout: scripts/mpi_serve.sh runs the server over PENG_TP x PENG_DP ranks (test.sh
-    # e2e-tp, e2e-dp).
+    # The layout: scripts/mpi_serve.sh runs the server over PENG_TP x PENG_PP x PENG_DP ranks
+    # (test.sh e2e-tp, e2e-pp, e2e-dp).
     assert server.metric("tensor_parallel_size") == int(os.environ.get("PENG_TP", "1"))
+    assert server.metric("pipeline_parallel_size") == int(os.environ.get("PENG_PP", "1"))
     dp = int(os.environ.get("PENG_DP", "1"))
     assert server.metric("data_parallel_size") == dp
     if dp > 1:  # each replica's gauges; the requests above ran on replica 0 at least

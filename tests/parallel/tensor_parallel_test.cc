@@ -42,7 +42,7 @@ constexpr double kExactBound = 1e-5;  // relative to the largest |logit|
 
 using test_util::World;
 
-int g_tp = 1, g_dp = 1;  // the job's layout (main)
+int g_tp = 1, g_dp = 1, g_pp = 1;  // the job's layout (main)
 std::string g_device = "cpu";  // --device of the parallel run (the reference runs on the CPU)
 int64_t g_last_rank_memory = 0;  // --last-rank-device-memory: the emulator's memory there
 
@@ -72,6 +72,7 @@ std::unique_ptr<EngineCore> SingleCore(const EngineOptions& o) {
 // The job's layout: this rank's shard of replica 0 + the other ranks'.
 std::unique_ptr<EngineCore> ParallelCore(EngineOptions o) {
   o.tensor_parallel_size = g_tp;
+  o.pipeline_parallel_size = g_pp;
   o.data_parallel_size = g_dp;
   o.device = g_device;
   auto core = CreateEngineCore(o);
@@ -140,8 +141,9 @@ std::vector<int32_t> Prompt(int n, int vocab, int seed) {
 // models run whole experts per rank.
 void CheckModel(const std::string& path, int n_prompt, int n_greedy, bool default_greedy,
                 bool expert_parallel = false) {
-  std::printf("model %s, tensor parallel size %d, data parallel size %d%s\n", path.c_str(), g_tp,
-              g_dp, expert_parallel ? ", expert parallel" : "");
+  std::printf("model %s, tensor parallel size %d, pipeline parallel size %d, data parallel "
+              "size %d%s\n", path.c_str(), g_tp, g_pp, g_dp,
+              expert_parallel ? ", expert parallel" : "");
   StatusOr<std::unique_ptr<Model>> probe = LoadModel(path);
   ASSERT_TRUE(probe.ok());
   const int vocab = static_cast<int>((*probe)->config().vocab_size);
@@ -184,6 +186,8 @@ void CheckModel(const std::string& path, int n_prompt, int n_greedy, bool defaul
     std::printf("  exact mode: max |dlogit| %.3g over %zu logits, %.2g of the largest |logit| "
                 "%.3g\n", worst, want.size(), worst / scale, scale);
     EXPECT_LE(worst, kExactBound * scale);
+    // Pipeline stages alone (and replicas) run the one process's ops in its order: the same bits.
+    if (g_tp == 1) EXPECT_EQ(worst, 0.0);
   }
 }
 
@@ -302,6 +306,22 @@ TEST(TensorParallelTest, DefaultKvCacheIsTheSmallestRanksShare) {
   EXPECT_EQ(GreedyBatch(core.get(), prompts, 8), GreedyBatch(one.get(), prompts, 8));
 }
 
+// Pipeline parallelism: each stage binds only its layers' weights and caches only their keys
+// and values. The tiny Llama's 2 layers at pp 2: rank 0 holds layer 0 (its 7 matrices, shards
+// of them under tp; the embedding and the head every stage) and half the KV bytes a token of
+// its tensor-parallel shard of the whole model.
+TEST(PipelineParallelTest, EachStageBindsItsOwnLayers) {
+  if (g_pp == 1) GTEST_SKIP() << "no pipeline stages in this job";
+  StatusOr<std::unique_ptr<Model>> whole = LoadModel(Tiny("llama"));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  auto core = ParallelCore(Options(Tiny("llama"), DType::kF16, false));
+  ASSERT_TRUE(core);
+  const Model& stage = core->executor().model();
+  EXPECT_EQ((*whole)->Linears().size() - stage.Linears().size(), size_t{7});
+  EXPECT_EQ(stage.kv_spec().BytesPerToken(DType::kF16) * 2,
+            (*whole)->kv_spec().BytesPerToken(DType::kF16) / g_tp);
+}
+
 // Data parallelism: each request goes to the replica with the fewest sequences; among the
 // least loaded, to the one that has the prompt's prefix cached.
 TEST(DataParallelTest, RequestsGoToTheLeastLoadedReplicaWithTheirPrefix) {
@@ -348,16 +368,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--tp") peng::g_tp = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--dp") peng::g_dp = std::atoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--pp") peng::g_pp = std::atoi(argv[i + 1]);
     if (std::string(argv[i]) == "--device") peng::g_device = argv[i + 1];
     if (std::string(argv[i]) == "--last-rank-device-memory")
       peng::g_last_rank_memory = std::atoll(argv[i + 1]);
   }
   if (peng::g_last_rank_memory > 0 && world->rank() == world->size() - 1)
     setenv("PENG_EMULATOR_DEVICE_MEMORY", std::to_string(peng::g_last_rank_memory).c_str(), 1);
-  if (peng::g_tp == 0) peng::g_tp = world->size() / std::max(1, peng::g_dp);
+  if (peng::g_tp == 0) peng::g_tp = world->size() / std::max(1, peng::g_dp * peng::g_pp);
   peng::EngineOptions o;  // the layout and threads; the model and KV come from rank 0
   o.threads = 1;
   o.tensor_parallel_size = peng::g_tp;
+  o.pipeline_parallel_size = peng::g_pp;
   o.data_parallel_size = peng::g_dp;
   o.device = peng::g_device;
   const peng::StatusOr<bool> worker = peng::RunParallelWorker(o);

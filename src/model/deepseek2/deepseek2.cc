@@ -297,11 +297,12 @@ StatusOr<DeepseekV2Config> ReadDeepseekV2Config(const ModelFiles& files) {
 
 StatusOr<std::unique_ptr<DeepseekV2Model>> DeepseekV2Model::Load(
     std::unique_ptr<ModelFiles> files, Communicator* tp, bool expert_parallel,
-    Communicator* ep_replicas) {
+    Communicator* ep_replicas, Communicator* pp) {
   PENG_ASSIGN_OR_RETURN(DeepseekV2Config cfg, ReadDeepseekV2Config(*files));
   std::unique_ptr<DeepseekV2Model> m(new DeepseekV2Model());
   m->files_ = std::move(files);
   m->cfg_ = cfg;
+  PENG_RETURN_IF_ERROR(m->stage_.Plan(cfg.base.n_layers, pp, m->files_->path()));
   if (tp && tp->size() > 1) {
     m->tp_ = tp;
     m->tp_size_ = tp->size();
@@ -469,7 +470,7 @@ Status DeepseekV2Model::Bind() {
     output_ = tok_embd_;
   }
   layers_.resize(b.n_layers);
-  for (int il = 0; il < b.n_layers; ++il) {
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
     PENG_RETURN_IF_ERROR(BindAttention(il, &layers_[il]));
     PENG_RETURN_IF_ERROR(BindFfn(il, &layers_[il]));
   }
@@ -637,8 +638,8 @@ Status DeepseekV2Model::BindExperts(int il, Layer* L) {
 
 KvCacheSpec DeepseekV2Model::kv_spec() const {
   KvCacheSpec spec;
-  for (int il = 0; il < cfg_.base.n_layers; ++il)
-    spec.layers.push_back({1, static_cast<int>(cfg_.cache_row()), 0,
+  for (int il = 0; il < cfg_.base.n_layers; ++il)  // (another stage's layer: none)
+    spec.layers.push_back({stage_.Holds(il) ? 1 : 0, static_cast<int>(cfg_.cache_row()), 0,
                            static_cast<int>(cfg_.kv_lora_rank)});
   return spec;
 }
@@ -646,8 +647,8 @@ KvCacheSpec DeepseekV2Model::kv_spec() const {
 WeightTraffic DeepseekV2Model::WeightsPerToken() const {
   WeightTraffic w;
   w.bytes = cfg_.base.hidden_size * 4;  // the token's embedding row
-  w.Add(output_);
-  for (const Layer& L : layers_) {
+  if (stage_.last()) w.Add(output_);
+  for (const Layer& L : StageLayers()) {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
                             &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
       if (l->bound()) w.Add(*l);
@@ -677,7 +678,7 @@ std::string DeepseekV2Model::WeightSummary() const { return files_->DTypeSummary
 
 std::vector<const Linear*> DeepseekV2Model::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
-  for (const Layer& L : layers_) {
+  for (const Layer& L : StageLayers()) {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a})
       if (l->bound()) out.push_back(l);
     for (const Linear& l : L.kv_b_parts) out.push_back(&l);
@@ -853,24 +854,30 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = b.hidden_size;
   if (T == 0 && !ep_) return OkStatus();
-  for (int il = 0; il < b.n_layers; ++il)
+  for (int il = stage_.begin(); il < stage_.end(); ++il)
     if (!kernels::IsMlaLayout(kv->layer(il), static_cast<int>(cfg_.cache_row())))
       return InvalidArgument("the KV cache does not have this model's MLA layout (layer " +
                              Num(il) + " needs one kv head of " + Num(cfg_.cache_row()) +
                              " values and no V)");
   if (T == 0) {  // an idle replica in step with the others: its experts serve their tokens
-    for (const Layer& L : layers_)
+    for (const Layer& L : StageLayers())
       if (L.moe) RunMoe(L, 0, pool);
     return OkStatus();
   }
+  std::vector<float>* cap = batch.capture_hidden;
+  if (cap && stage_.split())  // (the same batch on every stage: all return here)
+    return InvalidArgument("hidden states are not captured under pipeline parallelism");
   EnsureScratch(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
   RopeRows(pos_.data(), T, b.rope, inv_freq_, &rope_cs_);
-  vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
+  if (stage_.first()) {
+    vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
+  } else {
+    stage_.Receive(x_.data(), T * D);
+  }
 
-  std::vector<float>* cap = batch.capture_hidden;
   if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
-  for (int il = 0; il < b.n_layers; ++il) {
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
     const Layer& L = layers_[il];
     RunAttention(il, batch, kv, pool);
     kernels::RmsNorm(x_.data(), L.ffn_norm, 0.f, h_.data(), T, D, b.rms_eps);
@@ -883,19 +890,26 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
     }
     if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
   }
+  if (!stage_.last()) {
+    stage_.SendOn(x_.data(), T * D);
+    if (tp_rank_ == 0) stage_.ReturnLogits(logits, batch.NumLogitRows() * b.vocab_size);
+    return OkStatus();
+  }
 
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   kernels::RmsNorm(sel_.data(), output_norm_, 0.f, sel_.data(), rows, D, b.rms_eps);
-  vocab_.Project(output_, sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);
-  return OkStatus();  // (with tensor parallelism only rank 0 has the logits)
+  // (with tensor parallelism only rank 0 has the logits)
+  if (vocab_.Project(output_, sel_.data(), nullptr, rows, logits, pool, &acts_scratch_))
+    stage_.ReturnLogits(logits, rows * b.vocab_size);
+  return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,
                                           const ModelLoadOptions& options) {
   PENG_ASSIGN_OR_RETURN(auto m, DeepseekV2Model::Load(std::move(files), options.tp,
                                                       options.expert_parallel,
-                                                      options.ep_replicas));
+                                                      options.ep_replicas, options.pp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

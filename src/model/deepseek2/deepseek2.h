@@ -59,10 +59,12 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kernels/moe.h"
+#include "model/layers/pipeline.h"
 #include "model/layers/tensor_parallel.h"
 #include "model/model.h"
 #include "model/model_files.h"
@@ -122,7 +124,8 @@ class DeepseekV2Model : public Model {
   static StatusOr<std::unique_ptr<DeepseekV2Model>> Load(std::unique_ptr<ModelFiles> files,
                                                           Communicator* tp = nullptr,
                                                           bool expert_parallel = false,
-                                                          Communicator* ep_replicas = nullptr);
+                                                          Communicator* ep_replicas = nullptr,
+                                                          Communicator* pp = nullptr);
 
   const ModelConfig& config() const override { return cfg_.base; }
   KvCacheSpec kv_spec() const override;
@@ -217,6 +220,11 @@ class DeepseekV2Model : public Model {
   TpSlice expert_ffn_;               // of each routed expert's (without expert parallelism)
   TpSlice experts_;                  // the routed experts this rank runs (expert parallelism)
   VocabParallel vocab_;
+  PipelineStage stage_;  // this rank's layers (all of them alone; layers/pipeline.h)
+  // The layers this rank binds and runs (another stage's are empty).
+  std::span<const Layer> StageLayers() const {
+    return {layers_.data() + stage_.begin(), layers_.data() + stage_.end()};
+  }
   std::map<std::string, std::string> hf_layer_names_, hf_global_names_;  // HF -> GGUF-style
   Linear tok_embd_;
   Linear output_;

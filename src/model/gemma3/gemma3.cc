@@ -64,7 +64,7 @@ StatusOr<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<ModelFiles> files,
         cfg.layer_sliding[il] = (il + 1) % pattern != 0;
     }
   }
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp, options.pp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

@@ -15,10 +15,12 @@ using kernels::AttentionParams;
 
 StatusOr<std::unique_ptr<DecoderModel>> DecoderModel::Load(std::unique_ptr<ModelFiles> files,
                                                            const ModelConfig& config,
-                                                           Communicator* tp) {
+                                                           Communicator* tp,
+                                                           Communicator* pp) {
   std::unique_ptr<DecoderModel> m(new DecoderModel());
   m->files_ = std::move(files);
   m->cfg_ = config;
+  PENG_RETURN_IF_ERROR(m->stage_.Plan(config.n_layers, pp, m->files_->path()));
   if (tp && tp->size() > 1) {
     m->tp_ = tp;
     m->tp_size_ = tp->size();
@@ -130,7 +132,7 @@ Status DecoderModel::Bind() {
     output_ = tok_embd_;
   }
   layers_.resize(c.n_layers);
-  for (int il = 0; il < c.n_layers; ++il) {
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     Layer& L = layers_[il];
     PENG_ASSIGN_OR_RETURN(L.attn_norm, Vector(p + "attn_norm.weight", D));
@@ -173,17 +175,20 @@ Status DecoderModel::Bind() {
 
 KvCacheSpec DecoderModel::kv_spec() const {
   KvCacheSpec spec;
-  for (int il = 0; il < cfg_.n_layers; ++il)
-    spec.layers.push_back({static_cast<int>(n_kv_heads_), static_cast<int>(cfg_.head_dim),
+  for (int il = 0; il < cfg_.n_layers; ++il) {  // (another stage's layer: none)
+    const int heads = stage_.Holds(il) ? static_cast<int>(n_kv_heads_) : 0;
+    spec.layers.push_back({heads, static_cast<int>(cfg_.head_dim),
                            static_cast<int>(cfg_.head_dim)});
+  }
   return spec;
 }
 
 WeightTraffic DecoderModel::WeightsPerToken() const {
   WeightTraffic w;
   w.bytes = cfg_.hidden_size * 4;  // the token's embedding row
-  w.Add(output_);
-  for (const Layer& L : layers_) {
+  if (stage_.last()) w.Add(output_);
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
+    const Layer& L = layers_[il];
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w.Add(*l);
   }
   return w;
@@ -193,9 +198,11 @@ std::string DecoderModel::WeightSummary() const { return files_->DTypeSummary();
 
 std::vector<const Linear*> DecoderModel::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
-  for (const Layer& L : layers_)
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
+    const Layer& L = layers_[il];
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       out.push_back(l);
+  }
   if (&output_.tensor() != &tok_embd_.tensor()) out.push_back(&output_);
   return out;
 }
@@ -308,17 +315,29 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
   EnsureScratch(T);
   // Validate the batch before touching the cache.
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
+  std::vector<float>* cap = batch.capture_hidden;
+  if (cap && stage_.split())  // (the same batch on every stage: all return here)
+    return InvalidArgument("hidden states are not captured under pipeline parallelism");
   RopeRows(pos_.data(), T, c.rope, inv_freq_, &rope_cs_);
   if (!inv_freq_local_.empty())
     RopeRows(pos_.data(), T, c.rope_local, inv_freq_local_, &rope_cs_local_);
-  vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
-  if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
+  if (stage_.first()) {
+    vocab_.Embed(tok_embd_, batch.tokens.data(), T, D, x_.data());
+    if (c.embed_scale != 1.f) kernels::ScaleInPlace(x_.data(), c.embed_scale, T * D);
+  } else {
+    stage_.Receive(x_.data(), T * D);
+  }
 
-  std::vector<float>* cap = batch.capture_hidden;
   if (cap) cap->assign(x_.begin(), x_.begin() + T * D);
-  for (int il = 0; il < c.n_layers; ++il) {
+  for (int il = stage_.begin(); il < stage_.end(); ++il) {
     RunLayer(il, batch, kv, pool);
     if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
+  }
+  const bool holder = tp_rank_ == 0;  // (of the logits, with tensor parallelism)
+  if (!stage_.last()) {
+    stage_.SendOn(x_.data(), T * D);
+    if (holder) stage_.ReturnLogits(logits, batch.NumLogitRows() * c.vocab_size);
+    return OkStatus();
   }
 
   // Gather the rows that need logits, normalise, project.
@@ -331,6 +350,7 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   }
+  stage_.ReturnLogits(logits, rows * c.vocab_size);
   return OkStatus();
 }
 

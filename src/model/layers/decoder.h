@@ -14,6 +14,7 @@
 // (VocabParallel, layers/tensor_parallel.h), and its KV heads in its own KV
 // cache (when there are fewer KV heads than ranks, each rank keeps the one its query heads
 // use: replicated). Norms are replicated; the residual stream is the same on every rank.
+// Pipeline parallelism (layers/pipeline.h): each stage binds, caches and runs its layers only.
 #pragma once
 
 #include <deque>
@@ -23,6 +24,7 @@
 
 #include "kernels/ops.h"
 #include "model/layers/linear.h"
+#include "model/layers/pipeline.h"
 #include "model/layers/tensor_parallel.h"
 #include "model/model.h"
 #include "model/model_files.h"
@@ -34,9 +36,11 @@ class DecoderModel : public Model {
  public:
   // Binds and validates every tensor named in GGUF style. Takes ownership of `files`.
   // `tp`: the tensor-parallel group this rank belongs to (null or size 1: the whole model).
+  // `pp`: this rank's pipeline stages (layers/pipeline.h; null or size 1: every layer).
   static StatusOr<std::unique_ptr<DecoderModel>> Load(std::unique_ptr<ModelFiles> files,
                                                       const ModelConfig& config,
-                                                      Communicator* tp = nullptr);
+                                                      Communicator* tp = nullptr,
+                                                      Communicator* pp = nullptr);
 
   const ModelConfig& config() const override { return cfg_; }
   KvCacheSpec kv_spec() const override;
@@ -97,6 +101,7 @@ class DecoderModel : public Model {
   int64_t q_head0_ = 0, kv_head0_ = 0;     // first local head (global index)
   int64_t ffn0_ = 0, ffn_ = 0;             // local FFN columns [ffn0_, ffn0_ + ffn_)
   VocabParallel vocab_;                    // local embedding / LM head rows, the logits gather
+  PipelineStage stage_;                    // this rank's layers (all of them alone)
   Linear tok_embd_;
   Linear output_;
   const float* output_norm_ = nullptr;

@@ -19,7 +19,7 @@ StatusOr<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<ModelFiles> files,
     files->SetHfNameMap(layer, globals);
   }
   cfg.activation = Activation::kSilu;
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp, options.pp));
   return std::unique_ptr<Model>(std::move(m));
 }
 

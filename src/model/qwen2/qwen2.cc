@@ -17,7 +17,7 @@ StatusOr<std::unique_ptr<Model>> LoadQwen2(std::unique_ptr<ModelFiles> files,
     LlamaFamilyHfNames(&layer, &globals);
     files->SetHfNameMap(layer, globals);
   }
-  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp));
+  PENG_ASSIGN_OR_RETURN(auto m, DecoderModel::Load(std::move(files), cfg, options.tp, options.pp));
   return std::unique_ptr<Model>(std::move(m));
 }
 
