@@ -89,6 +89,11 @@ fi
 expect "gpu memory share of 0" 1 "gpu_memory_utilization (--gpu-memory-utilization) must be in (0, 1]" \
   "$peng" serve "$tiny" --gpu-memory-utilization 0 --port 0
 expect "host device" 0 "" "$peng" logits -m "$tiny" --tokens 1,2 --out "$tmp/o.npy" --device host
+# Pipeline stages: on the CPU only, and in a job of as many processes.
+expect "pipeline stages on a device" 1 "pipeline parallelism (--pipeline-parallel-size) runs on the CPU" \
+  "$peng" serve "$tiny" -pp 2 --device host --port 0
+expect "pipeline stages without mpirun" 1 "--pipeline-parallel-size 2 x --data-parallel-size 1 needs a job of 2 processes" \
+  "$peng" generate -m "$tiny" -p hi -n 2 -pp 2
 # --kv-cache-dtype: an unknown type is a usage error; q8_0 needs head dimensions of whole 32-value
 # blocks (the tiny llama's are 16), and --exact keeps its f32 cache.
 expect "unknown kv cache dtype" 2 "q4 not in {f16,f32,q8_0}" \

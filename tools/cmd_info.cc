@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "core/cpu_features.h"
+#include "engine/engine_core.h"
 #include "kernels/isa.h"
 #include "model/registry.h"
 #include "parallel/communicator.h"
@@ -12,15 +13,24 @@ namespace peng::tools {
 
 namespace {
 
-// One line per rank of the job, in rank order: its replica, its tensor-parallel index and its
-// shard of the model.
-void PrintShard(Communicator* world, int tp, const Model& m) {
+// One line per rank of the job, in rank order: its replica, its place in the replica (pipeline
+// stage and layers, tensor-parallel index) and its shard of the model.
+void PrintShard(const JobLayout& L, const Model& m, int n_layers) {
   const KvCacheSpec kv = m.kv_spec();
+  int first = -1, last = -1;  // the layers whose KV cache this rank keeps: its stage's
+  for (int il = 0; il < static_cast<int>(kv.layers.size()); ++il)
+    if (kv.layers[il].n_kv_heads > 0) {
+      if (first < 0) first = il;
+      last = il;
+    }
+  Communicator* world = L.world;
   for (int k = 0; k < world->size(); ++k) {
     if (k == world->rank()) {
-      std::printf("rank %d of %d (replica %d, tensor-parallel rank %d of %d): weight bytes per "
-                  "token %lld, kv cache per token %lld bytes (F16)\n",
-                  world->rank(), world->size(), world->rank() / tp, world->rank() % tp, tp,
+      std::printf("rank %d of %d (replica %d, pipeline stage %d of %d: layers %d-%d of %d, "
+                  "tensor-parallel rank %d of %d): weight bytes per token %lld, kv cache per "
+                  "token %lld bytes (F16)\n",
+                  world->rank(), world->size(), L.dp_rank, L.stage, L.pp_size, first, last,
+                  n_layers, L.tp_rank, L.tp_size,
                   static_cast<long long>(m.WeightBytesPerToken()),
                   static_cast<long long>(kv.BytesPerToken(DType::kF16)));
       std::fflush(stdout);
@@ -34,6 +44,7 @@ void PrintShard(Communicator* world, int tp, const Model& m) {
 void RegisterInfo(CLI::App& app, int* exit_code) {
   auto path = std::make_shared<std::string>();
   auto tp = std::make_shared<int>(1);
+  auto pp = std::make_shared<int>(1);
   auto ep = std::make_shared<bool>(false);
   auto dp = std::make_shared<int>(1);
   CLI::App* c = app.add_subcommand("info", "Show CPU features and a model's configuration");
@@ -41,20 +52,22 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
   c->add_option("--tensor-parallel-size", *tp,
                 "Under mpirun -np N: also show each rank's shard (-tp N)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--pipeline-parallel-size", *pp,
+                "Under mpirun: the layers split over this many stages (-pp P)")
+      ->check(CLI::Range(1, 4096));
   c->add_option("--data-parallel-size", *dp,
-                "Under mpirun -np T*D with -tp T: the layout of D replicas (-dp D)")
+                "Under mpirun -np T*P*D with -tp T -pp P: the layout of D replicas (-dp D)")
       ->check(CLI::Range(1, 4096));
   c->add_flag("--enable-expert-parallel", *ep,
               "With -tp: show the shards of whole routed experts per rank");
-  c->callback([path, tp, dp, ep, exit_code] {
+  c->callback([path, tp, pp, dp, ep, exit_code] {
     StatusOr<Communicator*> world = WorldComm();
     if (!world.ok()) {
       *exit_code = Fail(world.status().ToString());
       return;
     }
-    if ((*world)->size() != *tp * *dp) {
-      *exit_code = Fail("--tensor-parallel-size " + std::to_string(*tp) +
-                        " x --data-parallel-size " + std::to_string(*dp) + " but the job has " +
+    if ((*world)->size() != *tp * *pp * *dp) {
+      *exit_code = Fail(JobShape(*tp, *pp, *dp) + " but the job has " +
                         std::to_string((*world)->size()) + " processes");
       return;
     }
@@ -89,22 +102,21 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
       std::printf("\n");
       std::fflush(stdout);
     }
-    if (*tp * *dp == 1) return;
+    if (*tp * *pp * *dp == 1) return;
+    const int n = *tp * *pp;
     if (lead)
-      std::printf("layout: %d replica(s) x tensor parallel %d, replica d = ranks [d*%d, "
-                  "(d+1)*%d)%s\n",
-                  *dp, *tp, *tp, *tp,
+      std::printf("layout: %d replica(s) x pipeline parallel %d x tensor parallel %d, replica d "
+                  "= ranks [d*%d, (d+1)*%d), its stage s = ranks [s*%d, (s+1)*%d) of those%s\n",
+                  *dp, *pp, *tp, n, n, *tp, *tp,
                   *ep ? "; routed experts partitioned over all ranks" : "");
+    const int n_layers = static_cast<int>((*m)->config().n_layers);
     m->reset();
-    // The same communicators the engine makes (tensor-parallel groups, and the ranks of one
-    // tensor-parallel index across the replicas).
-    const int rank = (*world)->rank();
-    std::unique_ptr<Communicator> group = (*world)->Split(rank / *tp, rank % *tp);
-    std::unique_ptr<Communicator> peers = (*world)->Split(rank % *tp, rank / *tp);
-    auto shard = LoadModel(*path, {.tp = group.get(), .expert_parallel = *ep,
-                                   .ep_replicas = *dp > 1 ? peers.get() : nullptr});
+    // The engine's communicators (SplitJob).
+    StatusOr<std::unique_ptr<JobLayout>> L = SplitJob(*world, *tp, *pp, *dp);
+    if (!L.ok()) (*world)->Abort(L.status().ToString());
+    auto shard = LoadModel(*path, (*L)->Shard(*ep));
     if (!shard.ok()) (*world)->Abort(shard.status().ToString());
-    PrintShard(*world, *tp, **shard);
+    PrintShard(**L, **shard, n_layers);
   });
 }
 

@@ -194,6 +194,35 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& opti
 StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& options,
                                                        std::unique_ptr<Model> model,
                                                        std::unique_ptr<Tokenizer> tokenizer);
+// The shape of a job of tensor_parallel_size x pipeline_parallel_size x data_parallel_size
+// processes and this rank's place in it: the tensor-parallel groups innermost, then the
+// pipeline stages (replica d = ranks [d * tp * pp, (d + 1) * tp * pp), its stage s the ranks
+// [s * tp, (s + 1) * tp) of those), so that a group stays on one host when the hosts are filled
+// in order. The engine's (RunParallelWorker, CreateEngineCore) and `peng info`'s.
+struct JobLayout {
+  Communicator* world = nullptr;
+  Communicator* group = nullptr;  // this rank's replica: its tp x pp ranks (the world at dp 1)
+  Communicator* tp = nullptr;     // the model's tensor-parallel group (null at tp 1)
+  Communicator* pp = nullptr;     // the stages of this tensor-parallel index (null at pp 1)
+  Communicator* dp = nullptr;     // the replicas' leaders (null at dp 1; unused off leaders)
+  Communicator* peers = nullptr;  // this rank of its replica in every replica (null at dp 1)
+  int tp_size = 1, pp_size = 1, dp_size = 1;
+  int group_rank = 0, tp_rank = 0, stage = 0, dp_rank = 0;
+  // How this rank loads its part of the model.
+  ModelLoadOptions Shard(bool expert_parallel) const {
+    return {.tp = tp, .pp = pp, .expert_parallel = expert_parallel, .ep_replicas = peers};
+  }
+  struct Owned {  // the communicators split off the world
+    std::unique_ptr<Communicator> group, tp, pp, dp, peers;
+  };
+  std::shared_ptr<Owned> owned;
+};
+// "--tensor-parallel-size T x --pipeline-parallel-size P x --data-parallel-size D".
+std::string JobShape(int tp, int pp, int dp);
+// Splits `world` (collective: every rank calls it, in the same order) into the layout; an
+// error when the world's size is not tp x pp x dp.
+StatusOr<std::unique_ptr<JobLayout>> SplitJob(Communicator* world, int tp, int pp, int dp);
+
 // Multi-process jobs: every process calls this first, with the same options. On ranks other
 // than 0 it serves every engine core rank 0 creates (loading this rank's shard each time) until
 // rank 0 calls EndParallelJob(), then returns true (the process should exit); on rank 0, and

@@ -84,72 +84,71 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& o,
   return EngineCore::Create(o, std::move(executor), std::move(tok));
 }
 
+std::string JobShape(int tp, int pp, int dp) {
+  return "--tensor-parallel-size " + std::to_string(tp) + " x --pipeline-parallel-size " +
+         std::to_string(pp) + " x --data-parallel-size " + std::to_string(dp);
+}
+
+StatusOr<std::unique_ptr<JobLayout>> SplitJob(Communicator* world, int tp, int pp, int dp) {
+  const int64_t want = int64_t{tp} * pp * dp;
+  if (world->size() != want) {
+    if (world->size() == 1)
+      return InvalidArgument(JobShape(tp, pp, dp) + " needs a job of " + std::to_string(want) +
+                             " processes: start it with mpirun -np " + std::to_string(want));
+    return InvalidArgument("this MPI job has " + std::to_string(world->size()) +
+                           " processes but " + JobShape(tp, pp, dp) + " = " +
+                           std::to_string(want) + "; they must be equal");
+  }
+  auto L = std::make_unique<JobLayout>();
+  L->owned = std::make_shared<JobLayout::Owned>();
+  JobLayout::Owned& own = *L->owned;
+  L->world = world;
+  L->tp_size = tp;
+  L->pp_size = pp;
+  L->dp_size = dp;
+  L->group_rank = world->rank() % (tp * pp);
+  L->tp_rank = L->group_rank % tp;
+  L->stage = L->group_rank / tp;
+  L->dp_rank = world->rank() / (tp * pp);
+  if (world->size() > 1) {  // collective: every rank splits, in this order
+    if (dp > 1) {
+      own.group = world->Split(L->dp_rank, L->group_rank);
+      own.dp = world->Split(L->group_rank == 0 ? 0 : 1, L->dp_rank);
+      own.peers = world->Split(L->group_rank, L->dp_rank);
+    }
+    if (pp > 1) {
+      own.tp = world->Split(L->dp_rank * pp + L->stage, L->tp_rank);
+      own.pp = world->Split(L->dp_rank * tp + L->tp_rank, L->stage);
+    }
+  }
+  L->group = dp > 1 ? own.group.get() : world;
+  L->dp = own.dp.get();
+  L->peers = own.peers.get();
+  L->tp = pp > 1 ? own.tp.get() : L->group;
+  L->pp = own.pp.get();
+  if (L->tp->size() == 1) L->tp = nullptr;
+  return L;
+}
+
 namespace {
 
 bool workers_listening = false;  // rank 0 of a job whose other ranks serve its engine cores
 
-// The job's shape: tensor_parallel_size x pipeline_parallel_size x data_parallel_size
-// processes, the tensor-parallel groups innermost, then the pipeline stages (replica d = ranks
-// [d * tp * pp, (d + 1) * tp * pp), its stage s the ranks [s * tp, (s + 1) * tp) of those), so
-// that a group stays on one host when the hosts are filled in order.
-struct JobLayout {
-  Communicator* world = nullptr;
-  Communicator* group = nullptr;  // this rank's replica: its tp x pp ranks (the world at dp 1)
-  Communicator* tp = nullptr;  // the model's tensor-parallel group (null alone)
-  Communicator* pp = nullptr;  // its pipeline stages, this tensor-parallel index (null alone)
-  Communicator* dp = nullptr;  // the replicas' leaders (null when dp = 1; unused off leaders)
-  Communicator* peers = nullptr;  // this rank of the replica in every replica (dp > 1)
-  int group_rank = 0, dp_rank = 0;
-  ModelLoadOptions Shard(const EngineOptions& o) const {
-    return {.tp = tp, .pp = pp, .expert_parallel = o.enable_expert_parallel, .ep_replicas = peers};
-  }
-};
 JobLayout listening_layout;  // rank 0's, when workers_listening
 
+// The engine's layout of the job: split once, at the first engine's options (collective).
 StatusOr<JobLayout> Layout(const EngineOptions& o) {
-  static std::unique_ptr<Communicator> group_comm, tp_comm, pp_comm, dp_comm, peers_comm;
-  static std::vector<int> made;  // (the layout the splits were made for)
+  static std::unique_ptr<JobLayout> made;
   PENG_ASSIGN_OR_RETURN(Communicator* world, WorldComm());
   const int tp = o.tensor_parallel_size, pp = o.pipeline_parallel_size;
-  const int64_t want = int64_t{tp} * pp * o.data_parallel_size;
-  const std::string shape = "--tensor-parallel-size " + std::to_string(tp) +
-                            " x --pipeline-parallel-size " + std::to_string(pp) +
-                            " x --data-parallel-size " + std::to_string(o.data_parallel_size);
-  if (world->size() != want) {
-    if (world->size() == 1)
-      return InvalidArgument(shape + " needs a job of " + std::to_string(want) +
-                             " processes: start it with mpirun -np " + std::to_string(want));
-    return InvalidArgument("this MPI job has " + std::to_string(world->size()) +
-                           " processes but " + shape + " = " + std::to_string(want) +
-                           "; they must be equal");
-  }
-  JobLayout L;
-  L.world = world;
-  const int in_group = world->rank() % (tp * pp), tp_rank = in_group % tp, stage = in_group / tp;
-  L.group_rank = in_group;
-  L.dp_rank = world->rank() / (tp * pp);
-  const std::vector<int> layout = {tp, pp, o.data_parallel_size};
-  if (made.empty() && world->size() > 1) {  // collective: every rank splits once, in one order
-    if (o.data_parallel_size > 1) {
-      group_comm = world->Split(L.dp_rank, in_group);
-      dp_comm = world->Split(in_group == 0 ? 0 : 1, L.dp_rank);
-      peers_comm = world->Split(in_group, L.dp_rank);
-    }
-    if (pp > 1) {
-      tp_comm = world->Split(L.dp_rank * pp + stage, tp_rank);
-      pp_comm = world->Split(L.dp_rank * tp + tp_rank, stage);
-    }
-    made = layout;
-  } else if (!made.empty() && made != layout) {
-    return InvalidArgument("the job's layout is fixed at its start: " + shape +
+  const int dp = o.data_parallel_size;
+  if (!made) {
+    PENG_ASSIGN_OR_RETURN(made, SplitJob(world, tp, pp, dp));
+  } else if (made->tp_size != tp || made->pp_size != pp || made->dp_size != dp) {
+    return InvalidArgument("the job's layout is fixed at its start: " + JobShape(tp, pp, dp) +
                            " differs from the first");
   }
-  L.group = o.data_parallel_size > 1 ? group_comm.get() : world;
-  L.dp = dp_comm.get();
-  L.peers = peers_comm.get();
-  L.tp = pp > 1 ? tp_comm.get() : L.group;
-  L.pp = pp > 1 ? pp_comm.get() : nullptr;
-  if (L.tp->size() == 1) L.tp = nullptr;
+  const JobLayout& L = *made;
   if (world->size() > 1 && world->rank() == 0) {
     workers_listening = true;
     listening_layout = L;
@@ -180,7 +179,7 @@ StatusOr<std::unique_ptr<EngineCore>> CreateEngineCore(const EngineOptions& opti
   if (L.world->rank() != 0) return Internal("the engine core runs on rank 0 of the job");
   // A rank that fails to load its shard aborts the job; so does rank 0 (the workers are
   // waiting for its first broadcast).
-  StatusOr<std::unique_ptr<Model>> model = LoadModel(o.model_path, L.Shard(o));
+  StatusOr<std::unique_ptr<Model>> model = LoadModel(o.model_path, L.Shard(o.enable_expert_parallel));
   if (!model.ok()) L.world->Abort("rank 0: " + model.status().ToString());
   PENG_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::ForModel(o.model_path));
   std::unique_ptr<Executor> executor;
@@ -203,9 +202,9 @@ StatusOr<bool> RunParallelWorker(const EngineOptions& options) {
   const EngineOptions o = WithKvGroup(options, L);
   if (L.world->rank() == 0) return false;
   if (L.group_rank != 0) {
-    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.group, L.Shard(o)));
+    PENG_RETURN_IF_ERROR(RunTensorParallelWorker(o, L.group, L.Shard(o.enable_expert_parallel)));
   } else {
-    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.group, L.Shard(o)));
+    PENG_RETURN_IF_ERROR(RunDataParallelLeader(o, L.dp, L.group, L.Shard(o.enable_expert_parallel)));
   }
   return true;
 }
