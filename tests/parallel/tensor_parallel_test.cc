@@ -323,6 +323,15 @@ TEST(PipelineParallelTest, EachStageBindsItsOwnLayers) {
             (*whole)->kv_spec().BytesPerToken(DType::kF16) / g_tp);
 }
 
+// Steps of over 32 tokens run as micro-batches through the stages (a 100-token prompt: four
+// chunks of 26 or 27 tokens in its first step, PipelineStage::MicroBatches), with the same
+// logits and tokens as one process.
+TEST(PipelineParallelTest, MicroBatchesOfLongSteps) {
+  if (g_pp == 1) GTEST_SKIP() << "no pipeline stages in this job";
+  CheckModel(Tiny("llama"), 100, 16, true);
+  CheckModel(TinyDeepseek("lite"), 100, 16, true);
+}
+
 // Data parallelism: each request goes to the replica with the fewest sequences; among the
 // least loaded, to the one that has the prompt's prefix cached.
 TEST(DataParallelTest, RequestsGoToTheLeastLoadedReplicaWithTheirPrefix) {

@@ -864,9 +864,23 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
       if (L.moe) RunMoe(L, 0, pool);
     return OkStatus();
   }
-  std::vector<float>* cap = batch.capture_hidden;
-  if (cap && stage_.split())  // (the same batch on every stage: all return here)
+  if (!stage_.split()) return ForwardStage(batch, kv, logits, pool);
+  if (batch.capture_hidden)  // (the same batch on every stage: all return here)
     return InvalidArgument("hidden states are not captured under pipeline parallelism");
+  // (with experts across replicas, every replica's step is one pass: their exchanges pair up)
+  return stage_.Run(batch, logits, b.vocab_size, tp_rank_ == 0,
+                    ep_ ? 1 : stage_.max_micro_batches(),
+                    [&](const ForwardBatch& mb, float* mb_logits) {
+                      return ForwardStage(mb, kv, mb_logits, pool);
+                    });
+}
+
+Status DeepseekV2Model::ForwardStage(const ForwardBatch& batch, KvCache* kv, float* logits,
+                                     ThreadPool* pool) {
+  const ModelConfig& b = cfg_.base;
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t D = b.hidden_size;
+  std::vector<float>* cap = batch.capture_hidden;
   EnsureScratch(T);
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, b.vocab_size, pos_.data(), seq_of_token_.data()));
   RopeRows(pos_.data(), T, b.rope, inv_freq_, &rope_cs_);
@@ -892,17 +906,14 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
   }
   if (!stage_.last()) {
     stage_.SendOn(x_.data(), T * D);
-    if (tp_rank_ == 0) stage_.ReturnLogits(logits, batch.NumLogitRows() * b.vocab_size);
     return OkStatus();
   }
 
   const int64_t rows = GatherLogitRows(batch, x_.data(), D, sel_.data());
   if (rows == 0) return OkStatus();
   kernels::RmsNorm(sel_.data(), output_norm_, 0.f, sel_.data(), rows, D, b.rms_eps);
-  // (with tensor parallelism only rank 0 has the logits)
-  if (vocab_.Project(output_, sel_.data(), nullptr, rows, logits, pool, &acts_scratch_))
-    stage_.ReturnLogits(logits, rows * b.vocab_size);
-  return OkStatus();
+  vocab_.Project(output_, sel_.data(), nullptr, rows, logits, pool, &acts_scratch_);
+  return OkStatus();  // (with tensor parallelism only rank 0 has the logits)
 }
 
 StatusOr<std::unique_ptr<Model>> LoadDeepseek2(std::unique_ptr<ModelFiles> files,

@@ -203,6 +203,9 @@ class DeepseekV2Model : public Model {
   static void RunMlpWith(const Linear& gate, const Linear& up, const Linear& down,
                          const float* x, int64_t T, float* y, ThreadPool* pool,
                          std::vector<float>* ge, std::vector<float>* ue, Int8Acts* acts);
+  // Forward over this rank's stage (all of the model alone): one micro-batch under pipeline
+  // parallelism (PipelineStage::Run), its logits on the last stage.
+  Status ForwardStage(const ForwardBatch& batch, KvCache* kv, float* logits, ThreadPool* pool);
   void RunMoe(const Layer& L, int64_t T, ThreadPool* pool);
   void RunRoutedExperts(const Layer& L, const float* h, int64_t T, float* out, ThreadPool* pool);
   void Route(const Layer& L, int64_t T);

@@ -308,16 +308,25 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
 
 Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
                              ThreadPool* pool) {
+  if (batch.tokens.empty()) return OkStatus();
+  if (!stage_.split()) return ForwardStage(batch, kv, logits, pool);
+  if (batch.capture_hidden)  // (the same batch on every stage: all return here)
+    return InvalidArgument("hidden states are not captured under pipeline parallelism");
+  return stage_.Run(batch, logits, cfg_.vocab_size, tp_rank_ == 0, stage_.max_micro_batches(),
+                    [&](const ForwardBatch& mb, float* mb_logits) {
+                      return ForwardStage(mb, kv, mb_logits, pool);
+                    });
+}
+
+Status DecoderModel::ForwardStage(const ForwardBatch& batch, KvCache* kv, float* logits,
+                                  ThreadPool* pool) {
   const ModelConfig& c = cfg_;
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t D = c.hidden_size;
-  if (T == 0) return OkStatus();
   EnsureScratch(T);
   // Validate the batch before touching the cache.
   PENG_RETURN_IF_ERROR(PrepareBatch(batch, *kv, c.vocab_size, pos_.data(), seq_of_token_.data()));
   std::vector<float>* cap = batch.capture_hidden;
-  if (cap && stage_.split())  // (the same batch on every stage: all return here)
-    return InvalidArgument("hidden states are not captured under pipeline parallelism");
   RopeRows(pos_.data(), T, c.rope, inv_freq_, &rope_cs_);
   if (!inv_freq_local_.empty())
     RopeRows(pos_.data(), T, c.rope_local, inv_freq_local_, &rope_cs_local_);
@@ -333,10 +342,8 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
     RunLayer(il, batch, kv, pool);
     if (cap) cap->insert(cap->end(), x_.begin(), x_.begin() + T * D);
   }
-  const bool holder = tp_rank_ == 0;  // (of the logits, with tensor parallelism)
   if (!stage_.last()) {
     stage_.SendOn(x_.data(), T * D);
-    if (holder) stage_.ReturnLogits(logits, batch.NumLogitRows() * c.vocab_size);
     return OkStatus();
   }
 
@@ -350,7 +357,6 @@ Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logi
     const float cap = c.final_logit_softcap;
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   }
-  stage_.ReturnLogits(logits, rows * c.vocab_size);
   return OkStatus();
 }
 

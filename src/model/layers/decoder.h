@@ -89,6 +89,9 @@ class DecoderModel : public Model {
   // FP32 view of a vector tensor of n values (converted into owned storage if needed);
   // nullptr without error when optional and absent.
   StatusOr<const float*> Vector(const std::string& name, int64_t n, bool optional = false);
+  // Forward over this rank's stage (all of the model alone): one micro-batch under pipeline
+  // parallelism (PipelineStage::Run), its logits on the last stage.
+  Status ForwardStage(const ForwardBatch& batch, KvCache* kv, float* logits, ThreadPool* pool);
   void RunLayer(int il, const ForwardBatch& batch, KvCache* kv, ThreadPool* pool);
   void EnsureScratch(int64_t n_tokens);
 

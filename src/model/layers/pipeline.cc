@@ -1,6 +1,7 @@
 #include "model/layers/pipeline.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace peng {
 
@@ -15,6 +16,9 @@ Status PipelineStage::Plan(int n_layers, Communicator* pp, const std::string& pa
                            " layers cannot be split over pipeline parallel size " +
                            std::to_string(n_stages_));
   pp_ = pp;
+  max_micro_batches_ = 2 * n_stages_;
+  if (const char* e = std::getenv("PENG_PP_MICRO_BATCHES"))  // (mpirun passes it to every rank)
+    max_micro_batches_ = std::max(1, std::atoi(e));
   const int per = n_layers / n_stages_, extra = n_layers % n_stages_;
   begin_ = stage_ * per + std::min(stage_, extra);
   end_ = begin_ + per + (stage_ < extra ? 1 : 0);
@@ -37,6 +41,36 @@ void PipelineStage::ReturnLogits(float* logits, int64_t n) {
   } else if (first()) {
     pp_->Recv(logits, bytes, n_stages_ - 1);
   }
+}
+
+std::vector<ForwardBatch> PipelineStage::MicroBatches(const ForwardBatch& batch,
+                                                      int most) const {
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t m = std::clamp<int64_t>(T / kMinMicroBatchTokens, 1, most);
+  if (m == 1) return {batch};
+  std::vector<ForwardBatch> out(m);
+  int64_t t = 0;  // the batch's token where the current sequence starts
+  size_t si = 0;  // that sequence
+  for (int64_t k = 0; k < m; ++k) {
+    const int64_t a = T * k / m, b = T * (k + 1) / m;  // this micro-batch's tokens [a, b)
+    ForwardBatch& mb = out[k];
+    mb.tokens.assign(batch.tokens.begin() + a, batch.tokens.begin() + b);
+    mb.top = batch.top;
+    for (; si < batch.seqs.size() && t < b;) {
+      const SeqBatchEntry& s = batch.seqs[si];
+      const int64_t from = std::max(a, t), to = std::min(b, t + s.n_tokens);
+      SeqBatchEntry part = s;
+      part.n_tokens = to - from;
+      part.pos0 = s.pos0 + (from - t);
+      // (its last token's row, or every token's; the rows keep the batch's order)
+      part.want_logits = s.want_logits && (s.all_logits || to == t + s.n_tokens);
+      mb.seqs.push_back(part);
+      if (to < t + s.n_tokens) break;  // the sequence goes on in the next micro-batch
+      t += s.n_tokens;
+      ++si;
+    }
+  }
+  return out;
 }
 
 }  // namespace peng

@@ -4,15 +4,22 @@
 // parallel index form a Communicator in stage order (`pp`); every stage runs every step, in
 // turn: stage s receives the residual stream [T, hidden] from stage s - 1, runs its layers and
 // sends it on to s + 1; the last stage's logits go back to the first stage, whose rank 0 runs
-// the engine. The arithmetic is the one process's, op for op: the logits are the same bits.
-// Each stage binds (and packs) only its layers' weights and keeps only their KV cache (the
-// KvCacheSpec of another stage's layer is empty).
+// the engine. Each stage binds (and packs) only its layers' weights and keeps only their KV
+// cache (the KvCacheSpec of another stage's layer is empty).
+//
+// A step's batch runs as micro-batches (Run): contiguous ranges of its tokens -- whole
+// sequences, or a long prompt's chunks in order, as chunked prefill cuts them -- so that stage
+// s works on micro-batch m while stage s + 1 works on m - 1 (M micro-batches over S stages
+// keep the stages busy M / (M + S - 1) of the step). The arithmetic is the one process's: the
+// same ops on the same rows.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "model/model.h"
 #include "parallel/communicator.h"
 
 namespace peng {
@@ -37,9 +44,33 @@ class PipelineStage {
   // first (the ranks that hold them: tensor-parallel rank 0 of each); nothing elsewhere.
   void ReturnLogits(float* logits, int64_t n);
 
+  // The micro-batches of `batch` (a step's, T > 0; see above): up to `most`, each of at least
+  // kMinMicroBatchTokens tokens; one when alone. The same on every rank that gets the batch.
+  static constexpr int64_t kMinMicroBatchTokens = 16;
+  std::vector<ForwardBatch> MicroBatches(const ForwardBatch& batch, int most) const;
+  // Runs the step's micro-batches through `one` (the model's forward pass over one of them,
+  // its logit rows into the logits it is given: the last stage's), then returns the step's
+  // logit rows [rows, vocab] to the first stage (`holder`: this rank holds them, ReturnLogits).
+  // `most`: the micro-batches at most (1: the step whole; a model whose layers exchange tokens
+  // with other replicas' runs one, as the replicas' counts must agree).
+  template <typename Fn>
+  Status Run(const ForwardBatch& batch, float* logits, int64_t vocab, bool holder, int most,
+             Fn&& one) {
+    int64_t row = 0;
+    for (const ForwardBatch& mb : MicroBatches(batch, most)) {
+      PENG_RETURN_IF_ERROR(one(mb, logits + row * vocab));
+      row += mb.NumLogitRows();
+    }
+    if (holder) ReturnLogits(logits, row * vocab);
+    return OkStatus();
+  }
+  // The micro-batches a step runs as at most (PENG_PP_MICRO_BATCHES, default 2 x the stages).
+  int max_micro_batches() const { return max_micro_batches_; }
+
  private:
   Communicator* pp_ = nullptr;
   int stage_ = 0, n_stages_ = 1, begin_ = 0, end_ = 0;
+  int max_micro_batches_ = 1;
 };
 
 }  // namespace peng

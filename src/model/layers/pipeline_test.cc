@@ -77,5 +77,52 @@ TEST(PipelineStageTest, MoreStagesThanLayersIsAClearError) {
   EXPECT_EQ(st.message(), "tiny.gguf: 2 layers cannot be split over pipeline parallel size 3");
 }
 
+// A step of a 40-token prompt chunk, a decode and a 20-token chunk with prompt logits, at 2
+// stages (4 micro-batches at most, of 16 tokens at least: 61 / 16 = 3): three token ranges,
+// the long prompt cut in two (its row in the second), the rows in the step's order.
+TEST(PipelineStageTest, MicroBatchesCutTheStepsTokensInOrder) {
+  Place place(0, 2);
+  PipelineStage stage;
+  ASSERT_TRUE(stage.Plan(4, &place, "m").ok());
+  EXPECT_EQ(stage.max_micro_batches(), 4);
+  const int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  ForwardBatch b;
+  for (int i = 0; i < 61; ++i) b.tokens.push_back(100 + i);
+  b.seqs.push_back({.n_tokens = 40, .pos0 = 0, .block_table = table, .n_blocks = 3});
+  b.seqs.push_back({.n_tokens = 1, .pos0 = 10, .block_table = table + 3, .n_blocks = 1});
+  b.seqs.push_back({.n_tokens = 20, .pos0 = 5, .block_table = table + 4, .n_blocks = 2,
+                    .all_logits = true});
+  const std::vector<ForwardBatch> mbs = stage.MicroBatches(b, stage.max_micro_batches());
+  ASSERT_EQ(mbs.size(), 3u);
+  struct Part {
+    int64_t n, pos0;
+    const int32_t* table;
+    bool want, all;
+    bool operator==(const Part&) const = default;
+  };
+  auto parts = [](const ForwardBatch& mb) {
+    std::vector<Part> out;
+    for (const SeqBatchEntry& e : mb.seqs)
+      out.push_back({e.n_tokens, e.pos0, e.block_table, e.want_logits, e.all_logits});
+    return out;
+  };
+  EXPECT_EQ(parts(mbs[0]), (std::vector<Part>{{20, 0, table, false, false}}));
+  EXPECT_EQ(parts(mbs[1]), (std::vector<Part>{{20, 20, table, true, false}}));
+  EXPECT_EQ(parts(mbs[2]), (std::vector<Part>{{1, 10, table + 3, true, false},
+                                              {20, 5, table + 4, true, true}}));
+  std::vector<int32_t> tokens;
+  int64_t rows = 0;
+  for (const ForwardBatch& mb : mbs) {
+    tokens.insert(tokens.end(), mb.tokens.begin(), mb.tokens.end());
+    rows += mb.NumLogitRows();
+  }
+  EXPECT_EQ(tokens, b.tokens);
+  EXPECT_EQ(rows, b.NumLogitRows());
+  EXPECT_EQ(stage.MicroBatches(b, 1).size(), 1u);  // (experts across replicas: one pass)
+  b.tokens.resize(31);  // under two micro-batches' worth: whole
+  b.seqs = {{.n_tokens = 31, .pos0 = 0, .block_table = table, .n_blocks = 2}};
+  EXPECT_EQ(stage.MicroBatches(b, 4).size(), 1u);
+}
+
 }  // namespace
 }  // namespace peng
