@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Tensor parallelism against one process on the same machine (docs/benchmarks.md).
+"""Tensor, data or pipeline parallelism against one process on one machine (docs/benchmarks.md).
 
 Alternates, round by round, `peng bench` in one process with --threads T and the same bench
 as an MPI job of N ranks with --threads T/N each (`-tp N`, or `-dp N` with --data-parallel for
-the batched decode), on the same model file, and prints the medians of every run's
+the batched decode, or `-pp N` with --pipeline-parallel), on the same model file, and prints the medians of every run's
 repetitions and the ratio (parallel / one process). Both sides see the same machine state in
 each round, so a shared, noisy machine moves them together.
 
@@ -39,13 +39,15 @@ def main():
     ap.add_argument("--batch", type=int, default=0, help="also the batched decode of N sequences")
     ap.add_argument("--data-parallel", action="store_true",
                     help="the ranks are data-parallel replicas (-dp) instead of -tp")
+    ap.add_argument("--pipeline-parallel", action="store_true",
+                    help="the ranks are pipeline stages (-pp) instead of -tp")
     a = ap.parse_args()
     common = ["bench", "-m", a.model, "--pp", str(a.pp), "--tg", str(a.tg), "--reps",
               str(a.reps), "--json"]
     if a.batch:
         common += ["--batch", str(a.batch)]
     single = [a.peng] + common + ["-t", str(a.threads)]
-    layout = ["-dp" if a.data_parallel else "-tp", str(a.ranks)]
+    layout = ["-dp" if a.data_parallel else "-pp" if a.pipeline_parallel else "-tp", str(a.ranks)]
     parallel = ["mpirun", "-np", str(a.ranks), "--bind-to", "core", "--oversubscribe",
                 a.peng] + common + ["-t", str(max(1, a.threads // a.ranks))] + layout
     print("one process:", " ".join(single))
