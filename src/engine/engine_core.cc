@@ -130,6 +130,8 @@ Status EngineCore::Validate(const GenerateRequest& request) const {
       return InvalidArgument("return_hidden_states needs an engine with max_num_seqs = 1");
     if (request.return_hidden_states && replicas_.size() > 1)
       return InvalidArgument("return_hidden_states needs an engine without data parallelism");
+    if (request.return_hidden_states && opt_.pipeline_parallel_size > 1)
+      return InvalidArgument("return_hidden_states needs an engine without pipeline stages");
     if (len > max_model_len_)
       return OutOfRange("prompt of " + std::to_string(len) + " tokens exceeds the context length: " +
                         "max_model_len is " + std::to_string(max_model_len_));

@@ -121,6 +121,18 @@ LlmOptions FixtureOnDevice(const std::string& fixture) {
   return o;
 }
 
+// The tiny Llama's engine on the device under test, its default KV cache 4096 whole contexts
+// (128 MB: capped by the device's memory where a test cuts it).
+EngineOptions TinyLlamaEngine() {
+  EngineOptions o;
+  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
+  o.device = DeviceUnderTest();
+  o.threads = 1;
+  o.max_num_seqs = 4096;
+  o.measure_peaks = false;
+  return o;
+}
+
 // Leaves `spare` bytes of the device's memory free while it lives (on a GPU up to 2 MiB more:
 // its allocations' granularity): the emulator's memory cut to what is in use plus spare
 // (PENG_EMULATOR_DEVICE_MEMORY), on a GPU the rest taken by allocations, the largest that
@@ -220,12 +232,7 @@ TEST_F(CudaTest, AModelLargerThanTheDevicesMemoryIsAClearError) {
 // the flag, and keeps nothing.
 TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
   if (DeviceUnderTest() == "host") GTEST_SKIP() << "the host device's memory is not counted";
-  EngineOptions o;
-  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
-  o.device = DeviceUnderTest();
-  o.threads = 1;
-  o.max_num_seqs = 4096;
-  o.measure_peaks = false;
+  EngineOptions o = TinyLlamaEngine();
   const FreeMemoryCut cut(cuda_.get(), int64_t{256} << 20);
   const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
   const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;
@@ -262,14 +269,9 @@ TEST_F(CudaTest, GpuMemoryUtilizationCapsTheKvCache) {
 // reservation the KV cache takes that scratch's memory and the first step fails.
 TEST_F(CudaTest, TheKvCacheLeavesTheLargestStepItsScratch) {
   if (DeviceUnderTest() == "host") GTEST_SKIP() << "the host device's memory is not counted";
-  EngineOptions o;
-  o.model_path = test_util::SourceDir() + "/tests/data/hf_tiny/llama";
-  o.device = DeviceUnderTest();
-  o.threads = 1;
-  o.max_num_seqs = 4096;  // (the default KV cache: 128 MB, capped)
+  EngineOptions o = TinyLlamaEngine();  // (its default KV cache: 128 MB, capped)
   o.max_num_batched_tokens = 1024;
   o.max_waiting = 2048;
-  o.measure_peaks = false;
   const FreeMemoryCut cut(cuda_.get(), int64_t{64} << 20);
   const int64_t total = cuda_->TotalMemoryBytes(), free = cuda_->FreeMemoryBytes();
   const int64_t block = 2 * 2 * 16 * 2 * 2 * 16, slack = Emulated() ? 0 : int64_t{2} << 20;

@@ -332,6 +332,24 @@ TEST(PipelineParallelTest, MicroBatchesOfLongSteps) {
   CheckModel(TinyDeepseek("lite"), 100, 16, true);
 }
 
+// A request for the residual streams (Engine's return_hidden_states) is refused with stages,
+// which each hold a part of them.
+TEST(PipelineParallelTest, HiddenStatesAreRefused) {
+  if (g_pp == 1) GTEST_SKIP() << "no pipeline stages in this job";
+  if (g_dp > 1) GTEST_SKIP() << "data parallelism refuses it first";
+  EngineOptions o = Options(Tiny("llama"), DType::kF16, false);
+  o.max_num_seqs = 1;
+  auto core = ParallelCore(o);
+  ASSERT_TRUE(core);
+  GenerateRequest r;
+  r.id = "hidden";
+  r.prompt = {1, 2, 3};
+  r.return_hidden_states = true;
+  const Status st = core->Add(std::move(r));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "return_hidden_states needs an engine without pipeline stages");
+}
+
 // Data parallelism: each request goes to the replica with the fewest sequences; among the
 // least loaded, to the one that has the prompt's prefix cached.
 TEST(DataParallelTest, RequestsGoToTheLeastLoadedReplicaWithTheirPrefix) {
