@@ -127,10 +127,9 @@ StatusOr<std::unique_ptr<Executor>> CreateDeviceExecutor(const EngineOptions& op
 // ModelLoadOptions::tp and ::pp). Each Execute() broadcasts the batch (tokens, sequences, block
 // tables, block copies) to the other ranks, which run RunTensorParallelWorker(), and then
 // runs its own shard; the model's collectives (and its stages' sends) join the ranks inside
-// the forward pass. The KV
-// cache has the same number of blocks on every rank (rank 0's, broadcast at start). A failure
-// that may leave the ranks out of step (an exception in the forward pass) aborts the job.
-// Destroying it ends the workers' loops.
+// the forward pass. The KV cache has the same number of blocks on every rank (rank 0's,
+// broadcast at start). A failure that may leave the ranks out of step (an exception in the
+// forward pass) aborts the job. Destroying it ends the workers' loops.
 StatusOr<std::unique_ptr<Executor>> CreateTensorParallelExecutor(const EngineOptions& options,
                                                                  Communicator* tp,
                                                                  std::unique_ptr<Model> model);
