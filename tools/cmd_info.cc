@@ -5,6 +5,7 @@
 #include "core/cpu_features.h"
 #include "engine/engine_core.h"
 #include "kernels/isa.h"
+#include "model/layers/pipeline.h"
 #include "model/registry.h"
 #include "parallel/communicator.h"
 #include "tools/commands.h"
@@ -15,22 +16,16 @@ namespace {
 
 // One line per rank of the job, in rank order: its replica, its place in the replica (pipeline
 // stage and layers, tensor-parallel index) and its shard of the model.
-void PrintShard(const JobLayout& L, const Model& m, int n_layers) {
+void PrintShard(const JobLayout& L, const Model& m, const PipelineStage& stage, int n_layers) {
   const KvCacheSpec kv = m.kv_spec();
-  int first = -1, last = -1;  // the layers whose KV cache this rank keeps: its stage's
-  for (int il = 0; il < static_cast<int>(kv.layers.size()); ++il)
-    if (kv.layers[il].n_kv_heads > 0) {
-      if (first < 0) first = il;
-      last = il;
-    }
   Communicator* world = L.world;
   for (int k = 0; k < world->size(); ++k) {
     if (k == world->rank()) {
       std::printf("rank %d of %d (replica %d, pipeline stage %d of %d: layers %d-%d of %d, "
                   "tensor-parallel rank %d of %d): weight bytes per token %lld, kv cache per "
                   "token %lld bytes (F16)\n",
-                  world->rank(), world->size(), L.dp_rank, L.stage, L.pp_size, first, last,
-                  n_layers, L.tp_rank, L.tp_size,
+                  world->rank(), world->size(), L.dp_rank, L.stage, L.pp_size, stage.begin(),
+                  stage.end() - 1, n_layers, L.tp_rank, L.tp_size,
                   static_cast<long long>(m.WeightBytesPerToken()),
                   static_cast<long long>(kv.BytesPerToken(DType::kF16)));
       std::fflush(stdout);
@@ -116,7 +111,10 @@ void RegisterInfo(CLI::App& app, int* exit_code) {
     if (!L.ok()) (*world)->Abort(L.status().ToString());
     auto shard = LoadModel(*path, (*L)->Shard(*ep));
     if (!shard.ok()) (*world)->Abort(shard.status().ToString());
-    PrintShard(**L, **shard, n_layers);
+    PipelineStage stage;  // (the split the shard made)
+    if (const Status st = stage.Plan(n_layers, (*L)->pp, *path); !st.ok())
+      (*world)->Abort(st.ToString());
+    PrintShard(**L, **shard, stage, n_layers);
   });
 }
 

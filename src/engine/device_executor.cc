@@ -22,8 +22,7 @@ class DeviceExecutor : public Executor {
     PENG_ASSIGN_OR_RETURN(dm_, DeviceModel::Create(*model_, device_.get()));
     dm_->set_host_pool(&pool_);
     // A KV cache sized by the device's memory takes what the largest step's scratch leaves.
-    const bool sized_here = o.kv_cache_bytes == 0 && (o.num_kv_blocks == 0 || o.kv_fit_devices);
-    if (sized_here && device_->CountsMemory())
+    if (KvSizedByMemory(o) && device_->CountsMemory())
       PENG_RETURN_IF_ERROR(dm_->ReserveStepScratch(o.max_num_batched_tokens, o.max_num_seqs,
                                                    o.block_size, o.kv_dtype));
     // What of the share of the device's memory is still free after the weights (its other

@@ -287,8 +287,7 @@ StatusOr<EngineOptions> SendStart(const EngineOptions& options, const Model& mod
   // On devices the default size is not capped by the host's memory: each rank's device caps
   // it when its executor starts, and the ranks agree on the smallest.
   const bool fit = options.kv_fit_devices ||
-                   (options.device != "cpu" && options.num_kv_blocks == 0 &&
-                    options.kv_cache_bytes == 0);
+                   (options.device != "cpu" && KvSizedByMemory(options));
   StatusOr<int64_t> blocks =
       KvBlocks(options, model, fit ? std::numeric_limits<int64_t>::max() / 2 : -1);
   CoreStart start = StartOf(options, blocks);
@@ -333,13 +332,17 @@ int64_t EffectiveMaxModelLen(const EngineOptions& o, const ModelConfig& cfg) {
                               : o.max_model_len;
 }
 
+bool KvSizedByMemory(const EngineOptions& o) {
+  return o.kv_cache_bytes == 0 && (o.num_kv_blocks == 0 || o.kv_fit_devices);
+}
+
 StatusOr<int64_t> KvBlocks(const EngineOptions& o, const Model& model, int64_t memory_cap) {
   PENG_RETURN_IF_ERROR(model.kv_spec().CheckDtype(o.kv_dtype));
   const int64_t max_len = EffectiveMaxModelLen(o, model.config());
   int64_t blocks;
   if (o.num_kv_blocks > 0 && !o.kv_fit_devices) {
     blocks = o.num_kv_blocks;
-  } else if (o.kv_cache_bytes == 0) {  // (kv_fit_devices: rank 0's count, capped here)
+  } else if (KvSizedByMemory(o)) {  // (kv_fit_devices: rank 0's count, capped here)
     blocks = o.kv_fit_devices
                  ? o.num_kv_blocks
                  : int64_t{o.max_num_seqs} * ((max_len + o.block_size - 1) / o.block_size);

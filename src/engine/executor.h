@@ -112,6 +112,9 @@ StatusOr<std::unique_ptr<Executor>> CreateLocalExecutor(const EngineOptions& opt
 // ResourceExhausted).
 StatusOr<int64_t> KvBlocks(const EngineOptions& options, const Model& model,
                            int64_t memory_cap = -1);
+// Whether KvBlocks sizes the cache by the memory (neither a fixed block count nor a byte
+// budget: the default, or a multi-rank device job's, EngineOptions::kv_fit_devices).
+bool KvSizedByMemory(const EngineOptions& options);
 
 // Runs `model` (loaded on the host: a DecoderModel or DeepseekV2Model, this rank's shard under
 // tensor parallelism) on options.device ("cuda", "cuda:N", "host"; backend/device.h) through a

@@ -648,7 +648,7 @@ WeightTraffic DeepseekV2Model::WeightsPerToken() const {
   WeightTraffic w;
   w.bytes = cfg_.base.hidden_size * 4;  // the token's embedding row
   if (stage_.last()) w.Add(output_);
-  for (const Layer& L : StageLayers()) {
+  for (const Layer& L : stage_.Layers(layers_)) {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.w_gate, &L.w_up, &L.w_down,
                             &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
       if (l->bound()) w.Add(*l);
@@ -678,7 +678,7 @@ std::string DeepseekV2Model::WeightSummary() const { return files_->DTypeSummary
 
 std::vector<const Linear*> DeepseekV2Model::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
-  for (const Layer& L : StageLayers()) {
+  for (const Layer& L : stage_.Layers(layers_)) {
     for (const Linear* l : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a})
       if (l->bound()) out.push_back(l);
     for (const Linear& l : L.kv_b_parts) out.push_back(&l);
@@ -860,16 +860,12 @@ Status DeepseekV2Model::Forward(const ForwardBatch& batch, KvCache* kv, float* l
                              Num(il) + " needs one kv head of " + Num(cfg_.cache_row()) +
                              " values and no V)");
   if (T == 0) {  // an idle replica in step with the others: its experts serve their tokens
-    for (const Layer& L : StageLayers())
+    for (const Layer& L : stage_.Layers(layers_))
       if (L.moe) RunMoe(L, 0, pool);
     return OkStatus();
   }
-  if (!stage_.split()) return ForwardStage(batch, kv, logits, pool);
-  if (batch.capture_hidden)  // (the same batch on every stage: all return here)
-    return InvalidArgument("hidden states are not captured under pipeline parallelism");
   // (with experts across replicas, every replica's step is one pass: their exchanges pair up)
-  return stage_.Run(batch, logits, b.vocab_size, tp_rank_ == 0,
-                    ep_ ? 1 : stage_.max_micro_batches(),
+  return stage_.Run(batch, logits, b.vocab_size, tp_rank_ == 0, /*one_pass=*/ep_ != nullptr,
                     [&](const ForwardBatch& mb, float* mb_logits) {
                       return ForwardStage(mb, kv, mb_logits, pool);
                     });

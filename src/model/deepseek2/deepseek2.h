@@ -59,7 +59,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -224,10 +223,6 @@ class DeepseekV2Model : public Model {
   TpSlice experts_;                  // the routed experts this rank runs (expert parallelism)
   VocabParallel vocab_;
   PipelineStage stage_;  // this rank's layers (all of them alone; layers/pipeline.h)
-  // The layers this rank binds and runs (another stage's are empty).
-  std::span<const Layer> StageLayers() const {
-    return {layers_.data() + stage_.begin(), layers_.data() + stage_.end()};
-  }
   std::map<std::string, std::string> hf_layer_names_, hf_global_names_;  // HF -> GGUF-style
   Linear tok_embd_;
   Linear output_;

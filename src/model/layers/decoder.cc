@@ -187,10 +187,8 @@ WeightTraffic DecoderModel::WeightsPerToken() const {
   WeightTraffic w;
   w.bytes = cfg_.hidden_size * 4;  // the token's embedding row
   if (stage_.last()) w.Add(output_);
-  for (int il = stage_.begin(); il < stage_.end(); ++il) {
-    const Layer& L = layers_[il];
+  for (const Layer& L : stage_.Layers(layers_))
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w.Add(*l);
-  }
   return w;
 }
 
@@ -198,11 +196,9 @@ std::string DecoderModel::WeightSummary() const { return files_->DTypeSummary();
 
 std::vector<const Linear*> DecoderModel::Linears() const {
   std::vector<const Linear*> out = {&tok_embd_};
-  for (int il = stage_.begin(); il < stage_.end(); ++il) {
-    const Layer& L = layers_[il];
+  for (const Layer& L : stage_.Layers(layers_))
     for (const Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
       out.push_back(l);
-  }
   if (&output_.tensor() != &tok_embd_.tensor()) out.push_back(&output_);
   return out;
 }
@@ -309,10 +305,7 @@ void DecoderModel::RunLayer(int il, const ForwardBatch& batch, KvCache* kv, Thre
 Status DecoderModel::Forward(const ForwardBatch& batch, KvCache* kv, float* logits,
                              ThreadPool* pool) {
   if (batch.tokens.empty()) return OkStatus();
-  if (!stage_.split()) return ForwardStage(batch, kv, logits, pool);
-  if (batch.capture_hidden)  // (the same batch on every stage: all return here)
-    return InvalidArgument("hidden states are not captured under pipeline parallelism");
-  return stage_.Run(batch, logits, cfg_.vocab_size, tp_rank_ == 0, stage_.max_micro_batches(),
+  return stage_.Run(batch, logits, cfg_.vocab_size, tp_rank_ == 0, /*one_pass=*/false,
                     [&](const ForwardBatch& mb, float* mb_logits) {
                       return ForwardStage(mb, kv, mb_logits, pool);
                     });

@@ -43,18 +43,19 @@ void PipelineStage::ReturnLogits(float* logits, int64_t n) {
   }
 }
 
-std::vector<ForwardBatch> PipelineStage::MicroBatches(const ForwardBatch& batch,
-                                                      int most) const {
+int PipelineStage::MicroBatches(const ForwardBatch& batch, int most,
+                                std::vector<ForwardBatch>* out) const {
   const int64_t T = static_cast<int64_t>(batch.tokens.size());
   const int64_t m = std::clamp<int64_t>(T / kMinMicroBatchTokens, 1, most);
-  if (m == 1) return {batch};
-  std::vector<ForwardBatch> out(m);
+  if (m == 1) return 1;
+  out->resize(m);
   int64_t t = 0;  // the batch's token where the current sequence starts
   size_t si = 0;  // that sequence
   for (int64_t k = 0; k < m; ++k) {
     const int64_t a = T * k / m, b = T * (k + 1) / m;  // this micro-batch's tokens [a, b)
-    ForwardBatch& mb = out[k];
+    ForwardBatch& mb = (*out)[k];
     mb.tokens.assign(batch.tokens.begin() + a, batch.tokens.begin() + b);
+    mb.seqs.clear();
     mb.top = batch.top;
     for (; si < batch.seqs.size() && t < b;) {
       const SeqBatchEntry& s = batch.seqs[si];
@@ -70,7 +71,7 @@ std::vector<ForwardBatch> PipelineStage::MicroBatches(const ForwardBatch& batch,
       ++si;
     }
   }
-  return out;
+  return static_cast<int>(m);
 }
 
 }  // namespace peng

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,33 +45,47 @@ class PipelineStage {
   // first (the ranks that hold them: tensor-parallel rank 0 of each); nothing elsewhere.
   void ReturnLogits(float* logits, int64_t n);
 
-  // The micro-batches of `batch` (a step's, T > 0; see above): up to `most`, each of at least
-  // kMinMicroBatchTokens tokens; one when alone. The same on every rank that gets the batch.
+  // How many micro-batches `batch` (a step's, T > 0; see above) runs as: up to `most`, each
+  // of at least kMinMicroBatchTokens tokens, the same on every rank that gets the batch; for
+  // more than one, they go into *out (its vectors reused from step to step).
   static constexpr int64_t kMinMicroBatchTokens = 16;
-  std::vector<ForwardBatch> MicroBatches(const ForwardBatch& batch, int most) const;
-  // Runs the step's micro-batches through `one` (the model's forward pass over one of them,
-  // its logit rows into the logits it is given: the last stage's), then returns the step's
-  // logit rows [rows, vocab] to the first stage (`holder`: this rank holds them, ReturnLogits).
-  // `most`: the micro-batches at most (1: the step whole; a model whose layers exchange tokens
-  // with other replicas' runs one, as the replicas' counts must agree).
+  int MicroBatches(const ForwardBatch& batch, int most, std::vector<ForwardBatch>* out) const;
+  // The model's forward pass over a step (T > 0): alone, `one` over the batch; split, `one`
+  // over each micro-batch (this stage's part of the model's pass over it, its logit rows into
+  // the logits it is given: the last stage's), then the step's logit rows [rows, vocab] back
+  // to the first stage (`holder`: this rank holds them, ReturnLogits). `one_pass`: the step
+  // whole (a model whose layers exchange tokens with other replicas': their counts must agree).
   template <typename Fn>
-  Status Run(const ForwardBatch& batch, float* logits, int64_t vocab, bool holder, int most,
-             Fn&& one) {
-    int64_t row = 0;
-    for (const ForwardBatch& mb : MicroBatches(batch, most)) {
-      PENG_RETURN_IF_ERROR(one(mb, logits + row * vocab));
-      row += mb.NumLogitRows();
+  Status Run(const ForwardBatch& batch, float* logits, int64_t vocab, bool holder,
+             bool one_pass, Fn&& one) {
+    if (!split()) return one(batch, logits);
+    if (batch.capture_hidden)  // (the same batch on every stage: all return here)
+      return InvalidArgument("hidden states are not captured under pipeline parallelism");
+    if (MicroBatches(batch, one_pass ? 1 : max_micro_batches_, &micro_) == 1) {
+      PENG_RETURN_IF_ERROR(one(batch, logits));
+    } else {
+      int64_t row = 0;
+      for (const ForwardBatch& mb : micro_) {
+        PENG_RETURN_IF_ERROR(one(mb, logits + row * vocab));
+        row += mb.NumLogitRows();
+      }
     }
-    if (holder) ReturnLogits(logits, row * vocab);
+    if (holder) ReturnLogits(logits, batch.NumLogitRows() * vocab);
     return OkStatus();
   }
   // The micro-batches a step runs as at most (PENG_PP_MICRO_BATCHES, default 2 x the stages).
   int max_micro_batches() const { return max_micro_batches_; }
+  // The layers of `all` this stage holds.
+  template <typename Layer>
+  std::span<const Layer> Layers(const std::vector<Layer>& all) const {
+    return {all.data() + begin_, all.data() + end_};
+  }
 
  private:
   Communicator* pp_ = nullptr;
   int stage_ = 0, n_stages_ = 1, begin_ = 0, end_ = 0;
   int max_micro_batches_ = 1;
+  std::vector<ForwardBatch> micro_;  // (Run's)
 };
 
 }  // namespace peng

@@ -92,7 +92,8 @@ TEST(PipelineStageTest, MicroBatchesCutTheStepsTokensInOrder) {
   b.seqs.push_back({.n_tokens = 1, .pos0 = 10, .block_table = table + 3, .n_blocks = 1});
   b.seqs.push_back({.n_tokens = 20, .pos0 = 5, .block_table = table + 4, .n_blocks = 2,
                     .all_logits = true});
-  const std::vector<ForwardBatch> mbs = stage.MicroBatches(b, stage.max_micro_batches());
+  std::vector<ForwardBatch> mbs;
+  ASSERT_EQ(stage.MicroBatches(b, stage.max_micro_batches(), &mbs), 3);
   ASSERT_EQ(mbs.size(), 3u);
   struct Part {
     int64_t n, pos0;
@@ -118,10 +119,18 @@ TEST(PipelineStageTest, MicroBatchesCutTheStepsTokensInOrder) {
   }
   EXPECT_EQ(tokens, b.tokens);
   EXPECT_EQ(rows, b.NumLogitRows());
-  EXPECT_EQ(stage.MicroBatches(b, 1).size(), 1u);  // (experts across replicas: one pass)
+  // A second step into the same vectors: two micro-batches, nothing left of the first step's.
+  b.tokens.resize(32);
+  b.seqs = {{.n_tokens = 32, .pos0 = 0, .block_table = table, .n_blocks = 2}};
+  ASSERT_EQ(stage.MicroBatches(b, 4, &mbs), 2);
+  ASSERT_EQ(mbs.size(), 2u);
+  EXPECT_EQ(parts(mbs[0]), (std::vector<Part>{{16, 0, table, false, false}}));
+  EXPECT_EQ(parts(mbs[1]), (std::vector<Part>{{16, 16, table, true, false}}));
+  EXPECT_EQ(mbs[1].tokens, std::vector<int32_t>(b.tokens.begin() + 16, b.tokens.end()));
+  EXPECT_EQ(stage.MicroBatches(b, 1, &mbs), 1);  // (experts across replicas: one pass)
   b.tokens.resize(31);  // under two micro-batches' worth: whole
-  b.seqs = {{.n_tokens = 31, .pos0 = 0, .block_table = table, .n_blocks = 2}};
-  EXPECT_EQ(stage.MicroBatches(b, 4).size(), 1u);
+  b.seqs[0].n_tokens = 31;
+  EXPECT_EQ(stage.MicroBatches(b, 4, &mbs), 1);
 }
 
 }  // namespace
